@@ -1,0 +1,44 @@
+# sweep — `make help` lists the targets. Every target installs what it needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-fast perf check fmt lint types demo clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install sweep with its dev extras
+
+test: $(STAMP) ## run the whole test suite (what CI runs)
+	$(BIN)/pytest
+
+test-fast: $(STAMP) ## run the tests not marked slow
+	$(BIN)/pytest -m "not slow"
+
+perf: $(STAMP) ## run the benchmarks; prints figures and writes perf-results.json
+	$(BIN)/python -m tests.perf
+
+check: $(STAMP) ## format check, lint, types, tests
+	$(BIN)/ruff format --check sweep analysis tests
+	$(BIN)/ruff check sweep analysis tests
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+fmt: $(STAMP) ## format the code
+	$(BIN)/ruff format sweep analysis tests
+	$(BIN)/ruff check --fix sweep analysis tests
+
+demo: $(STAMP) ## run the demo study on the simulated server
+	$(BIN)/python -m tests.demo
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache perf-results.json

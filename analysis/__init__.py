@@ -1,0 +1,1 @@
+"""Analysis of sweep studies: load, transform, plot, report (pandas and matplotlib live here)."""

@@ -1,0 +1,1 @@
+"""The simulated SGLang server (`sweep sim`)."""

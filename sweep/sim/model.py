@@ -1,0 +1,265 @@
+"""The simulator's cost model: acceptance, cycle time, memory, and the noise-free truth.
+
+Pure functions of a :class:`~sweep.sim.profile.Profile` and a resolved
+configuration. The running simulator draws random rounds from these numbers;
+:func:`predict` gives their noise-free expectation, which benchmarks use as the
+truth ("what should a perfect client have measured?").
+
+One speculative cycle (verify round) at batch ``B``::
+
+    cycle = spec_overhead + steps · draft_step(draft_tp, B) + forward(B · draft_tokens)
+
+and emits ``1 + accepted prefix`` tokens per request. Without speculation each
+token costs ``forward(B)``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sweep.sim.profile import FailureRule, Profile
+
+# Prompt multipliers are integrated on this many points of the uniform spread.
+_SPREAD_POINTS = 201
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The resolved settings that matter to the cost model."""
+
+    algorithm: str | None = None
+    num_steps: int = 0
+    eagle_topk: int = 0
+    num_draft_tokens: int = 0
+    tp_size: int = 8
+    draft_tp_size: int = 8
+    max_running_requests: int = 48
+    cuda_graph_max_bs: int = 48
+    mem_fraction_static: float = 0.9
+
+    @property
+    def speculative(self) -> bool:
+        return self.algorithm is not None
+
+    def tree_is_legal(self) -> bool:
+        """SGLang's bound: draft tokens − 1 ≤ topk + (steps − 1)·topk²."""
+        k, s = self.eagle_topk, self.num_steps
+        return self.num_draft_tokens - 1 <= k + (s - 1) * k * k
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Noise-free figures for one configuration at one concurrency."""
+
+    accept_length: float
+    cycle_ms: float
+    decode_tok_s: float  # per request, during decode (what a single stream sees)
+    output_tok_s: float  # all requests together, prefill interruptions included
+
+
+def nccl_factor(profile: Profile, env: Mapping[str, str]) -> float:
+    """Product of the all-reduce factors of the profile's NCCL rules that ``env`` sets."""
+    factor = 1.0
+    for rule in profile.nccl:
+        if env.get(rule.var) == rule.value:
+            factor *= rule.allreduce_factor
+    return factor
+
+
+def _table(values: Mapping[str, float], tp: int, what: str) -> float:
+    if str(tp) in values:
+        return values[str(tp)]
+    # Interpolate on log2(tp) between known sizes; all-reduce cost grows roughly so.
+    known = sorted((int(k), v) for k, v in values.items())
+    if not known:
+        raise ValueError(f"no {what} entries")
+    if tp <= known[0][0]:
+        return known[0][1]
+    for (t0, v0), (t1, v1) in zip(known, known[1:], strict=False):
+        if t0 < tp < t1:
+            w = (math.log2(tp) - math.log2(t0)) / (math.log2(t1) - math.log2(t0))
+            return v0 + w * (v1 - v0)
+    return known[-1][1]
+
+
+def forward_ms(profile: Profile, tokens: int, batch: int, tp: int, nccl: float = 1.0) -> float:
+    """One target forward pass over ``tokens`` tokens for ``batch`` requests."""
+    t = profile.timing
+    base = t.base_ms * t.calibrated_tp / tp
+    compute = t.token_ms * (tokens - 1) + t.compute_ms * max(0, tokens - t.knee_tokens)
+    allreduce = _table(t.allreduce_ms, tp, "timing.allreduce_ms") * nccl
+    return base * (1 + t.batch_slope * (batch - 1)) + allreduce + compute
+
+
+def draft_step_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+    """One draft forward step (all topk branches together)."""
+    d = profile.draft
+    allreduce = _table(d.allreduce_ms, config.draft_tp_size, "draft.allreduce_ms") * nccl
+    width = d.topk_ms * max(0, config.eagle_topk - 1)
+    return (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1))
+
+
+def cycle_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+    """Time of one decode iteration at ``batch`` running requests, noise-free."""
+    if not config.speculative:
+        return forward_ms(profile, batch, batch, config.tp_size, nccl)
+    t = profile.timing
+    overhead = t.spec_overhead_ms
+    if config.draft_tp_size != config.tp_size:
+        overhead += t.draft_tp_mismatch_ms
+    drafting = config.num_steps * draft_step_ms(profile, config, batch, nccl)
+    verify = forward_ms(profile, batch * config.num_draft_tokens, batch, config.tp_size, nccl)
+    return overhead + drafting + verify
+
+
+def prefill_ms(profile: Profile, prompt_tokens: int, tp: int) -> float:
+    """A prefill pass for one request (it produces the first token)."""
+    t = profile.timing
+    return (t.prefill_ms + t.prefill_token_ms * prompt_tokens) * t.calibrated_tp / tp
+
+
+def depth_probabilities(profile: Profile, config: SimConfig, multiplier: float = 1.0) -> list[float]:
+    """Probability that depth d (1-based) is accepted given every shallower depth was.
+
+    The verify tree keeps ``draft_tokens − 1`` nodes: one per depth along the most
+    likely chain first (up to ``steps``), then extra siblings, shallow depths first,
+    up to ``topk`` per depth. Each sibling catches ``sibling_gain`` of the misses left.
+    """
+    if not config.speculative:
+        return []
+    a = profile.acceptance
+    budget = config.num_draft_tokens - 1
+    depth = max(0, min(config.num_steps, budget))
+    widths = [1] * depth
+    spare = budget - depth
+    for d in range(depth):
+        extra = min(spare, max(0, config.eagle_topk - 1))
+        widths[d] += extra
+        spare -= extra
+    probs = []
+    for d, width in enumerate(widths):
+        base = min(a.cap, a.first * a.decay**d * multiplier)
+        miss = (1 - base) * (1 - a.sibling_gain) ** (width - 1)
+        probs.append(1 - miss)
+    return probs
+
+
+def expected_accept_length(probs: Sequence[float]) -> float:
+    """1 + Σ_d Π_{j≤d} p_j: tokens per verify round, bonus token included."""
+    total, reach = 1.0, 1.0
+    for p in probs:
+        reach *= p
+        total += reach
+    return total
+
+
+def prompt_multipliers(profile: Profile) -> list[float]:
+    """Grid over the per-prompt acceptance multiplier's uniform distribution."""
+    s = profile.acceptance.prompt_spread
+    if s == 0:
+        return [1.0]
+    n = _SPREAD_POINTS
+    return [1 - s + 2 * s * i / (n - 1) for i in range(n)]
+
+
+def accept_length(profile: Profile, config: SimConfig) -> float:
+    """Token-weighted accept length over prompts: Σ tokens / Σ verify rounds.
+
+    For requests of equal length this is the harmonic mean of the per-prompt
+    accept lengths, which is what a benchmark's Σ completion / Σ verify measures.
+    """
+    if not config.speculative:
+        return 1.0
+    inverse = [
+        1 / expected_accept_length(depth_probabilities(profile, config, m))
+        for m in prompt_multipliers(profile)
+    ]
+    return len(inverse) / sum(inverse)
+
+
+def predict(
+    profile: Profile,
+    config: SimConfig,
+    concurrency: int = 1,
+    *,
+    output_len: int = 500,
+    prompt_tokens: int = 64,
+    env: Mapping[str, str] | None = None,
+) -> Prediction:
+    """Noise-free throughput and accept length for a closed loop at ``concurrency``.
+
+    Each request decodes ``output_len`` tokens; during its life about
+    ``concurrency − 1`` other requests start, and each of their prefills pauses
+    decoding. ``decode_tok_s`` is (output_len − 1) / (e2e − TTFT) per request.
+    """
+    batch = max(1, min(concurrency, config.max_running_requests))
+    nccl = nccl_factor(profile, env or {})
+    al = accept_length(profile, config)
+    cycle = cycle_ms(profile, config, batch, nccl)
+    rounds = (output_len - 1) / al
+    pauses = (batch - 1) * prefill_ms(profile, prompt_tokens, config.tp_size)
+    decode_s = (rounds * cycle + pauses) / 1000
+    decode_tok_s = (output_len - 1) / decode_s
+    per_request_s = decode_s + prefill_ms(profile, prompt_tokens, config.tp_size) / 1000
+    output_tok_s = batch * output_len / per_request_s
+    if concurrency > batch:  # queued requests wait; the server still runs `batch` at once
+        output_tok_s = batch * output_len / per_request_s
+    return Prediction(al, cycle, decode_tok_s, output_tok_s)
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory of a configuration, GB."""
+
+    weights_gb: float
+    kv_gb: float
+    graph_gb: float
+    graph_budget_gb: float
+
+    @property
+    def kv_too_small(self) -> bool:
+        return self.kv_gb <= 0
+
+    @property
+    def graph_oom(self) -> bool:
+        return self.graph_gb > self.graph_budget_gb
+
+
+def memory_plan(profile: Profile, config: SimConfig) -> MemoryPlan:
+    """Where each GPU's memory goes: weights, KV pool, CUDA graphs.
+
+    The static fraction holds weights and the KV pool; CUDA graphs (which grow
+    with captured batch size × verify/draft width) must fit in what is left
+    after activations.
+    """
+    m = profile.memory
+    weights = m.target_weights_gb / config.tp_size
+    if config.speculative:
+        weights += m.draft_weights_gb / config.draft_tp_size
+    static = m.gpu_gb * config.mem_fraction_static
+    kv = static - weights - m.min_kv_gb
+    width = 1
+    if config.speculative:
+        width = config.num_draft_tokens + config.num_steps * config.eagle_topk
+    bs = min(config.cuda_graph_max_bs, config.max_running_requests)
+    graph = m.graph_gb_per_token * bs * width
+    budget = m.gpu_gb * (1 - config.mem_fraction_static) - m.activation_gb
+    return MemoryPlan(weights, kv + m.min_kv_gb, graph, budget)
+
+
+def default_mem_fraction(profile: Profile, tp_size: int) -> float:
+    """SGLang's automatic --mem-fraction-static: (gpu − reserved) / gpu."""
+    gpu = profile.memory.gpu_gb
+    reserved = max(10.0 if gpu > 60 else 0.0, profile.memory.activation_gb + tp_size / 8)
+    return round((gpu - reserved) / gpu, 3)
+
+
+def matching_failures(profile: Profile, resolved: Mapping[str, object]) -> list[FailureRule]:
+    """The profile's failure rules whose every ``match`` key equals the resolved value."""
+    return [
+        rule
+        for rule in profile.failures
+        if all(resolved.get(key) == value for key, value in rule.match.items())
+    ]

@@ -1,0 +1,369 @@
+"""Simulator profiles: every constant of the simulated server, read from TOML.
+
+A profile describes one deployment (a target model, its draft, the GPUs and
+the interconnect) as numbers: the acceptance curve, the cost of a draft step
+and of a verify pass, start-up durations, the memory budget and the failure
+rules. ``sweep sim --sim-profile NAME|PATH`` (or ``SWEEP_SIM_PROFILE``) picks
+one; the default is calibrated to real measurements (see docs/simulator.md).
+
+This module is pure: it reads a file and returns frozen objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sweep.exceptions import ProfileError
+
+DEFAULT_PROFILE = "default"
+PROFILE_ENV = "SWEEP_SIM_PROFILE"
+
+
+@dataclass(frozen=True)
+class BuildSection:
+    """What SGLang build the simulator pretends to be."""
+
+    version: str = "0.5.23"
+    # A patched build's flag for a draft tensor-parallel size ("" = stock SGLang, no such flag).
+    draft_tp_flag: str = ""
+    model_name: str = "simulated-model"
+    gpu_count: int = 8
+
+
+@dataclass(frozen=True)
+class TimingSection:
+    """Cost of one target forward pass, in milliseconds, at the calibrated TP size.
+
+    A forward pass over ``tokens`` tokens (batch × verify width) at batch ``b`` costs
+    ``base_ms·(1 + batch_slope·(b−1)) + allreduce_ms[tp]·nccl + token_ms·(tokens−1)
+    + compute_ms·max(0, tokens − knee_tokens)``.
+    """
+
+    calibrated_tp: int = 8
+    base_ms: float = 7.2
+    allreduce_ms: dict[str, float] = field(
+        default_factory=lambda: {"1": 0.0, "2": 1.6, "4": 2.8, "8": 4.0}
+    )
+    token_ms: float = 0.2
+    knee_tokens: int = 64
+    compute_ms: float = 0.3
+    batch_slope: float = 0.02
+    spec_overhead_ms: float = 3.4
+    draft_tp_mismatch_ms: float = 0.3
+    prefill_ms: float = 8.0
+    prefill_token_ms: float = 0.02
+
+
+@dataclass(frozen=True)
+class DraftSection:
+    """Cost of one draft step: ``compute_ms + allreduce_ms[draft_tp]·nccl``, × batch growth."""
+
+    compute_ms: float = 0.7
+    allreduce_ms: dict[str, float] = field(
+        default_factory=lambda: {"1": 0.0, "2": 0.9, "4": 1.5, "8": 2.1}
+    )
+    batch_slope: float = 0.01
+    topk_ms: float = 0.15
+
+
+@dataclass(frozen=True)
+class AcceptanceSection:
+    """Position i (1-based) of a chain is accepted with ``first·decay^(i−1)``, capped."""
+
+    first: float = 0.62
+    decay: float = 0.8
+    cap: float = 0.97
+    # Each extra sibling at a tree depth catches this fraction of the remaining misses.
+    sibling_gain: float = 0.35
+    # Per-prompt multiplier on acceptance, uniform in [1 − spread, 1 + spread].
+    prompt_spread: float = 0.1
+    # (steps, topk, draft tokens) SGLang auto-chooses when none are given.
+    auto_choice: list[int] = field(default_factory=lambda: [3, 1, 4])
+
+
+@dataclass(frozen=True)
+class NoiseSection:
+    """Multiplicative noise on each verify round's time (coefficient of variation)."""
+
+    cv: float = 0.02
+    # A slow drift factor, resampled every drift_period_s (thermal, clocks, neighbours).
+    drift_cv: float = 0.005
+    drift_period_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class StartupSection:
+    """How long start-up takes; capture grows with the draft tokens (more graphs)."""
+
+    load_s: float = 2.0
+    draft_load_s: float = 0.3
+    capture_s: float = 0.8
+    capture_per_draft_token_s: float = 0.05
+    warmup_tokens: int = 8
+    warmup_poll_s: float = 1.0  # SGLang's warmup thread sleeps 1 s before polling
+    health_check_timeout_s: float = 20.0
+    drain_poll_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """Per-GPU memory, in GB; see docs/simulator.md for the OOM rule."""
+
+    gpu_gb: float = 141.0
+    target_weights_gb: float = 590.0
+    draft_weights_gb: float = 3.0
+    activation_gb: float = 2.0
+    graph_gb_per_token: float = 0.005
+    min_kv_gb: float = 4.0
+    kv_gb_per_token: float = 0.0001
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """A failure the profile injects when every ``match`` key equals the resolved value.
+
+    ``kind`` is one of ``hang_capture``, ``oom_capture``, ``crash_after_requests``,
+    ``nccl_init``.
+    """
+
+    kind: str
+    match: dict[str, Any] = field(default_factory=dict)
+    after_requests: int = 0
+
+
+FAILURE_KINDS = frozenset({"hang_capture", "oom_capture", "crash_after_requests", "nccl_init"})
+
+
+@dataclass(frozen=True)
+class NcclRule:
+    """An environment assignment that scales all-reduce cost (target and draft)."""
+
+    var: str
+    value: str
+    allreduce_factor: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every constant of one simulated deployment."""
+
+    name: str
+    description: str = ""
+    build: BuildSection = field(default_factory=BuildSection)
+    timing: TimingSection = field(default_factory=TimingSection)
+    draft: DraftSection = field(default_factory=DraftSection)
+    acceptance: AcceptanceSection = field(default_factory=AcceptanceSection)
+    noise: NoiseSection = field(default_factory=NoiseSection)
+    startup: StartupSection = field(default_factory=StartupSection)
+    memory: MemorySection = field(default_factory=MemorySection)
+    failures: tuple[FailureRule, ...] = ()
+    nccl: tuple[NcclRule, ...] = ()
+    source: str | None = None
+
+    def replace(self, **changes: Any) -> Profile:
+        """Return a copy with whole sections replaced (tests and benchmarks use this)."""
+        return dataclasses.replace(self, **changes)
+
+
+_SECTIONS: dict[str, type] = {
+    "build": BuildSection,
+    "timing": TimingSection,
+    "draft": DraftSection,
+    "acceptance": AcceptanceSection,
+    "noise": NoiseSection,
+    "startup": StartupSection,
+    "memory": MemorySection,
+}
+
+
+def builtin_profiles() -> list[str]:
+    """Names of the profiles shipped with `sweep`."""
+    folder = resources.files("sweep.sim") / "profiles"
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def load_profile(name_or_path: str | None = None) -> Profile:
+    """Load a shipped profile by name, or a profile file by path.
+
+    Args:
+        name_or_path: a shipped profile's name (see :func:`builtin_profiles`), a path
+            to a TOML file, or ``None`` for the default profile.
+
+    Raises:
+        ProfileError: the file is missing, is not TOML, or has a wrong key or value.
+    """
+    name_or_path = name_or_path or DEFAULT_PROFILE
+    if name_or_path in builtin_profiles():
+        ref = resources.files("sweep.sim") / "profiles" / f"{name_or_path}.toml"
+        return parse_profile(ref.read_text(encoding="utf-8"), source=f"profile:{name_or_path}")
+    path = Path(name_or_path)
+    if not path.is_file():
+        known = ", ".join(builtin_profiles())
+        raise ProfileError(
+            str(path), "", f"is neither a file nor a shipped profile (shipped: {known})"
+        )
+    return parse_profile(path.read_text(encoding="utf-8"), source=str(path))
+
+
+def parse_profile(text: str, *, source: str | None = None) -> Profile:
+    """Parse a profile's TOML text.
+
+    Raises:
+        ProfileError: the text is not TOML or a key/value is wrong.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(source, "", f"is not valid TOML: {exc}") from exc
+    return profile_from_mapping(data, source=source)
+
+
+def profile_from_mapping(data: dict[str, Any], *, source: str | None = None) -> Profile:
+    """Validate a mapping (as read from TOML) into a :class:`Profile`.
+
+    ``[profile] base = "NAME|PATH"`` starts from another profile: its tables are
+    merged key by key under this one's (arrays of tables such as ``[[failure]]``
+    are replaced whole).
+    """
+    head = data.get("profile", {})
+    _require_table(head, "profile", source)
+    _reject_unknown(head, {"name", "description", "base"}, "profile", source)
+    if "base" in head:
+        data = _merge(_base_mapping(head["base"], source), data)
+        head = {k: v for k, v in data["profile"].items() if k != "base"}
+    allowed = {"profile", "failure", "nccl", *_SECTIONS}
+    _reject_unknown(data, allowed, "", source)
+    sections = {
+        key: _build(cls, data.get(key, {}), key, source) for key, cls in _SECTIONS.items()
+    }
+    failures = tuple(_failure(item, i, source) for i, item in enumerate(data.get("failure", [])))
+    nccl = tuple(
+        _build(NcclRule, item, f"nccl[{i}]", source) for i, item in enumerate(data.get("nccl", []))
+    )
+    profile = Profile(
+        name=_typed(head.get("name", "unnamed"), str, "profile.name", source),
+        description=_typed(head.get("description", ""), str, "profile.description", source),
+        failures=failures,
+        nccl=nccl,
+        source=source,
+        **sections,
+    )
+    _check_ranges(profile, source)
+    return profile
+
+
+def _base_mapping(base: Any, source: str | None) -> dict[str, Any]:
+    if not isinstance(base, str):
+        raise ProfileError(source, "profile.base", f"expected a profile name or path, got {base!r}")
+    if base in builtin_profiles():
+        text = (resources.files("sweep.sim") / "profiles" / f"{base}.toml").read_text("utf-8")
+    else:
+        path = Path(base)
+        if source and not path.is_absolute() and not source.startswith("profile:"):
+            path = Path(source).parent / path
+        if not path.is_file():
+            raise ProfileError(source, "profile.base", f"no shipped profile or file {base!r}")
+        text = path.read_text(encoding="utf-8")
+    try:
+        mapping = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(source, "profile.base", f"{base!r} is not valid TOML: {exc}") from exc
+    inner = mapping.get("profile", {})
+    if isinstance(inner, dict) and "base" in inner:
+        mapping = _merge(_base_mapping(inner["base"], source), mapping)
+    return mapping
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _failure(item: Any, index: int, source: str | None) -> FailureRule:
+    rule = _build(FailureRule, item, f"failure[{index}]", source)
+    if rule.kind not in FAILURE_KINDS:
+        raise ProfileError(
+            source,
+            f"failure[{index}].kind",
+            f"expected one of {sorted(FAILURE_KINDS)}, got {rule.kind!r}",
+        )
+    return rule
+
+
+def _build(cls: type, table: Any, key: str, source: str | None) -> Any:
+    _require_table(table, key, source)
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    _reject_unknown(table, names, key, source)
+    values = {
+        name: _typed(value, hints[name], f"{key}.{name}" if key else name, source)
+        for name, value in table.items()
+    }
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a required key is missing
+        raise ProfileError(source, key, f"is incomplete: {exc}") from exc
+
+
+def _typed(value: Any, expected: Any, key: str, source: str | None) -> Any:
+    origin = typing.get_origin(expected) or expected
+    if origin is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if origin in (dict, list) and isinstance(value, origin):
+        return value
+    if origin is Any or (isinstance(origin, type) and isinstance(value, origin)):
+        if origin is int and isinstance(value, bool):
+            pass
+        else:
+            return value
+    if isinstance(origin, types.UnionType):
+        return value
+    name = getattr(origin, "__name__", str(origin))
+    raise ProfileError(source, key, f"expected {name}, got {value!r} ({type(value).__name__})")
+
+
+def _require_table(value: Any, key: str, source: str | None) -> None:
+    if not isinstance(value, dict):
+        raise ProfileError(source, key, f"expected a table, got {type(value).__name__}")
+
+
+def _reject_unknown(table: dict[str, Any], allowed: set[str], key: str, source: str | None) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        where = key or "(top level)"
+        raise ProfileError(
+            source,
+            where,
+            f"unknown key(s) {unknown}; expected some of {sorted(allowed)}",
+        )
+
+
+def _check_ranges(profile: Profile, source: str | None) -> None:
+    checks: list[tuple[str, bool, str]] = [
+        ("acceptance.first", 0 <= profile.acceptance.first <= 1, "a probability in [0, 1]"),
+        ("acceptance.decay", 0 < profile.acceptance.decay <= 1, "a factor in (0, 1]"),
+        ("acceptance.cap", 0 < profile.acceptance.cap < 1, "a probability in (0, 1)"),
+        ("acceptance.prompt_spread", 0 <= profile.acceptance.prompt_spread < 1, "in [0, 1)"),
+        ("acceptance.auto_choice", len(profile.acceptance.auto_choice) == 3, "3 integers"),
+        ("noise.cv", 0 <= profile.noise.cv < 0.5, "in [0, 0.5)"),
+        ("timing.base_ms", profile.timing.base_ms > 0, "> 0"),
+        ("startup.load_s", profile.startup.load_s >= 0, ">= 0"),
+        ("memory.gpu_gb", profile.memory.gpu_gb > 0, "> 0"),
+    ]
+    for key, ok, expected in checks:
+        if not ok:
+            section, _, name = key.partition(".")
+            found = getattr(getattr(profile, section), name)
+            raise ProfileError(source, key, f"expected {expected}, got {found!r}")
