@@ -1,0 +1,45 @@
+"""``make perf``: run every ``tests/perf/bench_*.py`` and print its figures.
+
+Each module exposes ``figures() -> Iterable[Figure]``. Every figure is printed
+as ``<figure_id> <value> <unit>  # <what it measures>`` and all of them are
+written to ``perf-results.json`` at the repository root. Pass module names
+(e.g. ``bench_sim``) to run only those.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from tests.perf.figures import Figure
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv: list[str]) -> int:
+    names = argv or sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
+    results: list[Figure] = []
+    failed = []
+    for name in names:
+        started = time.monotonic()
+        try:
+            module = importlib.import_module(f"tests.perf.{name}")
+            for figure in module.figures():
+                print(figure.line(), flush=True)
+                results.append(figure)
+        except Exception:
+            failed.append(name)
+            traceback.print_exc()
+        print(f"# {name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+    out = ROOT / "perf-results.json"
+    out.write_text(json.dumps([f.as_dict() for f in results], indent=2) + "\n")
+    print(f"# wrote {len(results)} figures to {out.name}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
