@@ -6,8 +6,12 @@ escaping is a bug. The tree::
     SweepError
     ├── ConfigError            a file or value the user gave is wrong
     │   ├── StudyFileError     a study file (names the file and the key)
-    │   └── ProfileError       a simulator profile file
-    └── SimulatorError         the simulated server cannot do what was asked
+    │   ├── ProfileError       a simulator profile file
+    │   └── EngineConfigError  parameters the engine cannot express (e.g. draft TP)
+    ├── SimulatorError         the simulated server cannot do what was asked
+    ├── ExecutorError          a command could not be run on a host
+    │   └── TransientSSHError  the SSH connection kept failing, even after retries
+    └── ServerFailure          a launched server failed: kind, exit code, phase, log tail
 
 Later parts of `sweep` hang their own branches here (server lifecycle,
 benchmark, storage), so one ``except SweepError`` in the CLI turns every
@@ -15,6 +19,10 @@ expected failure into a clean message and exit code 1.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sweep.failures import FailureKind, Phase
 
 
 class SweepError(Exception):
@@ -51,3 +59,79 @@ class StudyFileError(ConfigError):
 
 class SimulatorError(SweepError):
     """The simulated server was asked for something it does not simulate."""
+
+
+class EngineConfigError(ConfigError):
+    """The engine cannot run the requested parameters; the message says why and what to do."""
+
+
+class ExecutorError(SweepError):
+    """A command could not be run on a host (not: the command ran and failed).
+
+    Attributes:
+        host: where the command was meant to run, e.g. ``"local"`` or ``"root@gpu-3:22"``.
+    """
+
+    def __init__(self, host: str, message: str) -> None:
+        super().__init__(f"{host}: {message}")
+        self.host = host
+
+
+class TransientSSHError(ExecutorError):
+    """The SSH connection failed (refused, reset, timed out, dropped) after every retry.
+
+    Attributes:
+        attempts: how many times the operation was tried.
+    """
+
+    def __init__(self, host: str, message: str, attempts: int) -> None:
+        super().__init__(host, f"{message} (after {attempts} attempts)")
+        self.attempts = attempts
+
+
+class ServerFailure(SweepError):
+    """A server we launched failed to start, or died, or could not be trusted.
+
+    Attributes:
+        kind: the failure's kind; ``kind.deterministic`` says infeasible vs retry.
+        summary: one line saying what happened.
+        return_code: the server's exit code (negative = killed by that signal), if known.
+        phase: how far the server got.
+        log_tail: the last (up to 50) lines of the server's log.
+        host: where the server ran.
+        command: the exact launch command, shell-quoted.
+        log_path: the server's log file on the host.
+    """
+
+    def __init__(
+        self,
+        kind: FailureKind,
+        summary: str,
+        *,
+        return_code: int | None = None,
+        phase: Phase = Phase.PREFLIGHT,
+        log_tail: Sequence[str] = (),
+        host: str = "",
+        command: str = "",
+        log_path: str = "",
+    ) -> None:
+        self.kind = kind
+        self.summary = summary
+        self.return_code = return_code
+        self.phase = phase
+        self.log_tail = tuple(log_tail)
+        self.host = host
+        self.command = command
+        self.log_path = log_path
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        nature = "deterministic" if self.kind.deterministic else "transient"
+        lines = [f"{self.host or 'server'}: {self.summary} [{self.kind}, {nature}]"]
+        if self.command:
+            lines.append(f"  command: {self.command}")
+        if self.log_tail:
+            where = f" of {self.log_path}" if self.log_path else ""
+            lines.append(f"  last log lines{where}:")
+            lines.extend(f"    {line}" for line in self.log_tail[-10:])
+        return "\n".join(lines)

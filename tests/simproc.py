@@ -35,11 +35,15 @@ def spec_flags(steps: int, topk: int = 1, draft_tokens: int | None = None) -> li
     """The four speculative flags, always together."""
     draft = steps + 1 if draft_tokens is None else draft_tokens
     return [
-        "--speculative-algorithm", "EAGLE3",
-        "--speculative-num-steps", str(steps),
-        "--speculative-eagle-topk", str(topk),
-        "--speculative-num-draft-tokens", str(draft),
-    ]  # fmt: skip
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-num-steps",
+        str(steps),
+        "--speculative-eagle-topk",
+        str(topk),
+        "--speculative-num-draft-tokens",
+        str(draft),
+    ]
 
 
 @dataclass
@@ -79,10 +83,8 @@ class SimProcess:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -100,8 +102,19 @@ def start_sim(
 ) -> SimProcess:
     """Start `sweep sim --model-path sim --tp-size 8 --port P <args>` without waiting."""
     port = port or free_port()
-    argv = [sys.executable, "-m", "sweep", "sim", "--model-path", "sim-model",
-            "--tp-size", str(tp_size), "--port", str(port), *args]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "sweep",
+        "sim",
+        "--model-path",
+        "sim-model",
+        "--tp-size",
+        str(tp_size),
+        "--port",
+        str(port),
+        *args,
+    ]
     if profile:
         argv += ["--sim-profile", profile]
     log_path = log_dir / f"sim-{port}.log"
@@ -126,3 +139,12 @@ def running_sim(args: Sequence[str], log_dir: Path, **kwargs: object) -> Iterato
         yield sim
     finally:
         sim.stop()
+
+
+def write_profile(
+    directory: Path, body: str, *, base: str = FAST_PROFILE, name: str = "test"
+) -> str:
+    """A profile file that starts from ``base`` and adds ``body`` (TOML); returns its path."""
+    path = directory / f"profile-{name}.toml"
+    path.write_text(f'[profile]\nname = "{name}"\nbase = "{base}"\n\n{body}\n')
+    return str(path)

@@ -210,7 +210,9 @@ def _resolve_speculative(out: Resolved, profile: Profile) -> None:
         name = "EAGLE"
     args["speculative_algorithm"] = name
     if args["speculative_draft_model_path"] is not None:
-        args["speculative_draft_model_revision"] = args["speculative_draft_model_revision"] or "main"
+        args["speculative_draft_model_revision"] = (
+            args["speculative_draft_model_revision"] or "main"
+        )
     steps, topk, draft = (
         args["speculative_num_steps"],
         args["speculative_eagle_topk"],

@@ -25,14 +25,33 @@ from sweep.sim.scheduler import Scheduler, SimRequest, token_text
 
 SAMPLING_KEYS = frozenset(
     {
-        "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p",
-        "ignore_eos", "stop", "stop_token_ids", "stop_regex", "frequency_penalty",
-        "presence_penalty", "repetition_penalty", "n", "sampling_seed", "json_schema",
-        "regex", "ebnf", "structural_tag", "skip_special_tokens",
-        "spaces_between_special_tokens", "no_stop_trim", "custom_params", "stream_interval",
+        "max_new_tokens",
+        "min_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "ignore_eos",
+        "stop",
+        "stop_token_ids",
+        "stop_regex",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "n",
+        "sampling_seed",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "custom_params",
+        "stream_interval",
         "logit_bias",
     }
-)  # fmt: skip
+)
 
 
 class ServerStatus(enum.Enum):
@@ -197,9 +216,16 @@ class _Api:
             yield "data: " + json.dumps({"error": {"message": sim.error}}) + "\n\n"
         yield "data: [DONE]\n\n"
 
-    async def _stream_openai(self, sim: SimRequest, model_name: str, usage: bool) -> AsyncIterator[str]:
+    async def _stream_openai(
+        self, sim: SimRequest, model_name: str, usage: bool
+    ) -> AsyncIterator[str]:
         sent = 0
-        base = {"id": sim.rid, "object": "text_completion", "created": int(time.time()), "model": model_name}
+        base = {
+            "id": sim.rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+        }
         async for n in self._updates(sim):
             final = sim.finished and n >= sim.completion_tokens
             choice = {
@@ -219,7 +245,9 @@ class _Api:
     def _text(self, sim: SimRequest, start: int, end: int) -> str:
         return "".join(token_text(t) for t in sim.output_ids[start:end])
 
-    def _native_chunk(self, sim: SimRequest, *, final: bool, upto: int | None = None) -> dict[str, Any]:
+    def _native_chunk(
+        self, sim: SimRequest, *, final: bool, upto: int | None = None
+    ) -> dict[str, Any]:
         n = sim.completion_tokens if upto is None else upto
         meta: dict[str, Any] = {
             "id": sim.rid,

@@ -15,6 +15,7 @@ token costs ``forward(B)``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -77,7 +78,7 @@ def _table(values: Mapping[str, float], tp: int, what: str) -> float:
         raise ValueError(f"no {what} entries")
     if tp <= known[0][0]:
         return known[0][1]
-    for (t0, v0), (t1, v1) in zip(known, known[1:], strict=False):
+    for (t0, v0), (t1, v1) in itertools.pairwise(known):
         if t0 < tp < t1:
             w = (math.log2(tp) - math.log2(t0)) / (math.log2(t1) - math.log2(t0))
             return v0 + w * (v1 - v0)
@@ -120,7 +121,9 @@ def prefill_ms(profile: Profile, prompt_tokens: int, tp: int) -> float:
     return (t.prefill_ms + t.prefill_token_ms * prompt_tokens) * t.calibrated_tp / tp
 
 
-def depth_probabilities(profile: Profile, config: SimConfig, multiplier: float = 1.0) -> list[float]:
+def depth_probabilities(
+    profile: Profile, config: SimConfig, multiplier: float = 1.0
+) -> list[float]:
     """Probability that depth d (1-based) is accepted given every shallower depth was.
 
     The verify tree keeps ``draft_tokens − 1`` nodes: one per depth along the most
@@ -187,25 +190,26 @@ def predict(
     output_len: int = 500,
     prompt_tokens: int = 64,
     env: Mapping[str, str] | None = None,
+    accept_length_override: float | None = None,
 ) -> Prediction:
     """Noise-free throughput and accept length for a closed loop at ``concurrency``.
 
     Each request decodes ``output_len`` tokens; during its life about
     ``concurrency − 1`` other requests start, and each of their prefills pauses
     decoding. ``decode_tok_s`` is (output_len − 1) / (e2e − TTFT) per request.
+    ``accept_length_override`` replaces the profile's accept length (e.g. with
+    one measured on a given prompt set) to isolate the timing model.
     """
     batch = max(1, min(concurrency, config.max_running_requests))
     nccl = nccl_factor(profile, env or {})
-    al = accept_length(profile, config)
+    al = accept_length_override or accept_length(profile, config)
     cycle = cycle_ms(profile, config, batch, nccl)
     rounds = (output_len - 1) / al
     pauses = (batch - 1) * prefill_ms(profile, prompt_tokens, config.tp_size)
     decode_s = (rounds * cycle + pauses) / 1000
     decode_tok_s = (output_len - 1) / decode_s
     per_request_s = decode_s + prefill_ms(profile, prompt_tokens, config.tp_size) / 1000
-    output_tok_s = batch * output_len / per_request_s
-    if concurrency > batch:  # queued requests wait; the server still runs `batch` at once
-        output_tok_s = batch * output_len / per_request_s
+    output_tok_s = batch * output_len / per_request_s  # queued requests beyond batch just wait
     return Prediction(al, cycle, decode_tok_s, output_tok_s)
 
 

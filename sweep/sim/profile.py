@@ -186,7 +186,9 @@ _SECTIONS: dict[str, type] = {
 def builtin_profiles() -> list[str]:
     """Names of the profiles shipped with `sweep`."""
     folder = resources.files("sweep.sim") / "profiles"
-    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+    return sorted(
+        p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")
+    )
 
 
 def load_profile(name_or_path: str | None = None) -> Profile:
@@ -240,9 +242,7 @@ def profile_from_mapping(data: dict[str, Any], *, source: str | None = None) -> 
         head = {k: v for k, v in data["profile"].items() if k != "base"}
     allowed = {"profile", "failure", "nccl", *_SECTIONS}
     _reject_unknown(data, allowed, "", source)
-    sections = {
-        key: _build(cls, data.get(key, {}), key, source) for key, cls in _SECTIONS.items()
-    }
+    sections = {key: _build(cls, data.get(key, {}), key, source) for key, cls in _SECTIONS.items()}
     failures = tuple(_failure(item, i, source) for i, item in enumerate(data.get("failure", [])))
     nccl = tuple(
         _build(NcclRule, item, f"nccl[{i}]", source) for i, item in enumerate(data.get("nccl", []))
@@ -292,7 +292,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _failure(item: Any, index: int, source: str | None) -> FailureRule:
-    rule = _build(FailureRule, item, f"failure[{index}]", source)
+    rule: FailureRule = _build(FailureRule, item, f"failure[{index}]", source)
     if rule.kind not in FAILURE_KINDS:
         raise ProfileError(
             source,

@@ -9,6 +9,7 @@ lines, ``Scheduler hit an exception``, and sends SIGQUIT to its parent.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -68,10 +69,8 @@ def rank_main(conn: Connection, plan: StartupPlan, log_level: str) -> None:
         os.kill(os.getppid(), signal.SIGQUIT)
         _wait_forever()
     conn.send({"status": "ready", "max_total_num_tokens": plan.max_total_num_tokens})
-    try:
+    with contextlib.suppress(EOFError):
         conn.recv()  # returns (EOFError) only when the parent goes away
-    except EOFError:
-        pass
 
 
 def _start(plan: StartupPlan) -> None:
@@ -92,7 +91,9 @@ def _start(plan: StartupPlan) -> None:
     )
     if plan.speculative:
         time.sleep(plan.draft_load_s)
-        logger.info("Load weight end (draft). type=Eagle3DeepseekV2ForCausalLM, dtype=torch.bfloat16")
+        logger.info(
+            "Load weight end (draft). type=Eagle3DeepseekV2ForCausalLM, dtype=torch.bfloat16"
+        )
     if mem.kv_too_small:
         raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
     logger.info(
@@ -107,9 +108,7 @@ def _start(plan: StartupPlan) -> None:
 def _capture(plan: StartupPlan) -> None:
     mem = plan.memory
     avail = mem.graph_budget_gb + 2.0
-    phases = (
-        ["target verify", "draft decode", "draft extend"] if plan.speculative else ["decode"]
-    )
+    phases = ["target verify", "draft decode", "draft extend"] if plan.speculative else ["decode"]
     share = plan.capture_s / len(phases)
     for i, phase in enumerate(phases):
         begin = time.monotonic()
@@ -128,7 +127,8 @@ def _capture(plan: StartupPlan) -> None:
         used = mem.graph_gb / len(phases)
         avail -= used
         logger.info(
-            "Capture %s CUDA graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
+            "Capture %s CUDA graph end. Time elapsed: %.2f s. "
+            "mem usage=%.2f GB. avail mem=%.2f GB.",
             phase,
             time.monotonic() - begin,
             used,

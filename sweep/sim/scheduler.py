@@ -27,12 +27,15 @@ from sweep.sim.profile import Profile
 logger = logging.getLogger("sglang.srt.managers.scheduler")
 
 EOS_TOKEN_ID = 2
-_WORDS = (
-    "the of and to in a is that for it as was with be by on not he this are or his from at "
-    "which but have an they you were her she there one all we their can been has more if will "
-    "would about when up out what so time into model token draft verify speed cache graph "
-    "server batch tensor layer accept length decode throughput memory kernel stream"
-).split()
+_WORDS = tuple(
+    (
+        "the of and to in a is that for it as was with be by on not he this are or his "
+        "from at which but have an they you were her she there one all we their can been "
+        "has more if will would about when up out what so time into model token draft "
+        "verify speed cache graph server batch tensor layer accept length decode "
+        "throughput memory kernel stream "
+    ).split()
+)
 
 
 def token_text(token_id: int) -> str:
@@ -294,7 +297,9 @@ class Scheduler:
         c.last_gen_throughput = c.interval_tokens / elapsed
         c.total_tokens += c.interval_tokens
         c.total_verify += c.interval_verify
-        line = f"Decode batch, #running-req: {batch}, #token: {self._kv_tokens()}, token usage: 0.01, "
+        line = (
+            f"Decode batch, #running-req: {batch}, #token: {self._kv_tokens()}, token usage: 0.01, "
+        )
         if self.config.speculative:
             c.last_accept_length = c.interval_tokens / max(1, c.interval_verify)
             c.last_accept_rate = c.interval_correct / max(1, c.interval_proposed)

@@ -56,8 +56,10 @@ def main(argv: Sequence[str]) -> int:
         logging.getLogger("sglang.srt.server_args").warning(warning)
     algorithm = resolved.args["speculative_algorithm"]
     if algorithm is not None and algorithm not in SIMULATED_ALGORITHMS:
-        print(f"sweep sim: error: {algorithm} is not simulated (only {SIMULATED_ALGORITHMS})",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"sweep sim: error: {algorithm} is not simulated (only {SIMULATED_ALGORITHMS})",
+            file=sys.stderr,
+        )
         return 1
     if ns.predict:
         print(json.dumps(_prediction(profile, resolved, ns), indent=2))
@@ -181,10 +183,20 @@ async def _run_http(state: ServerState, rank_pid: int | None) -> int:
             task.cancel()
 
     app = build_app(state, lifespan)
-    config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False,
-                            timeout_graceful_shutdown=1, log_config=None)  # fmt: skip
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=False,
+        timeout_graceful_shutdown=1,
+        log_config=None,
+    )
     server = uvicorn.Server(config)
-    await server.serve()
+    try:
+        await server.serve()
+    except SystemExit:  # uvicorn could not bind (address in use): SGLang exits 1
+        return 1
     return 0
 
 
@@ -207,7 +219,10 @@ async def _warmup(state: ServerState, server: uvicorn.Server, rank_pid: int | No
             (await client.get("/model_info")).raise_for_status()
             body = {
                 "text": WARMUP_PROMPT,
-                "sampling_params": {"temperature": 0, "max_new_tokens": state.profile.startup.warmup_tokens},
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": state.profile.startup.warmup_tokens,
+                },
             }
             (await client.post("/generate", json=body)).raise_for_status()
         except (httpx.HTTPError, OSError) as exc:

@@ -1,0 +1,341 @@
+"""The executor seam: where commands and servers run (this machine, or a host over SSH).
+
+:class:`Executor` is the contract; its docstrings say what every
+implementation must do. :class:`~sweep.executor.local.LocalExecutor` runs
+subprocesses here, :class:`~sweep.executor.ssh.SSHExecutor` runs them on a
+host through fabric. Nothing else in `sweep` imports subprocess or fabric.
+
+A server is started *detached*: in its own session and process group (its
+PGID is its PID), stdio to a log file, and the PGID recorded in a file on the
+host, so that a later `sweep` run can find and reap a server an earlier run
+left behind. Liveness counts a zombie (state ``Z``) as dead, because an
+orphan's reaper may collect it seconds late.
+"""
+
+from __future__ import annotations
+
+import abc
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from types import TracebackType
+
+from sweep.clock import SYSTEM_CLOCK, Clock
+
+LOG_CHUNK_BYTES = 1 << 20
+"""At most this many log bytes are read per call; the rest comes on the next call."""
+WAIT_POLL_S = 0.05
+"""How often :meth:`Executor.wait_exit` and :meth:`Executor.wait_group_gone` look."""
+DEAD_STATES = frozenset({"Z", "X", "x"})
+"""Process states (``/proc/PID/stat`` field 3) that count as dead."""
+
+
+@dataclass(frozen=True)
+class ServerFiles:
+    """Where a detached server's files live on its host.
+
+    Attributes:
+        log: the server's stdout and stderr.
+        pgid: the recorded process group: ``"<pgid> <start ticks>"``.
+        exit: the server's exit code, written when it exits (SSH only).
+    """
+
+    log: str
+    pgid: str
+    exit: str
+
+    @classmethod
+    def for_port(cls, workdir: str, port: int, name: str = "") -> ServerFiles:
+        """The files of the server on ``port``; the PGID file is per port, the log per name."""
+        base = PurePosixPath(workdir)
+        stem = name or f"server-{port}"
+        return cls(
+            log=str(base / f"{stem}.log"),
+            pgid=str(base / f"port-{port}.pgid"),
+            exit=str(base / f"{stem}.exit"),
+        )
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """A detached server: its PID (= PGID), when it started, and its files.
+
+    Attributes:
+        pid: the session leader's PID; also the process group id.
+        start_ticks: ``/proc/PID/stat`` start time, to tell a reused PID apart.
+        files: the server's files on the host.
+        host: where it runs, for messages.
+    """
+
+    pid: int
+    start_ticks: int | None
+    files: ServerFiles
+    host: str
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One look at a server: alive?, its exit code if it exited, and new log bytes."""
+
+    alive: bool
+    exit_code: int | None
+    log: bytes
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """The outcome of a short command; a non-zero exit is a result, not an exception."""
+
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class RecordedGroup:
+    """A process group recorded in a PGID file by an earlier launch."""
+
+    pgid: int
+    start_ticks: int | None
+
+    @classmethod
+    def parse(cls, text: str) -> RecordedGroup | None:
+        """``"1234 5678"`` → RecordedGroup(1234, 5678); ``None`` when unreadable."""
+        parts = text.split()
+        if not parts or not parts[0].isdigit():
+            return None
+        ticks = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+        return cls(int(parts[0]), ticks)
+
+    def render(self) -> str:
+        return f"{self.pgid} {self.start_ticks if self.start_ticks is not None else ''}\n"
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of one ``/proc/PID/stat`` line that `sweep` needs."""
+
+    pid: int
+    state: str
+    pgrp: int
+    start_ticks: int
+
+    @classmethod
+    def parse(cls, line: str) -> ProcStat | None:
+        """Parse a stat line; the command name may contain spaces and parentheses."""
+        head, sep, tail = line.rpartition(") ")
+        fields = tail.split()
+        if not sep or len(fields) < 20:
+            return None
+        try:
+            pid = int(head.split(" (", 1)[0])
+            return cls(pid, fields[0], int(fields[2]), int(fields[19]))
+        except ValueError:
+            return None
+
+    @property
+    def dead(self) -> bool:
+        return self.state in DEAD_STATES
+
+
+def group_alive_in(stat_lines: str, pgid: int) -> bool:
+    """True when any process in ``stat_lines`` belongs to ``pgid`` and is not a zombie."""
+    for line in stat_lines.splitlines():
+        stat = ProcStat.parse(line)
+        if stat is not None and stat.pgrp == pgid and not stat.dead:
+            return True
+    return False
+
+
+def port_listening_in(proc_net_tcp: str, port: int) -> bool:
+    """True when ``/proc/net/tcp{,6}`` text shows a socket LISTENing on ``port``."""
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or ":" not in fields[1]:
+            continue
+        local_port = fields[1].rsplit(":", 1)[1]
+        if fields[3] == "0A" and int(local_port, 16) == port:
+            return True
+    return False
+
+
+def parse_gpu_memory(stdout: str) -> tuple[int, ...]:
+    """``nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits`` → MiB per GPU."""
+    values = []
+    for line in stdout.splitlines():
+        text = line.strip()
+        if text:
+            values.append(int(float(text)))
+    return tuple(values)
+
+
+def exit_code_from_shell(status: int) -> int:
+    """A shell's ``$?`` → Popen's convention: 128+N (killed by signal N) → −N."""
+    return -(status - 128) if 128 < status < 128 + 65 else status
+
+
+class Executor(abc.ABC):
+    """Where commands run: start, watch and stop detached servers, run short commands.
+
+    Implementations translate their transport's errors into
+    :class:`~sweep.exceptions.ExecutorError` (and
+    :class:`~sweep.exceptions.TransientSSHError` for a connection that keeps
+    failing). A command that ran and failed is a result, not an error.
+
+    Args:
+        clock: time source for the ``wait_*`` helpers and retry back-off.
+    """
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+
+    @property
+    @abc.abstractmethod
+    def host(self) -> str:
+        """A name for messages: ``"localhost"`` or ``"user@host:port"``."""
+
+    @property
+    @abc.abstractmethod
+    def address(self) -> str:
+        """The address `sweep` uses to reach a server that listens on all interfaces."""
+
+    @abc.abstractmethod
+    def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], files: ServerFiles
+    ) -> ServerProcess:
+        """Start ``argv`` detached and record its process group.
+
+        The process runs in a new session (PGID = PID) with stdin from
+        ``/dev/null`` and stdout+stderr truncated into ``files.log``; it
+        survives this executor (and an SSH disconnect). ``env`` is added to the
+        host's environment. ``files.pgid`` is written with
+        :meth:`RecordedGroup.render`; a stale ``files.exit`` is removed first.
+
+        Returns:
+            The started process.
+
+        Raises:
+            ExecutorError: the process could not be started.
+        """
+
+    @abc.abstractmethod
+    def is_alive(self, process: ServerProcess) -> bool:
+        """True while the process runs; a zombie or a reused PID counts as dead."""
+
+    @abc.abstractmethod
+    def exit_code(self, process: ServerProcess) -> int | None:
+        """The exit code of a process that exited (−N: killed by signal N), else ``None``."""
+
+    @abc.abstractmethod
+    def read_log(self, path: str, offset: int, limit: int = LOG_CHUNK_BYTES) -> bytes:
+        """Up to ``limit`` bytes of ``path`` from byte ``offset``; ``b""`` if none or missing."""
+
+    @abc.abstractmethod
+    def group_alive(self, pgid: int) -> bool:
+        """True while any process of group ``pgid`` runs (zombies count as dead)."""
+
+    @abc.abstractmethod
+    def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
+        """Send ``sig`` to every process of group ``pgid``; False if the group is gone."""
+
+    @abc.abstractmethod
+    def start_ticks(self, pid: int) -> int | None:
+        """When ``pid`` started (``/proc`` clock ticks), or ``None`` if it does not run."""
+
+    @abc.abstractmethod
+    def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
+        """True when a server could listen on ``bind_host:port`` now (nothing holds it)."""
+
+    @abc.abstractmethod
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 30.0, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        """Run a short command to completion; exit 127 when the program is not found.
+
+        Raises:
+            ExecutorError: it could not be run or did not finish within ``timeout``.
+        """
+
+    @abc.abstractmethod
+    def gpu_memory_used_mib(self) -> tuple[int, ...] | None:
+        """Memory used per GPU (``nvidia-smi``), or ``None`` when there is no telemetry.
+
+        No ``nvidia-smi`` on the host (or one that fails) means "no GPU
+        telemetry", not an error.
+        """
+
+    @abc.abstractmethod
+    def read_text(self, path: str) -> str | None:
+        """The text of a small file on the host, or ``None`` if it does not exist."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Remove a file on the host; no error if it is already gone."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, nothing to close by default
+        """Release connections; the servers started keep running."""
+
+    # --- built on the primitives ---------------------------------------------------------
+
+    def observe(self, process: ServerProcess, log_offset: int) -> Observation:
+        """Liveness, exit code and new log bytes in one call (SSH does one round trip).
+
+        The log is read after the liveness check, so a dead process's last
+        lines are included.
+        """
+        alive = self.is_alive(process)
+        code = None if alive else self.exit_code(process)
+        return Observation(alive, code, self.read_log(process.files.log, log_offset))
+
+    def wait_exit(self, process: ServerProcess, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the process to exit; True if it did."""
+        return self._wait_until(lambda: not self.is_alive(process), timeout)
+
+    def wait_group_gone(self, pgid: int, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no process of ``pgid`` runs; True if so."""
+        return self._wait_until(lambda: not self.group_alive(pgid), timeout)
+
+    def recorded_group(self, pgid_path: str) -> RecordedGroup | None:
+        """The process group recorded in ``pgid_path`` if it still runs, else ``None``.
+
+        A PID is not reused while its group has members, so a group whose
+        leader is gone but whose members run is still the recorded one; a live
+        leader must have the recorded start time.
+        """
+        text = self.read_text(pgid_path)
+        group = RecordedGroup.parse(text) if text else None
+        if group is None or not self.group_alive(group.pgid):
+            return None
+        ticks = self.start_ticks(group.pgid)
+        if ticks is not None and group.start_ticks is not None and ticks != group.start_ticks:
+            return None  # the PID now belongs to an unrelated process
+        return group
+
+    def _wait_until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = self.clock.now() + timeout
+        while not condition():
+            if self.clock.now() >= deadline:
+                return False
+            self.clock.sleep(WAIT_POLL_S)
+        return True
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

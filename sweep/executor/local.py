@@ -1,0 +1,183 @@
+"""Run servers and commands on this machine (the only module in `sweep` importing subprocess).
+
+Liveness and process groups are read from ``/proc`` (Linux), so a server
+left by an earlier run, which is not our child, is still seen and reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.exceptions import ExecutorError
+from sweep.executor.base import (
+    LOG_CHUNK_BYTES,
+    CommandResult,
+    Executor,
+    ProcStat,
+    RecordedGroup,
+    ServerFiles,
+    ServerProcess,
+    group_alive_in,
+    parse_gpu_memory,
+)
+
+PROC = Path("/proc")
+
+
+class LocalExecutor(Executor):
+    """Runs everything on this machine with :mod:`subprocess`.
+
+    Args:
+        clock: time source for waits.
+        nvidia_smi: the ``nvidia-smi`` program (name or path) for GPU telemetry.
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, nvidia_smi: str = "nvidia-smi") -> None:
+        super().__init__(clock)
+        self.nvidia_smi = nvidia_smi
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    @property
+    def host(self) -> str:
+        return "localhost"
+
+    @property
+    def address(self) -> str:
+        return "127.0.0.1"
+
+    def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], files: ServerFiles
+    ) -> ServerProcess:
+        Path(files.log).parent.mkdir(parents=True, exist_ok=True)
+        Path(files.pgid).parent.mkdir(parents=True, exist_ok=True)
+        self.remove(files.exit)
+        try:
+            with open(files.log, "wb") as log:
+                child = subprocess.Popen(
+                    list(argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env={**os.environ, **env},
+                )
+        except OSError as exc:
+            raise ExecutorError(self.host, f"cannot start {argv[0]!r}: {exc}") from exc
+        self._children[child.pid] = child
+        process = ServerProcess(child.pid, self.start_ticks(child.pid), files, self.host)
+        Path(files.pgid).write_text(RecordedGroup(child.pid, process.start_ticks).render())
+        return process
+
+    def is_alive(self, process: ServerProcess) -> bool:
+        child = self._children.get(process.pid)
+        if child is not None:
+            return child.poll() is None
+        ticks = self.start_ticks(process.pid)
+        return ticks is not None and process.start_ticks in (None, ticks)
+
+    def exit_code(self, process: ServerProcess) -> int | None:
+        child = self._children.get(process.pid)
+        return None if child is None else child.poll()
+
+    def read_log(self, path: str, offset: int, limit: int = LOG_CHUNK_BYTES) -> bytes:
+        try:
+            with open(path, "rb") as log:
+                log.seek(offset)
+                return log.read(limit)
+        except FileNotFoundError:
+            return b""
+
+    def group_alive(self, pgid: int) -> bool:
+        self._reap_children()
+        return group_alive_in(_all_stat_lines(), pgid)
+
+    def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError as exc:
+            raise ExecutorError(self.host, f"not allowed to signal process group {pgid}") from exc
+        return True
+
+    def start_ticks(self, pid: int) -> int | None:
+        stat = _stat(pid)
+        return None if stat is None or stat.dead else stat.start_ticks
+
+    def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            try:
+                probe.bind((bind_host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return False
+                raise ExecutorError(self.host, f"cannot check {bind_host}:{port}: {exc}") from exc
+        return True
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 30.0, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        try:
+            done = subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            return CommandResult(tuple(argv), 127, "", str(exc))
+        except subprocess.TimeoutExpired as exc:
+            raise ExecutorError(self.host, f"{argv[0]} did not finish in {timeout} s") from exc
+        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)
+
+    def gpu_memory_used_mib(self) -> tuple[int, ...] | None:
+        program = shutil.which(self.nvidia_smi)
+        if program is None:
+            return None
+        query = [program, "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+        result = self.run(query, timeout=15.0)
+        if not result.ok:
+            return None
+        return parse_gpu_memory(result.stdout)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            return Path(path).read_text(errors="replace")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def remove(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
+
+    def _reap_children(self) -> None:
+        for child in self._children.values():
+            child.poll()  # collects a zombie child; the exit code stays on the Popen
+
+
+def _stat(pid: int) -> ProcStat | None:
+    try:
+        return ProcStat.parse((PROC / str(pid) / "stat").read_text())
+    except OSError:
+        return None
+
+
+def _all_stat_lines() -> str:
+    lines = []
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                lines.append((entry / "stat").read_text())
+    return "".join(lines)

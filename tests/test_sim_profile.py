@@ -1,0 +1,65 @@
+"""Simulator profiles: loading, inheritance and clear errors (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep.exceptions import ProfileError
+from sweep.sim.profile import builtin_profiles, load_profile, parse_profile
+
+
+def test_shipped_profiles_load() -> None:
+    names = builtin_profiles()
+    assert {"default", "high-acceptance", "tree"} <= set(names)
+    for name in names:
+        profile = load_profile(name)
+        assert profile.name == name
+        assert profile.timing.base_ms > 0
+
+
+def test_default_is_chosen_without_a_name() -> None:
+    assert load_profile(None).name == "default"
+
+
+def test_base_inherits_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('[profile]\nname = "mine"\nbase = "default"\n[startup]\nload_s = 0.0\n')
+    profile = load_profile(str(path))
+    default = load_profile("default")
+    assert profile.name == "mine"
+    assert profile.startup.load_s == 0.0
+    assert profile.startup.capture_s == default.startup.capture_s
+    assert profile.nccl == default.nccl
+
+
+def test_unknown_key_names_file_and_key(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[profile]\nname = "x"\n[timing]\nbase_mss = 3.0\n')
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(path))
+    message = str(err.value)
+    assert str(path) in message and "[timing]" in message and "base_mss" in message
+
+
+def test_wrong_type_says_expected_and_found() -> None:
+    with pytest.raises(ProfileError, match=r"\[noise.cv\] expected float, got 'high'"):
+        parse_profile('[noise]\ncv = "high"\n', source="p.toml")
+
+
+def test_out_of_range_value() -> None:
+    with pytest.raises(ProfileError, match=r"acceptance.first.*expected a probability"):
+        parse_profile("[acceptance]\nfirst = 1.5\n", source="p.toml")
+
+
+def test_unknown_failure_kind() -> None:
+    with pytest.raises(ProfileError, match=r"failure\[0\].kind.*'explode'"):
+        parse_profile('[[failure]]\nkind = "explode"\n', source="p.toml")
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        parse_profile("[profile\n", source="p.toml")
+    with pytest.raises(ProfileError, match="neither a file nor a shipped profile"):
+        load_profile(str(tmp_path / "missing.toml"))
