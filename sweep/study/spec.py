@@ -1,0 +1,426 @@
+"""Study files: TOML parsed with tomllib and validated into frozen, typed objects.
+
+Every key is documented in docs/study-file.md. Pure: reads one file, no I/O
+beyond that. Errors name the file, the key, what was expected and what was
+found; unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sweep.exceptions import StudyFileError
+from sweep.study.reader import TableReader, describe
+
+SAMPLERS = ("tpe", "grid", "random", "bruteforce")
+ENGINES = ("sglang", "vllm")
+METRICS = ("decode_tok_s", "output_tok_s")
+CONSTRAINT_METRICS = (
+    "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
+    "decode_tok_s", "output_tok_s", "accept_length",
+)  # fmt: skip
+DEFAULT_LAUNCHERS = {
+    "sglang": ("python", "-m", "sglang.launch_server"),
+    "vllm": ("python", "-m", "vllm.entrypoints.openai.api_server"),
+}
+_SECTIONS = frozenset(
+    {"study", "engine", "host", "hosts", "space", "workload", "benchmark", "objective", "baseline"}
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """Where the server runs: this machine, or an SSH target."""
+
+    name: str = "local"
+    kind: str = "local"  # "local" | "ssh"
+    address: str = ""  # hostname or ~/.ssh/config alias (ssh)
+    user: str | None = None
+    port: int | None = None
+    key: str | None = None
+    strict_host_key: bool = True
+    workdir: str = "/tmp/sweep"
+    python: str | None = None  # interpreter that imports the engine (version check)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The server: engine, launcher, model, fixed flags and environment."""
+
+    name: str
+    launcher: tuple[str, ...]
+    model_path: str
+    draft_model_path: str | None
+    algorithm: str
+    tp_size: int
+    port: int
+    bind_host: str = "127.0.0.1"
+    version: str | None = None
+    flags: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    ready_timeout_s: float = 900.0
+    draft_tp_flag: str | None = None
+    max_running_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class SpaceSpec:
+    """The search space; draft tokens are derived (steps + 1) when topk is only 1."""
+
+    num_steps: tuple[int, ...]
+    eagle_topk: tuple[int, ...] = (1,)
+    num_draft_tokens: tuple[int, ...] | None = None
+    draft_tp: tuple[int, ...] | None = None
+    flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    env: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    prompts: str | None = None  # None: the shipped prompt set; else a JSONL path
+    output_len: int = 500
+    temperature: float = 0.0
+    concurrency: tuple[int, ...] = (1,)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    warmup_requests: int = 2
+    min_rounds: int = 5
+    max_rounds: int = 30
+    target_rel_ci: float = 0.01
+    max_tokens: int = 60_000
+    max_seconds: float = 600.0
+    stall_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """``metric`` at ``concurrency`` must be ≤ ``maximum`` and/or ≥ ``minimum``."""
+
+    metric: str
+    concurrency: int
+    maximum: float | None = None
+    minimum: float | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """What to maximise: one figure at one level, or a weighted mix over levels."""
+
+    metric: str = "decode_tok_s"
+    concurrency: int = 1
+    weights: tuple[tuple[int, float], ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    enabled: bool = True
+    every_trials: int = 10
+    every_hours: float = 2.0
+    drift_threshold: float = 0.03
+
+
+@dataclass(frozen=True)
+class Study:
+    """A whole study file, validated."""
+
+    name: str
+    path: str
+    text: str
+    engine: EngineSpec
+    space: SpaceSpec
+    hosts: tuple[HostSpec, ...] = (HostSpec(),)
+    description: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
+    storage: str = ""
+    sampler: str = "tpe"
+    seed: int = 0
+    n_trials: int | None = None
+    deadline: str | None = None  # "HH:MM" local time
+    budget_s: float | None = None
+    transient_retries: int = 2
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
+    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
+    baseline: BaselineSpec = field(default_factory=BaselineSpec)
+
+    @property
+    def host(self) -> HostSpec:
+        return self.hosts[0]
+
+
+def load_study(path: str | Path) -> Study:
+    """Read and validate a study file.
+
+    Raises:
+        StudyFileError: the file is missing, not TOML, or a key is wrong; the message
+            names the file, the key, what was expected and what was found.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise StudyFileError(str(path), "", f"cannot be read: {exc.strerror}") from exc
+    return parse_study(text, str(path))
+
+
+def parse_study(text: str, path: str = "<study>") -> Study:
+    """Validate a study file's text; ``path`` is used in messages and to place the database."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise StudyFileError(path, "", f"is not valid TOML: {exc}") from exc
+    top = TableReader(path, "", data)
+    top.only(_SECTIONS)
+    study_table = top.sub("study", required=True)
+    engine = _engine(top.sub("engine", required=True))
+    hosts = _hosts(top, path)
+    space = _space(top.sub("space", required=True), engine)
+    workload = _workload(top.sub("workload"))
+    objective = _objective(top.sub("objective"), workload)
+    benchmark = _benchmark(top.sub("benchmark"))
+    baseline = _baseline(top.sub("baseline"))
+    study = _study(study_table, path, text, engine, space, hosts, workload, benchmark, objective,
+                   baseline)  # fmt: skip
+    top.done()
+    return study
+
+
+def _study(r: TableReader, path: str, text: str, engine: EngineSpec, space: SpaceSpec,
+           hosts: tuple[HostSpec, ...], workload: WorkloadSpec, benchmark: BenchmarkSpec,
+           objective: ObjectiveSpec, baseline: BaselineSpec) -> Study:  # fmt: skip
+    name = r.string("name")
+    if not _NAME.match(name):
+        raise r.error("name", f"expected letters, digits, '.', '_' or '-', got {name!r}")
+    n_trials = r.integer("n_trials", None, minimum=1)
+    deadline = r.string("deadline", None)
+    if deadline is not None and not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", deadline):
+        raise r.error("deadline", f"expected a time of day HH:MM, got {deadline!r}")
+    budget = r.raw("budget", None)
+    budget_s = parse_duration(budget, r, "budget") if budget is not None else None
+    storage = r.string("storage", "") or default_storage(path, name)
+    study = Study(
+        name=name, path=path, text=text, engine=engine, space=space, hosts=hosts,
+        description=r.string("description", ""), tags=tuple(sorted(r.string_map("tags").items())),
+        storage=storage, sampler=r.string("sampler", "tpe", choices=SAMPLERS),
+        seed=r.integer("seed", 0), n_trials=n_trials, deadline=deadline, budget_s=budget_s,
+        transient_retries=r.integer("transient_retries", 2, minimum=0), workload=workload,
+        benchmark=benchmark, objective=objective, baseline=baseline,
+    )  # fmt: skip
+    r.done()
+    return study
+
+
+def default_storage(study_path: str, name: str) -> str:
+    """An SQLite file named after the study, next to the study file."""
+    folder = Path(study_path).resolve().parent if study_path != "<study>" else Path.cwd()
+    return f"sqlite:///{folder / (name + '.db')}"
+
+
+def parse_duration(value: Any, r: TableReader, name: str) -> float:
+    """``"8h"``, ``"90m"``, ``"45s"``, ``"1h30m"`` or a number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str):
+        parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", value.strip())
+        if parts and "".join(n + u for n, u in parts) == re.sub(r"\s", "", value):
+            seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+            if seconds > 0:
+                return seconds
+    raise r.error(name, f"expected a duration like \"8h\", \"90m\" or \"1h30m\", got {describe(value)}")
+
+
+def _engine(r: TableReader) -> EngineSpec:
+    name = r.string("name", "sglang", choices=ENGINES)
+    launcher = r.raw("launcher", None)
+    if launcher is None:
+        launcher_t = DEFAULT_LAUNCHERS[name]
+    elif isinstance(launcher, str) and launcher.strip():
+        launcher_t = tuple(launcher.split())
+    elif isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher):
+        launcher_t = tuple(launcher)
+    else:
+        raise r.error("launcher", f"expected a command as a list of strings, got {describe(launcher)}")
+    flags = r.string_map("flags")
+    for flag in flags:
+        _check_flag(r, "flags", flag)
+    spec = EngineSpec(
+        name=name, launcher=launcher_t, model_path=r.string("model_path"),
+        draft_model_path=r.string("draft_model_path", None),
+        algorithm=r.string("algorithm", "EAGLE3").upper(),
+        tp_size=r.integer("tp_size", 1, minimum=1), port=_port(r, "port", 30000),
+        bind_host=r.string("bind_host", "127.0.0.1"), version=r.string("version", None),
+        flags=tuple(flags.items()), env=tuple(_env(r, "env").items()),
+        ready_timeout_s=r.number("ready_timeout_s", 900.0, minimum=1),
+        draft_tp_flag=r.string("draft_tp_flag", None),
+        max_running_requests=r.integer("max_running_requests", None, minimum=1),
+    )  # fmt: skip
+    if spec.draft_tp_flag is not None:
+        _check_flag(r, "draft_tp_flag", spec.draft_tp_flag)
+    r.done()
+    return spec
+
+
+def _check_flag(r: TableReader, key: str, flag: str) -> None:
+    if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", flag):
+        raise r.error(key, f"expected a full flag name like \"--mem-fraction-static\", got {flag!r}")
+
+
+def _env(r: TableReader, name: str) -> dict[str, str]:
+    env = r.string_map(name)
+    for var in env:
+        if not _ENV_NAME.match(var):
+            raise r.error(name, f"expected environment variable names, got {var!r}")
+    return env
+
+
+def _port(r: TableReader, name: str, default: int) -> int:
+    port: int = r.integer(name, default, minimum=1)
+    if port > 65535:
+        raise r.error(name, f"expected a port number 1-65535, got {port}")
+    return port
+
+
+def _hosts(top: TableReader, path: str) -> tuple[HostSpec, ...]:
+    if top.has("hosts"):
+        items = top.raw("hosts")
+        if not isinstance(items, list) or not items:
+            raise StudyFileError(path, "hosts", f"expected [[hosts]] tables, got {describe(items)}")
+        hosts = tuple(_host(TableReader(path, f"hosts[{i}]", t)) for i, t in enumerate(items))
+        names = [h.name for h in hosts]
+        if len(set(names)) != len(names):
+            raise StudyFileError(path, "hosts", f"host names must be unique, got {names}")
+        if top.has("host"):
+            raise StudyFileError(path, "host", "give either [host] or [[hosts]], not both")
+        return hosts
+    return (_host(top.sub("host")),)
+
+
+def _host(r: TableReader) -> HostSpec:
+    kind = r.string("kind", "local", choices=("local", "ssh"))
+    address = r.string("address", "") if kind == "ssh" else r.string("address", "")
+    if kind == "ssh" and not address:
+        raise r.error("address", "is required for an ssh host (a hostname or ~/.ssh/config alias)")
+    port = r.integer("port", None, minimum=1)
+    host = HostSpec(
+        name=r.string("name", address or "local"), kind=kind, address=address,
+        user=r.string("user", None), port=port, key=r.string("key", None),
+        strict_host_key=r.boolean("strict_host_key", True),
+        workdir=r.string("workdir", "/tmp/sweep"), python=r.string("python", None),
+    )  # fmt: skip
+    r.done()
+    return host
+
+
+def _space(r: TableReader, engine: EngineSpec) -> SpaceSpec:
+    steps = r.int_choices("num_steps")
+    topk = r.int_choices("eagle_topk", (1,))
+    draft = r.int_choices("num_draft_tokens", None, minimum=2)
+    draft_tp = r.int_choices("draft_tp", None)
+    if any(k > 1 for k in topk) and draft is None:
+        raise r.error("num_draft_tokens", "is required when eagle_topk has values > 1 "
+                      "(with topk = 1 draft tokens are always steps + 1)")  # fmt: skip
+    flags = _categorical(r, "flags", flag=True)
+    env = _categorical(r, "env", flag=False)
+    r.done()
+    return SpaceSpec(steps, topk, draft, draft_tp, flags, env)
+
+
+def _categorical(r: TableReader, name: str, *, flag: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    sub = r.sub(name)
+    out = []
+    for key in list(sub.table):
+        if flag:
+            if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", key):
+                raise sub.error(key, "expected a full flag name like \"--attention-backend\"")
+        elif not _ENV_NAME.match(key):
+            raise sub.error(key, "expected an environment variable name")
+        values = sub.raw(key)
+        if not isinstance(values, list) or not values:
+            raise sub.error(key, f"expected a non-empty list of values, got {describe(values)}")
+        for v in values:
+            if not isinstance(v, str | int | float | bool):
+                raise sub.error(key, f"expected strings or numbers, got {describe(v)}")
+        texts = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
+        out.append((key, texts))
+    sub.done()
+    return tuple(out)
+
+
+def _workload(r: TableReader) -> WorkloadSpec:
+    concurrency = r.int_choices("concurrency", (1,))
+    spec = WorkloadSpec(
+        prompts=r.string("prompts", None), output_len=r.integer("output_len", 500, minimum=2),
+        temperature=r.number("temperature", 0.0, minimum=0.0, maximum=2.0),
+        concurrency=tuple(sorted(concurrency)), seed=r.integer("seed", 0),
+    )  # fmt: skip
+    r.done()
+    return spec
+
+
+def _benchmark(r: TableReader) -> BenchmarkSpec:
+    spec = BenchmarkSpec(
+        warmup_requests=r.integer("warmup_requests", 2, minimum=0),
+        min_rounds=r.integer("min_rounds", 5, minimum=2),
+        max_rounds=r.integer("max_rounds", 30, minimum=2),
+        target_rel_ci=r.number("target_rel_ci", 0.01, minimum=0.0, maximum=1.0),
+        max_tokens=r.integer("max_tokens", 60_000, minimum=1),
+        max_seconds=r.number("max_seconds", 600.0, minimum=1.0),
+        stall_timeout_s=r.number("stall_timeout_s", 60.0, minimum=1.0),
+    )
+    if spec.max_rounds < spec.min_rounds:
+        raise r.error("max_rounds", f"must be >= min_rounds ({spec.min_rounds}), got {spec.max_rounds}")
+    r.done()
+    return spec
+
+
+def _objective(r: TableReader, workload: WorkloadSpec) -> ObjectiveSpec:
+    metric = r.string("metric", "decode_tok_s", choices=METRICS)
+    level = r.integer("concurrency", workload.concurrency[0], minimum=1)
+    weights_table = r.sub("weights")
+    weights = []
+    for key in list(weights_table.table):
+        if not key.isdigit() or int(key) not in workload.concurrency:
+            raise weights_table.error(key, f"expected a concurrency level from [workload] "
+                                           f"concurrency {list(workload.concurrency)}, got {key!r}")  # fmt: skip
+        weights.append((int(key), weights_table.number(key, minimum=0.0)))
+    weights_table.done()
+    if not weights and level not in workload.concurrency:
+        raise r.error("concurrency", f"expected one of [workload] concurrency "
+                                     f"{list(workload.concurrency)}, got {level}")  # fmt: skip
+    constraints = tuple(_constraint(r, i, c, workload) for i, c in enumerate(r.raw("constraints", [])))
+    r.done()
+    return ObjectiveSpec(metric, level, tuple(weights), constraints)
+
+
+def _constraint(r: TableReader, index: int, table: Any, workload: WorkloadSpec) -> Constraint:
+    c = TableReader(r.path, f"{r.key('constraints')}[{index}]", table)
+    metric = c.string("metric", choices=CONSTRAINT_METRICS)
+    level = c.integer("concurrency", workload.concurrency[0], minimum=1)
+    if level not in workload.concurrency:
+        raise c.error("concurrency", f"expected one of {list(workload.concurrency)}, got {level}")
+    maximum, minimum = c.number("max", None), c.number("min", None)
+    if maximum is None and minimum is None:
+        raise c.error("", "needs max or min")
+    c.done()
+    return Constraint(metric, level, maximum, minimum)
+
+
+def _baseline(r: TableReader) -> BaselineSpec:
+    spec = BaselineSpec(
+        enabled=r.boolean("enabled", True),
+        every_trials=r.integer("every_trials", 10, minimum=1),
+        every_hours=r.number("every_hours", 2.0, minimum=0.01),
+        drift_threshold=r.number("drift_threshold", 0.03, minimum=0.0, maximum=1.0),
+    )
+    r.done()
+    return spec
