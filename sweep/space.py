@@ -33,8 +33,9 @@ class TrialConfig:
     speculative: bool = True
 
     @classmethod
-    def baseline(cls, flags: tuple[tuple[str, str], ...] = (),
-                 env: tuple[tuple[str, str], ...] = ()) -> TrialConfig:  # fmt: skip
+    def baseline(
+        cls, flags: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = ()
+    ) -> TrialConfig:
         """No speculation (extra flags and environment kept, so drift is comparable)."""
         return cls(flags=flags, env=env, speculative=False)
 
@@ -51,28 +52,35 @@ class TrialConfig:
         if not self.speculative:
             text = "no speculation"
         else:
-            text = (f"steps={self.num_steps} topk={self.eagle_topk} "
-                    f"draft={self.num_draft_tokens} draft_tp={self.draft_tp}")  # fmt: skip
+            text = (
+                f"steps={self.num_steps} topk={self.eagle_topk} "
+                f"draft={self.num_draft_tokens} draft_tp={self.draft_tp}"
+            )
         extras = " ".join(f"{k}={v}" for k, v in self.flags + self.env)
         return f"{text} {extras}".strip()
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "speculative": self.speculative, "num_steps": self.num_steps,
-            "eagle_topk": self.eagle_topk, "num_draft_tokens": self.num_draft_tokens,
-            "draft_tp": self.draft_tp, "flags": dict(self.flags), "env": dict(self.env),
-        }  # fmt: skip
+            "speculative": self.speculative,
+            "num_steps": self.num_steps,
+            "eagle_topk": self.eagle_topk,
+            "num_draft_tokens": self.num_draft_tokens,
+            "draft_tp": self.draft_tp,
+            "flags": dict(self.flags),
+            "env": dict(self.env),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialConfig:
         return cls(
-            num_steps=int(data.get("num_steps", 0)), eagle_topk=int(data.get("eagle_topk", 0)),
+            num_steps=int(data.get("num_steps", 0)),
+            eagle_topk=int(data.get("eagle_topk", 0)),
             num_draft_tokens=int(data.get("num_draft_tokens", 0)),
             draft_tp=int(data.get("draft_tp", 0)),
             flags=tuple(sorted(dict(data.get("flags", {})).items())),
             env=tuple(sorted(dict(data.get("env", {})).items())),
             speculative=bool(data.get("speculative", True)),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -112,15 +120,19 @@ class Rules:
         if s < 1 or k < 1:
             return f"steps and topk must be >= 1, got steps={s} topk={k}"
         if k > 1 and d - 1 > k + (s - 1) * k * k:
-            return (f"illegal tree: draft tokens - 1 = {d - 1} > topk + (steps - 1)*topk^2 = "
-                    f"{k + (s - 1) * k * k} (crashes at the first decode)")  # fmt: skip
+            return (
+                f"illegal tree: draft tokens - 1 = {d - 1} > topk + (steps - 1)*topk^2 = "
+                f"{k + (s - 1) * k * k} (crashes at the first decode)"
+            )
         if d < 2:
             return f"draft tokens must be >= 2, got {d}"
         if self.tp_size % tp:
             return f"draft TP {tp} does not divide target TP {self.tp_size}"
         if tp != self.tp_size and not self.draft_tp_flag and self.engine == "sglang":
-            return (f"draft TP {tp} differs from target TP {self.tp_size}: SGLang 0.5.23 has no "
-                    "flag for that; set engine.draft_tp_flag for a patched build")  # fmt: skip
+            return (
+                f"draft TP {tp} differs from target TP {self.tp_size}: SGLang 0.5.23 has no "
+                "flag for that; set engine.draft_tp_flag for a patched build"
+            )
         return None
 
 
@@ -140,8 +152,13 @@ def plan(study: Study) -> Plan:
             continue
         resolved = rules.resolve(requested)
         if resolved != requested:
-            excluded.append(Exclusion(requested, "SGLang sets draft tokens to steps + 1 when "
-                                      "topk = 1", same_as=resolved.key()))  # fmt: skip
+            excluded.append(
+                Exclusion(
+                    requested,
+                    "SGLang sets draft tokens to steps + 1 when topk = 1",
+                    same_as=resolved.key(),
+                )
+            )
             if resolved.key() in valid or rules.violation(resolved):
                 continue
         valid.setdefault(resolved.key(), resolved)
@@ -153,16 +170,19 @@ def _points(space: SpaceSpec, tp_size: int) -> Iterator[TrialConfig]:
     tps = space.draft_tp or (tp_size,)
     flag_sets = _extras(space.flags)
     env_sets = _extras(space.env)
-    for s, k, d, tp, flags, env in itertools.product(space.num_steps, space.eagle_topk, drafts,
-                                                     tps, flag_sets, env_sets):  # fmt: skip
+    for s, k, d, tp, flags, env in itertools.product(
+        space.num_steps, space.eagle_topk, drafts, tps, flag_sets, env_sets
+    ):
         draft = s + 1 if d is None else d
         yield TrialConfig(s, k, draft, tp, flags, env)
 
 
 def _extras(dims: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[tuple[str, str], ...]]:
     names = [name for name, _ in dims]
-    return [tuple(sorted(zip(names, values, strict=True)))
-            for values in itertools.product(*(v for _, v in dims))]  # fmt: skip
+    return [
+        tuple(sorted(zip(names, values, strict=True)))
+        for values in itertools.product(*(v for _, v in dims))
+    ]
 
 
 class Suggester(Protocol):
@@ -181,7 +201,9 @@ def suggest(trial: Suggester, study: Study) -> TrialConfig:
     if space.num_draft_tokens:
         draft = _suggest_ints(trial, "num_draft_tokens", space.num_draft_tokens)
     draft_tp = _suggest_ints(trial, "draft_tp", space.draft_tp or (study.engine.tp_size,))
-    flags = tuple((n, str(trial.suggest_categorical(FLAG_PARAM + n, list(v)))) for n, v in space.flags)
+    flags = tuple(
+        (n, str(trial.suggest_categorical(FLAG_PARAM + n, list(v)))) for n, v in space.flags
+    )
     env = tuple((n, str(trial.suggest_categorical(ENV_PARAM + n, list(v)))) for n, v in space.env)
     return TrialConfig(steps, topk, draft, draft_tp, tuple(sorted(flags)), tuple(sorted(env)))
 
@@ -195,8 +217,9 @@ def params_of(config: TrialConfig, study: Study) -> dict[str, Any]:
         "num_draft_tokens": (space.num_draft_tokens or (), config.num_draft_tokens),
         "draft_tp": (space.draft_tp or (), config.draft_tp),
     }
-    params: dict[str, Any] = {name: value for name, (values, value) in dims.items()
-                              if len(values) > 1}  # fmt: skip
+    params: dict[str, Any] = {
+        name: value for name, (values, value) in dims.items() if len(values) > 1
+    }
     params.update({FLAG_PARAM + k: v for k, v in config.flags})
     params.update({ENV_PARAM + k: v for k, v in config.env})
     return params

@@ -41,10 +41,13 @@ def test_defaults() -> None:
 
 
 def test_ranges_durations_and_extras() -> None:
-    text = GOOD.replace("num_steps = [1, 2, 3]", 'num_steps = { low = 1, high = 9, step = 2 }\n'
-                        '[space.env]\nNCCL_PROTO = ["LL", "Simple"]\n[space.flags]\n'
-                        '"--attention-backend" = ["fa3", "flashinfer"]')
-    text = text.replace('n_trials = 5', 'budget = "1h30m"')
+    text = GOOD.replace(
+        "num_steps = [1, 2, 3]",
+        "num_steps = { low = 1, high = 9, step = 2 }\n"
+        '[space.env]\nNCCL_PROTO = ["LL", "Simple"]\n[space.flags]\n'
+        '"--attention-backend" = ["fa3", "flashinfer"]',
+    )
+    text = text.replace("n_trials = 5", 'budget = "1h30m"')
     study = parse_study(text, "s.toml")
     assert study.space.num_steps == (1, 3, 5, 7, 9)
     assert study.budget_s == 5400
@@ -59,11 +62,11 @@ MALFORMED = [
     ('name = "t"', "name = 3", "study.name", "3 (integer)"),
     ("n_trials = 5", "n_trials = 0", "study.n_trials", ">= 1"),
     ("n_trials = 5", 'n_trials = "five"', "study.n_trials", "expected an integer"),
-    ("n_trials = 5", 'n_trial = 5', "study.n_trial", "unknown key"),
+    ("n_trials = 5", "n_trial = 5", "study.n_trial", "unknown key"),
     ("n_trials = 5", 'sampler = "cmaes"', "study.sampler", "one of"),
     ("n_trials = 5", 'deadline = "7am"', "study.deadline", "HH:MM"),
     ("n_trials = 5", 'budget = "eight hours"', "study.budget", "duration"),
-    ("n_trials = 5", 'budget = -3', "study.budget", "duration"),
+    ("n_trials = 5", "budget = -3", "study.budget", "duration"),
     ("n_trials = 5", "tags = [1]", "study.tags", "expected a table"),
     ('model_path = "m"', "", "engine.model_path", "required"),
     ("tp_size = 8", "tp_size = 0", "engine.tp_size", ">= 1"),
@@ -76,31 +79,60 @@ MALFORMED = [
     ("tp_size = 8", "ready_timeout = 900", "engine.ready_timeout", "unknown key"),
     ("num_steps = [1, 2, 3]", "num_steps = []", "space.num_steps", "non-empty list"),
     ("num_steps = [1, 2, 3]", "num_steps = [1, 1]", "space.num_steps", "duplicate"),
-    ("num_steps = [1, 2, 3]", "num_steps = { low = 8, high = 2 }", "space.num_steps",
-     "low must be <= high, got low=8 high=2"),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = { low = 8, high = 2 }",
+        "space.num_steps",
+        "low must be <= high, got low=8 high=2",
+    ),
     ("num_steps = [1, 2, 3]", 'num_steps = ["2"]', "space.num_steps", "expected an integer"),
-    ("num_steps = [1, 2, 3]", "num_steps = [2]\neagle_topk = [1, 4]", "space.num_draft_tokens",
-     "required when eagle_topk"),
-    ("num_steps = [1, 2, 3]", "num_steps = [2]\n[space.env]\nNCCL_PROTO = []", "space.env.NCCL_PROTO",
-     "non-empty list"),
-    ("num_steps = [1, 2, 3]", "num_steps = [2]\n[space.flags]\nattention = [\"fa3\"]",
-     "space.flags.attention", "full flag name"),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = [2]\neagle_topk = [1, 4]",
+        "space.num_draft_tokens",
+        "required when eagle_topk",
+    ),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = [2]\n[space.env]\nNCCL_PROTO = []",
+        "space.env.NCCL_PROTO",
+        "non-empty list",
+    ),
+    (
+        "num_steps = [1, 2, 3]",
+        'num_steps = [2]\n[space.flags]\nattention = ["fa3"]',
+        "space.flags.attention",
+        "full flag name",
+    ),
     ("[space]", "[spaces]", "spaces", "unknown key"),
     ("n_trials = 5", "n_trials = 5\n[workload]\nconcurrency = [0]", "workload.concurrency", ">= 1"),
-    ("n_trials = 5", "n_trials = 5\n[objective]\nconcurrency = 4", "objective.concurrency",
-     "[workload] concurrency"),
+    (
+        "n_trials = 5",
+        "n_trials = 5\n[objective]\nconcurrency = 4",
+        "objective.concurrency",
+        "[workload] concurrency",
+    ),
     ("n_trials = 5", 'n_trials = 5\n[objective]\nmetric = "speed"', "objective.metric", "one of"),
-    ("n_trials = 5", "n_trials = 5\n[benchmark]\nmin_rounds = 5\nmax_rounds = 3",
-     "benchmark.max_rounds", ">= min_rounds"),
+    (
+        "n_trials = 5",
+        "n_trials = 5\n[benchmark]\nmin_rounds = 5\nmax_rounds = 3",
+        "benchmark.max_rounds",
+        ">= min_rounds",
+    ),
     ("n_trials = 5", 'n_trials = 5\n[host]\nkind = "ssh"', "host.address", "required for an ssh"),
-    ("n_trials = 5", "n_trials = 5\n[[objective.constraints]]\nmetric = \"ttft_p90_ms\"",
-     "objective.constraints[0]", "needs max or min"),
+    (
+        "n_trials = 5",
+        'n_trials = 5\n[[objective.constraints]]\nmetric = "ttft_p90_ms"',
+        "objective.constraints[0]",
+        "needs max or min",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("old", "new", "key", "fragment"), MALFORMED)
-def test_malformed_study_names_file_and_key(tmp_path: Path, old: str, new: str, key: str,
-                                            fragment: str) -> None:  # fmt: skip
+def test_malformed_study_names_file_and_key(
+    tmp_path: Path, old: str, new: str, key: str, fragment: str
+) -> None:
     assert old in GOOD
     path = tmp_path / "broken.toml"
     path.write_text(GOOD.replace(old, new, 1))

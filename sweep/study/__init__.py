@@ -17,6 +17,15 @@ from sweep.study.spec import (
 )
 
 __all__ = [
-    "BaselineSpec", "BenchmarkSpec", "Constraint", "EngineSpec", "HostSpec", "ObjectiveSpec",
-    "SpaceSpec", "Study", "WorkloadSpec", "load_study", "parse_study",
-]  # fmt: skip
+    "BaselineSpec",
+    "BenchmarkSpec",
+    "Constraint",
+    "EngineSpec",
+    "HostSpec",
+    "ObjectiveSpec",
+    "SpaceSpec",
+    "Study",
+    "WorkloadSpec",
+    "load_study",
+    "parse_study",
+]

@@ -16,8 +16,14 @@ _MISSING = object()
 
 def describe(value: Any) -> str:
     """``'abc' (str)``: a found value and its TOML-ish type, for error messages."""
-    kind = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array",
-            dict: "table"}.get(type(value), type(value).__name__)  # fmt: skip
+    kind = {
+        bool: "boolean",
+        int: "integer",
+        float: "float",
+        str: "string",
+        list: "array",
+        dict: "table",
+    }.get(type(value), type(value).__name__)
     return f"{value!r} ({kind})"
 
 
@@ -72,8 +78,14 @@ class TableReader:
             raise self.error(name, f"expected an integer >= {minimum}, got {value}")
         return value
 
-    def number(self, name: str, default: Any = _MISSING, *, minimum: float | None = None,
-               maximum: float | None = None) -> Any:  # fmt: skip
+    def number(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> Any:
         value = self.raw(name, default)
         if value is default and default is not _MISSING:
             return value
@@ -103,7 +115,9 @@ class TableReader:
         out = {}
         for key, value in table.items():
             if not isinstance(value, str | int | float | bool):
-                raise self.error(f"{name}.{key}", f"expected a string or number, got {describe(value)}")
+                raise self.error(
+                    f"{name}.{key}", f"expected a string or number, got {describe(value)}"
+                )
             out[str(key)] = _scalar_text(value)
         return out
 
@@ -117,8 +131,11 @@ class TableReader:
         if isinstance(value, dict):
             return self._int_range(name, value, minimum)
         if not isinstance(value, list) or not value:
-            raise self.error(name, f"expected a non-empty list of integers or a "
-                                   f"{{ low, high }} table, got {describe(value)}")  # fmt: skip
+            raise self.error(
+                name,
+                f"expected a non-empty list of integers or a "
+                f"{{ low, high }} table, got {describe(value)}",
+            )
         ints = [self.check_int(name, v, minimum) for v in value]
         if len(set(ints)) != len(ints):
             raise self.error(name, f"has duplicate values: {ints}")

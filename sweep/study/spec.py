@@ -20,9 +20,16 @@ SAMPLERS = ("tpe", "grid", "random", "bruteforce")
 ENGINES = ("sglang", "vllm")
 METRICS = ("decode_tok_s", "output_tok_s")
 CONSTRAINT_METRICS = (
-    "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms",
-    "decode_tok_s", "output_tok_s", "accept_length",
-)  # fmt: skip
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "itl_p50_ms",
+    "itl_p90_ms",
+    "itl_p99_ms",
+    "decode_tok_s",
+    "output_tok_s",
+    "accept_length",
+)
 DEFAULT_LAUNCHERS = {
     "sglang": ("python", "-m", "sglang.launch_server"),
     "vllm": ("python", "-m", "vllm.entrypoints.openai.api_server"),
@@ -189,15 +196,25 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     objective = _objective(top.sub("objective"), workload)
     benchmark = _benchmark(top.sub("benchmark"))
     baseline = _baseline(top.sub("baseline"))
-    study = _study(study_table, path, text, engine, space, hosts, workload, benchmark, objective,
-                   baseline)  # fmt: skip
+    study = _study(
+        study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
+    )
     top.done()
     return study
 
 
-def _study(r: TableReader, path: str, text: str, engine: EngineSpec, space: SpaceSpec,
-           hosts: tuple[HostSpec, ...], workload: WorkloadSpec, benchmark: BenchmarkSpec,
-           objective: ObjectiveSpec, baseline: BaselineSpec) -> Study:  # fmt: skip
+def _study(
+    r: TableReader,
+    path: str,
+    text: str,
+    engine: EngineSpec,
+    space: SpaceSpec,
+    hosts: tuple[HostSpec, ...],
+    workload: WorkloadSpec,
+    benchmark: BenchmarkSpec,
+    objective: ObjectiveSpec,
+    baseline: BaselineSpec,
+) -> Study:
     name = r.string("name")
     if not _NAME.match(name):
         raise r.error("name", f"expected letters, digits, '.', '_' or '-', got {name!r}")
@@ -209,13 +226,26 @@ def _study(r: TableReader, path: str, text: str, engine: EngineSpec, space: Spac
     budget_s = parse_duration(budget, r, "budget") if budget is not None else None
     storage = r.string("storage", "") or default_storage(path, name)
     study = Study(
-        name=name, path=path, text=text, engine=engine, space=space, hosts=hosts,
-        description=r.string("description", ""), tags=tuple(sorted(r.string_map("tags").items())),
-        storage=storage, sampler=r.string("sampler", "tpe", choices=SAMPLERS),
-        seed=r.integer("seed", 0), n_trials=n_trials, deadline=deadline, budget_s=budget_s,
-        transient_retries=r.integer("transient_retries", 2, minimum=0), workload=workload,
-        benchmark=benchmark, objective=objective, baseline=baseline,
-    )  # fmt: skip
+        name=name,
+        path=path,
+        text=text,
+        engine=engine,
+        space=space,
+        hosts=hosts,
+        description=r.string("description", ""),
+        tags=tuple(sorted(r.string_map("tags").items())),
+        storage=storage,
+        sampler=r.string("sampler", "tpe", choices=SAMPLERS),
+        seed=r.integer("seed", 0),
+        n_trials=n_trials,
+        deadline=deadline,
+        budget_s=budget_s,
+        transient_retries=r.integer("transient_retries", 2, minimum=0),
+        workload=workload,
+        benchmark=benchmark,
+        objective=objective,
+        baseline=baseline,
+    )
     r.done()
     return study
 
@@ -236,12 +266,13 @@ def parse_duration(value: Any, r: TableReader, name: str) -> float:
             seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
             if seconds > 0:
                 return seconds
-    raise r.error(name, f"expected a duration like \"8h\", \"90m\" or \"1h30m\", got {describe(value)}")
+    raise r.error(name, f'expected a duration like "8h", "90m" or "1h30m", got {describe(value)}')
 
 
 def _engine(r: TableReader) -> EngineSpec:
     name = r.string("name", "sglang", choices=ENGINES)
     launcher = r.raw("launcher", None)
+    launcher_t: tuple[str, ...]
     if launcher is None:
         launcher_t = DEFAULT_LAUNCHERS[name]
     elif isinstance(launcher, str) and launcher.strip():
@@ -249,21 +280,28 @@ def _engine(r: TableReader) -> EngineSpec:
     elif isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher):
         launcher_t = tuple(launcher)
     else:
-        raise r.error("launcher", f"expected a command as a list of strings, got {describe(launcher)}")
+        raise r.error(
+            "launcher", f"expected a command as a list of strings, got {describe(launcher)}"
+        )
     flags = r.string_map("flags")
     for flag in flags:
         _check_flag(r, "flags", flag)
     spec = EngineSpec(
-        name=name, launcher=launcher_t, model_path=r.string("model_path"),
+        name=name,
+        launcher=launcher_t,
+        model_path=r.string("model_path"),
         draft_model_path=r.string("draft_model_path", None),
         algorithm=r.string("algorithm", "EAGLE3").upper(),
-        tp_size=r.integer("tp_size", 1, minimum=1), port=_port(r, "port", 30000),
-        bind_host=r.string("bind_host", "127.0.0.1"), version=r.string("version", None),
-        flags=tuple(flags.items()), env=tuple(_env(r, "env").items()),
+        tp_size=r.integer("tp_size", 1, minimum=1),
+        port=_port(r, "port", 30000),
+        bind_host=r.string("bind_host", "127.0.0.1"),
+        version=r.string("version", None),
+        flags=tuple(flags.items()),
+        env=tuple(_env(r, "env").items()),
         ready_timeout_s=r.number("ready_timeout_s", 900.0, minimum=1),
         draft_tp_flag=r.string("draft_tp_flag", None),
         max_running_requests=r.integer("max_running_requests", None, minimum=1),
-    )  # fmt: skip
+    )
     if spec.draft_tp_flag is not None:
         _check_flag(r, "draft_tp_flag", spec.draft_tp_flag)
     r.done()
@@ -272,7 +310,7 @@ def _engine(r: TableReader) -> EngineSpec:
 
 def _check_flag(r: TableReader, key: str, flag: str) -> None:
     if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", flag):
-        raise r.error(key, f"expected a full flag name like \"--mem-fraction-static\", got {flag!r}")
+        raise r.error(key, f'expected a full flag name like "--mem-fraction-static", got {flag!r}')
 
 
 def _env(r: TableReader, name: str) -> dict[str, str]:
@@ -307,16 +345,21 @@ def _hosts(top: TableReader, path: str) -> tuple[HostSpec, ...]:
 
 def _host(r: TableReader) -> HostSpec:
     kind = r.string("kind", "local", choices=("local", "ssh"))
-    address = r.string("address", "") if kind == "ssh" else r.string("address", "")
+    address = r.string("address", "")
     if kind == "ssh" and not address:
         raise r.error("address", "is required for an ssh host (a hostname or ~/.ssh/config alias)")
     port = r.integer("port", None, minimum=1)
     host = HostSpec(
-        name=r.string("name", address or "local"), kind=kind, address=address,
-        user=r.string("user", None), port=port, key=r.string("key", None),
+        name=r.string("name", address or "local"),
+        kind=kind,
+        address=address,
+        user=r.string("user", None),
+        port=port,
+        key=r.string("key", None),
         strict_host_key=r.boolean("strict_host_key", True),
-        workdir=r.string("workdir", "/tmp/sweep"), python=r.string("python", None),
-    )  # fmt: skip
+        workdir=r.string("workdir", "/tmp/sweep"),
+        python=r.string("python", None),
+    )
     r.done()
     return host
 
@@ -327,21 +370,26 @@ def _space(r: TableReader, engine: EngineSpec) -> SpaceSpec:
     draft = r.int_choices("num_draft_tokens", None, minimum=2)
     draft_tp = r.int_choices("draft_tp", None)
     if any(k > 1 for k in topk) and draft is None:
-        raise r.error("num_draft_tokens", "is required when eagle_topk has values > 1 "
-                      "(with topk = 1 draft tokens are always steps + 1)")  # fmt: skip
+        raise r.error(
+            "num_draft_tokens",
+            "is required when eagle_topk has values > 1 "
+            "(with topk = 1 draft tokens are always steps + 1)",
+        )
     flags = _categorical(r, "flags", flag=True)
     env = _categorical(r, "env", flag=False)
     r.done()
     return SpaceSpec(steps, topk, draft, draft_tp, flags, env)
 
 
-def _categorical(r: TableReader, name: str, *, flag: bool) -> tuple[tuple[str, tuple[str, ...]], ...]:
+def _categorical(
+    r: TableReader, name: str, *, flag: bool
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
     sub = r.sub(name)
     out = []
     for key in list(sub.table):
         if flag:
             if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", key):
-                raise sub.error(key, "expected a full flag name like \"--attention-backend\"")
+                raise sub.error(key, 'expected a full flag name like "--attention-backend"')
         elif not _ENV_NAME.match(key):
             raise sub.error(key, "expected an environment variable name")
         values = sub.raw(key)
@@ -359,10 +407,12 @@ def _categorical(r: TableReader, name: str, *, flag: bool) -> tuple[tuple[str, t
 def _workload(r: TableReader) -> WorkloadSpec:
     concurrency = r.int_choices("concurrency", (1,))
     spec = WorkloadSpec(
-        prompts=r.string("prompts", None), output_len=r.integer("output_len", 500, minimum=2),
+        prompts=r.string("prompts", None),
+        output_len=r.integer("output_len", 500, minimum=2),
         temperature=r.number("temperature", 0.0, minimum=0.0, maximum=2.0),
-        concurrency=tuple(sorted(concurrency)), seed=r.integer("seed", 0),
-    )  # fmt: skip
+        concurrency=tuple(sorted(concurrency)),
+        seed=r.integer("seed", 0),
+    )
     r.done()
     return spec
 
@@ -378,7 +428,9 @@ def _benchmark(r: TableReader) -> BenchmarkSpec:
         stall_timeout_s=r.number("stall_timeout_s", 60.0, minimum=1.0),
     )
     if spec.max_rounds < spec.min_rounds:
-        raise r.error("max_rounds", f"must be >= min_rounds ({spec.min_rounds}), got {spec.max_rounds}")
+        raise r.error(
+            "max_rounds", f"must be >= min_rounds ({spec.min_rounds}), got {spec.max_rounds}"
+        )
     r.done()
     return spec
 
@@ -390,14 +442,21 @@ def _objective(r: TableReader, workload: WorkloadSpec) -> ObjectiveSpec:
     weights = []
     for key in list(weights_table.table):
         if not key.isdigit() or int(key) not in workload.concurrency:
-            raise weights_table.error(key, f"expected a concurrency level from [workload] "
-                                           f"concurrency {list(workload.concurrency)}, got {key!r}")  # fmt: skip
+            raise weights_table.error(
+                key,
+                f"expected a concurrency level from [workload] "
+                f"concurrency {list(workload.concurrency)}, got {key!r}",
+            )
         weights.append((int(key), weights_table.number(key, minimum=0.0)))
     weights_table.done()
     if not weights and level not in workload.concurrency:
-        raise r.error("concurrency", f"expected one of [workload] concurrency "
-                                     f"{list(workload.concurrency)}, got {level}")  # fmt: skip
-    constraints = tuple(_constraint(r, i, c, workload) for i, c in enumerate(r.raw("constraints", [])))
+        raise r.error(
+            "concurrency",
+            f"expected one of [workload] concurrency {list(workload.concurrency)}, got {level}",
+        )
+    constraints = tuple(
+        _constraint(r, i, c, workload) for i, c in enumerate(r.raw("constraints", []))
+    )
     r.done()
     return ObjectiveSpec(metric, level, tuple(weights), constraints)
 
