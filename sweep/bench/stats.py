@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from scipy import stats as scipy_stats
 
+from sweep.exceptions import ConfigError
+
 CONFIDENCE = 0.95
 
 
@@ -155,10 +157,10 @@ class StopRule:
 
     def __post_init__(self) -> None:
         if self.target_precision <= 0:
-            raise ValueError(f"target_precision must be > 0, got {self.target_precision}")
+            raise ConfigError(f"the target precision must be > 0, got {self.target_precision}")
         if not 2 <= self.min_rounds <= self.max_rounds:
-            raise ValueError(
-                f"need 2 <= min_rounds <= max_rounds, got {self.min_rounds} and {self.max_rounds}"
+            raise ConfigError(
+                f"need 2 <= min rounds <= max rounds, got {self.min_rounds} and {self.max_rounds}"
             )
 
 
@@ -174,17 +176,17 @@ def stop_reason(
         elapsed_s: wall time since the measured rounds began.
 
     Returns:
-        The reason to stop, or ``None`` to go on. Caps win over the minimums.
+        The reason to stop, or ``None`` to go on. Caps win over the minimums;
+        reaching the target wins over a cap reached on the same round.
     """
+    if len(values) >= rule.min_rounds and tokens >= rule.min_tokens:
+        precision = summarize(values, rule.confidence).relative_half_width
+        if precision is not None and precision <= rule.target_precision:
+            return StopReason.PRECISION
     if len(values) >= rule.max_rounds:
         return StopReason.MAX_ROUNDS
     if rule.max_tokens is not None and tokens >= rule.max_tokens:
         return StopReason.MAX_TOKENS
     if rule.max_time_s is not None and elapsed_s >= rule.max_time_s:
         return StopReason.MAX_TIME
-    if len(values) < rule.min_rounds or tokens < rule.min_tokens:
-        return None
-    precision = summarize(values, rule.confidence).relative_half_width
-    if precision is not None and precision <= rule.target_precision:
-        return StopReason.PRECISION
     return None

@@ -1,0 +1,293 @@
+"""Benchmark a running SGLang server: the protocol per concurrency level.
+
+For each level ``B``:
+
+1. **Warmup** — ``B`` concurrent requests of ``warmup_output_len`` tokens on
+   prompts the measurement does not use. Not counted anywhere.
+2. **Flush** — ``POST /flush_cache`` until 200 (it refuses while requests
+   run): the server's acceptance counters and prefix cache start clean.
+3. **Measured rounds** — a closed loop (:mod:`sweep.bench.loop`): ``B``
+   slots, each sending its next request as soon as the previous one
+   finishes, so ``B`` requests are always in flight. Round ``k`` ends when
+   the ``k·B·prompts_per_slot``-th measured request finishes; its throughput
+   is the tokens that arrived (from every stream) since the previous round
+   ended, over that wall time. Slot ``j``
+   replays the same prompt(s) every round, so at temperature 0 every round
+   generates the same tokens with the same acceptance and rounds differ only
+   by the server's timing: the t confidence interval over rounds says how
+   precisely the server's speed on this workload was measured.
+4. **Stop** — after each round, the stopping rule (:class:`StopRule`) checks
+   the 95 % CI of the output throughput against the target, or the caps.
+   Requests still in flight then finish (they count for accept length and
+   latencies, not for rounds) so the server is idle for the next level.
+5. **Cross-check** — accept length from the measured requests is compared
+   with the server's counters: ``/metrics`` deltas, else ``/server_info``.
+
+Any bad run raises :class:`~sweep.exceptions.BenchmarkError` carrying what was
+measured so far.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from sweep.bench import figures
+from sweep.bench.client import (
+    GenerateRequest,
+    OnTokens,
+    Sleep,
+    SpecCounters,
+    StreamRecord,
+    flush_cache,
+    read_server_accept_length,
+    read_spec_counters,
+    stream_generate,
+)
+from sweep.bench.loop import ClosedLoop, OnRound, first_failure
+from sweep.bench.result import AcceptCheck, BenchmarkResult, LevelResult
+from sweep.bench.stats import StopRule
+from sweep.bench.workload import Workload
+from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.exceptions import BenchmarkError, BenchmarkFailure, ConfigError
+
+
+@dataclass(frozen=True)
+class BenchmarkSettings:
+    """How to measure (the workload says what to send).
+
+    Attributes:
+        stop: when a level has measured enough.
+        stall_timeout_s: a stream with no token for this long fails the run.
+        connect_timeout_s: connecting to the server.
+        flush_attempts: ``/flush_cache`` tries before giving up.
+        flush_interval_s: pause between ``/flush_cache`` tries.
+        accept_tolerance: warn when the server's accept length differs by more.
+    """
+
+    stop: StopRule = field(default_factory=StopRule)
+    stall_timeout_s: float = 60.0
+    connect_timeout_s: float = 10.0
+    flush_attempts: int = 100
+    flush_interval_s: float = 0.1
+    accept_tolerance: float = 0.05
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_benchmark(
+    url: str,
+    workload: Workload,
+    settings: BenchmarkSettings | None = None,
+    *,
+    on_round: OnRound | None = None,
+) -> BenchmarkResult:
+    """Benchmark the SGLang server at ``url`` (blocking).
+
+    Args:
+        url: ``http://HOST:PORT`` of a running server.
+        workload: prompts, output length, concurrency levels.
+        settings: stopping rule, timeouts, tolerances.
+        on_round: called after every measured round (e.g. to print progress).
+
+    Returns:
+        One :class:`LevelResult` per concurrency level.
+
+    Raises:
+        ConfigError: ``url`` is not an http(s) URL.
+        BenchmarkError: a bad run; ``partial`` holds what was measured.
+    """
+    settings = settings or BenchmarkSettings()
+    base_url = _check_url(url)
+
+    async def main() -> BenchmarkResult:
+        async with make_client(base_url, settings, max(workload.concurrency)) as client:
+            return await benchmark(client, workload, settings, on_round=on_round)
+
+    return asyncio.run(main())
+
+
+def make_client(url: str, settings: BenchmarkSettings, concurrency: int) -> httpx.AsyncClient:
+    """One AsyncClient for a whole benchmark: bounded timeouts, a connection per slot.
+
+    ``trust_env=False``: a proxy from the environment must not sit between the
+    benchmark and the server it times.
+    """
+    timeout = httpx.Timeout(
+        connect=settings.connect_timeout_s,
+        read=settings.stall_timeout_s,
+        write=settings.connect_timeout_s,
+        pool=settings.stall_timeout_s,
+    )
+    limits = httpx.Limits(
+        max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2
+    )
+    return httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits, trust_env=False)
+
+
+async def benchmark(
+    client: httpx.AsyncClient,
+    workload: Workload,
+    settings: BenchmarkSettings | None = None,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    sleep: Sleep = asyncio.sleep,
+    on_round: OnRound | None = None,
+) -> BenchmarkResult:
+    """Measure every concurrency level of ``workload`` on the server behind ``client``.
+
+    Same contract as :func:`run_benchmark`; ``clock.now`` stamps every chunk and
+    ``sleep`` paces the ``/flush_cache`` retries.
+    """
+    settings = settings or BenchmarkSettings()
+    context = _Context(client, workload, settings, clock, sleep, on_round)
+    levels: list[LevelResult] = []
+    for concurrency in workload.concurrency:
+        try:
+            levels.append(await _measure_level(context, concurrency))
+        except _LevelFailed as failed:
+            done = levels + ([failed.partial] if failed.partial else [])
+            partial = context.result(done) if done else None
+            raise failed.error.located(context.url, concurrency, partial) from failed.error
+    return context.result(levels)
+
+
+@dataclass(frozen=True)
+class _Context:
+    client: httpx.AsyncClient
+    workload: Workload
+    settings: BenchmarkSettings
+    clock: Clock
+    sleep: Sleep
+    on_round: OnRound | None
+
+    @property
+    def url(self) -> str:
+        return str(self.client.base_url).rstrip("/")
+
+    def request(self, prompt_index: int, max_new_tokens: int) -> GenerateRequest:
+        w = self.workload
+        return GenerateRequest(w.prompts[prompt_index], w.sampling_params(max_new_tokens))
+
+    async def generate(
+        self, request: GenerateRequest, on_tokens: OnTokens | None = None
+    ) -> StreamRecord:
+        record = await stream_generate(
+            self.client,
+            request,
+            now=self.clock.now,
+            stall_timeout_s=self.settings.stall_timeout_s,
+            on_tokens=on_tokens,
+        )
+        check_complete(record, int(request.sampling_params["max_new_tokens"]), self.workload)
+        return record
+
+    def result(self, levels: list[LevelResult]) -> BenchmarkResult:
+        return BenchmarkResult(
+            url=self.url,
+            workload=self.workload.to_dict(),
+            settings=self.settings.to_dict(),
+            levels=tuple(levels),
+        )
+
+
+class _LevelFailed(Exception):
+    """Internal: a level failed; carries the error and the level's partial figures."""
+
+    def __init__(self, error: BenchmarkError, partial: LevelResult | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.partial = partial
+
+
+def check_complete(record: StreamRecord, max_new_tokens: int, workload: Workload) -> None:
+    """Refuse a request that stopped short: a short request would read as a fast one.
+
+    Raises:
+        BenchmarkError: ``TRUNCATED`` if the server aborted the request, or if it
+            finished before ``max_new_tokens`` although ``ignore_eos`` was on.
+    """
+    if record.finish_type == "abort":
+        raise BenchmarkError(
+            BenchmarkFailure.TRUNCATED,
+            f"the server aborted a request after {record.completion_tokens} tokens: "
+            f"{dict(record.finish_reason)}",
+        )
+    if workload.ignore_eos and record.completion_tokens < max_new_tokens:
+        raise BenchmarkError(
+            BenchmarkFailure.TRUNCATED,
+            f"a request finished after {record.completion_tokens} of {max_new_tokens} tokens "
+            f"with finish_reason {dict(record.finish_reason)} although ignore_eos was on "
+            "(context length too small? stop strings in extra sampling params?)",
+        )
+
+
+async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
+    try:
+        await _warmup(ctx, concurrency)
+        s = ctx.settings
+        await flush_cache(
+            ctx.client, attempts=s.flush_attempts, interval_s=s.flush_interval_s, sleep=ctx.sleep
+        )
+        before = await read_spec_counters(ctx.client)
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, None) from exc
+    loop = ClosedLoop(
+        concurrency, ctx.workload, ctx.settings.stop, ctx.clock.now, ctx.generate, ctx.on_round
+    )
+    try:
+        await loop.run()
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, loop.partial()) from exc
+    try:
+        check = await _accept_check(ctx, before, loop.records)
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, figures.level_result(loop.log(), None)) from exc
+    return figures.level_result(loop.log(), check, _check_notes(check, loop.records))
+
+
+async def _warmup(ctx: _Context, concurrency: int) -> None:
+    """One request per slot, concurrently, on prompts the measurement does not use."""
+    length = ctx.workload.warmup_output_len
+    requests = [ctx.request(ctx.workload.warmup_index(j), length) for j in range(concurrency)]
+    await first_failure([ctx.generate(r) for r in requests])
+
+
+async def _accept_check(
+    ctx: _Context, before: SpecCounters | None, records: list[StreamRecord]
+) -> AcceptCheck | None:
+    client = figures.accept_length(records)
+    if client is None:
+        return None
+    tolerance = ctx.settings.accept_tolerance
+    after = await read_spec_counters(ctx.client)
+    if before is not None and after is not None:
+        check = figures.accept_check_from_metrics(before, after, client, tolerance)
+        if check is not None:
+            return check
+    server = await read_server_accept_length(ctx.client)
+    decode = figures.decode_accept_length(records)
+    if server is None or decode is None:
+        return None
+    return figures.accept_check_from_server_info(server, decode, tolerance)
+
+
+def _check_notes(check: AcceptCheck | None, records: list[StreamRecord]) -> list[str]:
+    if check is None and figures.accept_length(records) is not None:
+        return [
+            "accept length not cross-checked: the server has no /metrics (--enable-metrics) "
+            "and no avg_spec_accept_length yet"
+        ]
+    return []
+
+
+def _check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"--url must look like http://HOST:PORT, got {url!r}")
+    return url.rstrip("/")

@@ -1,0 +1,220 @@
+"""What a benchmark sends: prompts, output length, sampling settings and concurrency levels.
+
+Acceptance depends on content, so the shipped prompt set mixes chat, code,
+summarisation, reasoning, explanation, writing and extraction. A JSONL file
+can replace it: one object per line with a ``prompt`` string, or a
+ShareGPT-style ``conversations`` list whose first human turn is the prompt.
+
+Which prompt each request gets is fixed by the seed: the prompts are shuffled
+once, slot ``j`` of concurrency level ``B`` replays the same prompt(s) in
+every round (see :meth:`Workload.prompt_index`), and warmup requests use
+prompts from the other end of the order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sweep.exceptions import ConfigError, PromptFileError
+
+SHIPPED = "shipped"
+_EXPECTED = 'one JSON object per line with a "prompt" string or a ShareGPT "conversations" list'
+_HUMAN_ROLES = ("human", "user")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A benchmark workload. Build it with :func:`make_workload` to load and validate prompts.
+
+    Attributes:
+        prompts: prompt texts in file order.
+        source: ``"shipped"`` or the prompt file's path.
+        output_len: tokens per request (``max_new_tokens``).
+        temperature: 0 is greedy: the same prompt gives the same tokens and acceptance.
+        ignore_eos: keep generating to ``output_len`` so every request has the same length.
+        seed: shuffles the prompts once; the same seed gives the same requests.
+        concurrency: the levels to measure, in order.
+        prompts_per_slot: distinct prompts each slot cycles through per round.
+        warmup_output_len: tokens per warmup request (not measured).
+        extra_sampling_params: more SGLang ``sampling_params`` (e.g. ``top_p``).
+    """
+
+    prompts: tuple[str, ...]
+    source: str = SHIPPED
+    output_len: int = 500
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    seed: int = 0
+    concurrency: tuple[int, ...] = (1,)
+    prompts_per_slot: int = 1
+    warmup_output_len: int = 32
+    extra_sampling_params: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_workload(self)
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """Prompt indices in the seeded order."""
+        order = list(range(len(self.prompts)))
+        random.Random(self.seed).shuffle(order)
+        return tuple(order)
+
+    def prompt_index(self, concurrency: int, slot: int, request: int) -> int:
+        """The prompt of a slot's ``request``-th measured request at ``concurrency``.
+
+        Slot ``j`` cycles through ``prompts_per_slot`` prompts, so round ``r``
+        replays exactly the prompts of round ``r − 1``: rounds differ only by
+        the server's timing, which is what the confidence interval measures.
+        """
+        position = slot + concurrency * (request % self.prompts_per_slot)
+        return self.order[position % len(self.prompts)]
+
+    def warmup_index(self, slot: int) -> int:
+        """The prompt of slot ``slot``'s warmup request (from the end of the order)."""
+        return self.order[-1 - slot % len(self.prompts)]
+
+    def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
+        """SGLang ``sampling_params`` for one request."""
+        return {
+            "max_new_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "ignore_eos": self.ignore_eos,
+            **self.extra_sampling_params,
+        }
+
+    def digest(self) -> str:
+        """SHA-256 of the prompt texts: two results with the same digest saw the same prompts."""
+        h = hashlib.sha256()
+        for prompt in self.prompts:
+            h.update(prompt.encode())
+            h.update(b"\x00")
+        return h.hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything but the prompt texts (their count and digest identify them)."""
+        return {
+            "source": self.source,
+            "prompt_count": len(self.prompts),
+            "prompt_digest": self.digest(),
+            "output_len": self.output_len,
+            "temperature": self.temperature,
+            "ignore_eos": self.ignore_eos,
+            "seed": self.seed,
+            "concurrency": list(self.concurrency),
+            "prompts_per_slot": self.prompts_per_slot,
+            "warmup_output_len": self.warmup_output_len,
+            "extra_sampling_params": dict(self.extra_sampling_params),
+        }
+
+
+def _check_workload(w: Workload) -> None:
+    if not w.prompts:
+        raise ConfigError(f"{w.source}: the workload has no prompts")
+    checks = [
+        (w.output_len >= 1, f"output length must be >= 1, got {w.output_len}"),
+        (w.warmup_output_len >= 1, f"warmup output length must be >= 1, got {w.warmup_output_len}"),
+        (w.temperature >= 0, f"temperature must be >= 0, got {w.temperature}"),
+        (bool(w.concurrency), "give at least one concurrency level"),
+        (all(c >= 1 for c in w.concurrency), f"concurrency must be >= 1, got {w.concurrency}"),
+        (w.prompts_per_slot >= 1, f"prompts per slot must be >= 1, got {w.prompts_per_slot}"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ConfigError(message)
+
+
+def make_workload(prompts_path: str | Path | None = None, **settings: Any) -> Workload:
+    """A workload over the shipped prompts, or over a JSONL file's prompts.
+
+    Args:
+        prompts_path: a JSONL prompt file; ``None`` for the shipped set.
+        **settings: any other :class:`Workload` field (``output_len``, ``concurrency``...).
+
+    Raises:
+        PromptFileError: the file is missing or a line is not a valid prompt.
+        ConfigError: a setting is out of range.
+    """
+    if prompts_path is None:
+        return Workload(prompts=shipped_prompts(), source=SHIPPED, **settings)
+    return Workload(prompts=load_prompts(prompts_path), source=str(prompts_path), **settings)
+
+
+def shipped_prompts() -> tuple[str, ...]:
+    """The prompt set shipped with sweep (``sweep/bench/prompts.jsonl``)."""
+    text = resources.files("sweep.bench").joinpath("prompts.jsonl").read_text(encoding="utf-8")
+    return parse_prompts(text.splitlines(), "sweep/bench/prompts.jsonl")
+
+
+def load_prompts(path: str | Path) -> tuple[str, ...]:
+    """Read a JSONL prompt file.
+
+    Raises:
+        PromptFileError: unreadable file, bad JSON, or a line without a usable prompt.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptFileError(str(path), 0, f"cannot read the prompt file ({exc})") from exc
+    return parse_prompts(lines, str(path))
+
+
+def parse_prompts(lines: Sequence[str], source: str) -> tuple[str, ...]:
+    """Prompts from JSONL lines; blank lines are skipped.
+
+    Raises:
+        PromptFileError: naming ``source``, the 1-based line and what was expected.
+    """
+    prompts = []
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            prompts.append(_prompt_from_line(line, source, number))
+    if not prompts:
+        raise PromptFileError(source, 0, f"no prompts found; expected {_EXPECTED}")
+    return tuple(prompts)
+
+
+def _prompt_from_line(line: str, source: str, number: int) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PromptFileError(
+            source, number, f"invalid JSON ({exc.msg}); expected {_EXPECTED}"
+        ) from exc
+    if not isinstance(record, dict):
+        found = type(record).__name__
+        raise PromptFileError(source, number, f"found a JSON {found}; expected {_EXPECTED}")
+    if "prompt" in record:
+        prompt = record["prompt"]
+    elif "conversations" in record:
+        prompt = _first_human_turn(record["conversations"], source, number)
+    else:
+        keys = ", ".join(sorted(record)) or "none"
+        raise PromptFileError(
+            source, number, f"no prompt field (keys: {keys}); expected {_EXPECTED}"
+        )
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise PromptFileError(
+            source, number, f"the prompt must be a non-empty string, got {prompt!r}"
+        )
+    return prompt
+
+
+def _first_human_turn(turns: Any, source: str, number: int) -> Any:
+    if isinstance(turns, list):
+        for turn in turns:
+            if isinstance(turn, dict) and turn.get("from") in _HUMAN_ROLES:
+                return turn.get("value")
+    raise PromptFileError(
+        source,
+        number,
+        'the "conversations" list has no human turn; expected a list of '
+        '{"from": "human", "value": "..."} objects',
+    )
