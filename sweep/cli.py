@@ -7,13 +7,20 @@ exit code 1 in :func:`main`; usage errors exit 2.
 
 from __future__ import annotations
 
+import shlex
 import sys
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sweep import __version__
-from sweep.exceptions import SweepError
+from sweep.exceptions import Interrupted, SweepError
+
+if TYPE_CHECKING:
+    from sweep.launch import LaunchReport
+    from sweep.readiness import Event
 
 app = typer.Typer(
     name="sweep",
@@ -22,6 +29,7 @@ app = typer.Typer(
     add_completion=False,
 )
 err = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _version(value: bool) -> None:
@@ -55,10 +63,278 @@ def sim(ctx: typer.Context) -> None:
     raise typer.Exit(sim_main(ctx.args))
 
 
+@app.command()
+def bench(
+    url: str = typer.Option(..., help="The running server, e.g. http://127.0.0.1:30000."),
+    concurrency: str = typer.Option("1", help="Comma-separated concurrency levels, e.g. 1,4,16."),
+    output_len: int = typer.Option(500, help="Tokens generated per request (ignore_eos is on)."),
+    prompts: str | None = typer.Option(
+        None, help='JSONL prompt file ("prompt" or ShareGPT "conversations"); default: shipped.'
+    ),
+    target_ci: float = typer.Option(1.0, help="Stop when the 95 % CI is ± this % of the mean."),
+    max_rounds: int = typer.Option(50, help="Most measured rounds per level (at least 2)."),
+    max_time: float = typer.Option(600.0, help="Most seconds of measured rounds per level."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Benchmark a running SGLang server: throughput, accept length, latency, 95 % CIs.
+
+    Example: sweep bench --url http://127.0.0.1:30000 --concurrency 1,4,16 --output-len 500
+    """
+    from sweep.bench import BenchmarkSettings, StopRule, make_workload, run_benchmark
+    from sweep.bench.render import progress_line, show
+    from sweep.exceptions import BenchmarkError
+
+    if max_rounds < 2:
+        raise typer.BadParameter(
+            "need at least 2 for a confidence interval", param_hint="--max-rounds"
+        )
+    workload = make_workload(prompts, output_len=output_len, concurrency=_ints(concurrency))
+    rule = StopRule(
+        target_precision=target_ci / 100,
+        min_rounds=min(5, max_rounds),
+        max_rounds=max_rounds,
+        max_time_s=max_time,
+    )
+    try:
+        result = run_benchmark(
+            url,
+            workload,
+            BenchmarkSettings(stop=rule),
+            on_round=lambda p: err.print(progress_line(p)),
+        )
+    except BenchmarkError as exc:
+        if exc.partial is not None:
+            show(exc.partial, as_json=as_json, out=Console(), err=err)
+        raise
+    show(result, as_json=as_json, out=Console(), err=err)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise typer.BadParameter(f"expected integers like 1,4,16, got {text!r}") from exc
+
+
+@app.command()
+def launch(
+    params: str = typer.Option(
+        ..., help="num_steps=N,eagle_topk=K,num_draft_tokens=D[,draft_tp=T], or baseline."
+    ),
+    model_path: str = typer.Option(..., help="Target model path or hub id."),
+    tp: int = typer.Option(..., help="Target tensor-parallel size."),
+    port: int = typer.Option(30000, help="HTTP port of the server."),
+    launcher: str = typer.Option(
+        "python -m sglang.launch_server", help='How to start SGLang: "sglang serve", "sweep sim"...'
+    ),
+    host: str = typer.Option("", help="SSH host: ssh://user@host:port or a ~/.ssh/config alias."),
+    extra_flag: Annotated[
+        list[str] | None,
+        typer.Option(help='More server flags, e.g. "--mem-fraction-static 0.85" (repeatable).'),
+    ] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(help="KEY=VALUE for the server's environment (repeatable)."),
+    ] = None,
+    algorithm: str = typer.Option("EAGLE3", help="Speculative algorithm."),
+    draft_model_path: str = typer.Option("", help="Draft model, if the target needs one."),
+    max_running_requests: int = typer.Option(48, help="Always passed to the server explicitly."),
+    cuda_graph_max_bs: int = typer.Option(0, help="Largest CUDA-graph decode batch (0: default)."),
+    bind_host: str = typer.Option("127.0.0.1", help="Server address (0.0.0.0 on a remote host)."),
+    engine_version: str = typer.Option("", help="Pin the SGLang version (default: read it)."),
+    draft_tp_flag: str = typer.Option("", help="A patched build's flag for the draft TP size."),
+    python: str = typer.Option("", help="Interpreter that imports sglang on the host."),
+    timeout: float = typer.Option(900.0, help="Start-up timeout, seconds."),
+    workdir: str = typer.Option(
+        "/tmp/sweep-servers", help="Folder for server logs and PGID files."
+    ),
+    ssh_key: str = typer.Option("", help="Private key for the SSH host."),
+    ssh_config: str = typer.Option("", help="SSH config file instead of ~/.ssh/config."),
+    known_hosts: str = typer.Option("", help="Extra known_hosts file for the SSH host."),
+    host_key_check: bool = typer.Option(True, help="Check the SSH host key (off: any key)."),
+) -> None:
+    """Start one configuration, wait until ready, print what it resolved, stop it.
+
+    Example: sweep launch --launcher "sweep sim" --model-path kimi --tp 8 --port 30000
+    --params num_steps=2,eagle_topk=1,num_draft_tokens=3
+    """
+    from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+    from sweep.executor import open_executor
+    from sweep.launch import launch_once
+    from sweep.lifecycle import LifecycleOptions
+
+    target = None
+    if host:
+        from sweep.executor.ssh import SSHTarget
+
+        target = SSHTarget.parse(
+            host,
+            key_filename=ssh_key or None,
+            known_hosts=known_hosts or None,
+            check_host_key=host_key_check,
+            ssh_config_path=ssh_config or None,
+        )
+    adapter = SGLangAdapter(
+        launcher=tuple(shlex.split(launcher)),
+        version=engine_version or None,
+        draft_tp_flag=draft_tp_flag,
+        python=python or None,
+    )
+    config = ServerConfig(
+        model_path=model_path,
+        tp_size=tp,
+        port=port,
+        bind_host=bind_host,
+        algorithm=algorithm,
+        draft_model_path=draft_model_path or None,
+        max_running_requests=max_running_requests,
+        cuda_graph_max_bs=cuda_graph_max_bs or None,
+        extra_flags=tuple(word for flag in extra_flag or () for word in shlex.split(flag)),
+        env=tuple(_key_value(item) for item in env or ()),
+    )
+    options = LifecycleOptions(workdir=workdir, startup_timeout_s=timeout)
+    with open_executor(target) as executor:
+        report = launch_once(
+            executor, adapter, config, SpecParams.parse(params), options=options, on_event=_show
+        )
+    _render_launch(report)
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--env")
+    return key, value
+
+
+def _show(event: Event) -> None:
+    err.print(f"[dim]\\[{event.elapsed_s:7.1f} s][/dim] {escape(event.message)}", highlight=False)
+
+
+def _render_launch(report: LaunchReport) -> None:
+    print(f"host: {report.host}\nurl: {report.url}\ncommand: {report.command}")
+    print(f"engine: {report.engine.version} ({report.engine.source})")
+    print("resolved:")
+    for key, value in report.resolved.as_dict().items():
+        print(f"  {key}: {value}")
+    print("phases (s after launch):")
+    for phase, seconds in report.phase_s.items():
+        print(f"  {phase}: {seconds:.2f}")
+    if report.preflight is not None:
+        print(f"preflight: {report.preflight.duration_s:.2f} s")
+    if report.stop is not None:
+        stop = report.stop
+        print(f"stop: {stop.duration_s:.2f} s ({stop.signal}, port free: {stop.port_free})")
+
+
+@app.command()
+def run(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
+    n_trials: int = typer.Option(0, help="Stop after this many measured configurations."),
+    storage: str = typer.Option("", help="Storage URL instead of the study's."),
+) -> None:
+    """Run or resume a study: baseline, then trials until done, out of time or Ctrl-C.
+
+    Example: sweep run studies/demo-sim.toml --budget 10m
+    """
+    from sweep.runner import RunOptions, run_study
+    from sweep.study import load_study
+    from sweep.study.reader import TableReader
+    from sweep.study.spec import parse_duration
+
+    study = load_study(study_file)
+    budget_s = None
+    if budget:
+        budget_s = parse_duration(budget, TableReader("--budget", "", {}), "budget")
+    options = RunOptions(deadline=deadline or None, budget_s=budget_s,
+                         n_trials=n_trials or None, storage_url=storage or None)  # fmt: skip
+    summary = run_study(study, options)
+    out.print(f"stopped: {summary.stop_reason}")
+    out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
+              f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
+              f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
+    out.print(f"best: {summary.best}")
+    out.print(f"results: {summary.storage} (study {summary.study}); "
+              f"see `sweep status {study_file}`")  # fmt: skip
+
+
+@app.command()
+def plan(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    commands: bool = typer.Option(False, "--commands", help="Print every launch command."),
+) -> None:
+    """Check a study and show what it will launch, what it excludes and why, and how long.
+
+    Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
+    """
+    from sweep.status import plan_report
+    from sweep.study import load_study
+
+    report = plan_report(load_study(study_file))
+    if commands:
+        for line in report.commands:
+            print(line)
+        return
+    out.print(f"{len(report.valid)} valid configurations:")
+    for config in report.valid:
+        out.print(f"  {config.label()}", markup=False)
+    if report.excluded:
+        out.print(f"{len(report.excluded)} excluded:")
+        for config, reason in report.excluded:
+            out.print(f"  {config.label()}: {reason}", markup=False)
+    hours = report.total_s / 3600
+    out.print(f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
+              f"({report.estimated_from})")  # fmt: skip
+
+
+@app.command()
+def status(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    storage: str = typer.Option("", help="Storage URL instead of the study's."),
+) -> None:
+    """Show every trial: state, configuration, objective with CI, accept length, failure.
+
+    Example: sweep status studies/demo-sim.toml
+    """
+    from rich.table import Table
+
+    from sweep.status import load_status
+    from sweep.study import load_study
+
+    study = load_study(study_file)
+    report = load_status(study, storage or None)
+    table = Table(title=f"{report.study} ({report.storage})")
+    for column in ("#", "kind", "state", "configuration", study.objective.metric, "± 95%",
+                   "accept", "speedup", "note"):  # fmt: skip
+        table.add_column(column)
+    for r in report.rows:
+        table.add_row(str(r.number), r.kind, r.state, escape(r.label), _num(r.value),
+                      _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
+                      escape(r.failure + (" drift" if r.drift else "")))  # fmt: skip
+    out.print(table)
+    if report.baseline:
+        out.print(f"baseline (trial {report.baseline.number}): {_num(report.baseline.value)}")
+    if report.best:
+        best = report.best
+        out.print(f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
+                  f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)")  # fmt: skip
+    for warning in report.drift_warnings:
+        out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
+
+
+def _num(value: float | None, suffix: str = "") -> str:
+    return "" if value is None else f"{value:.3f}{suffix}" if suffix else f"{value:.2f}"
+
+
 def main() -> None:
     """Console entry point: turns SweepError into a clean message and exit code 1."""
     try:
         app()
+    except Interrupted as exc:
+        err.print(f"[yellow]interrupted:[/yellow] {escape(str(exc))}")
+        sys.exit(130)
     except SweepError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         sys.exit(1)

@@ -7,11 +7,15 @@ escaping is a bug. The tree::
     ├── ConfigError            a file or value the user gave is wrong
     │   ├── StudyFileError     a study file (names the file and the key)
     │   ├── ProfileError       a simulator profile file
-    │   └── EngineConfigError  parameters the engine cannot express (e.g. draft TP)
+    │   ├── EngineConfigError  parameters the engine cannot express (e.g. draft TP)
+    │   └── PromptFileError    a benchmark prompt file (names the file and the line)
     ├── SimulatorError         the simulated server cannot do what was asked
     ├── ExecutorError          a command could not be run on a host
     │   └── TransientSSHError  the SSH connection kept failing, even after retries
-    └── ServerFailure          a launched server failed: kind, exit code, phase, log tail
+    ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
+    ├── BenchmarkError         a benchmark run went bad: reason, partial figures kept
+    ├── StorageError           the study database cannot be opened or written
+    └── Interrupted            the user stopped a sweep (Ctrl-C); what was measured is kept
 
 Later parts of `sweep` hang their own branches here (server lifecycle,
 benchmark, storage), so one ``except SweepError`` in the CLI turns every
@@ -20,9 +24,14 @@ expected failure into a clean message and exit code 1.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from sweep.failures import FailureKind, Phase
+
+if TYPE_CHECKING:
+    from sweep.bench.result import BenchmarkResult
 
 
 class SweepError(Exception):
@@ -135,3 +144,96 @@ class ServerFailure(SweepError):
             lines.append(f"  last log lines{where}:")
             lines.extend(f"    {line}" for line in self.log_tail[-10:])
         return "\n".join(lines)
+
+
+class PromptFileError(ConfigError):
+    """A benchmark prompt file is invalid; the message names the file, the line and the fix.
+
+    Attributes:
+        path: the prompt file.
+        line: the 1-based line number, or 0 for the file as a whole.
+    """
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line
+
+
+class BenchmarkFailure(enum.StrEnum):
+    """Why a benchmark run is not trustworthy."""
+
+    REJECTED = "rejected"
+    """The server refused a request (HTTP 4xx), e.g. an unknown sampling parameter."""
+    SERVER_ERROR = "server_error"
+    """HTTP 5xx, or an error event in the middle of a stream."""
+    CONNECTION_LOST = "connection_lost"
+    """The connection was refused or dropped mid-stream: the server probably died."""
+    STALLED = "stalled"
+    """A stream went quiet: no token for the stall timeout."""
+    TRUNCATED = "truncated"
+    """A request finished before its max tokens despite ignore_eos, or was aborted."""
+    BAD_RESPONSE = "bad_response"
+    """The server answered something that is not SGLang's streaming format."""
+    NOT_IDLE = "not_idle"
+    """/flush_cache kept refusing: the server never became idle."""
+
+    @property
+    def deterministic(self) -> bool:
+        """True when rerunning the same benchmark against the same server fails the same way."""
+        return self in (BenchmarkFailure.REJECTED, BenchmarkFailure.TRUNCATED)
+
+
+class BenchmarkError(SweepError):
+    """A benchmark run went bad; it never turns into a silently low number.
+
+    Attributes:
+        reason: what went wrong.
+        detail: one line saying what was expected and what was found.
+        url: the server benchmarked.
+        concurrency: the level being measured, if any.
+        partial: the figures measured before the failure (finished levels, and the
+            failing level's completed rounds), or ``None`` if nothing was measured.
+    """
+
+    def __init__(
+        self,
+        reason: BenchmarkFailure,
+        detail: str,
+        *,
+        url: str = "",
+        concurrency: int | None = None,
+        partial: BenchmarkResult | None = None,
+    ) -> None:
+        self.reason = reason
+        self.detail = detail
+        self.url = url
+        self.concurrency = concurrency
+        self.partial = partial
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = self.url or "server"
+        if self.concurrency is not None:
+            where += f" at concurrency {self.concurrency}"
+        kept = ""
+        if self.partial is not None:
+            kept = f"; partial figures kept for {self.partial.describe_progress()}"
+        return f"benchmark of {where} failed [{self.reason}]: {self.detail}{kept}"
+
+    def located(
+        self, url: str, concurrency: int | None, partial: BenchmarkResult | None
+    ) -> BenchmarkError:
+        """The same failure, told where it happened and carrying the partial figures."""
+        return BenchmarkError(
+            self.reason, self.detail, url=url, concurrency=concurrency, partial=partial
+        )
+
+
+class StorageError(SweepError):
+    """The study database cannot be opened or written."""
+
+
+class Interrupted(SweepError):
+    """The user stopped the sweep (Ctrl-C); the interrupted trial was recorded."""

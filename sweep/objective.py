@@ -55,7 +55,7 @@ def level_figures(level: LevelResult) -> dict[str, Any]:
         "itl_ms": _distribution(level.itl_s, 1000.0),
         "e2e_s": _distribution(level.e2e_s, 1.0),
         "rounds": len(level.rounds),
-        "requests": level.requests,
+        "requests": len(level.requests),
         "completion_tokens": level.completion_tokens,
         "elapsed_s": level.elapsed_s,
         "precision": level.precision,

@@ -9,7 +9,7 @@ keyed by study and trial, so every figure can be recomputed later.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -75,8 +75,15 @@ def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
     return optuna.samplers.RandomSampler(seed=study.seed)
 
 
-def open_study(study: Study, *, storage_url: str | None = None) -> optuna.Study:
-    """Create or load the study's Optuna study and record the study file on it.
+def baseline_study_name(name: str) -> str:
+    """The companion study holding a study's no-speculation baselines."""
+    return f"{name}.baselines"
+
+
+def open_study(study: Study, *, storage_url: str | None = None,
+               name: str | None = None) -> optuna.Study:  # fmt: skip
+    """Create or load the study's Optuna study (or the companion ``name``) and record the
+    study file on it.
 
     Raises:
         StorageError: the database cannot be opened.
@@ -85,7 +92,7 @@ def open_study(study: Study, *, storage_url: str | None = None) -> optuna.Study:
     try:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
         optuna_study = optuna.create_study(
-            study_name=study.name,
+            study_name=name or study.name,
             storage=storage,
             direction="maximize",
             sampler=sampler_for(study),
@@ -129,36 +136,34 @@ samples_table = sa.Table(
     sa.Column("study_name", sa.String(512), nullable=False, index=True),
     sa.Column("trial_number", sa.Integer, nullable=False),
     sa.Column("concurrency", sa.Integer, nullable=False),
-    sa.Column("round", sa.Integer, nullable=False),
+    sa.Column("round", sa.Integer),
     sa.Column("slot", sa.Integer, nullable=False),
+    sa.Column("prompt_index", sa.Integer),
+    sa.Column("sent_s", sa.Float),
     sa.Column("ttft_s", sa.Float),
     sa.Column("e2e_s", sa.Float),
     sa.Column("completion_tokens", sa.Integer),
-    sa.Column("verify_ct", sa.Integer),
-    sa.Column("chunks", sa.Integer),
-    sa.Column("itl_p50_ms", sa.Float),
-    sa.Column("itl_p90_ms", sa.Float),
-    sa.Column("itl_max_ms", sa.Float),
-    sa.Column("extra", sa.Text),
+    sa.Column("spec_verify_ct", sa.Integer),
+    sa.Column("decode_speed", sa.Float),
+    sa.Column("server_e2e_s", sa.Float),
 )
 
 
 @dataclass(frozen=True)
 class Sample:
-    """One measured request, as stored."""
+    """One measured request, as stored (``round`` is None after the last measured round)."""
 
     concurrency: int
-    round: int
+    round: int | None
     slot: int
-    ttft_s: float | None
-    e2e_s: float | None
+    prompt_index: int
+    sent_s: float
+    ttft_s: float
+    e2e_s: float
     completion_tokens: int
-    verify_ct: int | None
-    chunks: int
-    itl_p50_ms: float | None = None
-    itl_p90_ms: float | None = None
-    itl_max_ms: float | None = None
-    extra: Mapping[str, Any] | None = None
+    spec_verify_ct: int | None
+    decode_speed: float | None
+    server_e2e_s: float | None
 
 
 _engines: dict[str, sa.Engine] = {}
@@ -205,22 +210,7 @@ def load_samples(
 
 
 def _row(study_name: str, trial_number: int, s: Sample) -> dict[str, Any]:
-    return {
-        "study_name": study_name,
-        "trial_number": trial_number,
-        "concurrency": s.concurrency,
-        "round": s.round,
-        "slot": s.slot,
-        "ttft_s": s.ttft_s,
-        "e2e_s": s.e2e_s,
-        "completion_tokens": s.completion_tokens,
-        "verify_ct": s.verify_ct,
-        "chunks": s.chunks,
-        "itl_p50_ms": s.itl_p50_ms,
-        "itl_p90_ms": s.itl_p90_ms,
-        "itl_max_ms": s.itl_max_ms,
-        "extra": json.dumps(dict(s.extra)) if s.extra else None,
-    }
+    return {"study_name": study_name, "trial_number": trial_number, **dataclasses.asdict(s)}
 
 
 def quiet_optuna() -> None:

@@ -246,7 +246,11 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
-        """Send ``sig`` to every process of group ``pgid``; False if the group is gone."""
+        """Send ``sig`` to every process of group ``pgid``.
+
+        Returns:
+            True when some process had that group id (a zombie counts), else False.
+        """
 
     @abc.abstractmethod
     def start_ticks(self, pid: int) -> int | None:
@@ -254,7 +258,11 @@ class Executor(abc.ABC):
 
     @abc.abstractmethod
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
-        """True when a server could listen on ``bind_host:port`` now (nothing holds it)."""
+        """True when nothing listens on ``port`` (so a server could listen there now).
+
+        The local check binds the port (as the server would); the SSH check reads
+        the host's ``/proc/net/tcp{,6}`` for a listening socket.
+        """
 
     @abc.abstractmethod
     def run(
@@ -304,22 +312,6 @@ class Executor(abc.ABC):
     def wait_group_gone(self, pgid: int, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds until no process of ``pgid`` runs; True if so."""
         return self._wait_until(lambda: not self.group_alive(pgid), timeout)
-
-    def recorded_group(self, pgid_path: str) -> RecordedGroup | None:
-        """The process group recorded in ``pgid_path`` if it still runs, else ``None``.
-
-        A PID is not reused while its group has members, so a group whose
-        leader is gone but whose members run is still the recorded one; a live
-        leader must have the recorded start time.
-        """
-        text = self.read_text(pgid_path)
-        group = RecordedGroup.parse(text) if text else None
-        if group is None or not self.group_alive(group.pgid):
-            return None
-        ticks = self.start_ticks(group.pgid)
-        if ticks is not None and group.start_ticks is not None and ticks != group.start_ticks:
-            return None  # the PID now belongs to an unrelated process
-        return group
 
     def _wait_until(self, condition: Callable[[], bool], timeout: float) -> bool:
         deadline = self.clock.now() + timeout

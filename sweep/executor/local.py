@@ -1,7 +1,9 @@
 """Run servers and commands on this machine (the only module in `sweep` importing subprocess).
 
-Liveness and process groups are read from ``/proc`` (Linux), so a server
-left by an earlier run, which is not our child, is still seen and reaped.
+Servers are started detached by the same shell script as over SSH
+(``sweep.executor.detached``), so they are not our children; liveness and
+process groups are read from ``/proc`` (Linux), and a server left by an
+earlier run is seen and reaped like any other.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ from sweep.executor.base import (
     group_alive_in,
     parse_gpu_memory,
 )
+from sweep.executor.detached import (
+    START_RECORD_WAIT_S,
+    exit_code_from_text,
+    prepare_script,
+    start_script,
+)
 
 PROC = Path("/proc")
 
@@ -44,7 +52,6 @@ class LocalExecutor(Executor):
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, nvidia_smi: str = "nvidia-smi") -> None:
         super().__init__(clock)
         self.nvidia_smi = nvidia_smi
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
     def host(self) -> str:
@@ -57,36 +64,24 @@ class LocalExecutor(Executor):
     def start(
         self, argv: Sequence[str], *, env: Mapping[str, str], files: ServerFiles
     ) -> ServerProcess:
-        Path(files.log).parent.mkdir(parents=True, exist_ok=True)
-        Path(files.pgid).parent.mkdir(parents=True, exist_ok=True)
-        self.remove(files.exit)
-        try:
-            with open(files.log, "wb") as log:
-                child = subprocess.Popen(
-                    list(argv),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                    env={**os.environ, **env},
-                )
-        except OSError as exc:
-            raise ExecutorError(self.host, f"cannot start {argv[0]!r}: {exc}") from exc
-        self._children[child.pid] = child
-        process = ServerProcess(child.pid, self.start_ticks(child.pid), files, self.host)
-        Path(files.pgid).write_text(RecordedGroup(child.pid, process.start_ticks).render())
-        return process
+        # The same detached start as over SSH: the server is not our child, so it
+        # outlives this process and is seen (and reaped) the same way on every host.
+        script = f"{prepare_script(files)} && {start_script(argv, env, files)}"
+        result = self.run(["sh", "-c", script], timeout=START_RECORD_WAIT_S + 5)
+        group = RecordedGroup.parse(result.stdout)
+        if group is None:
+            detail = (result.stderr or result.stdout).strip()
+            raise ExecutorError(self.host, f"could not start {argv[0]!r}: {detail or 'no PGID'}")
+        return ServerProcess(group.pgid, group.start_ticks, files, self.host)
 
     def is_alive(self, process: ServerProcess) -> bool:
-        child = self._children.get(process.pid)
-        if child is not None:
-            return child.poll() is None
-        ticks = self.start_ticks(process.pid)
-        return ticks is not None and process.start_ticks in (None, ticks)
+        stat = _stat(process.pid)
+        if stat is None or stat.dead:
+            return False
+        return process.start_ticks in (None, stat.start_ticks)
 
     def exit_code(self, process: ServerProcess) -> int | None:
-        child = self._children.get(process.pid)
-        return None if child is None else child.poll()
+        return exit_code_from_text(self.read_text(process.files.exit) or "")
 
     def read_log(self, path: str, offset: int, limit: int = LOG_CHUNK_BYTES) -> bytes:
         try:
@@ -97,7 +92,6 @@ class LocalExecutor(Executor):
             return b""
 
     def group_alive(self, pgid: int) -> bool:
-        self._reap_children()
         return group_alive_in(_all_stat_lines(), pgid)
 
     def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
@@ -161,10 +155,6 @@ class LocalExecutor(Executor):
 
     def remove(self, path: str) -> None:
         Path(path).unlink(missing_ok=True)
-
-    def _reap_children(self) -> None:
-        for child in self._children.values():
-            child.poll()  # collects a zombie child; the exit code stays on the Popen
 
 
 def _stat(pid: int) -> ProcStat | None:

@@ -52,7 +52,7 @@ class HostSpec:
     port: int | None = None
     key: str | None = None
     strict_host_key: bool = True
-    workdir: str = "/tmp/sweep"
+    workdir: str = "/tmp/sweep-servers"
     python: str | None = None  # interpreter that imports the engine (version check)
 
 
@@ -99,7 +99,7 @@ class WorkloadSpec:
 
 @dataclass(frozen=True)
 class BenchmarkSpec:
-    warmup_requests: int = 2
+    warmup_tokens: int = 32
     min_rounds: int = 5
     max_rounds: int = 30
     target_rel_ci: float = 0.01
@@ -357,7 +357,7 @@ def _host(r: TableReader) -> HostSpec:
         port=port,
         key=r.string("key", None),
         strict_host_key=r.boolean("strict_host_key", True),
-        workdir=r.string("workdir", "/tmp/sweep"),
+        workdir=r.string("workdir", "/tmp/sweep-servers"),
         python=r.string("python", None),
     )
     r.done()
@@ -419,7 +419,7 @@ def _workload(r: TableReader) -> WorkloadSpec:
 
 def _benchmark(r: TableReader) -> BenchmarkSpec:
     spec = BenchmarkSpec(
-        warmup_requests=r.integer("warmup_requests", 2, minimum=0),
+        warmup_tokens=r.integer("warmup_tokens", 32, minimum=1),
         min_rounds=r.integer("min_rounds", 5, minimum=2),
         max_rounds=r.integer("max_rounds", 30, minimum=2),
         target_rel_ci=r.number("target_rel_ci", 0.01, minimum=0.0, maximum=1.0),

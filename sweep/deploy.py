@@ -1,0 +1,145 @@
+"""From a study to the objects that run it: executor, engine adapter, server config,
+per-trial parameters, lifecycle options, workload and benchmark settings.
+
+The one place where a study's keys meet the lifecycle's and the benchmark's types.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from typing import Any
+
+from sweep.bench.runner import BenchmarkSettings
+from sweep.bench.stats import StopRule
+from sweep.bench.workload import Workload, make_workload
+from sweep.engines.base import EngineAdapter, ServerConfig, SpecParams
+from sweep.engines.sglang import SGLangAdapter
+from sweep.exceptions import ConfigError
+from sweep.executor import Executor, LocalExecutor
+from sweep.lifecycle import LifecycleOptions
+from sweep.space import TrialConfig
+from sweep.study.spec import HostSpec, Study
+
+
+def open_host(host: HostSpec) -> Executor:
+    """The executor for a study host: this machine, or an SSH target."""
+    if host.kind == "local":
+        return LocalExecutor()
+    from sweep.executor.ssh import SSHExecutor, SSHTarget
+
+    key = os.path.expanduser(host.key) if host.key else None
+    target = SSHTarget(
+        host.address,
+        user=host.user,
+        port=host.port,
+        key_filename=key,
+        check_host_key=host.strict_host_key,
+    )
+    return SSHExecutor(target)
+
+
+def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
+    """The study's launcher; a leading ``sweep`` means this installation of sweep (local host)."""
+    words = study.engine.launcher
+    if words[0] == "sweep" and host.kind == "local":
+        found = shutil.which("sweep")
+        return (found, *words[1:]) if found else (sys.executable, "-m", "sweep", *words[1:])
+    return words
+
+
+def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
+    """The engine adapter (SGLang; vLLM arrives with its own issue)."""
+    if study.engine.name != "sglang":
+        raise ConfigError(
+            f"{study.path}: [engine.name] {study.engine.name!r} is not supported "
+            "yet; only 'sglang' is"
+        )
+    return SGLangAdapter(
+        launcher=launcher_words(study, host),
+        version=study.engine.version,
+        draft_tp_flag=study.engine.draft_tp_flag or "",
+        python=host.python,
+    )
+
+
+def flag_words(flags: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """``(("--x", "1"), ("--y", "true"), ("--z", "false"))`` → ``("--x", "1", "--y")``.
+
+    ``true`` passes a bare flag and ``false`` omits it; every other value is one
+    argument, never split or interpreted by a shell.
+    """
+    words: list[str] = []
+    for flag, value in flags:
+        if value == "true":
+            words.append(flag)
+        elif value != "false":
+            words += [flag, value]
+    return tuple(words)
+
+
+def server_config(study: Study) -> ServerConfig:
+    e = study.engine
+    return ServerConfig(
+        model_path=e.model_path,
+        tp_size=e.tp_size,
+        port=e.port,
+        bind_host=e.bind_host,
+        algorithm=e.algorithm,
+        draft_model_path=e.draft_model_path,
+        max_running_requests=e.max_running_requests or max(study.workload.concurrency),
+        extra_flags=flag_words(e.flags),
+        env=e.env,
+    )
+
+
+def spec_params(config: TrialConfig) -> SpecParams:
+    """The lifecycle's parameters for a trial (the baseline runs without speculation)."""
+    extra = flag_words(config.flags)
+    if not config.speculative:
+        return SpecParams.baseline(extra_flags=extra, env=config.env)
+    return SpecParams(
+        config.num_steps,
+        config.eagle_topk,
+        config.num_draft_tokens,
+        config.draft_tp,
+        extra,
+        config.env,
+    )
+
+
+def lifecycle_options(study: Study, host: HostSpec, **overrides: Any) -> LifecycleOptions:
+    options = LifecycleOptions(workdir=host.workdir, startup_timeout_s=study.engine.ready_timeout_s)
+    return options if not overrides else _replace(options, overrides)
+
+
+def workload_for(study: Study) -> Workload:
+    w = study.workload
+    return make_workload(
+        w.prompts,
+        output_len=w.output_len,
+        temperature=w.temperature,
+        seed=w.seed,
+        concurrency=w.concurrency,
+        warmup_output_len=study.benchmark.warmup_tokens,
+    )
+
+
+def benchmark_settings(study: Study) -> BenchmarkSettings:
+    b = study.benchmark
+    rule = StopRule(
+        target_precision=b.target_rel_ci,
+        min_rounds=b.min_rounds,
+        max_rounds=b.max_rounds,
+        max_tokens=b.max_tokens,
+        max_time_s=b.max_seconds,
+        min_tokens=min(2500, b.min_rounds * study.workload.output_len),
+    )
+    return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s)
+
+
+def _replace(options: LifecycleOptions, overrides: dict[str, Any]) -> LifecycleOptions:
+    import dataclasses
+
+    return dataclasses.replace(options, **overrides)

@@ -1,0 +1,25 @@
+"""Engine adapters: parameters → launch command, readiness, failure signatures, readback."""
+
+from __future__ import annotations
+
+from sweep.engines.base import (
+    Diagnosis,
+    EngineAdapter,
+    LaunchCommand,
+    Readiness,
+    ResolvedServer,
+    ServerConfig,
+    SpecParams,
+)
+from sweep.engines.sglang import SGLangAdapter
+
+__all__ = [
+    "Diagnosis",
+    "EngineAdapter",
+    "LaunchCommand",
+    "Readiness",
+    "ResolvedServer",
+    "SGLangAdapter",
+    "ServerConfig",
+    "SpecParams",
+]

@@ -1,0 +1,375 @@
+"""The engine seam: what differs between inference engines, as data.
+
+An :class:`EngineAdapter` turns a deployment (:class:`ServerConfig`) and a
+trial's parameters (:class:`SpecParams`) into a :class:`LaunchCommand`, and
+knows the engine's readiness signals, the log lines that mark its start-up
+phases and its fatal errors, and how to read the resolved arguments back.
+The lifecycle (``sweep.lifecycle``) has one control flow for every engine;
+engines differ in this data. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import abc
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sweep.exceptions import ConfigError
+from sweep.failures import FailureKind, Phase
+
+Env = tuple[tuple[str, str], ...]
+
+
+def parse_version(version: str) -> tuple[int, ...]:
+    """``"0.5.23"`` → ``(0, 5, 23)``; ``"0.5.10.post1"`` → ``(0, 5, 10, 1)``."""
+    return tuple(int("".join(c for c in part if c.isdigit()) or 0) for part in version.split("."))
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A deployment: what stays the same across a study's trials.
+
+    Attributes:
+        model_path: the target model (path or hub id).
+        tp_size: the target's tensor-parallel size.
+        port: the HTTP port.
+        bind_host: the address the server listens on; ``0.0.0.0`` makes a remote
+            server reachable from `sweep`.
+        algorithm: the speculative algorithm, e.g. ``EAGLE3``.
+        draft_model_path: the draft model, if the engine needs one.
+        max_running_requests: always passed explicitly (SGLang silently uses 48).
+        cuda_graph_max_bs: the largest decode batch captured in a CUDA graph, if set.
+        extra_flags: more engine flags, full names only.
+        env: environment variables for the server.
+    """
+
+    model_path: str
+    tp_size: int
+    port: int
+    bind_host: str = "127.0.0.1"
+    algorithm: str = "EAGLE3"
+    draft_model_path: str | None = None
+    max_running_requests: int = 48
+    cuda_graph_max_bs: int | None = None
+    extra_flags: tuple[str, ...] = ()
+    env: Env = ()
+
+
+@dataclass(frozen=True)
+class SpecParams:
+    """One trial's speculative-decoding parameters.
+
+    Attributes:
+        num_steps: draft depth.
+        eagle_topk: branching per draft step.
+        num_draft_tokens: verify-tree tokens, root included.
+        draft_tp: the draft's tensor-parallel size; ``None`` = the target's.
+        extra_flags: engine flags for this trial only (full names).
+        env: environment variables for this trial only (override the deployment's).
+    """
+
+    num_steps: int
+    eagle_topk: int
+    num_draft_tokens: int
+    draft_tp: int | None = None
+    extra_flags: tuple[str, ...] = ()
+    env: Env = ()
+
+    @classmethod
+    def baseline(cls, *, extra_flags: Sequence[str] = (), env: Env = ()) -> SpecParams:
+        """No speculative decoding: the reference every speedup is measured against."""
+        return cls(0, 0, 0, None, tuple(extra_flags), tuple(env))
+
+    @property
+    def speculative(self) -> bool:
+        """False for :meth:`baseline` (no speculative flags are passed)."""
+        return self.num_steps > 0
+
+    @classmethod
+    def parse(cls, text: str) -> SpecParams:
+        """``"num_steps=2,eagle_topk=1,num_draft_tokens=3[,draft_tp=1]"`` or ``"baseline"``.
+
+        Raises:
+            ConfigError: a key is unknown or missing, or a value is not a positive integer.
+        """
+        if text.strip().lower() in ("baseline", "none"):
+            return cls.baseline()
+        known = ("num_steps", "eagle_topk", "num_draft_tokens", "draft_tp")
+        values: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or key not in known:
+                raise ConfigError(f"--params: expected KEY=INT with KEY in {known}, got {item!r}")
+            if not raw.strip().isdigit() or int(raw) < 1:
+                raise ConfigError(f"--params: {key} must be a positive integer, got {raw!r}")
+            values[key] = int(raw)
+        missing = [k for k in known[:3] if k not in values]
+        if missing:
+            raise ConfigError(f"--params: missing {', '.join(missing)} in {text!r}")
+        return cls(
+            num_steps=values["num_steps"],
+            eagle_topk=values["eagle_topk"],
+            num_draft_tokens=values["num_draft_tokens"],
+            draft_tp=values.get("draft_tp"),
+        )
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """The exact command a server is started with.
+
+    Attributes:
+        argv: launcher words followed by the server's flags.
+        env: environment variables added to the host's.
+        launcher_words: how many leading words of ``argv`` are the launcher.
+    """
+
+    argv: tuple[str, ...]
+    env: Env = ()
+    launcher_words: int = 0
+
+    @property
+    def server_args(self) -> tuple[str, ...]:
+        """The flags after the launcher (what the server's own argv ends with)."""
+        return self.argv[self.launcher_words :]
+
+    def shell(self) -> str:
+        """The command as one shell line, environment first."""
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        return " ".join([*prefix, shlex.join(self.argv)])
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How to tell that a server really serves.
+
+    Attributes:
+        endpoint: the HTTP path polled; 200 = ready, anything else = not yet.
+        request_timeout_s: per request; must exceed the endpoint's own cost.
+        wait_for_log_marker: poll ``endpoint`` only after ``log_marker`` was logged.
+        log_marker: the log text the engine prints when it is ready.
+    """
+
+    endpoint: str
+    request_timeout_s: float
+    wait_for_log_marker: bool
+    log_marker: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A log line that reveals a failure.
+
+    Attributes:
+        pattern: a regular expression searched in each log line.
+        kind: what it means; ``None`` = a crash whose cause other lines tell.
+        fatal: whether seeing it during start-up fails the launch at once.
+    """
+
+    pattern: re.Pattern[str]
+    kind: FailureKind | None
+    fatal: bool = True
+
+    @classmethod
+    def of(cls, pattern: str, kind: FailureKind | None, *, fatal: bool = True) -> Signature:
+        return cls(re.compile(pattern, re.IGNORECASE), kind, fatal)
+
+
+@dataclass(frozen=True)
+class PhaseMarker:
+    """A log line that shows the server entered ``phase``."""
+
+    pattern: re.Pattern[str]
+    phase: Phase
+
+    @classmethod
+    def of(cls, pattern: str, phase: Phase) -> PhaseMarker:
+        return cls(re.compile(pattern, re.IGNORECASE), phase)
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A classified failure: its kind and the evidence (a log line or an exit code)."""
+
+    kind: FailureKind
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResolvedServer:
+    """What the running server says it is (read back after ready).
+
+    ``num_draft_tokens`` and friends are the *resolved* values, which may
+    differ from the requested ones (SGLang forces draft tokens = steps + 1 at
+    topk 1). ``memory_usage`` is the engine's own per-GPU breakdown (GB for
+    SGLang's weight / kvcache / graph).
+    """
+
+    algorithm: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+    draft_tp: int | None = None
+    max_running_requests: int | None = None
+    cuda_graph_max_bs: int | None = None
+    mem_fraction_static: float | None = None
+    max_total_num_tokens: int | None = None
+    version: str | None = None
+    memory_usage: tuple[tuple[str, float], ...] = ()
+    launch_command: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in vars(self).items() if k != "memory_usage"}
+        out["memory_usage"] = dict(self.memory_usage)
+        return out
+
+
+@dataclass(frozen=True)
+class EngineAdapter(abc.ABC):
+    """An inference engine, described as data. Subclasses are frozen dataclasses.
+
+    Attributes:
+        launcher: the words that start the server, e.g. ``("sglang", "serve")``.
+        version: the engine version to target; ``None`` = the adapter's default.
+        phase_markers: log lines marking the start-up phases, in any order.
+        signatures: failure log lines, most specific first (the first kind found wins).
+        rejected_exit_codes: exit codes meaning "the command line was rejected".
+        validation_exit_codes: exit codes meaning "rejected" when the server
+            exits before it started loading (126/127: the launcher cannot be run).
+    """
+
+    launcher: tuple[str, ...]
+    version: str | None = None
+    phase_markers: tuple[PhaseMarker, ...] = ()
+    signatures: tuple[Signature, ...] = ()
+    rejected_exit_codes: frozenset[int] = field(default_factory=lambda: frozenset({2}))
+    validation_exit_codes: frozenset[int] = field(
+        default_factory=lambda: frozenset({1, 126, 127})  # 126/127: the shell cannot run it
+    )
+
+    name: ClassVar[str] = "engine"
+
+    @abc.abstractmethod
+    def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
+        """The launch command for one trial.
+
+        Raises:
+            EngineConfigError: the engine cannot express these parameters.
+        """
+
+    @abc.abstractmethod
+    def readiness(self) -> Readiness:
+        """The readiness signals for this adapter's engine version."""
+
+    @abc.abstractmethod
+    def resolved(self, server_info: Mapping[str, Any]) -> ResolvedServer:
+        """Read the resolved arguments out of the engine's server-info document."""
+
+    @abc.abstractmethod
+    def version_probe(self) -> tuple[str, ...]:
+        """A command printing the engine version on the host (with the study's interpreter)."""
+
+    def parser_probe(self, command: LaunchCommand) -> tuple[str, ...] | None:
+        """A command that parses ``command``'s flags with the engine's own parser, if any.
+
+        It must exit 2 (argparse's code) on a rejected flag and 0 otherwise.
+        """
+        return None
+
+    @property
+    def effective_version(self) -> str:
+        """The version flags and readiness are chosen for."""
+        return self.version or self.default_version
+
+    @property
+    def default_version(self) -> str:
+        return "0"
+
+    # --- concrete, driven by the data above -----------------------------------------------
+
+    def phase_of(self, line: str) -> Phase | None:
+        """The phase a log line marks, if any."""
+        for marker in self.phase_markers:
+            if marker.pattern.search(line):
+                return marker.phase
+        return None
+
+    def signature_of(self, line: str) -> Signature | None:
+        """The first signature a log line matches, if any."""
+        for signature in self.signatures:
+            if signature.pattern.search(line):
+                return signature
+        return None
+
+    def classify(
+        self,
+        exit_code: int | None,
+        flagged: Sequence[str],
+        phase: Phase,
+        tail: Sequence[str] = (),
+    ) -> Diagnosis:
+        """Classify a failed server from its exit code, its flagged log lines and its phase.
+
+        Args:
+            exit_code: the server's exit code, ``None`` if unknown (e.g. we stopped it).
+            flagged: log lines that matched a signature, in log order.
+            phase: how far the server got.
+            tail: the last log lines (their last line explains a rejection).
+        """
+        for signature in self.signatures:
+            line = _first_match(signature.pattern, flagged)
+            if signature.kind is not None and line is not None:
+                return Diagnosis(signature.kind, line.strip())
+        last = next((line.strip() for line in reversed(tail) if line.strip()), "")
+        if exit_code in self.rejected_exit_codes:
+            return Diagnosis(FailureKind.REJECTED_FLAGS, last or "the parser rejected the flags")
+        if exit_code in self.validation_exit_codes and phase.order < Phase.LOADING_WEIGHTS.order:
+            return Diagnosis(FailureKind.REJECTED_FLAGS, last or "validation failed")
+        evidence = next((line.strip() for line in flagged), last or f"exit code {exit_code}")
+        if phase is Phase.READY:
+            return Diagnosis(FailureKind.CRASHED_AFTER_READY, evidence)
+        return Diagnosis(FailureKind.CRASHED_DURING_START, evidence)
+
+    def launched_by(self, server_info: Mapping[str, Any], command: LaunchCommand) -> bool:
+        """True when the server answering is the one ``command`` started.
+
+        Its reported launch command must contain our flags, in order; without
+        one, its model path, port and tensor-parallel size must be ours.
+        """
+        reported = server_info.get("launch_command")
+        if isinstance(reported, str) and reported:
+            return _contains(_split(reported), list(command.server_args))
+        ours = _flag_values(command.server_args)
+        return all(
+            str(server_info.get(key)) == ours.get(flag)
+            for flag, key in (
+                ("--model-path", "model_path"),
+                ("--port", "port"),
+                ("--tp-size", "tp_size"),
+            )
+        )
+
+
+def _first_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:
+    return next((line for line in lines if pattern.search(line)), None)
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+def _contains(words: list[str], part: list[str]) -> bool:
+    if not part:
+        return True
+    return any(words[i : i + len(part)] == part for i in range(len(words) - len(part) + 1))
+
+
+def _flag_values(args: Sequence[str]) -> dict[str, str]:
+    return {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}

@@ -1,0 +1,84 @@
+"""The shell side of a detached start, shared by the local and the SSH executor (pure strings).
+
+``setsid nohup sh -c '<record>; "$@"; echo $? > EXIT' sweep-server ARGV > LOG 2>&1 < /dev/null &``
+makes the server a session and process-group leader (PGID = PID of that
+``sh``), detaches its stdio (a job with an open channel would hang an SSH
+command; a pty would kill it), and lets it survive the caller. The detached
+``sh`` itself writes ``"PGID START_TICKS"`` into the PGID file before it runs
+the server and the exit status into the exit file after, so nothing depends
+on the caller (or its SSH connection) staying around. A lock directory
+(``mkdir`` is atomic) makes the start script idempotent: run twice, it
+starts once and prints the same group.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import PurePosixPath
+
+from sweep.executor.base import DEAD_STATES, ServerFiles, exit_code_from_shell
+
+START_RECORD_WAIT_S = 10.0
+"""How long the start script waits for the detached shell to record its group."""
+
+
+def stat_fields(stat_path: str) -> str:
+    """Shell: print ``STATE START_TICKS`` of a process (fields 3 and 22 of its stat)."""
+    return f"sed 's/.*) //' {stat_path} 2>/dev/null | cut -d' ' -f1,20"
+
+
+def tail_base64(path: str, offset: int, limit: int) -> str:
+    """Shell: base64 of up to ``limit`` bytes of ``path`` from byte ``offset``."""
+    return f"tail -c +{offset + 1} {shlex.quote(path)} 2>/dev/null | head -c {limit} | base64 -w0"
+
+
+def lock_dir(files: ServerFiles) -> str:
+    return f"{files.pgid}.lock"
+
+
+def prepare_script(files: ServerFiles) -> str:
+    """Shell: create the folders, remove a previous record, lock and exit file."""
+    dirs = sorted({str(PurePosixPath(p).parent) for p in (files.log, files.pgid, files.exit)})
+    stale = [files.pgid, lock_dir(files), files.exit]
+    return f"mkdir -p {_words(dirs)} && rm -rf {_words(stale)}"
+
+
+def start_script(argv: Sequence[str], env: Mapping[str, str], files: ServerFiles) -> str:
+    """Shell: start ``argv`` detached once, then print the recorded ``"PGID START_TICKS"``."""
+    pgid, tmp = shlex.quote(files.pgid), shlex.quote(files.pgid + ".tmp")
+    record = (
+        f"t=$({stat_fields('/proc/$$/stat')} | cut -d' ' -f2); "
+        f'echo "$$ $t" > {tmp} && mv -f {tmp} {pgid}; '
+        f'"$@"; echo $? > {shlex.quote(files.exit)}'
+    )
+    words = [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv]
+    launch = (
+        f"setsid nohup sh -c {shlex.quote(record)} sweep-server {shlex.join(words)}"
+        f" > {shlex.quote(files.log)} 2>&1 < /dev/null &"
+    )
+    wait = round(START_RECORD_WAIT_S / 0.01)
+    return (
+        f"if mkdir {shlex.quote(lock_dir(files))} 2>/dev/null; then {launch} fi; "
+        f"i=0; while [ ! -s {pgid} ] && [ $i -lt {wait} ]; do sleep 0.01; i=$((i+1)); done; "
+        f"cat {pgid}"
+    )
+
+
+def alive_from_stat(fields_text: str, start_ticks: int | None) -> bool:
+    """``STATE START_TICKS`` (empty: no such process) → alive? Zombies, reused PIDs: dead."""
+    fields = fields_text.split()
+    if not fields or fields[0] in DEAD_STATES:
+        return False
+    ticks = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
+    return start_ticks is None or ticks is None or ticks == start_ticks
+
+
+def exit_code_from_text(text: str) -> int | None:
+    """The exit file's content → an exit code (−N: killed by signal N), ``None`` if empty."""
+    text = text.strip()
+    return exit_code_from_shell(int(text)) if text.lstrip("-").isdigit() else None
+
+
+def _words(paths: Sequence[str]) -> str:
+    return " ".join(shlex.quote(p) for p in paths)

@@ -1,0 +1,364 @@
+"""Run servers and commands on a host over SSH (the only module in `sweep` importing fabric).
+
+Connection settings come from an :class:`SSHTarget` and from ``~/.ssh/config``
+(``Host`` aliases: HostName, User, Port, IdentityFile, UserKnownHostsFile).
+Host keys are checked by default: known_hosts files are loaded and an unknown
+host is rejected. Every remote operation is a short shell command; a
+transient failure (connection refused or reset, timeout, dropped connection)
+reconnects and retries with bounded exponential back-off, then raises
+:class:`~sweep.exceptions.TransientSSHError`.
+
+A server is started as ``setsid nohup sh -c '…' > LOG 2>&1 < /dev/null &``:
+it survives the SSH connection, leads its own process group, and the
+detached shell itself records the group in the PGID file and the exit code
+in the exit file. A lock directory makes the start idempotent, so a start
+retried after a dropped connection never launches a second server.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import shlex
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import fabric
+import invoke
+import paramiko
+
+from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.exceptions import ExecutorError, TransientSSHError
+from sweep.executor.base import (
+    LOG_CHUNK_BYTES,
+    CommandResult,
+    Executor,
+    Observation,
+    RecordedGroup,
+    ServerFiles,
+    ServerProcess,
+    group_alive_in,
+    parse_gpu_memory,
+    port_listening_in,
+)
+from sweep.executor.detached import (
+    START_RECORD_WAIT_S,
+    alive_from_stat,
+    exit_code_from_text,
+    prepare_script,
+    start_script,
+    stat_fields,
+    tail_base64,
+)
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+COMMAND_TIMEOUT_S = 30.0
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable, socket timeout (NoValidConnectionsError too)
+    EOFError,
+    paramiko.SSHException,
+    invoke.exceptions.CommandTimedOut,
+    invoke.exceptions.ThreadException,
+)
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    """How to reach a host over SSH.
+
+    Attributes:
+        host: a hostname, an address, or a ``Host`` alias from the SSH config.
+        user: the remote user (default: the SSH config's, else the local user).
+        port: the SSH port (default: the SSH config's, else 22).
+        key_filename: a private key to use, and only it (like ``ssh -i`` with
+            ``IdentitiesOnly``); default: the SSH config's ``IdentityFile``, the
+            agent and ``~/.ssh/id_*``.
+        known_hosts: an extra known_hosts file (the SSH config's
+            ``UserKnownHostsFile``, ``~/.ssh/known_hosts`` and
+            ``/etc/ssh/ssh_known_hosts`` are always loaded).
+        check_host_key: reject hosts whose key is not known (default). False
+            accepts any host key: only for throwaway hosts.
+        ssh_config_path: an SSH config file to use instead of ``~/.ssh/config``.
+        connect_timeout_s: the TCP connect and handshake timeout.
+    """
+
+    host: str
+    user: str | None = None
+    port: int | None = None
+    key_filename: str | None = None
+    known_hosts: str | None = None
+    check_host_key: bool = True
+    ssh_config_path: str | None = None
+    connect_timeout_s: float = 10.0
+
+    @classmethod
+    def parse(cls, spec: str, **options: Any) -> SSHTarget:
+        """``ssh://user@host:port``, ``user@host:port``, ``host`` or an alias → a target.
+
+        Raises:
+            ExecutorError: the port is not a number.
+        """
+        rest = spec.removeprefix("ssh://").rstrip("/")
+        user, _, hostport = rest.rpartition("@")
+        host, port = hostport, None
+        if hostport.startswith("["):  # [ipv6]:port
+            host, _, tail = hostport[1:].partition("]")
+            port = tail.removeprefix(":") or None
+        elif hostport.count(":") == 1:
+            host, port = hostport.split(":")
+        if port is not None and not port.isdigit():
+            raise ExecutorError(spec, f"expected ssh://[user@]host[:port], got port {port!r}")
+        return cls(host=host, user=user or None, port=int(port) if port else None, **options)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential back-off for transient SSH failures.
+
+    The delays are ``first_delay_s · 2^k`` capped at ``max_delay_s``; with the
+    defaults, 6 attempts wait 0.25 + 0.5 + 1 + 2 + 4 = 7.75 s in total.
+    """
+
+    attempts: int = 6
+    first_delay_s: float = 0.25
+    max_delay_s: float = 4.0
+
+    def delay(self, attempt: int) -> float:
+        """The pause after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.max_delay_s, self.first_delay_s * 2 ** (attempt - 1)))
+
+
+ConnectionFactory = Callable[[SSHTarget], Any]
+
+
+def connect(target: SSHTarget) -> Any:
+    """A fabric ``Connection`` for ``target`` with host-key checking set up (not yet open).
+
+    Raises:
+        ExecutorError: a known_hosts file named explicitly cannot be read.
+    """
+    config = fabric.Config(runtime_ssh_path=target.ssh_config_path)
+    kwargs: dict[str, Any] = {}
+    if target.key_filename:
+        kwargs = {
+            "key_filename": [target.key_filename],
+            "look_for_keys": False,
+            "allow_agent": False,
+        }
+    connection = fabric.Connection(
+        target.host,
+        user=target.user,
+        port=target.port,
+        config=config,
+        connect_timeout=max(1, round(target.connect_timeout_s)),
+        connect_kwargs=kwargs,
+    )
+    _set_host_key_policy(connection, target)
+    return connection
+
+
+def _set_host_key_policy(connection: Any, target: SSHTarget) -> None:
+    client = connection.client
+    if not target.check_host_key:
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        return
+    client.load_system_host_keys()  # ~/.ssh/known_hosts, if it exists
+    if os.path.isfile("/etc/ssh/ssh_known_hosts"):
+        client.load_system_host_keys("/etc/ssh/ssh_known_hosts")
+    for path in str(connection.ssh_config.get("userknownhostsfile", "")).split():
+        if os.path.isfile(os.path.expanduser(path)):
+            client.load_system_host_keys(os.path.expanduser(path))
+    if target.known_hosts:
+        try:
+            client.load_system_host_keys(os.path.expanduser(target.known_hosts))
+        except OSError as exc:
+            raise ExecutorError(target.host, f"cannot read known_hosts {exc.filename}") from exc
+    client.set_missing_host_key_policy(paramiko.RejectPolicy())
+
+
+@dataclass(frozen=True)
+class _Shell:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+class SSHExecutor(Executor):
+    """Runs servers and commands on a host over SSH.
+
+    Args:
+        target: where and how to connect.
+        retry: back-off for transient failures.
+        clock: time source for back-off and waits.
+        nvidia_smi: the ``nvidia-smi`` program on the host.
+        connection_factory: builds a fabric ``Connection`` (tests inject faults here).
+    """
+
+    def __init__(
+        self,
+        target: SSHTarget,
+        *,
+        retry: RetryPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        nvidia_smi: str = "nvidia-smi",
+        connection_factory: ConnectionFactory = connect,
+    ) -> None:
+        super().__init__(clock)
+        self.target = target
+        self.retry = retry or RetryPolicy()
+        self.nvidia_smi = nvidia_smi
+        self._factory = connection_factory
+        self._connection = connection_factory(target)
+        c = self._connection
+        self._host = f"{c.user}@{c.host}:{c.port}"
+        self._address = str(c.host)
+        self._no_nvidia_smi = False
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    def close(self) -> None:
+        self._connection.close()
+
+    # --- servers --------------------------------------------------------------------------
+
+    def start(
+        self, argv: Sequence[str], *, env: Mapping[str, str], files: ServerFiles
+    ) -> ServerProcess:
+        self._shell(prepare_script(files))
+        out = self._shell(start_script(argv, env, files), timeout=START_RECORD_WAIT_S + 20)
+        group = RecordedGroup.parse(out.stdout)
+        if group is None:
+            detail = (out.stderr or out.stdout).strip()
+            raise ExecutorError(self.host, f"could not start {argv[0]!r}: {detail or 'no PGID'}")
+        return ServerProcess(group.pgid, group.start_ticks, files, self.host)
+
+    def observe(self, process: ServerProcess, log_offset: int) -> Observation:
+        stat = f"/proc/{process.pid}/stat"
+        out = self._shell(
+            f's=$({stat_fields(stat)}); echo "$s"; '
+            f'e=$(cat {shlex.quote(process.files.exit)} 2>/dev/null); echo "$e"; '
+            f"{tail_base64(process.files.log, log_offset, LOG_CHUNK_BYTES)}; echo"
+        )
+        lines = out.stdout.split("\n")
+        alive = alive_from_stat(lines[0], process.start_ticks)
+        code = exit_code_from_text(lines[1] if len(lines) > 1 else "") if not alive else None
+        return Observation(alive, code, base64.b64decode(lines[2] if len(lines) > 2 else ""))
+
+    def is_alive(self, process: ServerProcess) -> bool:
+        out = self._shell(f"{stat_fields(f'/proc/{process.pid}/stat')}")
+        return alive_from_stat(out.stdout, process.start_ticks)
+
+    def exit_code(self, process: ServerProcess) -> int | None:
+        text = self.read_text(process.files.exit)
+        return exit_code_from_text(text or "")
+
+    def read_log(self, path: str, offset: int, limit: int = LOG_CHUNK_BYTES) -> bytes:
+        return base64.b64decode(self._shell(tail_base64(path, offset, limit)).stdout.strip())
+
+    def group_alive(self, pgid: int) -> bool:
+        out = self._shell(f"cat /proc/[0-9]*/stat 2>/dev/null | grep -F ' {pgid} '")
+        return group_alive_in(out.stdout, pgid)
+
+    def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
+        out = self._shell(f"kill -s {sig.name.removeprefix('SIG')} -- -{pgid} 2>/dev/null")
+        return out.exit_code == 0
+
+    def start_ticks(self, pid: int) -> int | None:
+        fields = self._shell(stat_fields(f"/proc/{pid}/stat")).stdout.split()
+        alive = alive_from_stat(" ".join(fields), None)
+        return int(fields[1]) if alive and len(fields) > 1 and fields[1].isdigit() else None
+
+    # --- the host ----------------------------------------------------------------------------
+
+    def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
+        out = self._shell("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
+        return not port_listening_in(out.stdout, port)
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 30.0, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+        out = self._shell(shlex.join([*prefix, *argv]), timeout=timeout)
+        return CommandResult(tuple(argv), out.exit_code, out.stdout, out.stderr)
+
+    def gpu_memory_used_mib(self) -> tuple[int, ...] | None:
+        if self._no_nvidia_smi:
+            return None
+        smi = shlex.quote(self.nvidia_smi)
+        out = self._shell(
+            f"command -v {smi} >/dev/null 2>&1 || exit 127; "
+            f"{smi} --query-gpu=memory.used --format=csv,noheader,nounits"
+        )
+        self._no_nvidia_smi = out.exit_code == 127  # a host does not grow one: ask once
+        return parse_gpu_memory(out.stdout) if out.exit_code == 0 else None
+
+    def read_text(self, path: str) -> str | None:
+        out = self._shell(f"cat {shlex.quote(path)} 2>/dev/null")
+        return out.stdout if out.exit_code == 0 else None
+
+    def remove(self, path: str) -> None:
+        self._shell(f"rm -f {shlex.quote(path)}")
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _shell(self, command: str, *, timeout: float = COMMAND_TIMEOUT_S) -> _Shell:
+        """Run ``command`` in the remote shell, retrying transient failures.
+
+        Raises:
+            TransientSSHError: every attempt failed transiently.
+            ExecutorError: authentication or the host key failed (not retried).
+        """
+        return self._retrying(lambda c: self._run_once(c, command, timeout))
+
+    def _run_once(self, connection: Any, command: str, timeout: float) -> _Shell:
+        result = connection.run(
+            command, hide=True, warn=True, pty=False, in_stream=False, timeout=timeout
+        )
+        return _Shell(int(result.exited), str(result.stdout), str(result.stderr))
+
+    def _retrying(self, operation: Callable[[Any], T]) -> T:
+        last: BaseException | None = None
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return operation(self._connection)
+            except (paramiko.AuthenticationException, paramiko.BadHostKeyException) as exc:
+                raise ExecutorError(self.host, f"SSH authentication failed: {exc}") from exc
+            except TRANSIENT_ERRORS as exc:
+                _raise_if_permanent(self.host, exc)
+                last = exc
+                self._reconnect_after(attempt, exc)
+        raise TransientSSHError(self.host, f"SSH failed: {_describe(last)}", self.retry.attempts)
+
+    def _reconnect_after(self, attempt: int, exc: BaseException) -> None:
+        logger.warning("%s: SSH attempt %d failed (%s)", self.host, attempt, _describe(exc))
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            self._connection.close()
+        if attempt < self.retry.attempts:
+            self.clock.sleep(self.retry.delay(attempt))
+        self._connection = self._factory(self.target)
+
+
+def _raise_if_permanent(host: str, exc: BaseException) -> None:
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+        raise ExecutorError(
+            host,
+            f"{exc}: the host key is unknown; add it (ssh-keyscan HOST >> ~/.ssh/known_hosts) "
+            "or turn host-key checking off for a throwaway host",
+        ) from exc
+
+
+def _describe(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}" if exc is not None else "no attempt made"

@@ -1,0 +1,224 @@
+"""A server's footprint on its host, before and after: port, GPUs, process group, PGID file.
+
+Before a launch, :meth:`ServerHost.preflight` reaps a server an earlier run
+left on the port (found through its PGID file, and said so), then requires
+the port to be free and the GPUs idle (where ``nvidia-smi`` exists). After,
+:meth:`ServerHost.stop` sends SIGTERM to the process group, waits
+:data:`STOP_GRACE_S`, sends SIGKILL, and waits until the group is gone, the
+port is free and GPU memory is idle, each bounded, with the time recorded.
+Processes are found by process group only, never by name.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sweep.clock import Clock
+from sweep.exceptions import ServerFailure
+from sweep.executor.base import Executor, RecordedGroup
+from sweep.failures import FailureKind, Phase
+from sweep.readiness import Event, EventKind, EventSink
+
+STOP_GRACE_S = 20.0
+"""SIGTERM → SIGKILL: SGLang drains requests, then waits up to 15 s for its schedulers."""
+KILL_WAIT_S = 10.0
+"""After SIGKILL, how long the process group may take to disappear."""
+RELEASE_TIMEOUT_S = 60.0
+"""After the processes are gone, how long the port and GPU memory may stay held."""
+PORT_WAIT_S = 10.0
+"""Preflight: how long a held port (or busy GPUs) may take to become free before failing."""
+GPU_IDLE_MIB = 1024
+"""A GPU using at most this much memory counts as idle."""
+HYGIENE_POLL_S = 0.05
+"""How often the port and GPU memory are checked while waiting."""
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """The bounds of the waits before and after a server."""
+
+    stop_grace_s: float = STOP_GRACE_S
+    kill_wait_s: float = KILL_WAIT_S
+    release_timeout_s: float = RELEASE_TIMEOUT_S
+    port_wait_s: float = PORT_WAIT_S
+    gpu_idle_mib: int = GPU_IDLE_MIB
+    poll_s: float = HYGIENE_POLL_S
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """What the pre-launch checks found, and how long they took."""
+
+    duration_s: float
+    reaped_pgid: int | None
+    gpu_memory_mib: tuple[int, ...] | None
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """How a stop went.
+
+    Attributes:
+        duration_s: from the stop request until the group is gone and the port
+            (and GPUs) are free, or the bounds ran out.
+        signal: the strongest signal sent: ``"none"`` (already gone),
+            ``"SIGTERM"`` or ``"SIGKILL"``.
+        group_gone / port_free: whether they were, at the end.
+        gpus_idle: whether GPU memory was idle at the end; ``None`` = no telemetry.
+    """
+
+    duration_s: float
+    signal: str
+    group_gone: bool
+    port_free: bool
+    gpus_idle: bool | None
+
+
+@dataclass(frozen=True)
+class ServerHost:
+    """One server's footprint on its host.
+
+    Attributes:
+        executor: the host.
+        port / bind_host: the server's HTTP port and address.
+        pgid_path: the PGID file recording the server's process group.
+        gpus: indexes of the GPUs the server uses (``CUDA_VISIBLE_DEVICES``); () = all.
+        limits: the bounds of every wait.
+        clock: time source.
+        emit: where notes go (a reaped leftover, no GPU telemetry).
+        command: the launch command, for failure messages.
+    """
+
+    executor: Executor
+    port: int
+    bind_host: str
+    pgid_path: str
+    gpus: tuple[int, ...]
+    limits: HostLimits
+    clock: Clock
+    emit: EventSink
+    command: str = ""
+
+    def preflight(self) -> PreflightReport:
+        """Reap a leftover server, then require a free port and idle GPUs.
+
+        Raises:
+            ServerFailure: PORT_IN_USE or GPU_BUSY, phase PREFLIGHT (transient).
+        """
+        started = self.clock.now()
+        reaped = self.reap_leftover()
+        self._require_port_free()
+        gpus = self._require_gpus_idle()
+        return PreflightReport(self.clock.now() - started, reaped, gpus)
+
+    def reap_leftover(self) -> int | None:
+        """Stop the server an earlier run recorded for this port, if it still runs."""
+        text = self.executor.read_text(self.pgid_path)
+        if text is None:
+            return None
+        group = RecordedGroup.parse(text)
+        reaped = None
+        if group is not None and self._still_running(group):
+            where = f"{self.executor.host}: process group {group.pgid} ({self.pgid_path})"
+            self.emit(Event(EventKind.NOTE, f"reaping a server left by an earlier run on {where}"))
+            self.terminate(group.pgid)
+            reaped = group.pgid
+        self.executor.remove(self.pgid_path)
+        return reaped
+
+    def stop(self, pgid: int) -> StopReport:
+        """Terminate the group, then wait (bounded) for the port and GPUs to be released."""
+        started = self.clock.now()
+        sent, gone = self.terminate(pgid)
+        release = self.limits.release_timeout_s
+        port_free = self._wait_for(self._port_free, release)
+        gpus_idle = None
+        if self.gpu_memory() is not None:
+            gpus_idle = self._wait_for(lambda: self._idle(self.gpu_memory()), release)
+        if gone:
+            self.executor.remove(self.pgid_path)
+        return StopReport(self.clock.now() - started, sent, gone, port_free, gpus_idle)
+
+    def terminate(self, pgid: int) -> tuple[str, bool]:
+        """SIGTERM, grace period, SIGKILL.
+
+        Returns:
+            The strongest signal sent (``"none"``, ``"SIGTERM"``, ``"SIGKILL"``) and
+            whether the group is gone.
+        """
+        executor = self.executor
+        if not executor.group_alive(pgid) or not executor.signal_group(pgid, signal.SIGTERM):
+            return "none", True
+        if executor.wait_group_gone(pgid, self.limits.stop_grace_s):
+            return "SIGTERM", True
+        executor.signal_group(pgid, signal.SIGKILL)
+        return "SIGKILL", executor.wait_group_gone(pgid, self.limits.kill_wait_s)
+
+    def gpu_memory(self) -> tuple[int, ...] | None:
+        """Memory used per GPU of this server, or ``None`` without telemetry."""
+        used = self.executor.gpu_memory_used_mib()
+        if used is None or not self.gpus:
+            return used
+        return tuple(used[i] for i in self.gpus if i < len(used))
+
+    def _still_running(self, group: RecordedGroup) -> bool:
+        """True when the recorded group still runs and its PID was not reused since.
+
+        A PID is not reused while its group has members, so a group whose
+        leader died is still the recorded one; a live leader must have the
+        recorded start time.
+        """
+        if not self.executor.group_alive(group.pgid):
+            return False
+        ticks = self.executor.start_ticks(group.pgid)
+        return ticks is None or group.start_ticks is None or ticks == group.start_ticks
+
+    def _require_port_free(self) -> None:
+        if self._wait_for(self._port_free, self.limits.port_wait_s):
+            return
+        raise self._failure(
+            FailureKind.PORT_IN_USE,
+            f"port {self.port} is held by a process sweep did not start (waited "
+            f"{self.limits.port_wait_s:g} s); stop it or choose another port",
+        )
+
+    def _require_gpus_idle(self) -> tuple[int, ...] | None:
+        used = self.gpu_memory()
+        if used is None:
+            host = self.executor.host
+            self.emit(Event(EventKind.NOTE, f"no GPU telemetry on {host} (no nvidia-smi)"))
+            return None
+        if self._wait_for(lambda: self._idle(self.gpu_memory()), self.limits.port_wait_s):
+            return self.gpu_memory()
+        raise self._failure(
+            FailureKind.GPU_BUSY,
+            f"GPU memory in use {list(used)} MiB, above the idle threshold of "
+            f"{self.limits.gpu_idle_mib} MiB: another process holds the GPUs",
+        )
+
+    def _port_free(self) -> bool:
+        return self.executor.is_port_free(self.port, self.bind_host)
+
+    def _idle(self, used: tuple[int, ...] | None) -> bool:
+        return used is None or all(mib <= self.limits.gpu_idle_mib for mib in used)
+
+    def _wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
+        deadline = self.clock.now() + timeout
+        while not condition():
+            if self.clock.now() >= deadline:
+                return False
+            self.clock.sleep(self.limits.poll_s)
+        return True
+
+    def _failure(self, kind: FailureKind, summary: str) -> ServerFailure:
+        return ServerFailure(
+            kind, summary, phase=Phase.PREFLIGHT, host=self.executor.host, command=self.command
+        )
+
+
+def visible_gpus(env: dict[str, str]) -> tuple[int, ...]:
+    """GPU indexes from ``CUDA_VISIBLE_DEVICES`` (numeric entries only); () = all GPUs."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return tuple(int(i) for i in visible.split(",") if i.strip().isdigit())

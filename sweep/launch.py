@@ -1,0 +1,104 @@
+"""One configuration, start to stop: the library call behind ``sweep launch``.
+
+Check the engine on the host (version; flags through the engine's own parser
+where it imports), start the configuration, wait until it is ready, let the
+caller look at it, stop it, and report what it resolved and how long each
+phase took. A study-driven ``sweep launch <study.toml> --params ...`` builds
+the same executor, adapter and config from the study file and calls
+:func:`launch_once`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.engines.base import EngineAdapter, ResolvedServer, ServerConfig, SpecParams
+from sweep.engines.check import EngineCheck, check_engine
+from sweep.exceptions import ServerFailure
+from sweep.executor.base import Executor
+from sweep.failures import FailureKind, Phase
+from sweep.hygiene import PreflightReport, StopReport
+from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
+from sweep.readiness import Event, EventKind, EventSink
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    """What ``sweep launch`` prints: the check, the command, the resolved args, the timings."""
+
+    host: str
+    url: str
+    command: str
+    engine: EngineCheck
+    preflight: PreflightReport
+    resolved: ResolvedServer
+    phase_s: Mapping[Phase, float]
+    stop: StopReport | None
+
+
+def launch_once(
+    executor: Executor,
+    adapter: EngineAdapter,
+    config: ServerConfig,
+    params: SpecParams,
+    *,
+    options: LifecycleOptions | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    on_event: EventSink | None = None,
+    while_ready: Callable[[RunningServer], None] | None = None,
+) -> LaunchReport:
+    """Check the engine, start one configuration, wait until ready, stop it, report.
+
+    Args:
+        executor: where the server runs.
+        adapter: the engine; an unpinned version is read on the host first.
+        config: the deployment.
+        params: the configuration to start.
+        options: timeouts and places.
+        clock: time source.
+        on_event: receives progress events.
+        while_ready: called with the ready server before it is stopped.
+
+    Raises:
+        ServerFailure: rejected by the engine's parser, or any lifecycle failure.
+    """
+    emit = on_event or log_event
+    check = check_engine(executor, adapter, [adapter.command(config, params)])
+    emit(Event(EventKind.NOTE, check.note))
+    if check.rejected:
+        raise ServerFailure(
+            FailureKind.REJECTED_FLAGS,
+            f"the engine's parser refused: {check.rejected[0].message}",
+            phase=Phase.PREFLIGHT,
+            host=executor.host,
+            command=check.rejected[0].command,
+        )
+    adapter = dataclasses.replace(adapter, version=check.version)
+    with (
+        http_client() as client,
+        server(
+            executor,
+            adapter,
+            config,
+            params,
+            client=client,
+            options=options,
+            clock=clock,
+            on_event=emit,
+        ) as running,
+    ):
+        if while_ready is not None:
+            while_ready(running)
+    return LaunchReport(
+        executor.host,
+        running.url,
+        running.command.shell(),
+        check,
+        running.preflight,
+        running.resolved,
+        running.phase_s,
+        running.stop_report,
+    )

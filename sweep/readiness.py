@@ -1,0 +1,245 @@
+"""Follow a starting server to ready: its log (phase, fatal lines) and its cheap HTTP signals.
+
+:class:`LogWatch` reads the server's log incrementally and keeps the phase
+reached, the lines that matched a failure signature, and the last 50 lines.
+:func:`wait_until_ready` polls the process, the log and the engine's
+readiness endpoint every ``poll_interval_s`` until the server serves, and
+raises :class:`StartFailed` at once when the process exits or a fatal line
+appears. All HTTP goes through an ``httpx.Client`` passed in.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from sweep.clock import Clock
+from sweep.engines.base import EngineAdapter, LaunchCommand, Readiness
+from sweep.executor.base import Executor, ServerProcess
+from sweep.failures import FailureKind, Phase
+
+LOG_TAIL_LINES = 50
+MAX_FLAGGED_LINES = 200
+
+
+class EventKind(enum.StrEnum):
+    NOTE = "note"
+    LAUNCHED = "launched"
+    PHASE = "phase"
+    PROGRESS = "progress"
+    READY = "ready"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the user may want to see while a server starts or stops.
+
+    Attributes:
+        kind: what happened.
+        message: one line for the user.
+        elapsed_s: seconds since launch (0 before it).
+        phase: the phase reached, for PHASE / PROGRESS / READY.
+    """
+
+    kind: EventKind
+    message: str
+    elapsed_s: float = 0.0
+    phase: Phase | None = None
+
+
+EventSink = Callable[[Event], None]
+
+
+class StartFailed(Exception):
+    """Internal: the start failed; the lifecycle stops the server, then classifies.
+
+    Attributes:
+        kind: set when the cause is already known (timeout, stale server).
+        reason: the evidence for a known kind.
+    """
+
+    def __init__(self, kind: FailureKind | None = None, reason: str = "") -> None:
+        super().__init__(reason or (kind.value if kind else "server failed"))
+        self.kind = kind
+        self.reason = reason
+
+
+class LogWatch:
+    """Reads a server's log incrementally: phase, flagged lines, fatal line, tail.
+
+    Args:
+        adapter: the engine, which knows the phase markers and signatures.
+        marker: a log text that means ready (``Readiness.log_marker``).
+    """
+
+    def __init__(self, adapter: EngineAdapter, marker: str = "") -> None:
+        self.adapter = adapter
+        self.marker = marker
+        self.offset = 0
+        self.phase = Phase.LAUNCHED
+        self.marker_seen = False
+        self.fatal: str | None = None
+        self.flagged: list[str] = []
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self._partial = b""
+
+    def feed(self, data: bytes) -> list[Phase]:
+        """Take new log bytes; returns the phases entered, in order."""
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        entered: list[Phase] = []
+        for raw in lines:
+            phase = self._line(raw.decode("utf-8", errors="replace").rstrip("\r"))
+            if phase is not None:
+                entered.append(phase)
+        return entered
+
+    def finish(self) -> None:
+        """Treat a last line without a newline as complete (the process exited)."""
+        if self._partial:
+            self._line(self._partial.decode("utf-8", errors="replace"))
+            self._partial = b""
+
+    def _line(self, line: str) -> Phase | None:
+        self.tail.append(line)
+        signature = self.adapter.signature_of(line)
+        if signature is not None:
+            if len(self.flagged) < MAX_FLAGGED_LINES:
+                self.flagged.append(line)
+            if signature.fatal and self.fatal is None:
+                self.fatal = line
+        if self.marker and self.marker in line:
+            self.marker_seen = True
+        phase = self.adapter.phase_of(line)
+        if phase is None or phase.order <= self.phase.order:
+            return None
+        self.phase = phase
+        return phase
+
+
+@dataclass(frozen=True)
+class ReadyWait:
+    """The knobs of :func:`wait_until_ready`."""
+
+    url: str
+    readiness: Readiness
+    timeout_s: float
+    poll_interval_s: float
+    progress_every_s: float
+
+
+def wait_until_ready(
+    executor: Executor,
+    process: ServerProcess,
+    watch: LogWatch,
+    client: httpx.Client,
+    wait: ReadyWait,
+    *,
+    clock: Clock,
+    launched_at: float,
+    emit: EventSink,
+    seen: dict[Phase, float],
+) -> None:
+    """Poll until the server serves, recording in ``seen`` when each phase was first seen.
+
+    Args:
+        seen: filled with seconds after launch per phase, also when the start fails.
+
+    Raises:
+        StartFailed: the process exited, logged a fatal line, or the timeout passed.
+        ExecutorError: the host could not be reached (after the executor's retries).
+    """
+    next_progress = launched_at + wait.progress_every_s
+    while True:
+        started = clock.now()
+        observation = executor.observe(process, watch.offset)
+        for phase in watch.feed(observation.log):
+            seen[phase] = clock.now() - launched_at
+            emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
+        _fail_fast(watch, observation.alive)
+        if _may_probe(watch, wait.readiness) and probe(client, wait.url, wait.readiness):
+            seen[Phase.READY] = clock.now() - launched_at
+            return
+        now = clock.now()
+        _fail_on_timeout(wait, watch, now - launched_at)
+        if now >= next_progress:
+            emit(Event(EventKind.PROGRESS, f"still {watch.phase}", now - launched_at, watch.phase))
+            next_progress += wait.progress_every_s
+        if not (watch.marker_seen and wait.readiness.wait_for_log_marker):
+            # a period, not a gap: time spent observing (an SSH round trip) counts
+            clock.sleep(max(0.0, wait.poll_interval_s - (now - started)))
+
+
+def _fail_on_timeout(wait: ReadyWait, watch: LogWatch, elapsed: float) -> None:
+    if elapsed >= wait.timeout_s:
+        raise StartFailed(
+            FailureKind.STARTUP_TIMEOUT,
+            f"not ready after {wait.timeout_s:g} s (still {watch.phase})",
+        )
+
+
+def _fail_fast(watch: LogWatch, alive: bool) -> None:
+    if not alive:
+        watch.finish()
+    if not alive or watch.fatal is not None:
+        raise StartFailed()  # the lifecycle stops the server, then classifies
+
+
+def _may_probe(watch: LogWatch, readiness: Readiness) -> bool:
+    return watch.marker_seen or not readiness.wait_for_log_marker
+
+
+def probe(client: httpx.Client, url: str, readiness: Readiness) -> bool:
+    """One readiness request: True on 200; refused, 503 or a timeout mean "not yet"."""
+    try:
+        response = client.get(url + readiness.endpoint, timeout=readiness.request_timeout_s)
+    except httpx.TransportError:
+        return False
+    return response.status_code == 200
+
+
+def server_info(client: httpx.Client, url: str, timeout: float = 10.0) -> Mapping[str, Any]:
+    """``/server_info`` (``/get_server_info`` before 0.5.10) as a mapping.
+
+    Raises:
+        StartFailed: neither answers with a JSON object.
+    """
+    for path in ("/server_info", "/get_server_info"):
+        try:
+            response = client.get(url + path, timeout=timeout)
+        except httpx.TransportError as exc:
+            raise StartFailed(reason=f"{path} failed after ready: {exc}") from exc
+        body = _json_object(response) if response.status_code == 200 else None
+        if body is not None:
+            return body
+    raise StartFailed(reason=f"no server info at {url} (status {response.status_code})")
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def confirm_identity(
+    adapter: EngineAdapter, info: Mapping[str, Any], command: LaunchCommand, url: str
+) -> None:
+    """Raise STALE_SERVER unless the server answering at ``url`` is the one ``command`` started.
+
+    Raises:
+        StartFailed: with kind STALE_SERVER.
+    """
+    if not adapter.launched_by(info, command):
+        reported = info.get("launch_command") or {k: info.get(k) for k in ("model_path", "port")}
+        raise StartFailed(
+            FailureKind.STALE_SERVER,
+            f"the server answering at {url} is not the one just launched (it reports {reported})",
+        )

@@ -1,0 +1,671 @@
+"""The overnight trial loop: ask Optuna, launch, benchmark, tell — and survive the night.
+
+For each trial: the engine's validity rules are applied before anything is
+launched; a configuration equal (after the engine's resolution) to one already
+measured is answered from storage; otherwise the server is started through
+the lifecycle, benchmarked, stopped, and the result told to Optuna. The
+no-speculation baseline is measured first and again every K trials or H hours.
+
+Failures are results: a deterministic one (rejected flags, OOM, illegal tree)
+marks the configuration infeasible (a violated constraint, so the sampler
+avoids it) and is never retried; a transient one is retried up to N times,
+then recorded as a failed trial. Ctrl-C stops the server, records the trial as
+interrupted and ends the run; the next run re-queues it. A killed orchestrator
+leaves a RUNNING trial behind: the next run marks it failed and re-queues it.
+"""
+
+from __future__ import annotations
+
+import random
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from sweep import deploy
+from sweep.bench.runner import run_benchmark
+from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.engines.base import EngineAdapter
+from sweep.engines.check import check_engine
+from sweep.exceptions import (
+    BenchmarkError,
+    BenchmarkFailure,
+    Interrupted,
+    ServerFailure,
+    SweepError,
+)
+from sweep.executor import Executor
+from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, server
+from sweep.objective import result_figures, score
+from sweep.progress import Display
+from sweep.schedule import BaselineClock, TrialTime, deadline_from_clock, estimate_trial_s, fits
+from sweep.space import TrialConfig, params_of, plan, rules_for, suggest
+from sweep.store import (
+    ATTR,
+    Sample,
+    baseline_study_name,
+    open_study,
+    quiet_optuna,
+    redact_env,
+    save_samples,
+)
+from sweep.study.spec import HostSpec, Study
+
+FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
+MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
+RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Overrides from the command line, and seams for tests."""
+
+    deadline: str | None = None
+    budget_s: float | None = None
+    n_trials: int | None = None
+    storage_url: str | None = None
+    clock: Clock = SYSTEM_CLOCK
+    lifecycle: Mapping[str, Any] = field(default_factory=dict)  # LifecycleOptions overrides
+
+
+@dataclass
+class RunSummary:
+    study: str
+    storage: str
+    measured: int = 0
+    infeasible: int = 0
+    failed: int = 0
+    duplicates: int = 0
+    excluded: int = 0
+    baselines: int = 0
+    stop_reason: str = ""
+    best: str = ""
+
+
+@dataclass
+class Record:
+    """What storage knows about one configuration key."""
+
+    trial_number: int
+    value: float | None
+    feasible: bool
+
+
+class Runner:
+    """Runs one study on one host until a stop condition; see the module docstring."""
+
+    def __init__(
+        self,
+        study: Study,
+        options: RunOptions,
+        display: Display,
+        executor: Executor,
+        host: HostSpec | None = None,
+    ) -> None:
+        self.study = study
+        self.options = options
+        self.display = display
+        self.executor = executor
+        self.host = host or study.host
+        self.clock = options.clock
+        self.rules = rules_for(study)
+        self.valid = {c.key(): c for c in plan(study).valid}
+        self.summary = RunSummary(study.name, options.storage_url or study.storage)
+        self.optuna = open_study(study, storage_url=options.storage_url)
+        self.baseline_study = open_study(
+            study, storage_url=options.storage_url, name=baseline_study_name(study.name)
+        )
+        self.records: dict[str, Record] = {}
+        self.adapter: EngineAdapter = deploy.adapter_for(study, self.host)
+        self.lifecycle: LifecycleOptions = deploy.lifecycle_options(
+            study, self.host, **options.lifecycle
+        )
+        self.baseline_clock = BaselineClock(study.baseline)
+        self.started = self.clock.now()
+        self.end = self._end_time()
+        self.idle_proposals = 0
+        self.picker = random.Random(study.seed)
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self) -> RunSummary:
+        """Run until done, out of time, or interrupted.
+
+        Raises:
+            Interrupted: Ctrl-C (or SIGTERM); the interrupted trial is recorded first.
+        """
+        self._resume()
+        self._check_engine()
+        self._enqueue_grid()
+        try:
+            while not (reason := self._stop_reason()):
+                if self._baseline_due():
+                    self._run_trial(TrialConfig.baseline(), kind="baseline")
+                else:
+                    self._next_trial()
+        finally:
+            self.display.close()
+        self.summary.stop_reason = reason
+        self.summary.best = self._best_text()
+        return self.summary
+
+    def _stop_reason(self) -> str:
+        limit = self.options.n_trials or self.study.n_trials
+        if limit is not None and self._measured_count() >= limit:
+            return f"{limit} trials measured"
+        if all(key in self.records for key in self.valid):
+            return f"every valid configuration ({len(self.valid)}) measured"
+        estimate = self._estimate(None)
+        if not fits(self.clock.now(), self.end, estimate):
+            return f"out of time: the next trial needs about {estimate:.0f} s"
+        return ""
+
+    def _next_trial(self) -> None:
+        if self.idle_proposals >= MAX_IDLE_PROPOSALS:
+            self._enqueue_unmeasured()
+        trial = self.optuna.ask()
+        config = suggest(trial, self.study)
+        reason = self.rules.violation(config)
+        if reason:
+            self._tell_excluded(trial, config, reason)
+            return
+        resolved = self.rules.resolve(config)
+        known = self.records.get(resolved.key())
+        if known is not None:
+            self._tell_duplicate(trial, resolved, known)
+            return
+        self.idle_proposals = 0
+        self._measure(trial, resolved, kind="trial")
+
+    def _run_trial(self, config: TrialConfig, *, kind: str) -> None:
+        trial = self.baseline_study.ask()
+        self._measure(trial, config, kind=kind)
+
+    def _owner(self, kind: str) -> optuna.Study:
+        """Baselines live in a companion study, so the sampler only sees configurations."""
+        return self.baseline_study if kind == "baseline" else self.optuna
+
+    # --- one measurement ----------------------------------------------------------------------
+
+    def _measure(self, trial: Trial, config: TrialConfig, *, kind: str) -> None:
+        estimate = self._estimate(config)
+        if not fits(self.clock.now(), self.end, estimate):
+            trial.set_user_attr(ATTR.KIND, "skipped")
+            self._owner(kind).tell(trial, state=TrialState.FAIL)
+            self.end = self.clock.now()  # nothing else fits either
+            return
+        self._start_attrs(trial, config, kind)
+        index = "baseline" if kind == "baseline" else f"{self.summary.measured + 1}"
+        total = self._total()
+        self.display.trial_started(
+            f"{index}/{total}" if total and kind != "baseline" else index,
+            f"#{trial.number} {config.label()}",
+        )
+        last: SweepError | None = None
+        for attempt in range(1 + self.study.transient_retries):
+            trial.set_user_attr(ATTR.ATTEMPT, attempt + 1)
+            try:
+                self._attempt(trial, config, kind)
+                return
+            except KeyboardInterrupt as exc:
+                self._record_failure(trial, config, kind, "interrupted", str(exc) or "Ctrl-C")
+                raise Interrupted(
+                    f"interrupted during trial {trial.number}; what was measured "
+                    "is stored, `sweep run` resumes"
+                ) from None
+            except ServerFailure as failure:
+                if failure.kind.deterministic:
+                    self._record_infeasible(trial, config, kind, failure)
+                    return
+                last = failure
+            except BenchmarkError as error:
+                if (
+                    error.reason is BenchmarkFailure.REJECTED
+                ):  # the workload is wrong, not the config
+                    self._record_failure(trial, config, kind, error.reason.value, str(error))
+                    raise
+                last = error
+            self.display.message(f"  attempt {attempt + 1} failed (transient): {last}")
+        assert last is not None
+        self._record_failure(trial, config, kind, _kind(last), str(last), last)
+
+    def _attempt(self, trial: Trial, config: TrialConfig, kind: str) -> None:
+        started = self.clock.now()
+        params = deploy.spec_params(config)
+        with (
+            http_client() as client,
+            server(
+                self.executor,
+                self.adapter,
+                deploy.server_config(self.study),
+                params,
+                client=client,
+                options=self.lifecycle,
+                clock=self.clock,
+                on_event=self.display.server_event,
+            ) as running,
+        ):
+            ready_at = self.clock.now()
+            self._record_launch(trial, running)
+            self.display.phase("benchmarking")
+            try:
+                result = run_benchmark(
+                    running.url,
+                    deploy.workload_for(self.study),
+                    deploy.benchmark_settings(self.study),
+                )
+            except BenchmarkError:
+                running.check()  # a dead server is a ServerFailure, with its log tail
+                raise
+            benchmarked_at = self.clock.now()
+            self.display.phase("teardown")
+        stop = running.stop_report
+        timings = {
+            "preflight": running.preflight.duration_s if running.preflight else None,
+            "load": ready_at - started,
+            "benchmark": benchmarked_at - ready_at,
+            "teardown": stop.duration_s if stop else None,
+            "total": self.clock.now() - started,
+            **{f"phase.{k}": v for k, v in running.phase_s.items()},
+        }
+        self._record_success(trial, config, kind, result, timings)
+
+    # --- recording ----------------------------------------------------------------------------
+
+    def _start_attrs(self, trial: Trial, config: TrialConfig, kind: str) -> None:
+        trial.set_user_attr(ATTR.KIND, kind)
+        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
+        trial.set_user_attr(ATTR.KEY, config.key())
+        trial.set_user_attr(ATTR.HOST, self.host.name)
+        trial.set_user_attr(ATTR.STARTED, self.clock.wall())
+
+    def _record_launch(self, trial: Trial, running: RunningServer) -> None:
+        trial.set_user_attr(ATTR.COMMAND, _shell(running.command.argv))
+        trial.set_user_attr(ATTR.ENV, redact_env(dict(running.command.env)))
+        trial.set_user_attr(ATTR.RESOLVED, dict(running.resolved.as_dict()))
+        trial.set_user_attr(ATTR.ENGINE_VERSION, running.resolved.version)
+        mismatch = _resolution_mismatch(trial, running)
+        if mismatch:
+            self.display.message(f"  warning: {mismatch}")
+            trial.set_user_attr(ATTR.WARNINGS, [mismatch])
+        if running.preflight and running.preflight.gpu_memory_mib is not None:
+            trial.set_user_attr(
+                ATTR.GPU, {"memory_used_mib": list(running.preflight.gpu_memory_mib)}
+            )
+
+    def _record_success(
+        self, trial: Trial, config: TrialConfig, kind: str, result: Any, timings: Mapping[str, Any]
+    ) -> None:
+        levels = result_figures(result)
+        baselines = self._baseline_values()
+        s = score(levels, self.study.objective, baselines)
+        trial.set_user_attr(ATTR.LEVELS, levels)
+        trial.set_user_attr(ATTR.TIMINGS, {k: v for k, v in timings.items() if v is not None})
+        trial.set_user_attr(ATTR.OBJECTIVE, s.value)
+        trial.set_user_attr(ATTR.ACCEPT_LENGTH, levels[0].get("accept_length"))
+        warnings = [*(trial.user_attrs.get(ATTR.WARNINGS) or []), *result.warnings]
+        trial.set_user_attr(ATTR.WARNINGS, warnings)
+        trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
+        self._store_samples(self._owner(kind).study_name, trial.number, result)
+        if kind == "baseline":
+            self._note_baseline(trial, s.value)
+        else:
+            self._note_speedup(trial, s.value)
+        for name, violation in s.violations.items():
+            trial.set_constraint(name, violation)
+        trial.set_constraint(FEASIBLE, 0.0)
+        self._owner(kind).tell(trial, s.value)
+        if kind == "trial":
+            self.records[config.key()] = Record(trial.number, s.value, s.feasible)
+            self.summary.measured += 1
+        else:
+            self.summary.baselines += 1
+        self.display.trial_finished(
+            self._result_text(trial, s.value), self._best_text(), self._eta()
+        )
+
+    def _record_infeasible(
+        self, trial: Trial, config: TrialConfig, kind: str, error: SweepError
+    ) -> None:
+        self._failure_attrs(trial, _kind(error), str(error), True, error)
+        trial.set_constraint(FEASIBLE, 1.0)
+        self._owner(kind).tell(trial, 0.0)
+        self.records[config.key()] = Record(trial.number, None, False)
+        self.summary.infeasible += 1
+        self.display.trial_finished(f"infeasible ({_kind(error)}): {_first_line(error)}")
+
+    def _record_failure(
+        self,
+        trial: Trial,
+        config: TrialConfig,
+        kind: str,
+        failure: str,
+        message: str,
+        error: SweepError | None = None,
+    ) -> None:
+        self._failure_attrs(trial, failure, message, False, error)
+        self._owner(kind).tell(trial, state=TrialState.FAIL)
+        self.summary.failed += 1
+        if failure != "interrupted" and kind == "trial":
+            self.records[config.key()] = Record(trial.number, None, False)
+        first = message.splitlines()[0] if message else ""
+        self.display.trial_finished(f"failed ({failure}): {first}")
+
+    def _failure_attrs(
+        self, trial: Trial, kind: str, message: str, deterministic: bool, error: SweepError | None
+    ) -> None:
+        failure: dict[str, Any] = {"kind": kind, "deterministic": deterministic, "message": message}
+        if isinstance(error, ServerFailure):
+            failure.update(
+                exit_code=error.return_code,
+                phase=str(error.phase),
+                log_tail=list(error.log_tail)[-50:],
+                host=error.host,
+                command=error.command,
+            )
+        if isinstance(error, BenchmarkError) and error.partial is not None:
+            trial.set_user_attr(ATTR.LEVELS, result_figures(error.partial))
+        trial.set_user_attr(ATTR.FAILURE, failure)
+        trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
+
+    def _tell_excluded(self, trial: Trial, config: TrialConfig, reason: str) -> None:
+        trial.set_user_attr(ATTR.KIND, "excluded")
+        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
+        trial.set_user_attr(ATTR.EXCLUDED, reason)
+        trial.set_constraint(FEASIBLE, 1.0)
+        self.optuna.tell(trial, 0.0)
+        self.summary.excluded += 1
+        self.idle_proposals += 1
+
+    def _tell_duplicate(self, trial: Trial, config: TrialConfig, known: Record) -> None:
+        trial.set_user_attr(ATTR.KIND, "duplicate")
+        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
+        trial.set_user_attr(ATTR.KEY, config.key())
+        trial.set_user_attr(ATTR.DUPLICATE_OF, known.trial_number)
+        trial.set_constraint(FEASIBLE, 0.0 if known.feasible else 1.0)
+        if known.value is None:
+            self.optuna.tell(trial, 0.0)
+        else:
+            self.optuna.tell(trial, known.value)
+        self.summary.duplicates += 1
+        self.idle_proposals += 1
+
+    def _store_samples(self, study_name: str, number: int, result: Any) -> None:
+        rows = [
+            Sample(
+                level.concurrency,
+                r.round,
+                r.slot,
+                r.prompt_index,
+                r.sent_s,
+                r.ttft_s,
+                r.e2e_s,
+                r.completion_tokens,
+                r.spec_verify_ct,
+                r.decode_speed,
+                r.server_e2e_s,
+            )
+            for level in result.levels
+            for r in level.requests
+        ]
+        save_samples(self.summary.storage, study_name, number, rows)
+
+    # --- baseline, drift, speedup -------------------------------------------------------------
+
+    def _baselines(self) -> list[optuna.trial.FrozenTrial]:
+        states = (TrialState.COMPLETE,)
+        return [
+            t
+            for t in self.baseline_study.get_trials(deepcopy=False, states=states)
+            if t.user_attrs.get(ATTR.HOST) == self.host.name
+        ]
+
+    def _baseline_values(self) -> dict[int, float]:
+        baselines = self._baselines()
+        if not baselines:
+            return {}
+        latest = baselines[-1].user_attrs.get(ATTR.LEVELS, [])
+        metric = self.study.objective.metric
+        return {
+            int(lv["concurrency"]): float(lv[metric]["mean"]) for lv in latest if lv.get(metric)
+        }
+
+    def _baseline_due(self) -> bool:
+        baselines = self._baselines()
+        if not baselines:
+            return self.baseline_clock.due(0, None)
+        last = baselines[-1]
+        last_at = float(last.user_attrs.get(ATTR.FINISHED, 0.0))
+        since = sum(
+            1
+            for t in self.optuna.get_trials(deepcopy=False)
+            if t.user_attrs.get(ATTR.KIND) == "trial"
+            and float(t.user_attrs.get(ATTR.STARTED, 0.0)) > last_at
+        )
+        seconds = self.clock.wall() - float(last.user_attrs.get(ATTR.FINISHED, self.clock.wall()))
+        return self.baseline_clock.due(since, seconds)
+
+    def _note_baseline(self, trial: Trial, value: float) -> None:
+        previous = self._baselines()
+        if previous:
+            before = previous[-1].value
+            change = value / before - 1 if before else None
+            trial.set_user_attr(ATTR.DRIFT, change)
+            if self.baseline_clock.drifted(change):
+                self.display.message(
+                    f"  baseline drift: {change:+.1%} since trial "
+                    f"{previous[-1].number} (threshold "
+                    f"{self.study.baseline.drift_threshold:.0%})"
+                )
+
+    def _note_speedup(self, trial: Trial, value: float) -> None:
+        baselines = self._baselines()
+        if not baselines:
+            return
+        last = baselines[-1]
+        trial.set_user_attr(ATTR.BASELINE, {"trial": last.number, "value": last.value})
+        if last.value:
+            trial.set_user_attr(ATTR.SPEEDUP, value / last.value)
+        drift = last.user_attrs.get(ATTR.DRIFT)
+        if self.baseline_clock.drifted(drift):
+            trial.set_user_attr(ATTR.DRIFT, drift)
+
+    # --- resume, engine check, queueing -------------------------------------------------------
+
+    def _resume(self) -> None:
+        """Load what storage knows; fail and re-queue trials a killed run left RUNNING."""
+        for t in self.optuna.get_trials(deepcopy=False):
+            key = t.user_attrs.get(ATTR.KEY)
+            if t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.HOST) in (
+                self.host.name,
+                None,
+            ):
+                self._requeue(
+                    t,
+                    "orchestrator_died",
+                    "the previous sweep run was killed during this trial; re-queued",
+                )
+            elif t.user_attrs.get(ATTR.KIND) == "trial" and key:
+                self._remember(t, key)
+            elif (
+                t.state is TrialState.FAIL
+                and (t.user_attrs.get(ATTR.FAILURE) or {}).get("kind") == "interrupted"
+            ):
+                self._requeue(t, None, "")
+
+    def _remember(self, t: optuna.trial.FrozenTrial, key: str) -> None:
+        if t.state is TrialState.COMPLETE:
+            feasible = all(float(c) <= 0 for c in (t.constraints or {}).values())
+            self.records[key] = Record(t.number, t.value, feasible)
+            self.summary.measured += 0
+        elif t.state is TrialState.FAIL:
+            self.records[key] = Record(t.number, None, False)
+
+    def _requeue(self, t: optuna.trial.FrozenTrial, kind: str | None, message: str) -> None:
+        requeued = set(self.optuna.user_attrs.get("sweep.requeued", []))
+        if t.number in requeued:
+            return
+        if kind is not None:
+            stale = Trial(self.optuna, t._trial_id)
+            stale.set_user_attr(
+                ATTR.FAILURE, {"kind": kind, "deterministic": False, "message": message}
+            )
+            self.optuna.tell(t.number, state=TrialState.FAIL)
+        config = TrialConfig.from_dict(t.user_attrs.get(ATTR.CONFIG, {}))
+        if config.speculative and t.user_attrs.get(ATTR.KIND) == "trial":
+            self.optuna.enqueue_trial(
+                params_of(config, self.study), user_attrs={"sweep.requeued_from": t.number}
+            )
+        self.optuna.set_user_attr("sweep.requeued", sorted(requeued | {t.number}))
+        self.display.message(f"trial {t.number} ({config.label()}) was interrupted; re-queued")
+
+    def _check_engine(self) -> None:
+        commands = [
+            self.adapter.command(deploy.server_config(self.study), deploy.spec_params(c))
+            for c in list(self.valid.values())[:50]
+        ]
+        check = check_engine(self.executor, self.adapter, commands)
+        self.display.message(check.note)
+        for rejection in check.rejected:
+            self.display.message(f"  rejected by the engine's parser: {rejection.message}")
+        import dataclasses
+
+        self.adapter = dataclasses.replace(self.adapter, version=check.version)
+
+    def _enqueue_grid(self) -> None:
+        """Grid and brute force: every valid configuration not yet measured, once."""
+        if self.study.sampler not in ("grid", "bruteforce"):
+            return
+        waiting = self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+        if waiting:
+            return
+        configs = [c for k, c in self.valid.items() if k not in self.records]
+        if self.study.sampler == "grid":
+            random.Random(self.study.seed).shuffle(configs)
+        for config in configs:
+            self.optuna.enqueue_trial(params_of(config, self.study))
+
+    def _enqueue_unmeasured(self) -> None:
+        """The sampler keeps proposing known points: pick an unmeasured one ourselves."""
+        todo = [c for k, c in self.valid.items() if k not in self.records]
+        if todo:
+            self.optuna.enqueue_trial(params_of(self.picker.choice(todo), self.study))
+        self.idle_proposals = 0
+
+    # --- time ---------------------------------------------------------------------------------
+
+    def _end_time(self) -> float | None:
+        ends = []
+        budget = self.options.budget_s or self.study.budget_s
+        if budget is not None:
+            ends.append(self.started + budget)
+        deadline = self.options.deadline or self.study.deadline
+        if deadline is not None:
+            wall_end = deadline_from_clock(deadline, self.clock.wall())
+            ends.append(self.started + (wall_end - self.clock.wall()))
+        return min(ends) if ends else None
+
+    def _history(self) -> list[TrialTime]:
+        out = []
+        trials = [
+            *self.optuna.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+            *self.baseline_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
+        ]
+        for t in trials:
+            total = (t.user_attrs.get(ATTR.TIMINGS) or {}).get("total")
+            if total is not None:
+                config = t.user_attrs.get(ATTR.CONFIG, {})
+                out.append(TrialTime(int(config.get("num_draft_tokens", 0)), float(total)))
+        return out
+
+    def _estimate(self, config: TrialConfig | None) -> float:
+        history = self._history()
+        tokens = config.num_draft_tokens if config else 0
+        if config is None and history:
+            return min(h.seconds for h in history)
+        return estimate_trial_s(
+            history, tokens, min(RESTART_GUESS_S, self.study.engine.ready_timeout_s)
+        )
+
+    def _eta(self) -> str:
+        if self.end is None:
+            return ""
+        remaining = max(0.0, self.end - self.clock.now())
+        return time.strftime("%H:%M", time.localtime(self.clock.wall() + remaining))
+
+    # --- text ---------------------------------------------------------------------------------
+
+    def _measured_count(self) -> int:
+        return sum(1 for r in self.records.values() if r is not None)
+
+    def _total(self) -> int | None:
+        return self.options.n_trials or self.study.n_trials or len(self.valid)
+
+    def _best_text(self) -> str:
+        feasible = [
+            (r.value, n)
+            for n, r in ((r.trial_number, r) for r in self.records.values())
+            if r.value is not None and r.feasible
+        ]
+        if not feasible:
+            return "none yet"
+        value, number = max(feasible)
+        baseline = self._baseline_values().get(self.study.objective.concurrency)
+        speed = f" ({value / baseline:.3f}x baseline)" if baseline else ""
+        return f"{value:.2f} (trial {number}){speed}"
+
+    def _result_text(self, trial: Trial, value: float) -> str:
+        accept = trial.user_attrs.get(ATTR.ACCEPT_LENGTH)
+        accept_text = f", accept length {accept:.2f}" if accept else ""
+        speedup = trial.user_attrs.get(ATTR.SPEEDUP)
+        speed_text = f", {speedup:.3f}x baseline" if speedup else ""
+        return f"{self.study.objective.metric} {value:.2f}{accept_text}{speed_text}"
+
+
+def _resolution_mismatch(trial: Trial, running: RunningServer) -> str:
+    """Say so when the server resolved other speculative values than sweep predicted."""
+    config = trial.user_attrs.get(ATTR.CONFIG) or {}
+    if not config.get("speculative"):
+        return ""
+    r = running.resolved
+    got = (r.num_steps, r.eagle_topk, r.num_draft_tokens)
+    want = (config.get("num_steps"), config.get("eagle_topk"), config.get("num_draft_tokens"))
+    if None in got or got == want:
+        return ""
+    return (
+        f"the server resolved (steps, topk, draft tokens) = {got}, sweep expected {want}; "
+        "duplicates of this configuration may be launched"
+    )
+
+
+def _kind(error: SweepError) -> str:
+    kind = getattr(error, "kind", None) or getattr(error, "reason", None)
+    return str(getattr(kind, "value", kind) or type(error).__name__)
+
+
+def _first_line(error: SweepError) -> str:
+    return (str(error).splitlines() or [""])[0]
+
+
+def _shell(argv: tuple[str, ...]) -> str:
+    return shlex.join(argv)
+
+
+def run_study(
+    study: Study, options: RunOptions | None = None, display: Display | None = None
+) -> RunSummary:
+    """Run (or resume) ``study`` on its host; see :class:`Runner`.
+
+    Raises:
+        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
+        SweepError: the study cannot start (storage, host, engine).
+    """
+    options = options or RunOptions()
+    display = display or Display()
+    quiet_optuna()
+    with deploy.open_host(study.host) as executor:
+        return Runner(study, options, display, executor).run()

@@ -1,0 +1,38 @@
+"""Test helpers for processes: wait for a condition, list and kill a process group by PGID."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    """Poll ``condition`` every 20 ms; fail the test if it is not true within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
+        time.sleep(0.02)
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of the live (not zombie) processes of group ``pgid`` on this machine."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            tail = (entry / "stat").read_text().rpartition(") ")[2].split()
+            if int(tail[2]) == pgid and tail[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group, if it still exists (test clean-up)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
