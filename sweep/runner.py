@@ -27,6 +27,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from sweep import deploy
+from sweep.baselines import BaselineTracker
 from sweep.bench.runner import run_benchmark
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.engines.base import EngineAdapter
@@ -42,8 +43,15 @@ from sweep.executor import Executor
 from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.objective import result_figures, score
 from sweep.progress import Display
-from sweep.schedule import BaselineClock, TrialTime, deadline_from_clock, estimate_trial_s, fits
-from sweep.space import TrialConfig, params_of, plan, rules_for, suggest
+from sweep.resume import (
+    Record,
+    enqueue_grid,
+    enqueue_unmeasured,
+    load_records,
+    requeue_unfinished,
+)
+from sweep.schedule import TrialTime, deadline_from_clock, estimate_trial_s, fits
+from sweep.space import TrialConfig, plan, rules_for, suggest
 from sweep.store import (
     ATTR,
     Sample,
@@ -86,15 +94,6 @@ class RunSummary:
     best: str = ""
 
 
-@dataclass
-class Record:
-    """What storage knows about one configuration key."""
-
-    trial_number: int
-    value: float | None
-    feasible: bool
-
-
 class Runner:
     """Runs one study on one host until a stop condition; see the module docstring."""
 
@@ -124,7 +123,8 @@ class Runner:
         self.lifecycle: LifecycleOptions = deploy.lifecycle_options(
             study, self.host, **options.lifecycle
         )
-        self.baseline_clock = BaselineClock(study.baseline)
+        self.tracker = BaselineTracker(study, self.baseline_study, self.optuna, self.host.name,
+                                       self.clock, display.message)  # fmt: skip
         self.started = self.clock.now()
         self.end = self._end_time()
         self.idle_proposals = 0
@@ -138,12 +138,13 @@ class Runner:
         Raises:
             Interrupted: Ctrl-C (or SIGTERM); the interrupted trial is recorded first.
         """
-        self._resume()
+        requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message)
+        self.records = load_records(self.optuna)
         self._check_engine()
-        self._enqueue_grid()
+        enqueue_grid(self.optuna, self.study, self.valid, self.records)
         try:
             while not (reason := self._stop_reason()):
-                if self._baseline_due():
+                if self.tracker.due():
                     self._run_trial(TrialConfig.baseline(), kind="baseline")
                 else:
                     self._next_trial()
@@ -166,7 +167,8 @@ class Runner:
 
     def _next_trial(self) -> None:
         if self.idle_proposals >= MAX_IDLE_PROPOSALS:
-            self._enqueue_unmeasured()
+            enqueue_unmeasured(self.optuna, self.study, self.valid, self.records, self.picker)
+            self.idle_proposals = 0
         trial = self.optuna.ask()
         config = suggest(trial, self.study)
         reason = self.rules.violation(config)
@@ -301,7 +303,7 @@ class Runner:
         self, trial: Trial, config: TrialConfig, kind: str, result: Any, timings: Mapping[str, Any]
     ) -> None:
         levels = result_figures(result)
-        baselines = self._baseline_values()
+        baselines = self.tracker.values()
         s = score(levels, self.study.objective, baselines)
         trial.set_user_attr(ATTR.LEVELS, levels)
         trial.set_user_attr(ATTR.TIMINGS, {k: v for k, v in timings.items() if v is not None})
@@ -312,9 +314,9 @@ class Runner:
         trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
         self._store_samples(self._owner(kind).study_name, trial.number, result)
         if kind == "baseline":
-            self._note_baseline(trial, s.value)
+            self.tracker.note_baseline(trial, s.value)
         else:
-            self._note_speedup(trial, s.value)
+            self.tracker.note_speedup(trial, s.value)
         for name, violation in s.violations.items():
             trial.set_constraint(name, violation)
         trial.set_constraint(FEASIBLE, 0.0)
@@ -416,112 +418,7 @@ class Runner:
 
     # --- baseline, drift, speedup -------------------------------------------------------------
 
-    def _baselines(self) -> list[optuna.trial.FrozenTrial]:
-        states = (TrialState.COMPLETE,)
-        return [
-            t
-            for t in self.baseline_study.get_trials(deepcopy=False, states=states)
-            if t.user_attrs.get(ATTR.HOST) == self.host.name
-        ]
-
-    def _baseline_values(self) -> dict[int, float]:
-        baselines = self._baselines()
-        if not baselines:
-            return {}
-        latest = baselines[-1].user_attrs.get(ATTR.LEVELS, [])
-        metric = self.study.objective.metric
-        return {
-            int(lv["concurrency"]): float(lv[metric]["mean"]) for lv in latest if lv.get(metric)
-        }
-
-    def _baseline_due(self) -> bool:
-        baselines = self._baselines()
-        if not baselines:
-            return self.baseline_clock.due(0, None)
-        last = baselines[-1]
-        last_at = float(last.user_attrs.get(ATTR.FINISHED, 0.0))
-        since = sum(
-            1
-            for t in self.optuna.get_trials(deepcopy=False)
-            if t.user_attrs.get(ATTR.KIND) == "trial"
-            and float(t.user_attrs.get(ATTR.STARTED, 0.0)) > last_at
-        )
-        seconds = self.clock.wall() - float(last.user_attrs.get(ATTR.FINISHED, self.clock.wall()))
-        return self.baseline_clock.due(since, seconds)
-
-    def _note_baseline(self, trial: Trial, value: float) -> None:
-        previous = self._baselines()
-        if previous:
-            before = previous[-1].value
-            change = value / before - 1 if before else None
-            trial.set_user_attr(ATTR.DRIFT, change)
-            if self.baseline_clock.drifted(change):
-                self.display.message(
-                    f"  baseline drift: {change:+.1%} since trial "
-                    f"{previous[-1].number} (threshold "
-                    f"{self.study.baseline.drift_threshold:.0%})"
-                )
-
-    def _note_speedup(self, trial: Trial, value: float) -> None:
-        baselines = self._baselines()
-        if not baselines:
-            return
-        last = baselines[-1]
-        trial.set_user_attr(ATTR.BASELINE, {"trial": last.number, "value": last.value})
-        if last.value:
-            trial.set_user_attr(ATTR.SPEEDUP, value / last.value)
-        drift = last.user_attrs.get(ATTR.DRIFT)
-        if self.baseline_clock.drifted(drift):
-            trial.set_user_attr(ATTR.DRIFT, drift)
-
     # --- resume, engine check, queueing -------------------------------------------------------
-
-    def _resume(self) -> None:
-        """Load what storage knows; fail and re-queue trials a killed run left RUNNING."""
-        for t in self.optuna.get_trials(deepcopy=False):
-            key = t.user_attrs.get(ATTR.KEY)
-            if t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.HOST) in (
-                self.host.name,
-                None,
-            ):
-                self._requeue(
-                    t,
-                    "orchestrator_died",
-                    "the previous sweep run was killed during this trial; re-queued",
-                )
-            elif t.user_attrs.get(ATTR.KIND) == "trial" and key:
-                self._remember(t, key)
-            elif (
-                t.state is TrialState.FAIL
-                and (t.user_attrs.get(ATTR.FAILURE) or {}).get("kind") == "interrupted"
-            ):
-                self._requeue(t, None, "")
-
-    def _remember(self, t: optuna.trial.FrozenTrial, key: str) -> None:
-        if t.state is TrialState.COMPLETE:
-            feasible = all(float(c) <= 0 for c in (t.constraints or {}).values())
-            self.records[key] = Record(t.number, t.value, feasible)
-            self.summary.measured += 0
-        elif t.state is TrialState.FAIL:
-            self.records[key] = Record(t.number, None, False)
-
-    def _requeue(self, t: optuna.trial.FrozenTrial, kind: str | None, message: str) -> None:
-        requeued = set(self.optuna.user_attrs.get("sweep.requeued", []))
-        if t.number in requeued:
-            return
-        if kind is not None:
-            stale = Trial(self.optuna, t._trial_id)
-            stale.set_user_attr(
-                ATTR.FAILURE, {"kind": kind, "deterministic": False, "message": message}
-            )
-            self.optuna.tell(t.number, state=TrialState.FAIL)
-        config = TrialConfig.from_dict(t.user_attrs.get(ATTR.CONFIG, {}))
-        if config.speculative and t.user_attrs.get(ATTR.KIND) == "trial":
-            self.optuna.enqueue_trial(
-                params_of(config, self.study), user_attrs={"sweep.requeued_from": t.number}
-            )
-        self.optuna.set_user_attr("sweep.requeued", sorted(requeued | {t.number}))
-        self.display.message(f"trial {t.number} ({config.label()}) was interrupted; re-queued")
 
     def _check_engine(self) -> None:
         commands = [
@@ -535,26 +432,6 @@ class Runner:
         import dataclasses
 
         self.adapter = dataclasses.replace(self.adapter, version=check.version)
-
-    def _enqueue_grid(self) -> None:
-        """Grid and brute force: every valid configuration not yet measured, once."""
-        if self.study.sampler not in ("grid", "bruteforce"):
-            return
-        waiting = self.optuna.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-        if waiting:
-            return
-        configs = [c for k, c in self.valid.items() if k not in self.records]
-        if self.study.sampler == "grid":
-            random.Random(self.study.seed).shuffle(configs)
-        for config in configs:
-            self.optuna.enqueue_trial(params_of(config, self.study))
-
-    def _enqueue_unmeasured(self) -> None:
-        """The sampler keeps proposing known points: pick an unmeasured one ourselves."""
-        todo = [c for k, c in self.valid.items() if k not in self.records]
-        if todo:
-            self.optuna.enqueue_trial(params_of(self.picker.choice(todo), self.study))
-        self.idle_proposals = 0
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -614,7 +491,7 @@ class Runner:
         if not feasible:
             return "none yet"
         value, number = max(feasible)
-        baseline = self._baseline_values().get(self.study.objective.concurrency)
+        baseline = self.tracker.values().get(self.study.objective.concurrency)
         speed = f" ({value / baseline:.3f}x baseline)" if baseline else ""
         return f"{value:.2f} (trial {number}){speed}"
 
