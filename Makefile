@@ -37,14 +37,13 @@ fmt: $(STAMP) ## format the code
 	$(BIN)/ruff format sweep analysis tests
 	$(BIN)/ruff check --fix sweep analysis tests
 
-demo: $(STAMP) ## run the demo on the simulated server (placeholder until studies land)
-	@echo "The demo study arrives with 'sweep run'; meanwhile, the simulator's truth for 1-10 steps:"
-	@for s in 1 2 3 5 10; do \
-	  printf "steps %-3s" $$s; \
-	  $(BIN)/sweep sim --model-path demo --tp-size 8 --speculative-algorithm EAGLE3 \
-	    --speculative-num-steps $$s --speculative-eagle-topk 1 --speculative-num-draft-tokens $$((s+1)) \
-	    --predict 2>/dev/null | $(BIN)/python -c "import json,sys; d=json.load(sys.stdin); print(f\"accept length {d['accept_length']:.2f}  {d['levels']['1']['decode_tok_s']:.1f} tok/s\")"; \
-	done
+demo: $(STAMP) ## run the demo study on the simulated server (about 3 minutes) and show it
+	rm -f studies/demo-sim.db
+	$(BIN)/sweep plan studies/demo-sim.toml
+	$(BIN)/sweep run studies/demo-sim.toml
+	$(BIN)/sweep status studies/demo-sim.toml
+	@echo "Results: studies/demo-sim.db (Optuna study 'demo-sim'; baselines in 'demo-sim.baselines')."
+	@echo "Open it with: optuna-dashboard sqlite:///studies/demo-sim.db"
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache perf-results.json

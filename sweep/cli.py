@@ -261,6 +261,45 @@ def run(
 
 
 @app.command()
+def worker(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    host: str = typer.Option(..., help="The [[hosts]] name this worker measures on."),
+    storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
+    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
+    n_trials: int = typer.Option(0, help="Stop once the study has this many measured."),
+    heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),
+    grace: int = typer.Option(60, help="Seconds without heartbeat before a trial is reaped."),
+    summary_json: str = typer.Option("", hidden=True, help="Write the summary here (JSON)."),
+) -> None:
+    """Join a shared study as one more worker, measuring on one of its hosts.
+
+    Example: sweep worker studies/kimi.toml --host gpu-node-2
+    --storage postgresql+psycopg://sweep@db-host/sweep
+    """
+    import dataclasses
+    import json
+
+    from sweep.runner import RunOptions, run_worker
+    from sweep.study import load_study
+    from sweep.study.reader import TableReader
+    from sweep.study.spec import parse_duration
+    from sweep.worker import SharedOptions
+
+    study = load_study(study_file)
+    budget_s = parse_duration(budget, TableReader("--budget", "", {}), "budget") if budget else None
+    options = RunOptions(deadline=deadline or None, budget_s=budget_s,
+                         n_trials=n_trials or None, storage_url=storage or None,
+                         shared=SharedOptions(heartbeat_s=heartbeat, grace_s=grace))  # fmt: skip
+    summary = run_worker(study, host, options)
+    if summary_json:
+        with open(summary_json, "w") as file:
+            json.dump(dataclasses.asdict(summary), file)
+    out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
+              f"best in the study: {summary.best}")  # fmt: skip
+
+
+@app.command()
 def plan(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     commands: bool = typer.Option(False, "--commands", help="Print every launch command."),
@@ -310,18 +349,77 @@ def status(
                    "accept", "speedup", "note"):  # fmt: skip
         table.add_column(column)
     for r in report.rows:
-        table.add_row(str(r.number), r.kind, r.state, escape(r.label), _num(r.value),
+        table.add_row(f"b{r.number}" if r.kind == "baseline" else str(r.number), r.kind, r.state, escape(r.label), _num(r.value),
                       _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
                       escape(r.failure + (" drift" if r.drift else "")))  # fmt: skip
     out.print(table)
     if report.baseline:
-        out.print(f"baseline (trial {report.baseline.number}): {_num(report.baseline.value)}")
+        out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
     if report.best:
         best = report.best
         out.print(f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
                   f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)")  # fmt: skip
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
+
+
+@app.command()
+def report(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    out: str = typer.Option("", help="Output folder (default: ./<study name>-report)."),
+    format: str = typer.Option("png,svg,pdf", help="Figure formats, comma-separated."),
+    storage: str = typer.Option("", help="Storage URL instead of the study's."),
+) -> None:
+    """Write a study's report: HTML, Markdown, figures, CSV/Parquet trials, summary JSON.
+
+    Example: sweep report studies/demo-sim.toml --out reports/demo-sim --format png,svg
+    """
+    from analysis.report import write_report  # lazily: pandas and matplotlib load only here
+    from sweep.study import load_study
+
+    study = load_study(study_file)
+    files = write_report(study_file, out or f"{study.name}-report",
+                         formats=format.split(","), storage=storage or None)  # fmt: skip
+    print(f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
+          f"files and {len(files.data)} data files in {files.folder}")  # fmt: skip
+
+
+@app.command()
+def compare(
+    study_files: Annotated[list[str], typer.Argument(help="Two or more study files.")],
+    out: str = typer.Option(..., help="Output folder."),
+    format: str = typer.Option("png,svg,pdf", help="Figure formats, comma-separated."),
+) -> None:
+    """Compare studies (the first is the reference): best of each, regressions, curves.
+
+    Example: sweep compare studies/kimi-v1.toml studies/kimi-v2.toml --out reports/v1-vs-v2
+    """
+    from analysis.report import write_comparison
+
+    files = write_comparison(study_files, out, formats=format.split(","))
+    print(f"comparison: {files.html}\nmarkdown: {files.markdown}")
+
+
+@app.command()
+def export(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    format: str = typer.Option("csv", help="csv or parquet."),
+    out: str = typer.Option("", help="Output file (default: ./<study name>-trials.<format>)."),
+    storage: str = typer.Option("", help="Storage URL instead of the study's."),
+) -> None:
+    """Export every trial as one row per trial and concurrency level (CSV or Parquet).
+
+    Example: sweep export studies/demo-sim.toml --format parquet --out demo.parquet
+    """
+    from analysis.report import EXPORT_FORMATS, export_trials
+    from sweep.study import load_study
+
+    if format not in EXPORT_FORMATS:
+        raise typer.BadParameter(f"expected csv or parquet, got {format!r}", param_hint="--format")
+    study = load_study(study_file)
+    path = export_trials(study_file, out or f"{study.name}-trials.{format}", format,
+                         storage=storage or None)  # fmt: skip
+    print(f"wrote {path}")
 
 
 def _num(value: float | None, suffix: str = "") -> str:

@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from sweep import deploy
 from sweep.space import TrialConfig, plan
-from sweep.store import ATTR
+from sweep.store import ATTR, baseline_study_name
 from sweep.study.spec import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
@@ -46,7 +46,15 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     """Every trial of ``study`` as a row, the best feasible measured trial and the baseline."""
     url = storage_url or study.storage
     optuna_study = optuna.load_study(study_name=study.name, storage=url)
-    rows = tuple(_row(t, study) for t in optuna_study.get_trials(deepcopy=False))
+    trials = [t for t in optuna_study.get_trials(deepcopy=False)
+              if t.state is not TrialState.WAITING]  # fmt: skip
+    try:
+        companion = optuna.load_study(study_name=baseline_study_name(study.name), storage=url)
+        trials += companion.get_trials(deepcopy=False)
+    except KeyError:  # no baseline measured yet
+        pass
+    trials.sort(key=lambda t: float(t.user_attrs.get(ATTR.STARTED) or 0.0))
+    rows = tuple(_row(t, study) for t in trials)
     measured = [r for r in rows if r.kind == "trial" and r.state == "measured" and r.value]
     best = max(measured, key=lambda r: r.value or 0.0, default=None)
     baselines = [r for r in rows if r.kind == "baseline" and r.value]
