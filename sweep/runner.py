@@ -12,10 +12,17 @@ avoids it) and is never retried; a transient one is retried up to N times,
 then recorded as a failed trial. Ctrl-C stops the server, records the trial as
 interrupted and ends the run; the next run re-queues it. A killed orchestrator
 leaves a RUNNING trial behind: the next run marks it failed and re-queues it.
+
+Every configuration is claimed (:mod:`sweep.claims`) before it is launched, so
+several workers on one shared study (one per host, :mod:`sweep.worker`) never
+measure a configuration twice; such workers also send heartbeats for their
+running trial and reap the trials of workers that died.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import random
 import shlex
 import time
@@ -29,6 +36,7 @@ from optuna.trial import Trial, TrialState
 from sweep import deploy
 from sweep.baselines import BaselineTracker
 from sweep.bench.runner import run_benchmark
+from sweep.claims import Claims
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.engines.base import EngineAdapter
 from sweep.engines.check import check_engine
@@ -54,7 +62,7 @@ from sweep.schedule import TrialTime, deadline_from_clock, estimate_trial_s, fit
 from sweep.space import TrialConfig, plan, rules_for, suggest
 from sweep.store import (
     ATTR,
-    Sample,
+    Heartbeat,
     baseline_study_name,
     open_study,
     quiet_optuna,
@@ -62,6 +70,17 @@ from sweep.store import (
     save_samples,
 )
 from sweep.study.spec import HostSpec, Study
+from sweep.worker import (
+    SharedOptions,
+    ask,
+    beating,
+    find_host,
+    for_host,
+    heartbeat_for,
+    reap_stale,
+    refuse_unsafe_storage,
+)
+from sweep.worker import requeue_stale as stale_callback
 
 FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
@@ -78,6 +97,7 @@ class RunOptions:
     storage_url: str | None = None
     clock: Clock = SYSTEM_CLOCK
     lifecycle: Mapping[str, Any] = field(default_factory=dict)  # LifecycleOptions overrides
+    shared: SharedOptions | None = None  # one of several workers on a shared study
 
 
 @dataclass
@@ -88,6 +108,7 @@ class RunSummary:
     infeasible: int = 0
     failed: int = 0
     duplicates: int = 0
+    in_flight: int = 0  # proposals another worker was measuring at that moment
     excluded: int = 0
     baselines: int = 0
     stop_reason: str = ""
@@ -114,11 +135,16 @@ class Runner:
         self.rules = rules_for(study)
         self.valid = {c.key(): c for c in plan(study).valid}
         self.summary = RunSummary(study.name, options.storage_url or study.storage)
-        self.optuna = open_study(study, storage_url=options.storage_url)
+        self.shared = options.shared
+        self.claims = Claims(self.summary.storage, study.name)
+        self.optuna = open_study(study, storage_url=options.storage_url,
+                                 heartbeat=self._heartbeat(trials=True))  # fmt: skip
         self.baseline_study = open_study(
-            study, storage_url=options.storage_url, name=baseline_study_name(study.name)
-        )
+            study, storage_url=options.storage_url, name=baseline_study_name(study.name),
+            heartbeat=self._heartbeat(trials=False),
+        )  # fmt: skip
         self.records: dict[str, Record] = {}
+        self.waiting = False
         self.adapter: EngineAdapter = deploy.adapter_for(study, self.host)
         self.lifecycle: LifecycleOptions = deploy.lifecycle_options(
             study, self.host, **options.lifecycle
@@ -138,15 +164,20 @@ class Runner:
         Raises:
             Interrupted: Ctrl-C (or SIGTERM); the interrupted trial is recorded first.
         """
-        requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message)
+        self._reap()
+        requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message,
+                           self._once, shared=self.shared is not None)  # fmt: skip
         self.records = load_records(self.optuna)
         self._check_engine()
-        enqueue_grid(self.optuna, self.study, self.valid, self.records)
+        enqueue_grid(self.optuna, self.study, self.valid, self.records, self._once)
         try:
             while not (reason := self._stop_reason()):
                 if self.tracker.due():
                     self._run_trial(TrialConfig.baseline(), kind="baseline")
+                elif self._all_busy():
+                    self._wait_for_others()
                 else:
+                    self.waiting = False
                     self._next_trial()
         finally:
             self.display.close()
@@ -155,6 +186,9 @@ class Runner:
         return self.summary
 
     def _stop_reason(self) -> str:
+        if self.shared is not None:  # other workers measure too: look at the whole study
+            self._reap()
+            self.records = load_records(self.optuna)
         limit = self.options.n_trials or self.study.n_trials
         if limit is not None and self._measured_count() >= limit:
             return f"{limit} trials measured"
@@ -167,9 +201,14 @@ class Runner:
 
     def _next_trial(self) -> None:
         if self.idle_proposals >= MAX_IDLE_PROPOSALS:
-            enqueue_unmeasured(self.optuna, self.study, self.valid, self.records, self.picker)
+            enqueue_unmeasured(self.optuna, self.study, self.valid, self.records, self.picker,
+                               self._busy_keys())  # fmt: skip
             self.idle_proposals = 0
-        trial = self.optuna.ask()
+        trial = self._ask(self.optuna)
+        with self._beating(trial):
+            self._propose(trial)
+
+    def _propose(self, trial: Trial) -> None:
         config = suggest(trial, self.study)
         reason = self.rules.violation(config)
         if reason:
@@ -180,12 +219,87 @@ class Runner:
         if known is not None:
             self._tell_duplicate(trial, resolved, known)
             return
+        owner = self.claims.claim(resolved.key(), self.host.name, trial.number, self._stale)
+        if owner is not None:
+            self._answer_claimed(trial, resolved, owner)
+            return
         self.idle_proposals = 0
         self._measure(trial, resolved, kind="trial")
 
     def _run_trial(self, config: TrialConfig, *, kind: str) -> None:
-        trial = self.baseline_study.ask()
-        self._measure(trial, config, kind=kind)
+        trial = self._ask(self.baseline_study)
+        with self._beating(trial):
+            self._measure(trial, config, kind=kind)
+
+    # --- sharing the study with other workers -------------------------------------------------
+
+    def _heartbeat(self, *, trials: bool) -> Heartbeat | None:
+        if self.shared is None:
+            return None
+        on_stale = stale_callback(self.study, self.claims, self.display.message)
+        return heartbeat_for(self.shared, on_stale if trials else lambda s, t: None)
+
+    def _ask(self, owner: optuna.Study) -> Trial:
+        trial = ask(owner)
+        trial.set_user_attr(ATTR.HOST, self.host.name)  # whose trial, from the start
+        return trial
+
+    def _beating(self, trial: Trial) -> contextlib.AbstractContextManager[None]:
+        if self.shared is None:
+            return contextlib.nullcontext()
+        return beating(trial, self.shared.heartbeat_s)
+
+    def _reap(self) -> None:
+        if self.shared is not None:
+            reap_stale(self.optuna)
+            reap_stale(self.baseline_study)
+
+    def _once(self, marker: str) -> bool:
+        return self.claims.once(marker, self.host.name)
+
+    def _running_numbers(self) -> set[int]:
+        return {
+            t.number for t in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        }
+
+    def _stale(self, owner: int) -> bool:
+        """A claim is stale when its trial stopped running without measuring (re-queued)."""
+        return owner not in self._running_numbers()
+
+    def _busy_keys(self) -> set[str]:
+        """Configurations other workers are measuring right now."""
+        running = self._running_numbers()
+        return {key for key, owner in self.claims.held().items() if owner in running}
+
+    def _all_busy(self) -> bool:
+        """Every configuration left is being measured by another worker (shared study)."""
+        if self.shared is None:
+            return False
+        todo = {key for key in self.valid if key not in self.records}
+        return bool(todo) and todo <= self._busy_keys()
+
+    def _wait_for_others(self) -> None:
+        if not self.waiting:
+            self.display.message("waiting: every configuration left is being measured by "
+                                 "another worker")  # fmt: skip
+            self.waiting = True
+        assert self.shared is not None
+        self.clock.sleep(self.shared.poll_s)
+
+    def _answer_claimed(self, trial: Trial, config: TrialConfig, owner: int) -> None:
+        """Another worker claimed this configuration: answer from storage or skip it."""
+        self.records = load_records(self.optuna)
+        known = self.records.get(config.key())
+        if known is not None:
+            self._tell_duplicate(trial, config, known)
+            return
+        trial.set_user_attr(ATTR.KIND, "in_flight")
+        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
+        trial.set_user_attr(ATTR.KEY, config.key())
+        trial.set_user_attr(ATTR.DUPLICATE_OF, owner)
+        self.optuna.tell(trial, state=TrialState.FAIL)
+        self.summary.in_flight += 1
+        self.idle_proposals += 1
 
     def _owner(self, kind: str) -> optuna.Study:
         """Baselines live in a companion study, so the sampler only sees configurations."""
@@ -198,6 +312,7 @@ class Runner:
         if not fits(self.clock.now(), self.end, estimate):
             trial.set_user_attr(ATTR.KIND, "skipped")
             self._owner(kind).tell(trial, state=TrialState.FAIL)
+            self.claims.release(config.key(), trial.number)
             self.end = self.clock.now()  # nothing else fits either
             return
         self._start_attrs(trial, config, kind)
@@ -351,6 +466,8 @@ class Runner:
     ) -> None:
         self._failure_attrs(trial, failure, message, False, error)
         self._owner(kind).tell(trial, state=TrialState.FAIL)
+        if failure == "interrupted":  # it runs again: let any worker claim it
+            self.claims.release(config.key(), trial.number)
         self.summary.failed += 1
         if failure != "interrupted" and kind == "trial":
             self.records[config.key()] = Record(trial.number, None, False)
@@ -397,23 +514,7 @@ class Runner:
         self.idle_proposals += 1
 
     def _store_samples(self, study_name: str, number: int, result: Any) -> None:
-        rows = [
-            Sample(
-                level.concurrency,
-                r.round,
-                r.slot,
-                r.prompt_index,
-                r.sent_s,
-                r.ttft_s,
-                r.e2e_s,
-                r.completion_tokens,
-                r.spec_verify_ct,
-                r.decode_speed,
-                r.server_e2e_s,
-            )
-            for level in result.levels
-            for r in level.requests
-        ]
+        rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
         save_samples(self.summary.storage, study_name, number, rows)
 
     # --- baseline, drift, speedup -------------------------------------------------------------
@@ -429,8 +530,6 @@ class Runner:
         self.display.message(check.note)
         for rejection in check.rejected:
             self.display.message(f"  rejected by the engine's parser: {rejection.message}")
-        import dataclasses
-
         self.adapter = dataclasses.replace(self.adapter, version=check.version)
 
     # --- time ---------------------------------------------------------------------------------
@@ -542,7 +641,32 @@ def run_study(
         SweepError: the study cannot start (storage, host, engine).
     """
     options = options or RunOptions()
+    if len(study.hosts) > 1:
+        from sweep.fleet import run_hosts
+
+        return run_hosts(study, options)
+    return run_on_host(study, study.host, options, display)
+
+
+def run_worker(study: Study, host_name: str, options: RunOptions,
+               display: Display | None = None) -> RunSummary:  # fmt: skip
+    """Join ``study`` (in its shared storage) as the worker measuring on ``host_name``.
+
+    Raises:
+        ConfigError: no such host, or SQLite storage for a study with several hosts.
+        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
+    """
+    host = find_host(study, host_name)
+    if len(study.hosts) > 1:
+        refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
+    shared = options.shared or SharedOptions()
+    return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
+
+
+def run_on_host(study: Study, host: HostSpec, options: RunOptions,
+                display: Display | None = None) -> RunSummary:  # fmt: skip
+    """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.worker`)."""
     display = display or Display()
     quiet_optuna()
-    with deploy.open_host(study.host) as executor:
-        return Runner(study, options, display, executor).run()
+    with deploy.open_host(host) as executor:
+        return Runner(for_host(study, host), options, display, executor, host).run()

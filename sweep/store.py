@@ -12,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +22,13 @@ import optuna
 import sqlalchemy as sa
 
 from sweep import __version__
+from sweep.bench.result import RequestFigures
 from sweep.exceptions import StorageError
 from sweep.study.spec import Study
 
 SAMPLES_TABLE = "sweep_samples"
+CLAIMS_TABLE = "sweep_claims"
+OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
 SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
 REDACTED = "<redacted>"
 
@@ -80,8 +85,26 @@ def baseline_study_name(name: str) -> str:
     return f"{name}.baselines"
 
 
-def open_study(study: Study, *, storage_url: str | None = None,
-               name: str | None = None) -> optuna.Study:  # fmt: skip
+StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Optuna heartbeats for a study shared by several workers (see :mod:`sweep.worker`).
+
+    Attributes:
+        interval_s: how often a running trial's worker records a heartbeat.
+        grace_s: a RUNNING trial without a heartbeat for this long is stale (its worker died).
+        on_stale: called once (by whichever worker reaps it) for each stale trial.
+    """
+
+    interval_s: int
+    grace_s: int
+    on_stale: StaleCallback | None = None
+
+
+def open_study(study: Study, *, storage_url: str | None = None, name: str | None = None,
+               heartbeat: Heartbeat | None = None) -> optuna.Study:  # fmt: skip
     """Create or load the study's Optuna study (or the companion ``name``) and record the
     study file on it.
 
@@ -89,20 +112,47 @@ def open_study(study: Study, *, storage_url: str | None = None,
         StorageError: the database cannot be opened.
     """
     url = storage_url or study.storage
-    try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
-        optuna_study = optuna.create_study(
-            study_name=name or study.name,
-            storage=storage,
-            direction="maximize",
-            sampler=sampler_for(study),
-            load_if_exists=True,
-        )
-    except (sa.exc.SQLAlchemyError, OSError, ValueError) as exc:
-        raise StorageError(f"cannot open storage {url!r} for study {study.name!r}: {exc}") from exc
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            optuna_study = _create(study, url, name, heartbeat)
+            break
+        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
+            if attempt + 1 == OPEN_ATTEMPTS:
+                raise _open_error(url, study, exc) from exc
+            time.sleep(0.2 * (attempt + 1))  # another worker is creating the schema right now
+        except (sa.exc.SQLAlchemyError, OSError, ValueError) as exc:
+            raise _open_error(url, study, exc) from exc
     _record_study(optuna_study, study)
     ensure_samples_table(url)
     return optuna_study
+
+
+def _create(study: Study, url: str, name: str | None, heartbeat: Heartbeat | None) -> optuna.Study:
+    return optuna.create_study(
+        study_name=name or study.name,
+        storage=_storage(url, heartbeat),
+        direction="maximize",
+        sampler=sampler_for(study),
+        load_if_exists=True,
+    )
+
+
+def _storage(url: str, heartbeat: Heartbeat | None) -> optuna.storages.RDBStorage:
+    if heartbeat is None:
+        return optuna.storages.RDBStorage(url, engine_kwargs=_engine_kwargs(url))
+    with warnings.catch_warnings():  # heartbeats are still experimental in Optuna 5
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs=_engine_kwargs(url),
+            heartbeat_interval=heartbeat.interval_s,
+            grace_period=heartbeat.grace_s,
+            heartbeat_stale_trial_callback=heartbeat.on_stale,
+        )
+
+
+def _open_error(url: str, study: Study, exc: Exception) -> StorageError:
+    return StorageError(f"cannot open storage {url!r} for study {study.name!r}: {exc}")
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -148,45 +198,52 @@ samples_table = sa.Table(
     sa.Column("server_e2e_s", sa.Float),
 )
 
-
-@dataclass(frozen=True)
-class Sample:
-    """One measured request, as stored (``round`` is None after the last measured round)."""
-
-    concurrency: int
-    round: int | None
-    slot: int
-    prompt_index: int
-    sent_s: float
-    ttft_s: float
-    e2e_s: float
-    completion_tokens: int
-    spec_verify_ct: int | None
-    decode_speed: float | None
-    server_e2e_s: float | None
+# Which worker measures which configuration key (see sweep.claims): one row per key and
+# study, so an INSERT is an atomic claim on every SQL database.
+claims_table = sa.Table(
+    CLAIMS_TABLE,
+    _metadata,
+    sa.Column("study_name", sa.String(512), primary_key=True),
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("host", sa.String(512), nullable=False),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+    sa.Column("claimed_at", sa.Float, nullable=False),
+)
 
 
 _engines: dict[str, sa.Engine] = {}
 
 
-def _engine(url: str) -> sa.Engine:
+def sql_engine(url: str) -> sa.Engine:
+    """The SQLAlchemy engine for ``url`` (one per URL and process)."""
     if url not in _engines:
         _engines[url] = sa.create_engine(url, **_engine_kwargs(url))
     return _engines[url]
 
 
 def ensure_samples_table(url: str) -> None:
-    """Create the samples table if it does not exist (idempotent)."""
-    try:
-        _metadata.create_all(_engine(url), checkfirst=True)
-    except sa.exc.SQLAlchemyError as exc:
-        raise StorageError(f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}") from exc
+    """Create the samples and claims tables if they do not exist (idempotent)."""
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            _metadata.create_all(sql_engine(url), checkfirst=True)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
+            if attempt + 1 == OPEN_ATTEMPTS:  # another worker created them at the same time
+                raise StorageError(
+                    f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}"
+                ) from exc
+            time.sleep(0.2 * (attempt + 1))
+        except sa.exc.SQLAlchemyError as exc:
+            raise StorageError(f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}") from exc
 
 
-def save_samples(url: str, study_name: str, trial_number: int, samples: Iterable[Sample]) -> int:
-    """Store a trial's raw samples (replacing any from an earlier attempt); returns the count."""
-    rows = [_row(study_name, trial_number, s) for s in samples]
-    with _engine(url).begin() as conn:
+def save_samples(
+    url: str, study_name: str, trial_number: int, samples: Iterable[tuple[int, RequestFigures]]
+) -> int:
+    """Store a trial's raw samples, (concurrency, request) pairs, replacing any from an earlier
+    attempt; returns the count."""
+    rows = [_row(study_name, trial_number, level, r) for level, r in samples]
+    with sql_engine(url).begin() as conn:
         conn.execute(
             samples_table.delete().where(
                 (samples_table.c.study_name == study_name)
@@ -205,12 +262,13 @@ def load_samples(
     query = sa.select(samples_table).where(samples_table.c.study_name == study_name)
     if trial_number is not None:
         query = query.where(samples_table.c.trial_number == trial_number)
-    with _engine(url).connect() as conn:
+    with sql_engine(url).connect() as conn:
         return [dict(row._mapping) for row in conn.execute(query.order_by(samples_table.c.id))]
 
 
-def _row(study_name: str, trial_number: int, s: Sample) -> dict[str, Any]:
-    return {"study_name": study_name, "trial_number": trial_number, **dataclasses.asdict(s)}
+def _row(study_name: str, trial_number: int, level: int, r: RequestFigures) -> dict[str, Any]:
+    return {"study_name": study_name, "trial_number": trial_number, "concurrency": level,
+            **dataclasses.asdict(r)}  # fmt: skip
 
 
 def quiet_optuna() -> None:
