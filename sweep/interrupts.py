@@ -9,6 +9,7 @@ only be installed there) and leave a handler someone else installed alone.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -40,8 +41,15 @@ def signals_deferred() -> Iterator[None]:
         return
     received: list[int] = []
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and (received or _CTRL_C.count):
+            _exit_now()  # a second Ctrl-C: the user wants out, now
+        _CTRL_C.count += signum == signal.SIGINT
+        received.append(signum)
+
     for s in previous:
-        signal.signal(s, lambda signum, frame: received.append(signum))
+        signal.signal(s, hold)
     try:
         yield
     finally:
@@ -49,6 +57,45 @@ def signals_deferred() -> Iterator[None]:
             signal.signal(s, handler)
     if received:
         raise KeyboardInterrupt(f"signal {signal.Signals(received[0]).name} during stop")
+
+
+class _CtrlC:
+    """How many Ctrl-C the process has seen (the first stops cleanly, the second exits)."""
+
+    count = 0
+
+
+_CTRL_C = _CtrlC()
+EXIT_NOW_MESSAGE = (
+    "\nsecond Ctrl-C: exiting at once; a server may still run on the host: the next "
+    "`sweep run` reaps it\n"
+)
+
+
+def _exit_now() -> None:
+    os.write(2, EXIT_NOW_MESSAGE.encode())
+    os._exit(130)
+
+
+@contextlib.contextmanager
+def second_ctrl_c_exits() -> Iterator[None]:
+    """The first Ctrl-C raises KeyboardInterrupt (a clean stop); the second exits at once."""
+    if not _main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if _CTRL_C.count:
+            _exit_now()
+        _CTRL_C.count += 1
+        raise KeyboardInterrupt("Ctrl-C")
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _CTRL_C.count = 0
 
 
 def _main_thread() -> bool:

@@ -48,6 +48,7 @@ from sweep.exceptions import (
     SweepError,
 )
 from sweep.executor import Executor
+from sweep.interrupts import second_ctrl_c_exits
 from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.objective import result_figures, score
 from sweep.progress import Display
@@ -668,5 +669,5 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
     """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.worker`)."""
     display = display or Display()
     quiet_optuna()
-    with deploy.open_host(host) as executor:
+    with second_ctrl_c_exits(), deploy.open_host(host) as executor:
         return Runner(for_host(study, host), options, display, executor, host).run()
