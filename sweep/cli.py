@@ -121,8 +121,11 @@ def launch(
     params: str = typer.Option(
         ..., help="num_steps=N,eagle_topk=K,num_draft_tokens=D[,draft_tp=T], or baseline."
     ),
-    model_path: str = typer.Option(..., help="Target model path or hub id."),
-    tp: int = typer.Option(..., help="Target tensor-parallel size."),
+    study_file: str = typer.Option(
+        "", "--study", help="Take engine, model, host and flags from this study file."
+    ),
+    model_path: str = typer.Option("", help="Target model path or hub id (without --study)."),
+    tp: int = typer.Option(0, help="Target tensor-parallel size (without --study)."),
     port: int = typer.Option(30000, help="HTTP port of the server."),
     launcher: str = typer.Option(
         "python -m sglang.launch_server", help='How to start SGLang: "sglang serve", "sweep sim"...'
@@ -157,8 +160,20 @@ def launch(
 
     Example: sweep launch --launcher "sweep sim" --model-path kimi --tp 8 --port 30000
     --params num_steps=2,eagle_topk=1,num_draft_tokens=3
+
+    Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
     from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+    from sweep.launch import launch_study
+
+    if study_file:
+        from sweep.study import load_study
+
+        report = launch_study(load_study(study_file), SpecParams.parse(params), on_event=_show)
+        _render_launch(report)
+        return
+    if not model_path or not tp:
+        raise typer.BadParameter("give --study FILE, or --model-path and --tp")
     from sweep.executor import open_executor
     from sweep.launch import launch_once
     from sweep.lifecycle import LifecycleOptions
@@ -349,7 +364,8 @@ def status(
                    "accept", "speedup", "note"):  # fmt: skip
         table.add_column(column)
     for r in report.rows:
-        table.add_row(f"b{r.number}" if r.kind == "baseline" else str(r.number), r.kind, r.state, escape(r.label), _num(r.value),
+        number = f"b{r.number}" if r.kind == "baseline" else str(r.number)
+        table.add_row(number, r.kind, r.state, escape(r.label), _num(r.value),
                       _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
                       escape(r.failure + (" drift" if r.drift else "")))  # fmt: skip
     out.print(table)

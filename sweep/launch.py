@@ -23,6 +23,7 @@ from sweep.failures import FailureKind, Phase
 from sweep.hygiene import PreflightReport, StopReport
 from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
 from sweep.readiness import Event, EventKind, EventSink
+from sweep.study.spec import HostSpec, Study
 
 
 @dataclass(frozen=True)
@@ -102,3 +103,16 @@ def launch_once(
         running.phase_s,
         running.stop_report,
     )
+
+
+def launch_study(study: Study, params: SpecParams, *, on_event: EventSink | None = None,
+                 host: HostSpec | None = None) -> LaunchReport:  # fmt: skip
+    """:func:`launch_once` with the engine, model, flags and host of a study file."""
+    from sweep import deploy
+
+    host = host or study.host
+    with deploy.open_host(host) as executor:
+        return launch_once(
+            executor, deploy.adapter_for(study, host), deploy.server_config(study), params,
+            options=deploy.lifecycle_options(study, host), on_event=on_event,
+        )  # fmt: skip
