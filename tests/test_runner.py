@@ -290,3 +290,14 @@ def test_ctrl_c_stops_the_server_and_records_the_trial(tmp_path: Path) -> None:
     interrupted = [t for t in trials(path) if t.state is TrialState.FAIL]
     assert interrupted and interrupted[0].user_attrs[ATTR.FAILURE]["kind"] == "interrupted"
     assert "interrupted" in (tmp_path / "run.log").read_text()
+
+
+def test_launch_one_configuration_of_a_study(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [2]")
+    argv = [sys.executable, "-m", "sweep", "launch", "--study", str(path), "--params",
+            "num_steps=3,eagle_topk=1,num_draft_tokens=9"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "num_draft_tokens: 4" in result.stdout  # what the server resolved, not what was asked
+    assert "port free: True" in result.stdout
+    assert flag(launches(tmp_path)[0], "--speculative-num-draft-tokens") == "9"
