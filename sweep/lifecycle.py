@@ -323,7 +323,7 @@ def _follow_to_ready(running: RunningServer) -> None:
             seen=running.phase_s,
         )
         running.ready_wall = ctx.clock.wall()
-        info = server_info(ctx.client, ctx.url)
+        info = server_info(ctx.client, ctx.url, paths=ctx.adapter.info_paths)
         confirm_identity(ctx.adapter, info, ctx.command, ctx.url)
     except StartFailed as failed:
         _stop_quietly(running)
@@ -331,7 +331,7 @@ def _follow_to_ready(running: RunningServer) -> None:
     except TransientSSHError as exc:
         _stop_quietly(running)
         raise _ssh_failure(ctx, running.watch.phase, exc) from exc
-    running.resolved = ctx.adapter.resolved(info)
+    running.resolved = ctx.adapter.resolved(info, running.watch.readback)
     ctx.emit(_ready_event(running))
 
 

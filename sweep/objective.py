@@ -70,6 +70,8 @@ def level_figures(level: LevelResult) -> dict[str, Any]:
             "agrees": check.agrees,
         },
         "warnings": list(level.warnings),
+        # vLLM: the measured window's spec-decode counter deltas and per-position acceptance
+        "acceptance": None if level.acceptance is None else dict(level.acceptance),
     }
 
 

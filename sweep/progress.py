@@ -6,12 +6,15 @@ The runner reports through :class:`Display`; it never prints itself.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.live import Live
 from rich.status import Status
+from rich.text import Text
 
 from sweep.readiness import Event
 
@@ -105,3 +108,50 @@ class Display:
             self._status.start()
         else:
             self._status.update(self.status_line())
+
+
+class HostBoard:
+    """Several workers at once (``sweep run`` with several hosts): every line each worker
+    prints is shown prefixed with its host; on a terminal a live block also keeps one
+    line per host with that host's latest state.
+
+    Workers report from reader threads, so every call takes a lock.
+    """
+
+    def __init__(self, hosts: list[str], stream: TextIO | None = None, *,
+                 live: bool | None = None) -> None:  # fmt: skip
+        stream = stream or sys.stderr
+        self.console = Console(file=stream, highlight=False, soft_wrap=True)
+        self.live = self.console.is_terminal if live is None else live
+        self.states = {host: "starting" for host in hosts}
+        self.width = max((len(h) for h in hosts), default=0)
+        self._lock = threading.Lock()
+        self._board: Live | None = None
+
+    def line(self, host: str, text: str) -> None:
+        """One line a host's worker printed."""
+        with self._lock:
+            if text.strip():
+                self.states[host] = text.strip()
+            self.console.print(f"[{host:<{self.width}}] {text}", markup=False)
+            self._refresh()
+
+    def state_lines(self) -> list[str]:
+        """One line per host: its name and its latest state."""
+        return [f"{host:<{self.width}}  {state}" for host, state in self.states.items()]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._board is not None:
+                self._board.stop()
+                self._board = None
+
+    def _refresh(self) -> None:
+        if not self.live:
+            return
+        text = Text("\n".join(self.state_lines()))
+        if self._board is None:
+            self._board = Live(text, console=self.console, transient=True)
+            self._board.start()
+        else:
+            self._board.update(text)

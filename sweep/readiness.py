@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,7 @@ class LogWatch:
         self.marker_seen = False
         self.fatal: str | None = None
         self.flagged: list[str] = []
+        self.readback: list[str] = []
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._partial = b""
 
@@ -108,6 +109,8 @@ class LogWatch:
 
     def _line(self, line: str) -> Phase | None:
         self.tail.append(line)
+        if len(self.readback) < MAX_FLAGGED_LINES and self.adapter.readback_line(line):
+            self.readback.append(line)
         signature = self.adapter.signature_of(line)
         if signature is not None:
             if len(self.flagged) < MAX_FLAGGED_LINES:
@@ -204,13 +207,20 @@ def probe(client: httpx.Client, url: str, readiness: Readiness) -> bool:
     return response.status_code == 200
 
 
-def server_info(client: httpx.Client, url: str, timeout: float = 10.0) -> Mapping[str, Any]:
-    """``/server_info`` (``/get_server_info`` before 0.5.10) as a mapping.
+def server_info(
+    client: httpx.Client,
+    url: str,
+    timeout: float = 10.0,
+    paths: Sequence[str] = ("/server_info", "/get_server_info"),
+) -> Mapping[str, Any]:
+    """The first of ``paths`` that answers with a JSON object, as a mapping.
+
+    SGLang: ``/server_info`` (``/get_server_info`` before 0.5.10); vLLM: ``/v1/models``.
 
     Raises:
-        StartFailed: neither answers with a JSON object.
+        StartFailed: none answers with a JSON object.
     """
-    for path in ("/server_info", "/get_server_info"):
+    for path in paths:
         try:
             response = client.get(url + path, timeout=timeout)
         except httpx.TransportError as exc:

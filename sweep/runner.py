@@ -220,7 +220,8 @@ class Runner:
         if known is not None:
             self._tell_duplicate(trial, resolved, known)
             return
-        owner = self.claims.claim(resolved.key(), self.host.name, trial.number, self._stale)
+        owner = self.claims.claim(resolved.key(), self.host.name, trial.number,
+                                  lambda owner: self._stale(owner, resolved.key()))  # fmt: skip
         if owner is not None:
             self._answer_claimed(trial, resolved, owner)
             return
@@ -263,9 +264,13 @@ class Runner:
             t.number for t in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         }
 
-    def _stale(self, owner: int) -> bool:
-        """A claim is stale when its trial stopped running without measuring (re-queued)."""
-        return owner not in self._running_numbers()
+    def _stale(self, owner: int, key: str) -> bool:
+        """A claim is stale when its trial stopped running without measuring (it was
+        interrupted or reaped). Running trials are read first: a trial that was not running
+        then has its final state in storage when the records are read next."""
+        running = self._running_numbers()
+        self.records = load_records(self.optuna)
+        return owner not in running and key not in self.records
 
     def _busy_keys(self) -> set[str]:
         """Configurations other workers are measuring right now."""
@@ -635,7 +640,9 @@ def _shell(argv: tuple[str, ...]) -> str:
 def run_study(
     study: Study, options: RunOptions | None = None, display: Display | None = None
 ) -> RunSummary:
-    """Run (or resume) ``study`` on its host; see :class:`Runner`.
+    """Run (or resume) ``study`` on its host; see :class:`Runner`. A study with several hosts
+    runs one worker process per host (:func:`sweep.fleet.run_hosts`, which shows every host's
+    output itself; ``display`` is then not used).
 
     Raises:
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
@@ -643,7 +650,7 @@ def run_study(
     """
     options = options or RunOptions()
     if len(study.hosts) > 1:
-        from sweep.fleet import run_hosts
+        from sweep.fleet import run_hosts  # fleet imports this module
 
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)

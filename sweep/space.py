@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from sweep.engines import vllm
 from sweep.study.spec import SpaceSpec, Study
 
 FLAG_PARAM = "flag:"
@@ -117,6 +118,8 @@ class Rules:
         if not config.speculative:
             return None
         s, k, d, tp = config.num_steps, config.eagle_topk, config.num_draft_tokens, config.draft_tp
+        if self.engine == "vllm":
+            return vllm.violation(s, k, d, tp, self.tp_size)
         if s < 1 or k < 1:
             return f"steps and topk must be >= 1, got steps={s} topk={k}"
         if k > 1 and d - 1 > k + (s - 1) * k * k:

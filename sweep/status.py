@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 
 from sweep import deploy
 from sweep.space import TrialConfig, plan
-from sweep.store import ATTR, baseline_study_name
+from sweep.store import ATTR, baseline_study_name, rdb_storage
 from sweep.study.spec import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
@@ -45,11 +45,13 @@ class StatusReport:
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     """Every trial of ``study`` as a row, the best feasible measured trial and the baseline."""
     url = storage_url or study.storage
-    optuna_study = optuna.load_study(study_name=study.name, storage=url)
+    optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
     trials = [t for t in optuna_study.get_trials(deepcopy=False)
               if t.state is not TrialState.WAITING]  # fmt: skip
     try:
-        companion = optuna.load_study(study_name=baseline_study_name(study.name), storage=url)
+        companion = optuna.load_study(
+            study_name=baseline_study_name(study.name), storage=rdb_storage(url)
+        )
         trials += companion.get_trials(deepcopy=False)
     except KeyError:  # no baseline measured yet
         pass
@@ -140,7 +142,7 @@ def _per_trial_estimate(study: Study) -> tuple[float, str]:
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return guess  # do not create a database just to plan
     try:
-        optuna_study = optuna.load_study(study_name=study.name, storage=url)
+        optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
     except (KeyError, sa.exc.SQLAlchemyError):  # no such study (yet), or no database
         return guess
     totals = [

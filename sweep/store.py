@@ -155,10 +155,17 @@ def _open_error(url: str, study: Study, exc: Exception) -> StorageError:
     return StorageError(f"cannot open storage {url!r} for study {study.name!r}: {exc}")
 
 
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna storage for ``url`` with sweep's connection settings (for reading)."""
+    return _storage(url, None)
+
+
 def _engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 30}}
-    return {"pool_pre_ping": True}
+    # No pool: a connection lives for one transaction, so many workers stay far below the
+    # server's max_connections and nothing stale is left after a long idle stretch.
+    return {"poolclass": sa.pool.NullPool}
 
 
 def _record_study(optuna_study: optuna.Study, study: Study) -> None:

@@ -33,3 +33,27 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         except SshdUnavailable as exc:
             skip_or_fail(str(exc))
         yield server
+
+
+# --- shared PostgreSQL study (issue 8) -------------------------------------------------------
+
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tests.pg import Postgres, PostgresUnavailable, throwaway_postgres  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """A throwaway PostgreSQL cluster on 127.0.0.1 (reference/infra.md §4), shared by the session.
+
+    Its folder is directly under /tmp: pytest's own temp folders are not readable by the
+    ``postgres`` user the cluster runs as.
+    """
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-pg-")))
+        try:
+            cluster = stack.enter_context(throwaway_postgres(folder))
+        except PostgresUnavailable as exc:
+            skip_or_fail(str(exc))
+        yield cluster

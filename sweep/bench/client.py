@@ -308,14 +308,16 @@ def _stalled(parser: StreamParser, stall_timeout_s: float) -> BenchmarkError:
     )
 
 
-async def _raise_for_status(response: httpx.Response, request: GenerateRequest) -> None:
+async def _raise_for_status(
+    response: httpx.Response, request: GenerateRequest, path: str = "/generate"
+) -> None:
     if response.status_code < 400:
         return
     await response.aread()
     reason = (
         BenchmarkFailure.REJECTED if response.status_code < 500 else BenchmarkFailure.SERVER_ERROR
     )
-    detail = f"POST /generate answered HTTP {response.status_code}: {_body_message(response)}"
+    detail = f"POST {path} answered HTTP {response.status_code}: {_body_message(response)}"
     if reason is BenchmarkFailure.REJECTED:
         detail += (
             f"; the request's sampling_params were {json.dumps(dict(request.sampling_params))}"

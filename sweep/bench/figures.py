@@ -94,6 +94,15 @@ def accept_check_from_server_info(
     return AcceptCheck("server_info", server, client_decode, server / client_decode - 1, tolerance)
 
 
+def accept_check_from_vllm(server: float, client_decode: float, tolerance: float) -> AcceptCheck:
+    """Compare vLLM's 1 + Δaccepted / Δdrafts with the tokens per decode step the streams showed.
+
+    A stream chunk is one engine step unless the server coalesced steps for a
+    slow reader, which can only raise the client figure.
+    """
+    return AcceptCheck("metrics", server, client_decode, server / client_decode - 1, tolerance)
+
+
 def check_warning(check: AcceptCheck) -> str | None:
     """A warning when the server's accept length and ours disagree beyond the tolerance."""
     if check.agrees:

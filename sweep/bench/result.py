@@ -121,6 +121,9 @@ class LevelResult:
     e2e_s: Distribution | None
     stop_reason: StopReason
     warnings: tuple[str, ...] = ()
+    acceptance: Mapping[str, Any] | None = None
+    """vLLM only: the measured window's spec-decode counter deltas and per-position
+    acceptance (see :class:`sweep.bench.openai.Acceptance`)."""
 
     @property
     def precision(self) -> float | None:

@@ -23,6 +23,13 @@ For each level ``B``:
 5. **Cross-check** — accept length from the measured requests is compared
    with the server's counters: ``/metrics`` deltas, else ``/server_info``.
 
+vLLM (``protocol = "openai"``, :mod:`sweep.bench.openai`) differs in three
+places: requests stream OpenAI ``/v1/completions``; there is no flush (the
+counters are read before and after the measured rounds instead); and the
+level's accept length is vLLM's own, 1 + Δaccepted / Δdrafts over the measured
+window, with per-position acceptance recorded, cross-checked against the
+tokens per decode step the streams showed.
+
 Any bad run raises :class:`~sweep.exceptions.BenchmarkError` carrying what was
 measured so far.
 """
@@ -30,13 +37,13 @@ measured so far.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-from sweep.bench import figures
+from sweep.bench import figures, openai
 from sweep.bench.client import (
     GenerateRequest,
     OnTokens,
@@ -67,6 +74,7 @@ class BenchmarkSettings:
         flush_attempts: ``/flush_cache`` tries before giving up.
         flush_interval_s: pause between ``/flush_cache`` tries.
         accept_tolerance: warn when the server's accept length differs by more.
+        protocol: ``"sglang"`` (native ``/generate``) or ``"openai"`` (vLLM).
     """
 
     stop: StopRule = field(default_factory=StopRule)
@@ -75,6 +83,7 @@ class BenchmarkSettings:
     flush_attempts: int = 100
     flush_interval_s: float = 0.1
     accept_tolerance: float = 0.05
+    protocol: str = "sglang"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +155,13 @@ async def benchmark(
     """
     settings = settings or BenchmarkSettings()
     context = _Context(client, workload, settings, clock, sleep, on_round)
+    if settings.protocol == "openai":
+        try:
+            model = await openai.served_model(client)
+            speculates = await openai.read_vllm_counters(client) is not None
+        except BenchmarkError as exc:
+            raise exc.located(context.url, workload.concurrency[0], None) from exc
+        context = _Context(client, workload, settings, clock, sleep, on_round, model, speculates)
     levels: list[LevelResult] = []
     for concurrency in workload.concurrency:
         try:
@@ -165,6 +181,8 @@ class _Context:
     clock: Clock
     sleep: Sleep
     on_round: OnRound | None
+    model: str = ""
+    speculates: bool = False
 
     @property
     def url(self) -> str:
@@ -177,13 +195,24 @@ class _Context:
     async def generate(
         self, request: GenerateRequest, on_tokens: OnTokens | None = None
     ) -> StreamRecord:
-        record = await stream_generate(
-            self.client,
-            request,
-            now=self.clock.now,
-            stall_timeout_s=self.settings.stall_timeout_s,
-            on_tokens=on_tokens,
-        )
+        if self.settings.protocol == "openai":
+            record = await openai.stream_completion(
+                self.client,
+                request,
+                model=self.model,
+                count_steps=self.speculates,
+                now=self.clock.now,
+                stall_timeout_s=self.settings.stall_timeout_s,
+                on_tokens=on_tokens,
+            )
+        else:
+            record = await stream_generate(
+                self.client,
+                request,
+                now=self.clock.now,
+                stall_timeout_s=self.settings.stall_timeout_s,
+                on_tokens=on_tokens,
+            )
         check_complete(record, int(request.sampling_params["max_new_tokens"]), self.workload)
         return record
 
@@ -228,6 +257,8 @@ def check_complete(record: StreamRecord, max_new_tokens: int, workload: Workload
 
 
 async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
+    if ctx.settings.protocol == "openai":
+        return await _measure_vllm_level(ctx, concurrency)
     try:
         await _warmup(ctx, concurrency)
         s = ctx.settings
@@ -249,6 +280,33 @@ async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
     except BenchmarkError as exc:
         raise _LevelFailed(exc, figures.level_result(loop.log(), None)) from exc
     return figures.level_result(loop.log(), check, _check_notes(check, loop.records))
+
+
+async def _measure_vllm_level(ctx: _Context, concurrency: int) -> LevelResult:
+    """The same protocol over vLLM: no flush; acceptance from the counters' deltas."""
+    try:
+        await _warmup(ctx, concurrency)
+        before = await openai.read_vllm_counters(ctx.client)
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, None) from exc
+    loop = ClosedLoop(
+        concurrency, ctx.workload, ctx.settings.stop, ctx.clock.now, ctx.generate, ctx.on_round
+    )
+    try:
+        await loop.run()
+        after = await openai.read_vllm_counters(ctx.client)
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, loop.partial()) from exc
+    window = openai.acceptance(before, after) if before and after else None
+    client = figures.decode_accept_length(loop.records)
+    check = None
+    if window is not None and client is not None:
+        tolerance = ctx.settings.accept_tolerance
+        check = figures.accept_check_from_vllm(window.accept_length, client, tolerance)
+    level = figures.level_result(loop.log(), check)
+    if window is None:
+        return level
+    return replace(level, accept_length=window.accept_length, acceptance=window.as_dict())
 
 
 async def _warmup(ctx: _Context, concurrency: int) -> None:

@@ -252,6 +252,8 @@ class EngineAdapter(abc.ABC):
     )
 
     name: ClassVar[str] = "engine"
+    info_paths: ClassVar[tuple[str, ...]] = ("/server_info", "/get_server_info")
+    """Where the server describes itself after ready; the first JSON object answering wins."""
 
     @abc.abstractmethod
     def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
@@ -266,8 +268,19 @@ class EngineAdapter(abc.ABC):
         """The readiness signals for this adapter's engine version."""
 
     @abc.abstractmethod
-    def resolved(self, server_info: Mapping[str, Any]) -> ResolvedServer:
-        """Read the resolved arguments out of the engine's server-info document."""
+    def resolved(
+        self, server_info: Mapping[str, Any], log_lines: Sequence[str] = ()
+    ) -> ResolvedServer:
+        """Read the resolved arguments out of the engine's server-info document.
+
+        Args:
+            server_info: the first JSON object found at :attr:`info_paths`.
+            log_lines: the start-up log lines :meth:`readback_line` kept.
+        """
+
+    def readback_line(self, line: str) -> bool:
+        """True for a start-up log line that states the resolved configuration."""
+        return False
 
     @abc.abstractmethod
     def version_probe(self) -> tuple[str, ...]:

@@ -179,7 +179,9 @@ class SGLangAdapter(EngineAdapter):
         # timeout under ~2 s never sees its 200. Ask it only once the log says "fired up".
         return Readiness("/health_generate", 5.0, wait_for_log_marker=True, log_marker=FIRED_UP)
 
-    def resolved(self, server_info: Mapping[str, Any]) -> ResolvedServer:
+    def resolved(
+        self, server_info: Mapping[str, Any], log_lines: Sequence[str] = ()
+    ) -> ResolvedServer:
         info = server_info
         states = info.get("internal_states") or [{}]
         state = states[0] if isinstance(states[0], dict) else {}

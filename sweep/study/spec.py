@@ -39,6 +39,8 @@ _SECTIONS = frozenset(
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?")
+"""A full flag name; vLLM's dotted form (``--speculative-config.model``) sets one JSON key."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class HostSpec:
     strict_host_key: bool = True
     workdir: str = "/tmp/sweep-servers"
     python: str | None = None  # interpreter that imports the engine (version check)
+    server_port: int | None = None  # the server's port on this host (default: [engine] port)
 
 
 @dataclass(frozen=True)
@@ -309,7 +312,7 @@ def _engine(r: TableReader) -> EngineSpec:
 
 
 def _check_flag(r: TableReader, key: str, flag: str) -> None:
-    if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", flag):
+    if not _FLAG.fullmatch(flag):
         raise r.error(key, f'expected a full flag name like "--mem-fraction-static", got {flag!r}')
 
 
@@ -359,6 +362,7 @@ def _host(r: TableReader) -> HostSpec:
         strict_host_key=r.boolean("strict_host_key", True),
         workdir=r.string("workdir", "/tmp/sweep-servers"),
         python=r.string("python", None),
+        server_port=r.integer("server_port", None, minimum=1),
     )
     r.done()
     return host
@@ -388,7 +392,7 @@ def _categorical(
     out = []
     for key in list(sub.table):
         if flag:
-            if not re.fullmatch(r"--[a-z0-9][a-z0-9-]*", key):
+            if not _FLAG.fullmatch(key):
                 raise sub.error(key, 'expected a full flag name like "--attention-backend"')
         elif not _ENV_NAME.match(key):
             raise sub.error(key, "expected an environment variable name")

@@ -1,0 +1,128 @@
+"""The best configuration per concurrency level, and whether it differs from the single best.
+
+Pure. The speculative settings that win at batch 1 often lose at batch 16:
+users deploy a schedule, not one number, so each level gets its own winner,
+its speedup over the baseline measured at that level (with its 95 % interval)
+and a flag saying whether it differs from the study's single best (the best
+objective value among feasible measured trials).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import pandas as pd
+
+from analysis.transform import best_row, levels, measured
+
+
+@dataclass(frozen=True)
+class LevelBest:
+    """The winner at one concurrency level."""
+
+    concurrency: int
+    trial: int
+    config: str
+    key: str
+    value: float
+    value_ci_low: float | None
+    value_ci_high: float | None
+    accept_length: float | None
+    baseline_value: float | None
+    speedup: float | None
+    speedup_ci_low: float | None
+    speedup_ci_high: float | None
+    differs_from_overall: bool
+    command: str | None
+
+
+@dataclass(frozen=True)
+class BestSchedule:
+    """Each level's winner and the single best configuration over all levels."""
+
+    metric: str
+    overall_trial: int | None
+    overall_config: str | None
+    levels: tuple[LevelBest, ...]
+
+    @property
+    def is_uniform(self) -> bool:
+        """True when one configuration wins at every level."""
+        return not any(level.differs_from_overall for level in self.levels)
+
+    def table(self) -> pd.DataFrame:
+        """One row per level (the JSON's ``levels`` as a frame)."""
+        return pd.DataFrame([asdict(level) for level in self.levels])
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: NaN as None."""
+        cleaned: dict[str, Any] = _clean(asdict(self))
+        return cleaned
+
+    def to_json(self) -> str:
+        """The schedule as indented JSON."""
+        return json.dumps(self.as_dict(), indent=2)
+
+
+def overall_best(df: pd.DataFrame) -> pd.Series | None:
+    """The feasible measured trial with the highest objective value (its first level's row)."""
+    rows = measured(df)
+    rows = rows[rows["feasible"].fillna(True).astype(bool)].dropna(subset=["objective"])
+    if rows.empty:
+        return None
+    return rows.loc[rows["objective"].idxmax()]
+
+
+def best_per_level(df: pd.DataFrame) -> BestSchedule:
+    """The best configuration at every measured concurrency level of one study."""
+    overall = overall_best(df)
+    overall_key = None if overall is None else overall["key"]
+    winners = []
+    for level in levels(measured(df)):
+        row = best_row(df, level)
+        if row is not None:
+            winners.append(_level_best(row, level, overall_key))
+    metric = str(df["metric"].dropna().iloc[0]) if df["metric"].notna().any() else ""
+    return BestSchedule(
+        metric=metric,
+        overall_trial=None if overall is None else int(overall["trial"]),
+        overall_config=None if overall is None else str(overall["config"]),
+        levels=tuple(winners),
+    )
+
+
+def _level_best(row: pd.Series, level: int, overall_key: Any) -> LevelBest:
+    return LevelBest(
+        concurrency=level,
+        trial=int(row["trial"]),
+        config=str(row["config"]),
+        key=str(row["key"]),
+        value=float(row["value"]),
+        value_ci_low=_float(row["value_ci_low"]),
+        value_ci_high=_float(row["value_ci_high"]),
+        accept_length=_float(row["accept_length"]),
+        baseline_value=_float(row["baseline_value"]),
+        speedup=_float(row["speedup"]),
+        speedup_ci_low=_float(row["speedup_ci_low"]),
+        speedup_ci_high=_float(row["speedup_ci_high"]),
+        differs_from_overall=overall_key is not None and row["key"] != overall_key,
+        command=None if pd.isna(row["command"]) else str(row["command"]),
+    )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None or pd.isna(value) else float(value)
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN becomes null."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value

@@ -1,0 +1,262 @@
+"""What a study report says, as a :class:`~analysis.document.Document` plus figures.
+
+Pure apart from drawing: takes frames (from :mod:`analysis.load`) and returns
+the document and matplotlib figures; :mod:`analysis.report` writes them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import formatting as fmt
+from analysis.best import BestSchedule, best_per_level, overall_best
+from analysis.content_costmodel import cost_model_section, model_summary
+from analysis.content_health import drift_section, failures_section, provenance_section
+from analysis.costmodel import CostModel, fit_cost_model
+from analysis.document import Block, Code, Document, Section, table
+from analysis.errors import CostModelError
+from analysis.plots import (
+    plot_accept_length_vs_steps,
+    plot_best_so_far,
+    plot_per_level,
+    plot_speedup_heatmap,
+    plot_throughput_vs_steps,
+)
+from analysis.sections import FigureSet, ReportContent, StudyData
+from analysis.transform import default_level, levels, measured
+
+
+def study_report(data: StudyData) -> ReportContent:
+    """The whole report of one study: summary, best, curves, cost model, drift, failures."""
+    figures = FigureSet()
+    numbers = slim(data.trials)
+    schedule = best_per_level(data.trials)
+    model, model_error = _fit(numbers)
+    sections = [
+        _summary(data),
+        _best(data, schedule),
+        _curves(numbers, figures),
+        cost_model_section(numbers, model, model_error, figures),
+        _progress(numbers, figures),
+        drift_section(data),
+        failures_section(data.trials, figures),
+        provenance_section(data),
+    ]
+    title = f"Sweep report: {data.info.ref.name}"
+    summary: dict[str, object] = {
+        "study": data.info.ref.name,
+        "best": _json_best(data.trials),
+        "best_per_level": schedule.as_dict(),
+        "cost_model": model_summary(model, model_error),
+    }
+    return ReportContent(Document(title, tuple(sections)), figures.figures, summary)
+
+
+TEXT_ONLY = ("command", "env", "failure_message", "failure_log_tail", "failure_phase", "warnings",
+             "stop_reason", "excluded_reason", "resolved_algorithm", "engine_version")  # fmt: skip
+
+
+def slim(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` without the long text columns figures never read (filtering copies every column)."""
+    return df.drop(columns=[c for c in TEXT_ONLY if c in df.columns])
+
+
+def _fit(df: pd.DataFrame) -> tuple[CostModel | None, str]:
+    try:
+        return fit_cost_model(df), ""
+    except CostModelError as exc:
+        return None, str(exc)
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+
+def _summary(data: StudyData) -> Section:
+    info, df = data.info, data.trials
+    per_trial = df.drop_duplicates("trial")
+    counts = per_trial["state"].value_counts()
+    blocks: list[Block] = []
+    if info.description:
+        blocks.append(info.description)
+    rows = [
+        ("study", info.ref.name),
+        ("storage", f"`{info.ref.storage}`"),
+        (
+            "objective",
+            f"{info.metric} at concurrency {info.objective_concurrency} (higher is better)",
+        ),
+        ("concurrency levels", ", ".join(map(str, levels(df))) or "none measured"),
+        ("trials", ", ".join(f"{n} {state}" for state, n in counts.items()) or "none"),
+        ("baselines", str(len(data.baselines.drop_duplicates("trial")))),
+        ("wall-clock span", _span(df, data.baselines)),
+    ]
+    rows += [(f"tag {k}", v) for k, v in info.tags.items()]
+    blocks.append(table(("", ""), rows))
+    return Section("Study", tuple(blocks))
+
+
+def _span(*frames: pd.DataFrame) -> str:
+    starts = pd.concat([f["started_at"] for f in frames]).dropna()
+    ends = pd.concat([f["finished_at"] for f in frames]).dropna()
+    if starts.empty or ends.empty:
+        return ""
+    seconds = (ends.max() - starts.min()).total_seconds()
+    return f"{fmt.timestamp(starts.min())} → {fmt.timestamp(ends.max())} ({fmt.duration(seconds)})"
+
+
+def _objective_row(df: pd.DataFrame) -> pd.Series | None:
+    best = overall_best(df)
+    if best is None:
+        return None
+    rows = df[(df["trial"] == best["trial"]).to_numpy()]
+    at = rows[(rows["concurrency"] == default_level(df)).fillna(False).to_numpy()]
+    return at.iloc[0] if not at.empty else best
+
+
+def launch_command(row: pd.Series) -> str:
+    """The exact command that started the server of ``row``, environment first."""
+    env = fmt.text(row["env"])
+    command = fmt.text(row["command"]) or "(not recorded)"
+    return f"{env} {command}".strip()
+
+
+def _best(data: StudyData, schedule: BestSchedule) -> Section:
+    row = _objective_row(data.trials)
+    if row is None:
+        return Section("Best configuration", ("No feasible configuration was measured yet.",))
+    unit = "tok/s" if str(row["metric"]).endswith("tok_s") else ""
+    blocks: list[Block] = [
+        f"Trial {row['trial']}: **{row['config']}** on host `{fmt.text(row['host'])}`.",
+        table(
+            ("", ""),
+            [
+                (
+                    row["metric"],
+                    fmt.with_ci(row["value"], row["value_ci_low"], row["value_ci_high"], unit),
+                ),
+                ("accept length", fmt.number(row["accept_length"])),
+                ("baseline", _baseline_text(row, unit)),
+                (
+                    "speedup",
+                    fmt.speedup(row["speedup"], row["speedup_ci_low"], row["speedup_ci_high"]),
+                ),
+            ],
+        ),
+        "Exact launch command:",
+        Code(launch_command(row)),
+    ]
+    blocks += _schedule_blocks(schedule)
+    return Section("Best configuration", tuple(blocks))
+
+
+def _baseline_text(row: pd.Series, unit: str) -> str:
+    if fmt.missing(row["baseline_trial"]):
+        return "none measured on this host"
+    value = fmt.with_ci(
+        row["baseline_value"], row["baseline_ci_low"], row["baseline_ci_high"], unit
+    )
+    return f"{value} (baseline trial {row['baseline_trial']}, nearest in time on the same host)"
+
+
+def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
+    if len(schedule.levels) < 2:
+        return []
+    rows = [
+        (
+            b.concurrency,
+            b.config,
+            f"{b.value:.1f}",
+            fmt.speedup(b.speedup, b.speedup_ci_low, b.speedup_ci_high),
+            "yes" if b.differs_from_overall else "no",
+            b.trial,
+        )
+        for b in schedule.levels
+    ]
+    note = (
+        "One configuration wins at every level."
+        if schedule.is_uniform
+        else "The winner depends on the concurrency: deploy a schedule, not one setting."
+    )
+    return [
+        "Best configuration per concurrency level:",
+        table(
+            (
+                "concurrency",
+                "configuration",
+                schedule.metric,
+                "speedup",
+                "differs from the single best",
+                "trial",
+            ),
+            rows,
+        ),
+        note,
+    ]
+
+
+def _curves(df: pd.DataFrame, figures: FigureSet) -> Section:
+    if measured(df).empty:
+        return Section("Curves", ("Nothing measured yet.",))
+    blocks: list[Block] = [
+        figures.draw("throughput_vs_steps", lambda: plot_throughput_vs_steps(df)),
+        figures.draw("accept_length_vs_steps", lambda: plot_accept_length_vs_steps(df)),
+        figures.draw("speedup_heatmap", lambda: plot_speedup_heatmap(df, y=_heatmap_y(df))),
+    ]
+    if len(levels(df)) > 1:
+        blocks.append(figures.draw("per_level", lambda: plot_per_level(df)))
+    return Section("Curves", tuple(blocks))
+
+
+def _heatmap_y(df: pd.DataFrame) -> str:
+    """The first of draft TP, topk, extras, draft tokens that varies (few rows first)."""
+    rows = measured(df)
+    options = [
+        "draft_tp",
+        "eagle_topk",
+        *(c for c in df.columns if c.startswith(("env_", "flag_"))),
+        "num_draft_tokens",
+    ]
+    return next((c for c in options if rows[c].nunique() > 1), "draft_tp")
+
+
+def _progress(df: pd.DataFrame, figures: FigureSet) -> Section:
+    return Section("Search progress", (figures.draw("best_so_far", lambda: _progress_figure(df)),))
+
+
+def _progress_figure(df: pd.DataFrame) -> Figure:
+    """Best so far vs trial number and vs wall-clock time, side by side."""
+    figure = Figure(figsize=(13.0, 4.6), layout="constrained")
+    by_trial, by_time = figure.subplots(1, 2)
+    plot_best_so_far(df, x="trial", ax=by_trial, legend=False)
+    plot_best_so_far(df, x="time", ax=by_time)
+    return figure
+
+
+def _json_best(df: pd.DataFrame) -> dict[str, object] | None:
+    row = _objective_row(df)
+    if row is None:
+        return None
+    keys = (
+        "trial",
+        "config",
+        "key",
+        "concurrency",
+        "value",
+        "value_ci_low",
+        "value_ci_high",
+        "accept_length",
+        "baseline_trial",
+        "baseline_value",
+        "speedup",
+        "speedup_ci_low",
+        "speedup_ci_high",
+        "host",
+    )
+    out: dict[str, object] = {k: None if fmt.missing(row[k]) else _plain(row[k]) for k in keys}
+    out["command"] = launch_command(row)
+    return out
+
+
+def _plain(value: object) -> object:
+    return value.item() if hasattr(value, "item") else value

@@ -1,0 +1,101 @@
+"""The report's cost-model section: constants, residuals, predictions, the cycle figure."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import formatting as fmt
+from analysis.costmodel import CostModel
+from analysis.document import Block, Section, table
+from analysis.plots import plot_cycle_breakdown
+from analysis.predict import Prediction, predict_configs
+from analysis.sections import FigureSet
+
+MAX_RESIDUALS = 12
+
+
+def cost_model_section(
+    df: pd.DataFrame, model: CostModel | None, error: str, figures: FigureSet
+) -> Section:
+    """Constants with errors, notes, residuals, predictions and the cycle figure (or why no fit)."""
+    title = "Cost model"
+    if model is None:
+        return Section(title, (f"The cost model could not be fitted: {error}",))
+    blocks: list[Block] = [
+        "cycle = overhead + steps × draft step + verify(draft tokens); "
+        "throughput = accept length / cycle. Fitted by least squares on "
+        f"{len(model.residuals)} trials and the baseline at concurrency {model.concurrency} "
+        f"(R² = {model.r_squared:.4f} on decode speed).",
+        table(
+            ("constant", "value (ms)", "± std error", "meaning"),
+            [
+                (c.name, f"{c.value_ms:.3f}", f"{c.std_ms:.3f}", c.meaning)
+                for c in model.constants()
+            ],
+        ),
+    ]
+    blocks += [f"Note: {note}." for note in model.notes]
+    blocks.append(_residuals(model))
+    blocks += _predictions(model, df)
+    blocks.append(figures.draw("cycle_breakdown", lambda: plot_cycle_breakdown(df, model=model)))
+    return Section(title, tuple(blocks))
+
+
+def _residuals(model: CostModel) -> Block:
+    worst = sorted(model.residuals, key=lambda r: -abs(r.relative))[:MAX_RESIDUALS]
+    return table(
+        ("configuration", "trial", "measured tok/s", "model tok/s", "residual"),
+        [
+            (
+                r.config.label(),
+                r.trial,
+                f"{r.measured_tok_s:.2f}",
+                f"{r.predicted_tok_s:.2f}",
+                fmt.percent(r.relative),
+            )
+            for r in worst
+        ],
+    )
+
+
+def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
+    top = [p for p in predict_configs(model, df) if not p.tried][:5]
+    best = max(model.residuals, key=lambda r: r.measured_tok_s)
+    if not top:
+        return ["Every configuration the model can reach was tried."]
+    untried = top[0]
+    verdict = "above" if untried.throughput > best.measured_tok_s else "below"
+    return [
+        f"The untried configuration the model expects to be best: **{untried.config.label()}** "
+        f"at {_prediction_text(untried)}, {verdict} the best measured "
+        f"({best.measured_tok_s:.1f} tok/s).",
+        table(
+            ("untried configuration", "predicted tok/s", "accept length (source)", "cycle ms"),
+            [
+                (
+                    p.config.label(),
+                    _prediction_text(p),
+                    f"{p.accept_length:.2f} ({p.accept_source})",
+                    f"{p.cycle_ms:.2f}",
+                )
+                for p in top
+            ],
+        ),
+    ]
+
+
+def _prediction_text(p: Prediction) -> str:
+    return f"{p.throughput:.1f} ± {p.throughput_std:.1f} tok/s"
+
+
+def model_summary(model: CostModel | None, error: str) -> dict[str, object]:
+    """The fit for ``summary.json``."""
+    if model is None:
+        return {"fitted": False, "reason": error}
+    return {
+        "fitted": True,
+        "concurrency": model.concurrency,
+        "r_squared": model.r_squared,
+        "constants_ms": {c.name: {"value": c.value_ms, "std": c.std_ms} for c in model.constants()},
+        "notes": list(model.notes),
+    }

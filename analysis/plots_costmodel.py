@@ -1,0 +1,115 @@
+"""The cost model's figure: where each configuration's cycle time goes (draws, never saves)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+
+from analysis.costmodel import CostModel, fit_cost_model, observations
+from analysis.style import BASELINE_COLOR, legend_outside, new_axes, shown_note
+
+MAX_CONFIGS = 14
+PARTS = (
+    ("draft", "draft steps", "#1f77b4"),
+    ("verify", "target verify", "#ff7f0e"),
+    ("overhead", "fixed overhead", "#bbbbbb"),
+)
+
+
+def plot_cycle_breakdown(
+    df: pd.DataFrame,
+    *,
+    model: CostModel | None = None,
+    ax: Axes | None = None,
+    concurrency: int | None = None,
+    max_configs: int = MAX_CONFIGS,
+    legend: bool = True,
+) -> Axes:
+    """Stacked bars: each configuration's cycle split into draft, verify and overhead time.
+
+    The model is fitted from ``df`` unless given; a diamond marks the measured
+    cycle (accept length / decode speed), and each bar is labelled with the
+    measured speed and accept length. The top bar is the baseline (one decode step).
+
+    Raises:
+        CostModelError: no model given and none can be fitted from ``df``.
+    """
+    model = model or fit_cost_model(df, concurrency=concurrency)
+    table, total = _measured_cycles(df, model, max_configs)
+    ax = new_axes(ax, height=max(3.0, 1.3 + 0.36 * (len(table) + 1)))
+    labels = ["no speculation (baseline)"]
+    parts = {"draft": [0.0], "verify": [model.decode_ms], "overhead": [0.0]}
+    for config in table["config"]:
+        split = model.breakdown(config)
+        assert split is not None  # the fit reached every configuration it was fitted on
+        labels.append(config.label())
+        for name, value in (
+            ("draft", split.draft_ms),
+            ("verify", split.verify_ms),
+            ("overhead", split.overhead_ms),
+        ):
+            parts[name].append(value)
+    totals = _bars(ax, parts, labels)
+    _measured_marks(ax, table, model, totals)
+    ax.set(
+        title=f"Cycle time: draft vs verify vs overhead (fitted model, concurrency "
+        f"{model.concurrency})" + shown_note(len(table), total, "configurations"),
+        xlabel="time per verify cycle (ms)",
+    )
+    if legend:
+        legend_outside(ax)
+    return ax
+
+
+def _measured_cycles(df: pd.DataFrame, model: CostModel, limit: int) -> tuple[pd.DataFrame, int]:
+    obs = observations(df, model.concurrency, model.extras)
+    table = pd.DataFrame(
+        {
+            "config": [o.config for o in obs],
+            "cycle_ms": [o.cycle_ms for o in obs],
+            "tok_s": [o.decode_tok_s for o in obs],
+            "accept_length": [o.accept_length for o in obs],
+        }
+    )
+    table = table.groupby("config", sort=False).mean().reset_index()
+    total = len(table)
+    table = table.sort_values("tok_s", ascending=False).head(limit)
+    order = sorted(
+        table["config"], key=lambda c: (c.draft_tp, c.eagle_topk, c.num_draft_tokens, c.num_steps)
+    )
+    table = table.set_index("config").loc[order].reset_index()
+    return table, total
+
+
+def _bars(ax: Axes, parts: dict[str, list[float]], labels: list[str]) -> np.ndarray:
+    y = np.arange(len(labels))[::-1]  # baseline on top
+    left = np.zeros(len(labels))
+    for name, text, colour in PARTS:
+        values = np.array(parts[name])
+        ax.barh(y, values, left=left, color=colour, label=text, height=0.65)
+        left += values
+    ax.set_yticks(y, labels, fontsize="small")
+    ax.set_xlim(0, float(left.max()) * 1.5)  # room for the labels at the bar ends
+    return left
+
+
+def _measured_marks(ax: Axes, table: pd.DataFrame, model: CostModel, totals: np.ndarray) -> None:
+    n = len(table) + 1
+    y = np.arange(n)[::-1]
+    cycles = [model.decode_ms, *table["cycle_ms"]]
+    ax.scatter(
+        cycles,
+        y,
+        marker="D",
+        color="black",
+        s=18,
+        zorder=3,
+        label="measured cycle (accept length / speed)",
+    )
+    ax.scatter([model.decode_ms], [y[0]], marker="D", color=BASELINE_COLOR, s=18, zorder=3)
+    texts = [f"{1000 / model.decode_ms:.1f} tok/s"]
+    texts += [f"{r.tok_s:.1f} tok/s · accept {r.accept_length:.2f}" for r in table.itertuples()]
+    ends = np.maximum(totals, cycles)
+    for yy, end, text in zip(y, ends, texts, strict=True):
+        ax.text(end + 0.02 * float(ends.max()), yy, text, va="center", fontsize="x-small")

@@ -1,0 +1,234 @@
+"""The only writer: reports (HTML, Markdown), figures (PNG, SVG, PDF) and trial exports.
+
+``write_report`` loads a study, builds its content (:mod:`analysis.content`)
+and writes into one folder::
+
+    report.html          self-contained (figures embedded as base64 PNG)
+    report.md            Markdown, figures beside it
+    figures/NAME.png     (≥ 150 dpi), .svg, .pdf — as many formats as asked
+    trials.csv, trials.parquet, baselines.csv
+    summary.json         best configuration, best per level, cost-model constants
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.compare import compare_studies
+from analysis.content import study_report
+from analysis.content_compare import comparison_report
+from analysis.document import to_html, to_markdown
+from analysis.errors import AnalysisError
+from analysis.load import StudyLike, load_study_data, load_trials, study_ref
+from analysis.sections import ReportContent, StudyData
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+EXPORT_FORMATS = ("csv", "parquet")
+DPI = 150
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What a report wrote."""
+
+    folder: Path
+    html: Path
+    markdown: Path
+    figures: tuple[Path, ...]
+    data: tuple[Path, ...]
+
+
+def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    """The figure formats asked for, validated.
+
+    Raises:
+        AnalysisError: an unknown format.
+    """
+    chosen = tuple(dict.fromkeys(f.strip().lower() for f in formats if f.strip()))
+    unknown = [f for f in chosen if f not in FIGURE_FORMATS]
+    if unknown or not chosen:
+        raise AnalysisError(
+            f"figure formats must be among {', '.join(FIGURE_FORMATS)}, "
+            f"got {', '.join(formats) or 'none'}"
+        )
+    return chosen
+
+
+def write_report(
+    study: StudyLike,
+    folder: str | Path,
+    *,
+    formats: Sequence[str] = FIGURE_FORMATS,
+    storage: str | None = None,
+) -> ReportFiles:
+    """Load ``study`` (a study file or a StudyRef) and write its full report into ``folder``.
+
+    Raises:
+        AnalysisError: the study is not in its storage, or a format is unknown.
+        StudyFileError: the study file is invalid.
+    """
+    chosen = check_formats(formats)
+    info, trials, baselines = load_study_data(study_ref(study, storage))
+    content = study_report(StudyData(info, trials, baselines))
+    out = Path(folder)
+    data = (
+        export_frame(trials, out / "trials.csv"),
+        export_frame(trials, out / "trials.parquet"),
+        export_frame(baselines, out / "baselines.csv"),
+    )
+    return _write(content, out, chosen, data)
+
+
+def write_comparison(
+    studies: Sequence[StudyLike], folder: str | Path, *, formats: Sequence[str] = FIGURE_FORMATS
+) -> ReportFiles:
+    """Compare studies (the first is the reference) and write the comparison report.
+
+    Raises:
+        AnalysisError: fewer than two studies, a study missing, or a format unknown.
+    """
+    chosen = check_formats(formats)
+    refs = [study_ref(s) for s in studies]
+    if len(refs) < 2:
+        raise AnalysisError(f"compare needs at least two studies, got {len(refs)}")
+    trials = load_trials(refs)
+    comparison = compare_studies(trials, [r.name for r in refs])
+    content = comparison_report(trials, comparison)
+    out = Path(folder)
+    data = (
+        export_frame(trials, out / "trials.csv"),
+        export_frame(comparison.changes_table(), out / "changes.csv"),
+    )
+    return _write(content, out, chosen, data)
+
+
+def export_trials(
+    study: StudyLike,
+    path: str | Path,
+    export_format: str | None = None,
+    *,
+    storage: str | None = None,
+) -> Path:
+    """Write a study's tidy trial frame (one row per trial and level) as CSV or Parquet.
+
+    Raises:
+        AnalysisError: the study is not in its storage, or the format is unknown.
+    """
+    return export_frame(load_trials(study_ref(study, storage)), Path(path), export_format)
+
+
+def export_frame(frame: pd.DataFrame, path: Path, export_format: str | None = None) -> Path:
+    """Write ``frame`` as CSV or Parquet (``export_format``, or ``path``'s suffix).
+
+    Raises:
+        AnalysisError: an unknown format.
+    """
+    chosen = export_format or path.suffix.removeprefix(".")
+    if chosen not in EXPORT_FORMATS:
+        raise AnalysisError(f"{path}: export format must be csv or parquet, got {chosen!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if chosen == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        frame.to_parquet(path, index=False)
+    return path
+
+
+def save_figure(figure: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:
+    """Save one figure as ``stem.<format>`` for each format (PNG at 150 dpi).
+
+    The layout is computed for the first format and then frozen: the others
+    reuse it (a third less drawing time, and identical layouts in every format).
+    """
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for extension in formats:
+        path = stem.with_suffix(f".{extension}")
+        figure.savefig(path, dpi=DPI)
+        figure.set_layout_engine("none")
+        paths.append(path)
+    return paths
+
+
+def save_figures(figures: Mapping[str, Figure], folder: Path, formats: Sequence[str]) -> list[Path]:
+    """Save every figure in every format, half of them in a forked child when that is safe.
+
+    Rendering is CPU-bound and matplotlib holds the GIL, so a second process is
+    the only way to use a second core; the child inherits the figures (no
+    pickling) and is waited for by its PID. Without ``fork``, or with other
+    threads running (forking them is unsafe), everything is saved here.
+    """
+    jobs = list(figures.items())
+    half = jobs[1::2]
+    child = _fork_saver(half, folder, formats) if len(jobs) > 2 else None
+    mine = jobs[::2] if child is not None else jobs
+    written = [p for name, figure in mine for p in save_figure(figure, folder / name, formats)]
+    if child is not None and not _child_succeeded(child):
+        for name, figure in half:  # the child failed: do its share here
+            save_figure(figure, folder / name, formats)
+    written += [
+        folder / f"{name}.{ext}" for name, _ in half if child is not None for ext in formats
+    ]
+    return sorted(written)
+
+
+def _fork_saver(jobs: list[tuple[str, Figure]], folder: Path, formats: Sequence[str]) -> int | None:
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    pid = os.fork()
+    if pid:
+        return pid
+    status = 0
+    try:
+        for name, figure in jobs:
+            save_figure(figure, folder / name, formats)
+    except BaseException:
+        status = 1
+    os._exit(status)  # never return into the parent's stack (or pytest's) in the child
+
+
+def _child_succeeded(pid: int) -> bool:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
+
+
+def _write(
+    content: ReportContent, out: Path, formats: tuple[str, ...], data: tuple[Path, ...]
+) -> ReportFiles:
+    figures_dir = out / "figures"
+    written = save_figures(content.figures, figures_dir, formats)
+    embedded = {
+        name: _data_uri(figure, figures_dir / f"{name}.png", "png" in formats)
+        for name, figure in content.figures.items()
+    }
+    linked = "png" if "png" in formats else formats[0]
+    markdown = out / "report.md"
+    markdown.write_text(
+        to_markdown(content.document, lambda n: f"figures/{n}.{linked}"), encoding="utf-8"
+    )
+    page = out / "report.html"
+    page.write_text(to_html(content.document, embedded.__getitem__), encoding="utf-8")
+    summary = out / "summary.json"
+    summary.write_text(json.dumps(content.summary, indent=2, default=str) + "\n", encoding="utf-8")
+    return ReportFiles(out, page, markdown, tuple(written), (*data, summary))
+
+
+def _data_uri(figure: Figure, png: Path, saved: bool) -> str:
+    if saved:
+        raw = png.read_bytes()
+    else:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=DPI)
+        raw = buffer.getvalue()
+    return "data:image/png;base64," + base64.b64encode(raw).decode("ascii")

@@ -1,0 +1,69 @@
+"""What report sections share: the data they read, the figures they draw, the result.
+
+A section is a function of frames returning a :class:`~analysis.document.Section`;
+figures it needs are drawn through :meth:`FigureSet.draw`, which keeps them by
+name for :mod:`analysis.report` to save (a figure that cannot be drawn becomes
+a sentence saying why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.document import Document, FigureRef
+from analysis.errors import CostModelError
+from analysis.load import StudyInfo
+
+CAPTIONS = {
+    "throughput_vs_steps": "Throughput vs speculative steps, one line per (draft TP, topk, draft "
+    "tokens) group; error bars are 95 % CIs, the grey band is the no-speculation baseline.",
+    "accept_length_vs_steps": "Accept length (tokens per verify cycle) vs steps, with the fitted "
+    "saturating curve used to predict untried step counts.",
+    "speedup_heatmap": "Speedup over the baseline (best over the other settings in each cell).",
+    "per_level": "Throughput vs steps at every concurrency level.",
+    "cycle_breakdown": "Where each cycle's time goes according to the fitted cost model; "
+    "diamonds are the measured cycles.",
+    "best_so_far": "Best value found so far vs trial number (left) and vs wall-clock time "
+    "(right); red crosses are failed or infeasible trials.",
+    "failures": "Failed and infeasible configurations, and why.",
+}
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """Everything a study report is built from."""
+
+    info: StudyInfo
+    trials: pd.DataFrame
+    baselines: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    """The document, the figures it refers to (by name) and machine-readable highlights."""
+
+    document: Document
+    figures: Mapping[str, Figure] = field(default_factory=dict)
+    summary: Mapping[str, object] = field(default_factory=dict)
+
+
+class FigureSet:
+    """The figures of one report, drawn on demand and kept by name."""
+
+    def __init__(self) -> None:
+        self.figures: dict[str, Figure] = {}
+
+    def draw(self, name: str, draw: Callable[[], object], caption: str = "") -> FigureRef | str:
+        """Draw one figure (an Axes or a Figure); on CostModelError, say why it is missing."""
+        try:
+            drawn = draw()
+        except CostModelError as exc:
+            return f"(figure left out: {exc})"
+        figure = drawn if isinstance(drawn, Figure) else getattr(drawn, "figure", None)
+        assert isinstance(figure, Figure)
+        self.figures[name] = figure
+        return FigureRef(name, caption or CAPTIONS[name])

@@ -1,0 +1,108 @@
+"""Pure transforms of the tidy trial frame: selections, levels, per-configuration means."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.configs import with_groups
+
+
+def levels(df: pd.DataFrame) -> list[int]:
+    """The concurrency levels measured, ascending."""
+    return sorted(int(c) for c in df["concurrency"].dropna().unique())
+
+
+def default_level(df: pd.DataFrame) -> int:
+    """The objective's concurrency if it was measured, else the lowest level measured."""
+    measured = levels(df)
+    if not measured:
+        return 1
+    objective = df["objective_concurrency"].dropna()
+    if not objective.empty and int(objective.iloc[0]) in measured:
+        return int(objective.iloc[0])
+    return measured[0]
+
+
+def measured(df: pd.DataFrame, concurrency: int | None = None) -> pd.DataFrame:
+    """Speculative trials that measured a value (at one level, if given)."""
+    mask = (df["state"] == "measured") & df["value"].notna() & (df["kind"] == "trial")
+    mask &= df["speculative"].fillna(False).astype(bool)
+    if concurrency is not None:
+        mask &= df["concurrency"] == concurrency
+    return df[mask.fillna(False).astype(bool)]
+
+
+def per_config(df: pd.DataFrame, concurrency: int) -> pd.DataFrame:
+    """One row per configuration at ``concurrency``: means of repeated measurements.
+
+    Confidence bounds of repeats are combined as for a mean of independent
+    estimates (half-width √Σhw² / n). Columns: study, group, draft_rule, the
+    four parameters, extras, config, value, value_ci_low/high, accept_length,
+    speedup and its bounds, baseline_value and ``trials`` (how many measured it).
+    """
+    rows = with_groups(measured(df, concurrency))
+    if rows.empty:
+        return rows.assign(trials=pd.Series(dtype="Int64"))
+    half = (rows["value_ci_high"] - rows["value_ci_low"]) / 2
+    speed_half = (rows["speedup_ci_high"] - rows["speedup_ci_low"]) / 2
+    rows = rows.assign(
+        _hw2=half**2,
+        _shw2=speed_half**2,
+        _n=half.notna().astype(int),
+        _sn=speed_half.notna().astype(int),
+    )
+    keys = [
+        "study",
+        "group",
+        "draft_rule",
+        "num_steps",
+        "eagle_topk",
+        "num_draft_tokens",
+        "draft_tp",
+        "extras",
+        "config",
+    ]
+    out = (
+        rows.groupby(keys, sort=True, dropna=False)
+        .agg(
+            value=("value", "mean"),
+            accept_length=("accept_length", "mean"),
+            speedup=("speedup", "mean"),
+            baseline_value=("baseline_value", "mean"),
+            trials=("trial", "count"),
+            best_trial=("trial", "max"),
+            _hw2=("_hw2", "sum"),
+            _shw2=("_shw2", "sum"),
+            _n=("_n", "sum"),
+            _sn=("_sn", "sum"),
+        )
+        .reset_index()
+    )
+    # half-width of a mean of independent estimates: √Σhw² / n
+    hw = np.sqrt(out["_hw2"]) / out["_n"].where(out["_n"] > 0)
+    shw = np.sqrt(out["_shw2"]) / out["_sn"].where(out["_sn"] > 0)
+    out["value_ci_low"], out["value_ci_high"] = out["value"] - hw, out["value"] + hw
+    out["speedup_ci_low"], out["speedup_ci_high"] = out["speedup"] - shw, out["speedup"] + shw
+    return out.drop(columns=["_hw2", "_shw2", "_n", "_sn"])
+
+
+def best_row(df: pd.DataFrame, concurrency: int) -> pd.Series | None:
+    """The single measured, feasible trial with the highest value at ``concurrency``."""
+    rows = measured(df, concurrency)
+    rows = rows[rows["feasible"].fillna(True).astype(bool)]
+    if rows.empty:
+        return None
+    return rows.loc[rows["value"].idxmax()]
+
+
+def baseline_band(df: pd.DataFrame, concurrency: int) -> tuple[float, float, float] | None:
+    """(low, median, high) of the baselines the rows at ``concurrency`` were compared with."""
+    rows = df[(df["concurrency"] == concurrency).fillna(False).astype(bool)]
+    rows = rows.dropna(subset=["baseline_trial", "baseline_value"])
+    if rows.empty:
+        return None
+    unique = rows.drop_duplicates(subset=["study", "baseline_trial"])
+    low = unique["baseline_ci_low"].fillna(unique["baseline_value"]).min()
+    high = unique["baseline_ci_high"].fillna(unique["baseline_value"]).max()
+    return float(low), float(unique["baseline_value"].median()), float(high)

@@ -1,0 +1,260 @@
+"""The benchmark's HTTP seam for vLLM: OpenAI ``/v1/completions`` streams and spec counters.
+
+Streaming format (vLLM 0.32.0): Server-Sent Events ``data: {json}``, one per
+engine step (several tokens when drafts are accepted). With
+``stream_options = {"include_usage": true, "continuous_usage_stats": true}``
+every chunk carries the *cumulative* ``usage.completion_tokens``; the chunk
+that ends a choice has its ``finish_reason``; the stream ends with
+``data: [DONE]``. A request's decode steps are its token-carrying chunks after
+the first (the first token comes from the prefill), recorded as
+``spec_verify_ct`` when the server speculates.
+
+Acceptance comes from ``/metrics`` deltas over the measured window:
+``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
+``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total``
+(one series per draft position). Without speculation these series do not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sweep.bench.client import (
+    GenerateRequest,
+    Now,
+    OnTokens,
+    StreamParser,
+    StreamRecord,
+    _json_object,
+    _raise_for_status,
+    _stalled,
+    connection_lost,
+)
+from sweep.exceptions import BenchmarkError, BenchmarkFailure
+
+COMPLETIONS = "/v1/completions"
+SPEC = "vllm:spec_decode_"
+DRAFTS = SPEC + "num_drafts_total"
+DRAFT_TOKENS = SPEC + "num_draft_tokens_total"
+ACCEPTED = SPEC + "num_accepted_tokens_total"
+PER_POSITION = SPEC + "num_accepted_tokens_per_pos_total"
+_SERIES = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+_POSITION = re.compile(r'position="(\d+)"')
+
+
+def completion_body(request: GenerateRequest, model: str) -> dict[str, Any]:
+    """The OpenAI completion request for SGLang-style ``sampling_params``."""
+    params = dict(request.sampling_params)
+    body: dict[str, Any] = {
+        "model": model,
+        "prompt": request.text,
+        "max_tokens": params.pop("max_new_tokens"),
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if "stop" in params and not params["stop"]:
+        params.pop("stop")
+    return body | params
+
+
+@dataclass
+class CompletionParser(StreamParser):
+    """SSE lines of a completion stream → cumulative token counts and chunk times.
+
+    Attributes:
+        count_steps: record decode steps (token chunks after the first) as
+            ``spec_verify_ct``; on only when the server speculates.
+    """
+
+    count_steps: bool = False
+    finish: str | None = None
+    _steps: int = field(default=0, repr=False)
+
+    def _chunk(self, event: dict[str, Any], at: float) -> int:
+        if "error" in event:
+            return super()._chunk(event, at)
+        usage = event.get("usage")
+        total = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if not isinstance(total, int) or total < self.tokens:
+            raise BenchmarkError(
+                BenchmarkFailure.BAD_RESPONSE,
+                f"expected a chunk with a cumulative usage.completion_tokens >= {self.tokens} "
+                f"(stream_options.continuous_usage_stats), got {str(event)[:200]}",
+            )
+        for choice in event.get("choices") or []:
+            if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                self.finish = str(choice["finish_reason"])
+        new = total - self.tokens
+        if new:
+            self.chunks.append((at, new))
+            self.tokens = total
+        if self.finish is not None:
+            self.final = {"finish_reason": {"type": self.finish}}
+        return new
+
+    def record(self, sent_at: float) -> StreamRecord:
+        record = super().record(sent_at)
+        steps = len(self.chunks) - 1 if self.count_steps and len(self.chunks) > 1 else None
+        return StreamRecord(
+            sent_at=record.sent_at,
+            chunks=record.chunks,
+            completion_tokens=record.completion_tokens,
+            finish_reason=record.finish_reason,
+            spec_verify_ct=steps,
+            server_e2e_s=None,
+        )
+
+
+async def stream_completion(
+    client: httpx.AsyncClient,
+    request: GenerateRequest,
+    *,
+    model: str,
+    count_steps: bool,
+    now: Now,
+    stall_timeout_s: float,
+    on_tokens: OnTokens | None = None,
+) -> StreamRecord:
+    """POST one streamed ``/v1/completions`` request and time every chunk.
+
+    Same contract as :func:`sweep.bench.client.stream_generate`.
+    """
+    parser = CompletionParser(count_steps=count_steps)
+    sent_at = now()
+    try:
+        async with asyncio.timeout(stall_timeout_s) as stall:
+            body = completion_body(request, model)
+            async with client.stream("POST", COMPLETIONS, json=body) as response:
+                await _raise_for_status(response, request, COMPLETIONS)
+                async for line in response.aiter_lines():
+                    at = now()
+                    new = parser.feed(line, at)
+                    if new:
+                        stall.reschedule(asyncio.get_running_loop().time() + stall_timeout_s)
+                        if on_tokens is not None:
+                            on_tokens(at, new)
+    except (TimeoutError, httpx.TimeoutException) as exc:
+        raise _stalled(parser, stall_timeout_s) from exc
+    except httpx.HTTPError as exc:
+        raise connection_lost(f"POST {COMPLETIONS}", exc, parser.tokens) from exc
+    return parser.record(sent_at)
+
+
+async def served_model(client: httpx.AsyncClient) -> str:
+    """The first model id ``/v1/models`` lists (what requests must name).
+
+    Raises:
+        BenchmarkError: the server cannot be reached or lists no model.
+    """
+    try:
+        response = await client.get("/v1/models")
+    except httpx.HTTPError as exc:
+        raise connection_lost("GET /v1/models", exc) from exc
+    data = _json_object(response.text).get("data") if response.status_code == 200 else None
+    if not isinstance(data, list) or not data or not isinstance(data[0], dict):
+        raise BenchmarkError(
+            BenchmarkFailure.BAD_RESPONSE,
+            f"GET /v1/models answered HTTP {response.status_code} without a model list",
+        )
+    return str(data[0]["id"])
+
+
+@dataclass(frozen=True)
+class VLLMSpecCounters:
+    """vLLM's cumulative speculative-decoding counters (summed over engines)."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    per_position: tuple[float, ...]
+
+    def minus(self, before: VLLMSpecCounters) -> VLLMSpecCounters:
+        """The change since ``before`` (positions beyond ``before``'s count from 0)."""
+        old = (*before.per_position, *[0.0] * len(self.per_position))
+        return VLLMSpecCounters(
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.accepted - before.accepted,
+            tuple(v - old[i] for i, v in enumerate(self.per_position)),
+        )
+
+
+def parse_spec_counters(text: str) -> VLLMSpecCounters | None:
+    """The spec-decode counters in Prometheus text; ``None`` when the server does not speculate."""
+    sums: dict[str, float] = {}
+    positions: dict[int, float] = {}
+    for line in text.splitlines():
+        m = _SERIES.match(line)
+        if m is None or not m.group("name").startswith(SPEC):
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        name = m.group("name")
+        if name == PER_POSITION and (p := _POSITION.search(m.group("labels") or "")):
+            positions[int(p.group(1))] = positions.get(int(p.group(1)), 0.0) + value
+        else:
+            sums[name] = sums.get(name, 0.0) + value
+    if DRAFTS not in sums:
+        return None
+    per_position = tuple(positions.get(i, 0.0) for i in range(max(positions, default=-1) + 1))
+    return VLLMSpecCounters(
+        sums[DRAFTS], sums.get(DRAFT_TOKENS, 0.0), sums.get(ACCEPTED, 0.0), per_position
+    )
+
+
+async def read_vllm_counters(client: httpx.AsyncClient) -> VLLMSpecCounters | None:
+    """``/metrics`` spec-decode counters; ``None`` without speculation (or without metrics).
+
+    Raises:
+        BenchmarkError: ``CONNECTION_LOST`` if the server cannot be reached.
+    """
+    try:
+        response = await client.get("/metrics")
+    except httpx.HTTPError as exc:
+        raise connection_lost("GET /metrics", exc) from exc
+    return parse_spec_counters(response.text) if response.status_code == 200 else None
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Acceptance over a measured window, from the counters' deltas.
+
+    Attributes:
+        accept_length: 1 + Δaccepted / Δdrafts (tokens per decode step, bonus included).
+        acceptance_rate: Δaccepted / Δdraft tokens.
+        per_position: Δaccepted at position i / Δdrafts, one value per draft position.
+        drafts, draft_tokens, accepted: the deltas themselves.
+    """
+
+    accept_length: float
+    acceptance_rate: float
+    per_position: tuple[float, ...]
+    drafts: float
+    draft_tokens: float
+    accepted: float
+
+    def as_dict(self) -> Mapping[str, Any]:
+        return dict(vars(self))
+
+
+def acceptance(before: VLLMSpecCounters, after: VLLMSpecCounters) -> Acceptance | None:
+    """The window's acceptance; ``None`` when no draft was made in it."""
+    delta = after.minus(before)
+    if delta.drafts <= 0:
+        return None
+    return Acceptance(
+        accept_length=1 + delta.accepted / delta.drafts,
+        acceptance_rate=delta.accepted / delta.draft_tokens if delta.draft_tokens else 0.0,
+        per_position=tuple(v / delta.drafts for v in delta.per_position),
+        drafts=delta.drafts,
+        draft_tokens=delta.draft_tokens,
+        accepted=delta.accepted,
+    )

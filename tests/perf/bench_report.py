@@ -1,0 +1,102 @@
+"""Report figure: ``report_2000_s``, `sweep report` on a synthetic 2,000-trial study.
+
+The study (2,000 trials over draft TP 1/2/4/8, topk 1/2/4, steps 1–10, NCCL_PROTO
+on/off, concurrency 1 and 8, with failures and exclusions, plus a baseline
+every 10 trials) is written once from the simulator's cost model with 2 %
+noise and cached in the temp folder; the figure is the wall time of the
+`sweep report` command (a fresh process, imports included) with its default
+format (PNG; the HTML report embeds PNGs), and again with PNG, SVG and PDF.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.analysis_studies import Config, Synth, write_study
+from tests.perf.figures import Figure
+
+TRIALS = 2000
+CACHE = Path(tempfile.gettempdir()) / "sweep-perf-report-v1"
+RUNS = 3
+
+
+def configurations(n: int, seed: int = 0) -> list[Config]:
+    """``n`` distinct configurations of a large space, with some failures and exclusions."""
+    space = [
+        Config(s, k, t, tp, env)
+        for tp in (1, 2, 4, 8)
+        for env in ((), (("NCCL_PROTO", "LL"),))
+        for k in (1, 2, 4)
+        for s in range(1, 11)
+        for t in _tokens(s, k)
+    ]
+    rng = random.Random(seed)
+    chosen = rng.sample(space, n)
+    outcomes = rng.choices(["measured", "oom", "ssh", "excluded"], [94, 3, 1, 2], k=n)
+    return [
+        Config(c.steps, c.topk, c.tokens, c.draft_tp, c.env, o)
+        for c, o in zip(chosen, outcomes, strict=True)
+    ]
+
+
+def _tokens(steps: int, topk: int) -> list[int]:
+    if topk == 1:
+        return [steps + 1]
+    top = min(32, topk + (steps - 1) * topk * topk + 1)
+    return list(range(steps + 1, top + 1))
+
+
+def study_file() -> Path:
+    """The cached synthetic study's file (written on first use, ~30–60 s)."""
+    path = CACHE / "perf-2000.toml"
+    if not (CACHE / "done").exists():
+        synth = Synth(
+            "perf-2000",
+            configurations(TRIALS),
+            levels=(1, 8),
+            noise=0.02,
+            rel_ci=0.015,
+            baseline_every=10,
+            hosts=("gpu-a", "gpu-b"),
+        )
+        for stale in CACHE.glob("perf-2000.*"):
+            stale.unlink()
+        write_study(CACHE, synth)
+        (CACHE / "done").write_text("ok\n")
+    return path
+
+
+def _report_s(path: Path, out: Path, formats: str | None = None) -> float:
+    argv = [sys.executable, "-m", "sweep", "report", str(path), "--out", str(out)]
+    if formats:
+        argv += ["--format", formats]
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def figures() -> Iterator[Figure]:
+    path = study_file()
+    with tempfile.TemporaryDirectory() as tmp:
+        times = sorted(_report_s(path, Path(tmp) / f"r{i}") for i in range(RUNS))
+        every = sorted(_report_s(path, Path(tmp) / f"a{i}", "png,svg,pdf") for i in range(RUNS))
+    yield Figure(
+        "report_2000_s",
+        times[len(times) // 2],
+        "s",
+        "`sweep report` with its defaults (PNG figures, HTML, Markdown, CSV, Parquet) on a "
+        "synthetic 2,000-trial study, a fresh process, median of 3",
+        "≤ 5 s",
+    )
+    yield Figure(
+        "report_2000_all_formats_s",
+        every[len(every) // 2],
+        "s",
+        "the same with --format png,svg,pdf, median of 3",
+    )
