@@ -15,6 +15,7 @@ escaping is a bug. The tree::
     ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
     ├── BenchmarkError         a benchmark run went bad: reason, partial figures kept
     ├── StorageError           the study database cannot be opened or written
+    ├── WorkerFailed           a worker of a multi-host run ended with an error
     ├── AnalysisError          (analysis/errors.py) a study cannot be loaded or analysed
     │   └── CostModelError     too little data to fit the cost model
     └── Interrupted            the user stopped a sweep (Ctrl-C); what was measured is kept
@@ -239,3 +240,7 @@ class StorageError(SweepError):
 
 class Interrupted(SweepError):
     """The user stopped the sweep (Ctrl-C); the interrupted trial was recorded."""
+
+
+class WorkerFailed(SweepError):
+    """A worker of a multi-host run ended with an error (its output says which)."""

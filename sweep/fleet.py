@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import IO
 
-from sweep.exceptions import Interrupted, SweepError
+from sweep.exceptions import Interrupted, WorkerFailed
 from sweep.interrupts import sigterm_raises_interrupt
 from sweep.progress import HostBoard
 from sweep.runner import RunOptions, RunSummary
@@ -35,10 +35,6 @@ from sweep.study.spec import HostSpec, Study
 from sweep.worker import SharedOptions, refuse_unsafe_storage
 
 INTERRUPTED_EXIT = 130
-
-
-class WorkerFailed(SweepError):
-    """A worker of a multi-host run ended with an error (its output says which)."""
 
 
 @dataclass

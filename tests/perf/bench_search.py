@@ -15,6 +15,7 @@ between two trial starts minus the server's start-up and the benchmark.
 from __future__ import annotations
 
 import io
+import itertools
 import statistics
 import tempfile
 from collections.abc import Iterator
@@ -24,7 +25,9 @@ from typing import Any
 import optuna
 from optuna.trial import Trial
 
+from sweep.executor import LocalExecutor
 from sweep.progress import Display
+from sweep.resume import Record
 from sweep.runner import Runner, RunOptions, run_study
 from sweep.sim import model
 from sweep.sim.model import SimConfig
@@ -32,8 +35,6 @@ from sweep.sim.profile import Profile, load_profile
 from sweep.space import TrialConfig, plan
 from sweep.store import ATTR, quiet_optuna
 from sweep.study import load_study, parse_study
-from sweep.executor import LocalExecutor
-from sweep.resume import Record
 from tests.perf.figures import Figure
 from tests.studies import write_study
 
@@ -58,8 +59,9 @@ SEEDS = range(10)
 
 
 def truth(profile: Profile, config: TrialConfig) -> float:
-    sim = SimConfig("EAGLE3", config.num_steps, config.eagle_topk, config.num_draft_tokens,
-                    8, config.draft_tp)  # fmt: skip
+    sim = SimConfig(
+        "EAGLE3", config.num_steps, config.eagle_topk, config.num_draft_tokens, 8, config.draft_tp
+    )
     if not config.speculative:
         sim = SimConfig()
     return model.predict(profile, sim, 1).decode_tok_s
@@ -124,32 +126,51 @@ def search_figures() -> Iterator[Figure]:
                     fractions.append(needed / valid)
                 median = statistics.median(fractions)
                 medians[sampler].append(median)
-                yield Figure(f"grid_fraction_to_1pct_{sampler}_{name}", median, "fraction",
-                             f"{sampler}, profile {name}: median over {len(SEEDS)} seeds of "
-                             f"trials to within 1 % of the optimum / {valid} valid configs")  # fmt: skip
-    yield Figure("grid_fraction_to_1pct", statistics.median(medians["tpe"]), "fraction",
-                 "default sampler (TPE), median over the three profiles", "≤ 0.35")  # fmt: skip
-    yield Figure("grid_fraction_to_1pct_random", statistics.median(medians["random"]), "fraction",
-                 "random search, median over the three profiles (grid needs 0.5 on average)")  # fmt: skip
+                yield Figure(
+                    f"grid_fraction_to_1pct_{sampler}_{name}",
+                    median,
+                    "fraction",
+                    f"{sampler}, profile {name}: median over {len(SEEDS)} seeds of "
+                    f"trials to within 1 % of the optimum / {valid} valid configs",
+                )
+    yield Figure(
+        "grid_fraction_to_1pct",
+        statistics.median(medians["tpe"]),
+        "fraction",
+        "default sampler (TPE), median over the three profiles",
+        "≤ 0.35",
+    )
+    yield Figure(
+        "grid_fraction_to_1pct_random",
+        statistics.median(medians["random"]),
+        "fraction",
+        "random search, median over the three profiles (grid needs 0.5 on average)",
+    )
 
 
 def overhead_figure() -> Iterator[Figure]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        path = write_study(folder, space="num_steps = { low = 1, high = 6 }",
-                           study='sampler = "grid"')  # fmt: skip
+        path = write_study(
+            folder, space="num_steps = { low = 1, high = 6 }", study='sampler = "grid"'
+        )
         study = load_study(path)
         run_study(study, display=Display(io.StringIO(), live=False))
         trials = optuna.load_study(study_name=study.name, storage=study.storage).get_trials()
     measured = [t for t in trials if t.user_attrs.get(ATTR.KIND) == "trial"]
     overheads = []
-    for this, following in zip(measured, measured[1:], strict=False):
+    for this, following in itertools.pairwise(measured):
         timings: dict[str, Any] = this.user_attrs[ATTR.TIMINGS]
         gap = following.user_attrs[ATTR.STARTED] - this.user_attrs[ATTR.STARTED]
         overheads.append(gap - timings["load"] - timings["benchmark"])
-    yield Figure("trial_overhead_s", statistics.median(overheads), "s",
-                 f"median over {len(overheads)} trials of (start-to-start time − server start-up "
-                 "− benchmark) on sweep sim with zero load time", "≤ 1")  # fmt: skip
+    yield Figure(
+        "trial_overhead_s",
+        statistics.median(overheads),
+        "s",
+        f"median over {len(overheads)} trials of (start-to-start time − server start-up "
+        "− benchmark) on sweep sim with zero load time",
+        "≤ 1",
+    )
 
 
 def figures() -> Iterator[Figure]:
