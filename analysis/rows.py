@@ -14,6 +14,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.schema import DISTRIBUTION_FIGURES, RESOLVED, SPEC_PARAMS, SUMMARY_FIGURES, TIMINGS
+from sweep.objective import metric_value
 from sweep.store import ATTR
 
 # The runner's constraint name (sweep.runner.FEASIBLE); not imported, because
@@ -176,26 +177,6 @@ def level_columns(level: Mapping[str, Any], metric: str) -> Row:
         warnings="; ".join(level.get("warnings") or []) or None,
     )
     return row
-
-
-def metric_value(level: Mapping[str, Any], metric: str) -> float | None:
-    """A named figure of one stored level, as :func:`sweep.objective.metric_value` reads it.
-
-    Kept here (and pinned to it by a test) because importing :mod:`sweep.objective`
-    loads the benchmark client and scipy.stats, a second of start-up for a report.
-    """
-    if metric in SUMMARY_FIGURES:
-        summary = level.get(metric)
-        return None if summary is None else float(summary["mean"])
-    if metric == "accept_length":
-        value = level.get("accept_length")
-        return None if value is None else float(value)
-    family, _, stat = metric.rpartition("_")  # ttft_p90_ms -> ("ttft_p90", "ms")
-    name, _, pct = family.partition("_")
-    dist = level.get(f"{name}_{stat}")
-    if dist is None or pct not in dist:
-        return None
-    return float(dist[pct])
 
 
 def _value(level: Mapping[str, Any], metric: str) -> Row:

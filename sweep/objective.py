@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sweep.bench.result import BenchmarkResult, LevelResult
-from sweep.bench.stats import Distribution, Summary
 from sweep.study.spec import ObjectiveSpec
+
+if TYPE_CHECKING:  # only the types: analysis imports this module without the benchmark client
+    from sweep.bench.result import BenchmarkResult, LevelResult
+    from sweep.bench.stats import Distribution, Summary
 
 Figures = Mapping[str, Any]  # one level's record, as stored
 

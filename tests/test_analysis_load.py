@@ -24,8 +24,6 @@ from analysis.load import (
     study_ref,
 )
 from analysis.report import write_report
-from analysis.rows import FEASIBLE, metric_value
-from sweep import objective, runner
 from sweep.cli import app
 from sweep.runner import run_study
 from sweep.study import load_study
@@ -271,25 +269,3 @@ def test_direct_read_of_optunas_tables_equals_its_api(synthetic: Path, real: Pat
             direct = read_trials_directly(r)
             assert direct is not None and essence(direct) == essence(api), r
     assert read_trials_directly(StudyRef(study_ref(real).storage, "nope")) == []
-
-
-def test_metric_value_agrees_with_sweep_objective() -> None:
-    level = {
-        "decode_tok_s": {"mean": 3.0},
-        "output_tok_s": {"mean": 4.0},
-        "accept_length": 2.5,
-        "ttft_ms": {"p90": 12.0, "p99": 15.0},
-        "itl_ms": {"p50": 6.0},
-    }
-    for metric in (
-        "decode_tok_s",
-        "output_tok_s",
-        "accept_length",
-        "ttft_p90_ms",
-        "ttft_p99_ms",
-        "itl_p50_ms",
-        "e2e_p50_s",
-        "itl_p90_ms",
-    ):
-        assert metric_value(level, metric) == objective.metric_value(level, metric), metric
-    assert FEASIBLE == runner.FEASIBLE

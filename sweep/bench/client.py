@@ -19,7 +19,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -187,10 +187,39 @@ async def stream_generate(
     """
     parser = StreamParser()
     sent_at = now()
+    await stream_lines(client, "/generate", request.body(), request, parser, now=now,
+                       stall_timeout_s=stall_timeout_s, on_tokens=on_tokens)  # fmt: skip
+    return parser.record(sent_at)
+
+
+class LineParser(Protocol):
+    """Turns one SSE line into the number of new tokens it carried."""
+
+    tokens: int
+
+    def feed(self, line: str, at: float) -> int: ...
+
+
+async def stream_lines(
+    client: httpx.AsyncClient,
+    path: str,
+    body: Mapping[str, Any],
+    request: GenerateRequest,
+    parser: LineParser,
+    *,
+    now: Now,
+    stall_timeout_s: float,
+    on_tokens: OnTokens | None = None,
+) -> None:
+    """POST ``body`` to ``path`` and feed every streamed line to ``parser``, timing each.
+
+    The stall timer restarts whenever a line brings tokens; failures become
+    :class:`~sweep.exceptions.BenchmarkError` (stalled, HTTP error, dropped connection).
+    """
     try:
         async with asyncio.timeout(stall_timeout_s) as stall:
-            async with client.stream("POST", "/generate", json=request.body()) as response:
-                await _raise_for_status(response, request)
+            async with client.stream("POST", path, json=dict(body)) as response:
+                await _raise_for_status(response, request, path)
                 async for line in response.aiter_lines():
                     at = now()
                     new = parser.feed(line, at)
@@ -201,8 +230,7 @@ async def stream_generate(
     except (TimeoutError, httpx.TimeoutException) as exc:
         raise _stalled(parser, stall_timeout_s) from exc
     except httpx.HTTPError as exc:
-        raise connection_lost("POST /generate", exc, parser.tokens) from exc
-    return parser.record(sent_at)
+        raise connection_lost(f"POST {path}", exc, parser.tokens) from exc
 
 
 async def flush_cache(
@@ -301,7 +329,7 @@ def connection_lost(what: str, exc: httpx.HTTPError, tokens: int | None = None) 
     )
 
 
-def _stalled(parser: StreamParser, stall_timeout_s: float) -> BenchmarkError:
+def _stalled(parser: LineParser, stall_timeout_s: float) -> BenchmarkError:
     return BenchmarkError(
         BenchmarkFailure.STALLED,
         f"no token for {stall_timeout_s:g} s (stream stalled after {parser.tokens} tokens)",

@@ -17,7 +17,6 @@ Acceptance comes from ``/metrics`` deltas over the measured window:
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,9 +31,8 @@ from sweep.bench.client import (
     StreamParser,
     StreamRecord,
     _json_object,
-    _raise_for_status,
-    _stalled,
     connection_lost,
+    stream_lines,
 )
 from sweep.exceptions import BenchmarkError, BenchmarkFailure
 
@@ -127,22 +125,9 @@ async def stream_completion(
     """
     parser = CompletionParser(count_steps=count_steps)
     sent_at = now()
-    try:
-        async with asyncio.timeout(stall_timeout_s) as stall:
-            body = completion_body(request, model)
-            async with client.stream("POST", COMPLETIONS, json=body) as response:
-                await _raise_for_status(response, request, COMPLETIONS)
-                async for line in response.aiter_lines():
-                    at = now()
-                    new = parser.feed(line, at)
-                    if new:
-                        stall.reschedule(asyncio.get_running_loop().time() + stall_timeout_s)
-                        if on_tokens is not None:
-                            on_tokens(at, new)
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        raise _stalled(parser, stall_timeout_s) from exc
-    except httpx.HTTPError as exc:
-        raise connection_lost(f"POST {COMPLETIONS}", exc, parser.tokens) from exc
+    body = completion_body(request, model)
+    await stream_lines(client, COMPLETIONS, body, request, parser, now=now,
+                       stall_timeout_s=stall_timeout_s, on_tokens=on_tokens)  # fmt: skip
     return parser.record(sent_at)
 
 
