@@ -16,15 +16,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import sqlalchemy as sa
 
 from sweep import __version__
-from sweep.bench.result import RequestFigures
 from sweep.exceptions import StorageError
 from sweep.study.spec import Study
+
+if TYPE_CHECKING:  # a type only: analysis imports this module without the benchmark client
+    from sweep.bench.result import RequestFigures
 
 SAMPLES_TABLE = "sweep_samples"
 CLAIMS_TABLE = "sweep_claims"
