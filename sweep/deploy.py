@@ -6,6 +6,7 @@ The one place where a study's keys meet the lifecycle's and the benchmark's type
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -118,7 +119,7 @@ def spec_params(config: TrialConfig) -> SpecParams:
 
 def lifecycle_options(study: Study, host: HostSpec, **overrides: Any) -> LifecycleOptions:
     options = LifecycleOptions(workdir=host.workdir, startup_timeout_s=study.engine.ready_timeout_s)
-    return options if not overrides else _replace(options, overrides)
+    return dataclasses.replace(options, **overrides)
 
 
 def workload_for(study: Study) -> Workload:
@@ -145,9 +146,3 @@ def benchmark_settings(study: Study) -> BenchmarkSettings:
     )
     protocol = "openai" if study.engine.name == "vllm" else "sglang"
     return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s, protocol=protocol)
-
-
-def _replace(options: LifecycleOptions, overrides: dict[str, Any]) -> LifecycleOptions:
-    import dataclasses
-
-    return dataclasses.replace(options, **overrides)

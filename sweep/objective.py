@@ -162,19 +162,3 @@ def _violations(table: Mapping[int, Figures], objective: ObjectiveSpec) -> dict[
             worst = max(worst, c.minimum - value)
         out[name] = worst
     return out
-
-
-def speedup(value: float, baseline: float | None) -> float | None:
-    return None if not baseline else value / baseline
-
-
-def drift(previous: float | None, current: float) -> float | None:
-    """Relative change of the baseline since the previous measurement."""
-    return None if not previous else current / previous - 1
-
-
-def nearest(history: Sequence[tuple[float, float]], at: float) -> tuple[float, float] | None:
-    """The (time, value) pair of ``history`` nearest in time to ``at``."""
-    if not history:
-        return None
-    return min(history, key=lambda item: abs(item[0] - at))

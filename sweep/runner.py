@@ -407,7 +407,7 @@ class Runner:
         trial.set_user_attr(ATTR.STARTED, self.clock.wall())
 
     def _record_launch(self, trial: Trial, running: RunningServer) -> None:
-        trial.set_user_attr(ATTR.COMMAND, _shell(running.command.argv))
+        trial.set_user_attr(ATTR.COMMAND, shlex.join(running.command.argv))
         trial.set_user_attr(ATTR.ENV, redact_env(dict(running.command.env)))
         trial.set_user_attr(ATTR.RESOLVED, dict(running.resolved.as_dict()))
         trial.set_user_attr(ATTR.ENGINE_VERSION, running.resolved.version)
@@ -582,7 +582,7 @@ class Runner:
     # --- text ---------------------------------------------------------------------------------
 
     def _measured_count(self) -> int:
-        return sum(1 for r in self.records.values() if r is not None)
+        return len(self.records)
 
     def _total(self) -> int | None:
         return self.options.n_trials or self.study.n_trials or len(self.valid)
@@ -631,10 +631,6 @@ def _kind(error: SweepError) -> str:
 
 def _first_line(error: SweepError) -> str:
     return (str(error).splitlines() or [""])[0]
-
-
-def _shell(argv: tuple[str, ...]) -> str:
-    return shlex.join(argv)
 
 
 def run_study(

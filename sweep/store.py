@@ -14,7 +14,7 @@ import logging
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -284,13 +284,3 @@ def quiet_optuna() -> None:
     """Optuna logs every trial at INFO; sweep shows its own progress."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
-def measured_trials(optuna_study: optuna.Study) -> Sequence[optuna.trial.FrozenTrial]:
-    """Completed trials that really measured something (not duplicates, not exclusions)."""
-    states = (optuna.trial.TrialState.COMPLETE,)
-    return [
-        t
-        for t in optuna_study.get_trials(deepcopy=False, states=states)
-        if t.user_attrs.get(ATTR.KIND) in ("trial", "baseline")
-    ]

@@ -261,6 +261,14 @@ async def flush_cache(
     )
 
 
+async def get(client: httpx.AsyncClient, path: str) -> httpx.Response:
+    """GET ``path``; an unreachable server is a ``CONNECTION_LOST`` BenchmarkError."""
+    try:
+        return await client.get(path)
+    except httpx.HTTPError as exc:
+        raise connection_lost(f"GET {path}", exc) from exc
+
+
 @dataclass(frozen=True)
 class SpecCounters:
     """Prometheus counters of generated tokens and verify rounds (never reset)."""
@@ -275,10 +283,7 @@ async def read_spec_counters(client: httpx.AsyncClient) -> SpecCounters | None:
     Raises:
         BenchmarkError: ``CONNECTION_LOST`` if the server cannot be reached.
     """
-    try:
-        response = await client.get("/metrics")
-    except httpx.HTTPError as exc:
-        raise connection_lost("GET /metrics", exc) from exc
+    response = await get(client, "/metrics")
     if response.status_code != 200:
         return None
     values = prometheus_sums(response.text, (METRIC_TOKENS, METRIC_VERIFY))
@@ -293,10 +298,7 @@ async def read_server_accept_length(client: httpx.AsyncClient) -> float | None:
     Raises:
         BenchmarkError: ``CONNECTION_LOST`` if the server cannot be reached.
     """
-    try:
-        response = await client.get("/server_info")
-    except httpx.HTTPError as exc:
-        raise connection_lost("GET /server_info", exc) from exc
+    response = await get(client, "/server_info")
     try:
         value = response.json()["internal_states"][0]["avg_spec_accept_length"]
     except (ValueError, KeyError, IndexError, TypeError):

@@ -31,7 +31,7 @@ from sweep.bench.client import (
     StreamParser,
     StreamRecord,
     _json_object,
-    connection_lost,
+    get,
     stream_lines,
 )
 from sweep.exceptions import BenchmarkError, BenchmarkFailure
@@ -137,10 +137,7 @@ async def served_model(client: httpx.AsyncClient) -> str:
     Raises:
         BenchmarkError: the server cannot be reached or lists no model.
     """
-    try:
-        response = await client.get("/v1/models")
-    except httpx.HTTPError as exc:
-        raise connection_lost("GET /v1/models", exc) from exc
+    response = await get(client, "/v1/models")
     data = _json_object(response.text).get("data") if response.status_code == 200 else None
     if not isinstance(data, list) or not data or not isinstance(data[0], dict):
         raise BenchmarkError(
@@ -201,10 +198,7 @@ async def read_vllm_counters(client: httpx.AsyncClient) -> VLLMSpecCounters | No
     Raises:
         BenchmarkError: ``CONNECTION_LOST`` if the server cannot be reached.
     """
-    try:
-        response = await client.get("/metrics")
-    except httpx.HTTPError as exc:
-        raise connection_lost("GET /metrics", exc) from exc
+    response = await get(client, "/metrics")
     return parse_spec_counters(response.text) if response.status_code == 200 else None
 
 
