@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ from sweep.exceptions import Interrupted, SweepError
 if TYPE_CHECKING:
     from sweep.launch import LaunchReport
     from sweep.readiness import Event
+    from sweep.runner import RunOptions
 
 app = typer.Typer(
     name="sweep",
@@ -254,18 +255,11 @@ def run(
 
     Example: sweep run studies/demo-sim.toml --budget 10m
     """
-    from sweep.runner import RunOptions, run_study
+    from sweep.runner import run_study
     from sweep.study import load_study
-    from sweep.study.reader import TableReader
-    from sweep.study.spec import parse_duration
 
-    study = load_study(study_file)
-    budget_s = None
-    if budget:
-        budget_s = parse_duration(budget, TableReader("--budget", "", {}), "budget")
-    options = RunOptions(deadline=deadline or None, budget_s=budget_s,
-                         n_trials=n_trials or None, storage_url=storage or None)  # fmt: skip
-    summary = run_study(study, options)
+    options = _run_options(deadline, budget, n_trials, storage)
+    summary = run_study(load_study(study_file), options)
     out.print(f"stopped: {summary.stop_reason}")
     out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
               f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
@@ -295,23 +289,40 @@ def worker(
     import dataclasses
     import json
 
-    from sweep.runner import RunOptions, run_worker
+    from sweep.runner import run_worker
     from sweep.study import load_study
-    from sweep.study.reader import TableReader
-    from sweep.study.spec import parse_duration
     from sweep.worker import SharedOptions
 
-    study = load_study(study_file)
-    budget_s = parse_duration(budget, TableReader("--budget", "", {}), "budget") if budget else None
-    options = RunOptions(deadline=deadline or None, budget_s=budget_s,
-                         n_trials=n_trials or None, storage_url=storage or None,
-                         shared=SharedOptions(heartbeat_s=heartbeat, grace_s=grace))  # fmt: skip
-    summary = run_worker(study, host, options)
+    shared = SharedOptions(heartbeat_s=heartbeat, grace_s=grace)
+    options = _run_options(deadline, budget, n_trials, storage, shared=shared)
+    summary = run_worker(load_study(study_file), host, options)
     if summary_json:
         with open(summary_json, "w") as file:
             json.dump(dataclasses.asdict(summary), file)
     out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
               f"best in the study: {summary.best}")  # fmt: skip
+
+
+def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
+                 **extra: Any) -> RunOptions:  # fmt: skip
+    """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
+    from sweep.runner import RunOptions
+    from sweep.study.spec import (
+        DURATION_EXPECTED,
+        TIME_OF_DAY_EXPECTED,
+        duration_seconds,
+        is_time_of_day,
+    )
+
+    if deadline and not is_time_of_day(deadline):
+        raise typer.BadParameter(f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}",
+                                 param_hint="--deadline")  # fmt: skip
+    budget_s = duration_seconds(budget) if budget else None
+    if budget and budget_s is None:
+        raise typer.BadParameter(f"expected {DURATION_EXPECTED}, got {budget!r}",
+                                 param_hint="--budget")  # fmt: skip
+    return RunOptions(deadline=deadline or None, budget_s=budget_s, n_trials=n_trials or None,
+                      storage_url=storage or None, **extra)  # fmt: skip
 
 
 @app.command()

@@ -223,8 +223,8 @@ def _study(
         raise r.error("name", f"expected letters, digits, '.', '_' or '-', got {name!r}")
     n_trials = r.integer("n_trials", None, minimum=1)
     deadline = r.string("deadline", None)
-    if deadline is not None and not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", deadline):
-        raise r.error("deadline", f"expected a time of day HH:MM, got {deadline!r}")
+    if deadline is not None and not is_time_of_day(deadline):
+        raise r.error("deadline", f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}")
     budget = r.raw("budget", None)
     budget_s = parse_duration(budget, r, "budget") if budget is not None else None
     storage = r.string("storage", "") or default_storage(path, name)
@@ -259,8 +259,12 @@ def default_storage(study_path: str, name: str) -> str:
     return f"sqlite:///{folder / (name + '.db')}"
 
 
-def parse_duration(value: Any, r: TableReader, name: str) -> float:
-    """``"8h"``, ``"90m"``, ``"45s"``, ``"1h30m"`` or a number of seconds."""
+DURATION_EXPECTED = 'a duration like "8h", "90m" or "1h30m"'
+TIME_OF_DAY_EXPECTED = "a time of day HH:MM"
+
+
+def duration_seconds(value: Any) -> float | None:
+    """``"8h"``, ``"90m"``, ``"45s"``, ``"1h30m"`` or a positive number of seconds; else None."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     if isinstance(value, str):
@@ -269,7 +273,20 @@ def parse_duration(value: Any, r: TableReader, name: str) -> float:
             seconds = sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
             if seconds > 0:
                 return seconds
-    raise r.error(name, f'expected a duration like "8h", "90m" or "1h30m", got {describe(value)}')
+    return None
+
+
+def is_time_of_day(text: str) -> bool:
+    """``"07:00"`` or ``"7:00"``: a local time for a deadline."""
+    return re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", text) is not None
+
+
+def parse_duration(value: Any, r: TableReader, name: str) -> float:
+    """A study key holding a duration (see :func:`duration_seconds`)."""
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise r.error(name, f"expected {DURATION_EXPECTED}, got {describe(value)}")
+    return seconds
 
 
 def _engine(r: TableReader) -> EngineSpec:
