@@ -152,3 +152,10 @@ def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
 
 def test_at_least_thirty_malformed_cases() -> None:
     assert len(MALFORMED) >= 30
+
+
+def test_readme_study_example_is_a_valid_study() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    study = parse_study(example, "README.md")
+    assert study.host.kind == "ssh" and study.engine.bind_host == "0.0.0.0"
