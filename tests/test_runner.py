@@ -219,6 +219,12 @@ def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-unt
     raise AssertionError("timed out")
 
 
+def decoding(folder: Path) -> bool:
+    """The server logged a decode batch (every 40 iterations): a benchmark is running."""
+    return any("Decode batch" in log.read_text(errors="replace")
+               for log in (folder / "servers").glob("server-*.log"))  # fmt: skip
+
+
 def group_alive(pgid: int) -> bool:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -242,7 +248,7 @@ def test_resume_after_the_orchestrator_is_killed(tmp_path: Path) -> None:
                 t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.KIND) for t in trials(path)
             )
         )
-        time.sleep(1.0)  # let it benchmark for a while: the server is serving now
+        wait_until(lambda: decoding(tmp_path))  # the server is serving the benchmark now
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -275,7 +281,7 @@ def test_ctrl_c_stops_the_server_and_records_the_trial(tmp_path: Path) -> None:
     try:
         wait_until(lambda: len(spec_launches(tmp_path)) == 1)
         wait_until(lambda: any(t.state is TrialState.RUNNING for t in trials(path)))
-        time.sleep(0.5)
+        wait_until(lambda: decoding(tmp_path))
         os.kill(proc.pid, signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
