@@ -14,11 +14,11 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from analysis.schema import DISTRIBUTION_FIGURES, RESOLVED, SPEC_PARAMS, SUMMARY_FIGURES, TIMINGS
-from sweep.objective import metric_value
+from sweep.core.objective import metric_value
 from sweep.store import ATTR
 
-# The runner's constraint name (sweep.runner.FEASIBLE); not imported, because
-# sweep.runner pulls in the whole launch stack and the report should start fast.
+# The runner's constraint name (sweep.loop.runner.FEASIBLE); not imported, because
+# sweep.loop.runner pulls in the whole launch stack and the report should start fast.
 FEASIBLE = "sweep_feasible"
 LOG_TAIL_LINES = 50
 

@@ -19,9 +19,9 @@ from sweep import __version__
 from sweep.exceptions import Interrupted, SweepError
 
 if TYPE_CHECKING:
-    from sweep.launch import LaunchReport
-    from sweep.readiness import Event
-    from sweep.runner import RunOptions
+    from sweep.loop.launch import LaunchReport
+    from sweep.loop.runner import RunOptions
+    from sweep.server.readiness import Event
 
 app = typer.Typer(
     name="sweep",
@@ -165,7 +165,7 @@ def launch(
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
     from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
-    from sweep.launch import launch_study
+    from sweep.loop.launch import launch_study
 
     if study_file:
         from sweep.study import load_study
@@ -175,13 +175,13 @@ def launch(
         return
     if not model_path or not tp:
         raise typer.BadParameter("give --study FILE, or --model-path and --tp")
-    from sweep.executor import open_executor
-    from sweep.launch import launch_once
-    from sweep.lifecycle import LifecycleOptions
+    from sweep.loop.launch import launch_once
+    from sweep.server.executor import open_executor
+    from sweep.server.lifecycle import LifecycleOptions
 
     target = None
     if host:
-        from sweep.executor.ssh import SSHTarget
+        from sweep.server.executor.ssh import SSHTarget
 
         target = SSHTarget.parse(
             host,
@@ -255,7 +255,7 @@ def run(
 
     Example: sweep run studies/demo-sim.toml --budget 10m
     """
-    from sweep.runner import run_study
+    from sweep.loop.runner import run_study
     from sweep.study import load_study
 
     options = _run_options(deadline, budget, n_trials, storage)
@@ -289,9 +289,9 @@ def worker(
     import dataclasses
     import json
 
-    from sweep.runner import run_worker
+    from sweep.loop.runner import run_worker
+    from sweep.loop.worker import SharedOptions
     from sweep.study import load_study
-    from sweep.worker import SharedOptions
 
     shared = SharedOptions(heartbeat_s=heartbeat, grace_s=grace)
     options = _run_options(deadline, budget, n_trials, storage, shared=shared)
@@ -306,7 +306,7 @@ def worker(
 def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
                  **extra: Any) -> RunOptions:  # fmt: skip
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
-    from sweep.runner import RunOptions
+    from sweep.loop.runner import RunOptions
     from sweep.study.spec import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,
@@ -334,7 +334,7 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.status import plan_report
+    from sweep.loop.status import plan_report
     from sweep.study import load_study
 
     report = plan_report(load_study(study_file))
@@ -365,7 +365,7 @@ def status(
     """
     from rich.table import Table
 
-    from sweep.status import load_status
+    from sweep.loop.status import load_status
     from sweep.study import load_study
 
     study = load_study(study_file)

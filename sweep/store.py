@@ -43,7 +43,7 @@ class ATTR:
     KEY = "sweep.key"  # TrialConfig.key() after the engine's resolution rules
     RESOLVED = "sweep.resolved"  # what the server reported (/server_info)
     LEVELS = "sweep.levels"  # per concurrency level: every figure with its CI
-    OBJECTIVE = "sweep.objective"
+    OBJECTIVE = "sweep.core.objective"
     ACCEPT_LENGTH = "sweep.accept_length"
     TIMINGS = "sweep.timings"  # phase -> seconds
     COMMAND = "sweep.command"  # the exact launch command (shell-quoted)
@@ -76,7 +76,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
     """TPE (default) or random search; grid and brute force enqueue every valid configuration
-    and use a seeded random sampler only to break ties (see :mod:`sweep.runner`)."""
+    and use a seeded random sampler only to break ties (see :mod:`sweep.loop.runner`)."""
     if study.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=study.seed, n_startup_trials=5)
     return optuna.samplers.RandomSampler(seed=study.seed)
@@ -92,7 +92,7 @@ StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """Optuna heartbeats for a study shared by several workers (see :mod:`sweep.worker`).
+    """Optuna heartbeats for a study shared by several workers (see :mod:`sweep.loop.worker`).
 
     Attributes:
         interval_s: how often a running trial's worker records a heartbeat.
@@ -207,7 +207,7 @@ samples_table = sa.Table(
     sa.Column("server_e2e_s", sa.Float),
 )
 
-# Which worker measures which configuration key (see sweep.claims): one row per key and
+# Which worker measures which configuration key (see sweep.loop.claims): one row per key and
 # study, so an INSERT is an atomic claim on every SQL database.
 claims_table = sa.Table(
     CLAIMS_TABLE,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
-from sweep.engines.check import VersionSource, check_engine
 from sweep.exceptions import ConfigError, EngineConfigError, ServerFailure
-from sweep.executor import LocalExecutor
 from sweep.failures import FailureKind, Phase
+from sweep.server.engine_check import VersionSource, check_engine
+from sweep.server.executor import LocalExecutor
 
 CONFIG = ServerConfig(model_path="kimi", tp_size=8, port=30000)
 PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)

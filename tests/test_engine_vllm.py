@@ -21,11 +21,11 @@ from sweep.bench.openai import (
 )
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
+from sweep.core.space import Rules, TrialConfig
 from sweep.engines.base import ServerConfig, SpecParams
 from sweep.engines.vllm import VLLMAdapter, speculative_config, split_spec_flags, violation
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
-from sweep.space import Rules, TrialConfig
 
 CONFIG = ServerConfig(
     model_path="/m/target", tp_size=1, port=30217, algorithm="DRAFT_MODEL",

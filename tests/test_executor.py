@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sweep.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
-from sweep.executor.base import ProcStat
-from sweep.executor.ssh import SSHExecutor, SSHTarget
+from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
+from sweep.server.executor.base import ProcStat
+from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from tests.procs import group_members, kill_group, wait_until
 from tests.sshd import Sshd
 

@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import os, signal, time
-from sweep.interrupts import second_ctrl_c_exits, signals_deferred
+from sweep.server.interrupts import second_ctrl_c_exits, signals_deferred
 with second_ctrl_c_exits():
     try:
         with signals_deferred():          # a stop in progress holds the first Ctrl-C

@@ -17,11 +17,11 @@ import pytest
 from sweep.clock import Clock
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import EngineConfigError, ServerFailure
-from sweep.executor import Executor, LocalExecutor, ServerFiles, ServerProcess
-from sweep.executor.base import CommandResult
 from sweep.failures import FailureKind, Phase
-from sweep.lifecycle import HostLimits, LifecycleOptions, http_client, server
-from sweep.readiness import Event, EventKind
+from sweep.server.executor import Executor, LocalExecutor, ServerFiles, ServerProcess
+from sweep.server.executor.base import CommandResult
+from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
+from sweep.server.readiness import Event, EventKind
 from tests.procs import group_members, kill_group, wait_until
 
 PY = sys.executable

@@ -17,17 +17,17 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweep.claims import Claims
+from sweep.core.space import plan
 from sweep.exceptions import ConfigError
-from sweep.fleet import run_hosts
-from sweep.progress import Display, HostBoard
-from sweep.resume import enqueue_grid
-from sweep.runner import RunOptions, run_study, run_worker
-from sweep.space import plan
-from sweep.status import load_status
+from sweep.loop.claims import Claims
+from sweep.loop.fleet import run_hosts
+from sweep.loop.progress import Display, HostBoard
+from sweep.loop.resume import enqueue_grid
+from sweep.loop.runner import RunOptions, run_study, run_worker
+from sweep.loop.status import load_status
+from sweep.loop.worker import REAPED_FROM
 from sweep.store import ATTR, baseline_study_name, open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
-from sweep.worker import REAPED_FROM
 from tests.hosts import shared_study
 from tests.pg import Postgres
 from tests.procs import group_members, kill_group, wait_until

@@ -16,10 +16,10 @@ import pytest
 from optuna.trial import TrialState
 
 from sweep.clock import Clock
-from sweep.hygiene import HostLimits
-from sweep.progress import Display
-from sweep.runner import RunOptions, run_study
-from sweep.space import TrialConfig
+from sweep.core.space import TrialConfig
+from sweep.loop.progress import Display
+from sweep.loop.runner import RunOptions, run_study
+from sweep.server.hygiene import HostLimits
 from sweep.store import ATTR, baseline_study_name, load_samples
 from sweep.study import load_study
 from tests.simproc import write_profile

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import optuna
 
-from sweep.space import Rules, TrialConfig, params_of, plan, suggest
+from sweep.core.space import Rules, TrialConfig, params_of, plan, suggest
 from sweep.study import parse_study
 
 STUDY = """

@@ -16,11 +16,11 @@ import pytest
 from sweep.clock import Clock
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import ExecutorError, TransientSSHError
-from sweep.executor import ServerFiles
-from sweep.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget, connect
 from sweep.failures import Phase
-from sweep.lifecycle import LifecycleOptions, http_client, server
-from sweep.readiness import Event, EventKind
+from sweep.server.executor import ServerFiles
+from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget, connect
+from sweep.server.lifecycle import LifecycleOptions, http_client, server
+from sweep.server.readiness import Event, EventKind
 from tests.procs import group_members, kill_group, wait_until
 from tests.sshd import ALIAS, CuttableProxy, Sshd, free_port
 

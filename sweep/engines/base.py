@@ -4,7 +4,7 @@ An :class:`EngineAdapter` turns a deployment (:class:`ServerConfig`) and a
 trial's parameters (:class:`SpecParams`) into a :class:`LaunchCommand`, and
 knows the engine's readiness signals, the log lines that mark its start-up
 phases and its fatal errors, and how to read the resolved arguments back.
-The lifecycle (``sweep.lifecycle``) has one control flow for every engine;
+The lifecycle (``sweep.server.lifecycle``) has one control flow for every engine;
 engines differ in this data. Pure: no I/O.
 """
 

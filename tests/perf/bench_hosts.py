@@ -24,9 +24,9 @@ from pathlib import Path
 
 import optuna
 
-from sweep.fleet import run_hosts
-from sweep.progress import Display, HostBoard
-from sweep.runner import RunOptions, RunSummary, run_study
+from sweep.loop.fleet import run_hosts
+from sweep.loop.progress import Display, HostBoard
+from sweep.loop.runner import RunOptions, RunSummary, run_study
 from sweep.store import ATTR, baseline_study_name, rdb_storage
 from sweep.study import Study, load_study
 from tests.hosts import shared_study

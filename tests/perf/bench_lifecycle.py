@@ -28,11 +28,11 @@ from pathlib import Path
 
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import ServerFailure
-from sweep.executor import Executor, LocalExecutor
-from sweep.executor.ssh import SSHExecutor, SSHTarget
 from sweep.failures import Phase
-from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, server
-from sweep.readiness import Event, EventSink
+from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
+from sweep.server.readiness import Event, EventSink
 from tests.perf.figures import Figure
 from tests.sshd import SshdUnavailable, throwaway_sshd
 

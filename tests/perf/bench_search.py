@@ -4,7 +4,7 @@
 and no noise, how many measured configurations the sampler needs until its
 best-so-far is within 1 % of the true optimum, as a fraction of the valid
 configurations — median over 10 seeds, for TPE (the default) and random
-search. The loop is the real one (`sweep.runner.Runner`: suggestion, validity
+search. The loop is the real one (`sweep.loop.runner.Runner`: suggestion, validity
 rules, de-duplication, re-queueing); only the measurement is replaced by the
 simulator's noise-free truth, so thousands of trials take seconds.
 
@@ -25,14 +25,14 @@ from typing import Any
 import optuna
 from optuna.trial import Trial
 
-from sweep.executor import LocalExecutor
-from sweep.progress import Display
-from sweep.resume import Record
-from sweep.runner import Runner, RunOptions, run_study
+from sweep.core.space import TrialConfig, plan
+from sweep.loop.progress import Display
+from sweep.loop.resume import Record
+from sweep.loop.runner import Runner, RunOptions, run_study
+from sweep.server.executor import LocalExecutor
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
-from sweep.space import TrialConfig, plan
 from sweep.store import ATTR, quiet_optuna
 from sweep.study import load_study, parse_study
 from tests.perf.figures import Figure

@@ -33,7 +33,7 @@ import paramiko
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import ExecutorError, TransientSSHError
-from sweep.executor.base import (
+from sweep.server.executor.base import (
     LOG_CHUNK_BYTES,
     CommandResult,
     Executor,
@@ -45,7 +45,7 @@ from sweep.executor.base import (
     parse_gpu_memory,
     port_listening_in,
 )
-from sweep.executor.detached import (
+from sweep.server.executor.detached import (
     START_RECORD_WAIT_S,
     alive_from_stat,
     exit_code_from_text,

@@ -15,13 +15,13 @@ from typing import Any
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
+from sweep.core.space import TrialConfig
 from sweep.engines.base import EngineAdapter, ServerConfig, SpecParams
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.vllm import VLLMAdapter
 from sweep.exceptions import ConfigError
-from sweep.executor import Executor, LocalExecutor
-from sweep.lifecycle import LifecycleOptions
-from sweep.space import TrialConfig
+from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.lifecycle import LifecycleOptions
 from sweep.study.spec import HostSpec, Study
 
 
@@ -29,7 +29,7 @@ def open_host(host: HostSpec) -> Executor:
     """The executor for a study host: this machine, or an SSH target."""
     if host.kind == "local":
         return LocalExecutor()
-    from sweep.executor.ssh import SSHExecutor, SSHTarget
+    from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 
     key = os.path.expanduser(host.key) if host.key else None
     target = SSHTarget(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import Trial, TrialState
 
-from sweep.space import TrialConfig, params_of
+from sweep.core.space import TrialConfig, params_of
 from sweep.store import ATTR
 from sweep.study.spec import Study
 

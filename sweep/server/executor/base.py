@@ -1,8 +1,8 @@
 """The executor seam: where commands and servers run (this machine, or a host over SSH).
 
 :class:`Executor` is the contract; its docstrings say what every
-implementation must do. :class:`~sweep.executor.local.LocalExecutor` runs
-subprocesses here, :class:`~sweep.executor.ssh.SSHExecutor` runs them on a
+implementation must do. :class:`~sweep.server.executor.local.LocalExecutor` runs
+subprocesses here, :class:`~sweep.server.executor.ssh.SSHExecutor` runs them on a
 host through fabric. Nothing else in `sweep` imports subprocess or fabric.
 
 A server is started *detached*: in its own session and process group (its

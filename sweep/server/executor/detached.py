@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
-from sweep.executor.base import DEAD_STATES, ServerFiles, exit_code_from_shell
+from sweep.server.executor.base import DEAD_STATES, ServerFiles, exit_code_from_shell
 
 START_RECORD_WAIT_S = 10.0
 """How long the start script waits for the detached shell to record its group."""

@@ -2,15 +2,15 @@
 
 ``with server(executor, adapter, config, params, client=client) as running:``
 checks the host (no server left by an earlier run, port free, GPUs idle;
-``sweep.hygiene``), starts the server detached, follows it to ready
-(``sweep.readiness``), confirms that the server answering is the one just
+``sweep.server.hygiene``), starts the server detached, follows it to ready
+(``sweep.server.readiness``), confirms that the server answering is the one just
 launched, and records what it resolved. On every way out of the block,
 Ctrl-C and SIGTERM included, it stops the server: SIGTERM to the process
 group, :data:`STOP_GRACE_S`, SIGKILL, then waits until the group is gone,
 the port is free and GPU memory is idle.
 
 Every failure is a :class:`~sweep.exceptions.ServerFailure` carrying its
-:class:`~sweep.failures.FailureKind`. ``sweep.launch.launch_once`` wraps this
+:class:`~sweep.failures.FailureKind`. ``sweep.loop.launch.launch_once`` wraps this
 for ``sweep launch``: check the engine, start one configuration, report.
 """
 
@@ -34,9 +34,9 @@ from sweep.engines.base import (
     SpecParams,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
-from sweep.executor.base import Executor, ServerFiles, ServerProcess
 from sweep.failures import FailureKind, Phase
-from sweep.hygiene import (
+from sweep.server.executor.base import Executor, ServerFiles, ServerProcess
+from sweep.server.hygiene import (
     STOP_GRACE_S,
     HostLimits,
     PreflightReport,
@@ -44,8 +44,8 @@ from sweep.hygiene import (
     StopReport,
     visible_gpus,
 )
-from sweep.interrupts import signals_deferred, sigterm_raises_interrupt
-from sweep.readiness import (
+from sweep.server.interrupts import signals_deferred, sigterm_raises_interrupt
+from sweep.server.readiness import (
     Event,
     EventKind,
     EventSink,
@@ -231,13 +231,14 @@ def server(
 
     Args:
         executor: where the server runs.
-        adapter: the engine (its version settled, see :func:`~sweep.engines.check.check_engine`).
+        adapter: the engine (its version settled, see
+            :func:`~sweep.server.engine_check.check_engine`).
         config: the deployment.
         params: this trial's parameters.
         client: HTTP client for readiness and ``/server_info``.
         options: timeouts and places.
         clock: time source (tests inject a fake one).
-        on_event: receives progress events; default: the ``sweep.lifecycle`` logger.
+        on_event: receives progress events; default: the ``sweep.server.lifecycle`` logger.
 
     Raises:
         ServerFailure: preflight failed, the server failed to start, or it is not ours.
@@ -420,7 +421,7 @@ def _stopped_event(report: StopReport, host: str, elapsed_s: float) -> Event:
 
 
 def log_event(event: Event) -> None:
-    """The default event sink: one line per event on the ``sweep.lifecycle`` logger."""
+    """The default event sink: one line per event on the ``sweep.server.lifecycle`` logger."""
     logger.info("[%7.1f s] %s", event.elapsed_s, event.message)
 
 

@@ -13,8 +13,8 @@ then recorded as a failed trial. Ctrl-C stops the server, records the trial as
 interrupted and ends the run; the next run re-queues it. A killed orchestrator
 leaves a RUNNING trial behind: the next run marks it failed and re-queues it.
 
-Every configuration is claimed (:mod:`sweep.claims`) before it is launched, so
-several workers on one shared study (one per host, :mod:`sweep.worker`) never
+Every configuration is claimed (:mod:`sweep.loop.claims`) before it is launched, so
+several workers on one shared study (one per host, :mod:`sweep.loop.worker`) never
 measure a configuration twice; such workers also send heartbeats for their
 running trial and reap the trials of workers that died.
 """
@@ -33,13 +33,12 @@ from typing import Any
 import optuna
 from optuna.trial import Trial, TrialState
 
-from sweep import deploy
-from sweep.baselines import BaselineTracker
 from sweep.bench.runner import run_benchmark
-from sweep.claims import Claims
 from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.core.objective import result_figures, score
+from sweep.core.space import TrialConfig, plan, rules_for, suggest
+from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
 from sweep.engines.base import EngineAdapter
-from sweep.engines.check import check_engine
 from sweep.exceptions import (
     BenchmarkError,
     BenchmarkFailure,
@@ -47,20 +46,32 @@ from sweep.exceptions import (
     ServerFailure,
     SweepError,
 )
-from sweep.executor import Executor
-from sweep.interrupts import second_ctrl_c_exits
-from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, server
-from sweep.objective import result_figures, score
-from sweep.progress import Display
-from sweep.resume import (
+from sweep.loop.baselines import BaselineTracker
+from sweep.loop.claims import Claims
+from sweep.loop.progress import Display
+from sweep.loop.resume import (
     Record,
     enqueue_grid,
     enqueue_unmeasured,
     load_records,
     requeue_unfinished,
 )
-from sweep.schedule import TrialTime, deadline_from_clock, estimate_trial_s, fits
-from sweep.space import TrialConfig, plan, rules_for, suggest
+from sweep.loop.worker import (
+    SharedOptions,
+    ask,
+    beating,
+    find_host,
+    for_host,
+    heartbeat_for,
+    reap_stale,
+    refuse_unsafe_storage,
+)
+from sweep.loop.worker import requeue_stale as stale_callback
+from sweep.server import deploy
+from sweep.server.engine_check import check_engine
+from sweep.server.executor import Executor
+from sweep.server.interrupts import second_ctrl_c_exits
+from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.store import (
     ATTR,
     Heartbeat,
@@ -71,17 +82,6 @@ from sweep.store import (
     save_samples,
 )
 from sweep.study.spec import HostSpec, Study
-from sweep.worker import (
-    SharedOptions,
-    ask,
-    beating,
-    find_host,
-    for_host,
-    heartbeat_for,
-    reap_stale,
-    refuse_unsafe_storage,
-)
-from sweep.worker import requeue_stale as stale_callback
 
 FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
@@ -637,7 +637,7 @@ def run_study(
     study: Study, options: RunOptions | None = None, display: Display | None = None
 ) -> RunSummary:
     """Run (or resume) ``study`` on its host; see :class:`Runner`. A study with several hosts
-    runs one worker process per host (:func:`sweep.fleet.run_hosts`, which shows every host's
+    runs one worker process per host (:func:`sweep.loop.fleet.run_hosts`, which shows every host's
     output itself; ``display`` is then not used).
 
     Raises:
@@ -646,7 +646,7 @@ def run_study(
     """
     options = options or RunOptions()
     if len(study.hosts) > 1:
-        from sweep.fleet import run_hosts  # fleet imports this module
+        from sweep.loop.fleet import run_hosts  # fleet imports this module
 
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)
@@ -669,7 +669,7 @@ def run_worker(study: Study, host_name: str, options: RunOptions,
 
 def run_on_host(study: Study, host: HostSpec, options: RunOptions,
                 display: Display | None = None) -> RunSummary:  # fmt: skip
-    """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.worker`)."""
+    """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
     display = display or Display()
     quiet_optuna()
     with second_ctrl_c_exits(), deploy.open_host(host) as executor:

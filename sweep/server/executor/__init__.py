@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sweep.executor.base import (
+from sweep.server.executor.base import (
     CommandResult,
     Executor,
     Observation,
@@ -16,10 +16,10 @@ from sweep.executor.base import (
     ServerFiles,
     ServerProcess,
 )
-from sweep.executor.local import LocalExecutor
+from sweep.server.executor.local import LocalExecutor
 
 if TYPE_CHECKING:
-    from sweep.executor.ssh import SSHTarget
+    from sweep.server.executor.ssh import SSHTarget
 
 __all__ = [
     "CommandResult",
@@ -42,6 +42,6 @@ def open_executor(target: SSHTarget | None, **options: Any) -> Executor:
     """
     if target is None:
         return LocalExecutor(**options)
-    from sweep.executor.ssh import SSHExecutor
+    from sweep.server.executor.ssh import SSHExecutor
 
     return SSHExecutor(target, **options)

@@ -20,8 +20,8 @@ import httpx
 
 from sweep.clock import Clock
 from sweep.engines.base import EngineAdapter, LaunchCommand, Readiness
-from sweep.executor.base import Executor, ServerProcess
 from sweep.failures import FailureKind, Phase
+from sweep.server.executor.base import Executor, ServerProcess
 
 LOG_TAIL_LINES = 50
 MAX_FLAGGED_LINES = 200

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.engines.base import EngineAdapter, ResolvedServer, ServerConfig, SpecParams
-from sweep.engines.check import EngineCheck, check_engine
 from sweep.exceptions import ServerFailure
-from sweep.executor.base import Executor
 from sweep.failures import FailureKind, Phase
-from sweep.hygiene import PreflightReport, StopReport
-from sweep.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
-from sweep.readiness import Event, EventKind, EventSink
+from sweep.server.engine_check import EngineCheck, check_engine
+from sweep.server.executor.base import Executor
+from sweep.server.hygiene import PreflightReport, StopReport
+from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
+from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.study.spec import HostSpec, Study
 
 
@@ -108,7 +108,7 @@ def launch_once(
 def launch_study(study: Study, params: SpecParams, *, on_event: EventSink | None = None,
                  host: HostSpec | None = None) -> LaunchReport:  # fmt: skip
     """:func:`launch_once` with the engine, model, flags and host of a study file."""
-    from sweep import deploy
+    from sweep.server import deploy
 
     host = host or study.host
     with deploy.open_host(host) as executor:

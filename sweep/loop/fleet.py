@@ -9,7 +9,7 @@ each Ctrl-C (or SIGTERM) to every worker once, so each stops its own server
 and records its trial, then it reports what all of them did.
 
 This module starts sweep's own worker processes on this machine; servers on
-hosts are still started only through the executor seam (:mod:`sweep.executor`).
+hosts are still started only through the executor seam (:mod:`sweep.server.executor`).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import IO
 
 from sweep.exceptions import Interrupted, WorkerFailed
-from sweep.interrupts import sigterm_raises_interrupt
-from sweep.progress import HostBoard
-from sweep.runner import RunOptions, RunSummary
+from sweep.loop.progress import HostBoard
+from sweep.loop.runner import RunOptions, RunSummary
+from sweep.loop.worker import SharedOptions, refuse_unsafe_storage
+from sweep.server.interrupts import sigterm_raises_interrupt
 from sweep.store import baseline_study_name, open_study, quiet_optuna
 from sweep.study.spec import HostSpec, Study
-from sweep.worker import SharedOptions, refuse_unsafe_storage
 
 INTERRUPTED_EXIT = 130
 
@@ -51,7 +51,7 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
     """Run ``study`` on all its hosts at once, one worker process per host.
 
     Raises:
-        ConfigError: the storage is SQLite (see :func:`sweep.worker.refuse_unsafe_storage`).
+        ConfigError: the storage is SQLite (see :func:`sweep.loop.worker.refuse_unsafe_storage`).
         Interrupted: Ctrl-C; every worker stopped its server and recorded its trial.
         WorkerFailed: a worker ended with an error.
     """

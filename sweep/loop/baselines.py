@@ -13,7 +13,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from sweep.clock import Clock
-from sweep.schedule import BaselineClock
+from sweep.core.timing import BaselineClock
 from sweep.store import ATTR
 from sweep.study.spec import Study
 

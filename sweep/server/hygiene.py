@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from sweep.clock import Clock
 from sweep.exceptions import ServerFailure
-from sweep.executor.base import Executor, RecordedGroup
 from sweep.failures import FailureKind, Phase
-from sweep.readiness import Event, EventKind, EventSink
+from sweep.server.executor.base import Executor, RecordedGroup
+from sweep.server.readiness import Event, EventKind, EventSink
 
 STOP_GRACE_S = 20.0
 """SIGTERM → SIGKILL: SGLang drains requests, then waits up to 15 s for its schedulers."""

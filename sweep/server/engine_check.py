@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sweep.engines.base import EngineAdapter, LaunchCommand
-from sweep.executor.base import Executor
+from sweep.server.executor.base import Executor
 
 PROBE_TIMEOUT_S = 60.0
 

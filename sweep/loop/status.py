@@ -9,8 +9,8 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from sweep import deploy
-from sweep.space import TrialConfig, plan
+from sweep.core.space import TrialConfig, plan
+from sweep.server import deploy
 from sweep.store import ATTR, baseline_study_name, rdb_storage
 from sweep.study.spec import Study
 

@@ -1,7 +1,7 @@
 """Run servers and commands on this machine (the only module in `sweep` importing subprocess).
 
 Servers are started detached by the same shell script as over SSH
-(``sweep.executor.detached``), so they are not our children; liveness and
+(``sweep.server.executor.detached``), so they are not our children; liveness and
 process groups are read from ``/proc`` (Linux), and a server left by an
 earlier run is seen and reaped like any other.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import ExecutorError
-from sweep.executor.base import (
+from sweep.server.executor.base import (
     LOG_CHUNK_BYTES,
     CommandResult,
     Executor,
@@ -31,7 +31,7 @@ from sweep.executor.base import (
     group_alive_in,
     parse_gpu_memory,
 )
-from sweep.executor.detached import (
+from sweep.server.executor.detached import (
     START_RECORD_WAIT_S,
     exit_code_from_text,
     prepare_script,

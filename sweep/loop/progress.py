@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.status import Status
 from rich.text import Text
 
-from sweep.readiness import Event
+from sweep.server.readiness import Event
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """One of several workers on a shared study: storage check, heartbeats, reaping dead workers.
 
-Each worker owns one host and runs the ordinary trial loop (:mod:`sweep.runner`)
+Each worker owns one host and runs the ordinary trial loop (:mod:`sweep.loop.runner`)
 against a study in a database all workers share. What sharing needs:
 
 * a database where concurrent claims are safe: PostgreSQL (or MySQL), never
@@ -26,9 +26,9 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import FrozenTrial, Trial
 
-from sweep.claims import Claims
+from sweep.core.space import TrialConfig, params_of
 from sweep.exceptions import ConfigError
-from sweep.space import TrialConfig, params_of
+from sweep.loop.claims import Claims
 from sweep.store import ATTR, Heartbeat
 from sweep.study.spec import HostSpec, Study
 
