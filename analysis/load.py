@@ -26,7 +26,8 @@ from analysis.errors import AnalysisError
 from analysis.rows import StudyContext, trial_rows
 from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
-from sweep.store import ATTR, baseline_study_name, quiet_optuna
+from sweep.core.records import StudyInfo as StoredInfo
+from sweep.store import baseline_study_name, quiet_optuna
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
 from sweep.study.spec import BaselineSpec
@@ -89,14 +90,14 @@ def load_study_info(study: StudyLike) -> StudyInfo:
         AnalysisError: no such study in the storage (or no database at all).
     """
     ref = study_ref(study)
-    attrs = _open(ref).user_attrs
+    stored = StoredInfo.from_attrs(_open(ref).user_attrs)
     info = StudyInfo(
         ref=ref,
-        tags={str(k): str(v) for k, v in (attrs.get(ATTR.TAGS) or {}).items()},
-        description=str(attrs.get(ATTR.DESCRIPTION) or ""),
-        sweep_version=str(attrs.get(ATTR.SWEEP_VERSION) or ""),
-        study_file=str(attrs.get(ATTR.STUDY_FILE) or ""),
-        study_path=str(attrs.get(ATTR.STUDY_PATH) or ""),
+        tags=dict(stored.tags),
+        description=stored.description,
+        sweep_version=stored.sweep_version,
+        study_file=stored.study_file,
+        study_path=stored.study_path,
     )
     return _with_objective(info)
 

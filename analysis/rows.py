@@ -11,15 +11,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial
 
 from analysis.schema import DISTRIBUTION_FIGURES, RESOLVED, SPEC_PARAMS, SUMMARY_FIGURES, TIMINGS
 from sweep.core.objective import metric_value
-from sweep.store import ATTR
+from sweep.core.records import Failure, TrialRecord
 
-# The runner's constraint name (sweep.loop.runner.FEASIBLE); not imported, because
-# sweep.loop.runner pulls in the whole launch stack and the report should start fast.
-FEASIBLE = "sweep_feasible"
 LOG_TAIL_LINES = 50
 
 Row = dict[str, Any]
@@ -37,46 +34,37 @@ class StudyContext:
 
 def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     """One row per measured concurrency level (or one row without a level)."""
-    base = trial_columns(trial, context)
-    levels: Sequence[Mapping[str, Any]] = trial.user_attrs.get(ATTR.LEVELS) or []
+    record = TrialRecord.from_frozen(trial)
+    base = trial_columns(record, context)
+    levels: Sequence[Mapping[str, Any]] = record.levels
     if not levels:
         return [base]
     return [{**base, **level_columns(level, context.metric)} for level in levels]
 
 
 def trial_state(trial: FrozenTrial) -> str:
-    """measured, infeasible, failed, skipped, duplicate, excluded, running or waiting."""
-    kind = trial.user_attrs.get(ATTR.KIND)
-    if trial.state is TrialState.COMPLETE:
-        if kind in ("excluded", "duplicate"):
-            return str(kind)
-        infeasible = float((trial.constraints or {}).get(FEASIBLE, 0.0)) > 0
-        return "infeasible" if infeasible else "measured"
-    if trial.state is TrialState.FAIL:
-        return "skipped" if kind == "skipped" else "failed"
-    return trial.state.name.lower()
+    """measured, infeasible, failed, interrupted, skipped, duplicate, excluded, ..."""
+    return TrialRecord.from_frozen(trial).state.value
 
 
-def trial_columns(trial: FrozenTrial, context: StudyContext) -> Row:
+def trial_columns(record: TrialRecord, context: StudyContext) -> Row:
     """The columns a trial's rows share: identity, configuration, outcome."""
-    attrs = trial.user_attrs
-    constraints = trial.constraints or {}
     row: Row = {
         "study": context.name,
         **{f"tag_{k}": v for k, v in context.tags.items()},
-        "trial": trial.number,
-        "kind": attrs.get(ATTR.KIND),
-        "state": trial_state(trial),
-        "feasible": all(float(v) <= 0 for v in constraints.values()),
-        "host": attrs.get(ATTR.HOST),
-        "objective": trial.value if trial.state is TrialState.COMPLETE else None,
+        "trial": record.number,
+        "kind": None if record.kind.value == "?" else record.kind.value,
+        "state": record.state.value,
+        "feasible": record.feasible,
+        "host": record.host,
+        "objective": record.value,
         "metric": context.metric,
         "objective_concurrency": context.objective_concurrency,
     }
-    row.update(config_columns(attrs.get(ATTR.CONFIG) or {}))
-    row.update(_resolved(attrs.get(ATTR.RESOLVED) or {}))
-    row.update(_outcome(attrs))
-    row.update(failure_columns(attrs.get(ATTR.FAILURE) or {}))
+    row.update(config_columns(record.config.as_dict() if record.config else {}))
+    row.update(_resolved(record.resolved))
+    row.update(_outcome(record))
+    row.update(failure_columns(record.failure))
     return row
 
 
@@ -117,37 +105,35 @@ def _resolved(resolved: Mapping[str, Any]) -> Row:
     return {f"resolved_{name}": resolved.get(name) for name in RESOLVED}
 
 
-def _outcome(attrs: Mapping[str, Any]) -> Row:
-    timings = attrs.get(ATTR.TIMINGS) or {}
-    env = attrs.get(ATTR.ENV) or {}
-    gpu = attrs.get(ATTR.GPU) or {}
+def _outcome(r: TrialRecord) -> Row:
+    env = r.env
     return {
-        **{f"timing_{name}_s": timings.get(name) for name in TIMINGS},
-        "key": attrs.get(ATTR.KEY),
-        "excluded_reason": attrs.get(ATTR.EXCLUDED),
-        "duplicate_of": attrs.get(ATTR.DUPLICATE_OF),
-        "attempt": attrs.get(ATTR.ATTEMPT),
-        "started_at": attrs.get(ATTR.STARTED),
-        "finished_at": attrs.get(ATTR.FINISHED),
-        "command": attrs.get(ATTR.COMMAND),
+        **{f"timing_{name}_s": r.timings.get(name) for name in TIMINGS},
+        "key": r.key,
+        "excluded_reason": r.excluded,
+        "duplicate_of": r.duplicate_of,
+        "attempt": r.attempt,
+        "started_at": r.started,
+        "finished_at": r.finished,
+        "command": r.command,
         "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) if env else None,
-        "engine_version": attrs.get(ATTR.ENGINE_VERSION),
-        "gpus": len(gpu.get("memory_used_mib") or []) or None,
-        "drift": attrs.get(ATTR.DRIFT),
+        "engine_version": r.engine_version,
+        "gpus": len(r.gpu.get("memory_used_mib") or []) or None,
+        "drift": r.drift,
     }
 
 
-def failure_columns(failure: Mapping[str, Any]) -> Row:
+def failure_columns(failure: Failure | None) -> Row:
     """Why a trial failed: kind, message, exit code, phase and the log's last lines."""
-    if not failure:
+    if failure is None:
         return {}
-    tail = list(failure.get("log_tail") or [])[-LOG_TAIL_LINES:]
+    tail = list(failure.log_tail)[-LOG_TAIL_LINES:]
     return {
-        "failure_kind": failure.get("kind"),
-        "failure_deterministic": failure.get("deterministic"),
-        "failure_message": failure.get("message"),
-        "failure_exit_code": failure.get("exit_code"),
-        "failure_phase": failure.get("phase"),
+        "failure_kind": failure.kind,
+        "failure_deterministic": failure.deterministic,
+        "failure_message": failure.message,
+        "failure_exit_code": failure.exit_code,
+        "failure_phase": failure.phase,
         "failure_log_tail": "\n".join(str(line) for line in tail) if tail else None,
     }
 

@@ -20,7 +20,7 @@ from sweep.exceptions import Interrupted, SweepError
 
 if TYPE_CHECKING:
     from sweep.loop.launch import LaunchReport
-    from sweep.loop.runner import RunOptions
+    from sweep.loop.options import RunOptions
     from sweep.server.readiness import Event
 
 app = typer.Typer(
@@ -83,6 +83,7 @@ def bench(
     """
     from sweep.bench import BenchmarkSettings, StopRule, make_workload, run_benchmark
     from sweep.bench.render import progress_line, show
+    from sweep.bench.result import BenchmarkResult
     from sweep.exceptions import BenchmarkError
 
     if max_rounds < 2:
@@ -104,7 +105,7 @@ def bench(
             on_round=lambda p: err.print(progress_line(p)),
         )
     except BenchmarkError as exc:
-        if exc.partial is not None:
+        if isinstance(exc.partial, BenchmarkResult):
             show(exc.partial, as_json=as_json, out=Console(), err=err)
         raise
     show(result, as_json=as_json, out=Console(), err=err)
@@ -255,7 +256,7 @@ def run(
 
     Example: sweep run studies/demo-sim.toml --budget 10m
     """
-    from sweep.loop.runner import run_study
+    from sweep.loop.run import run_study
     from sweep.study import load_study
 
     options = _run_options(deadline, budget, n_trials, storage)
@@ -289,7 +290,7 @@ def worker(
     import dataclasses
     import json
 
-    from sweep.loop.runner import run_worker
+    from sweep.loop.run import run_worker
     from sweep.loop.worker import SharedOptions
     from sweep.study import load_study
 
@@ -306,7 +307,7 @@ def worker(
 def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
                  **extra: Any) -> RunOptions:  # fmt: skip
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
-    from sweep.loop.runner import RunOptions
+    from sweep.loop.options import RunOptions
     from sweep.study.spec import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,

@@ -15,6 +15,7 @@ escaping is a bug. The tree::
     ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
     ├── BenchmarkError         a benchmark run went bad: reason, partial figures kept
     ├── StorageError           the study database cannot be opened or written
+    │   └── StudyBusy          another live run holds the study (its lease)
     ├── WorkerFailed           a worker of a multi-host run ended with an error
     ├── AnalysisError          (analysis/errors.py) a study cannot be loaded or analysed
     │   └── CostModelError     too little data to fit the cost model
@@ -29,12 +30,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sweep.failures import FailureKind, Phase
 
-if TYPE_CHECKING:
-    from sweep.bench.result import BenchmarkResult
+
+class PartialResult(Protocol):
+    """What an error needs of a benchmark's partial result (``sweep.bench.result``)."""
+
+    def describe_progress(self) -> str: ...
 
 
 class SweepError(Exception):
@@ -207,7 +211,7 @@ class BenchmarkError(SweepError):
         *,
         url: str = "",
         concurrency: int | None = None,
-        partial: BenchmarkResult | None = None,
+        partial: PartialResult | None = None,
     ) -> None:
         self.reason = reason
         self.detail = detail
@@ -226,7 +230,7 @@ class BenchmarkError(SweepError):
         return f"benchmark of {where} failed [{self.reason}]: {self.detail}{kept}"
 
     def located(
-        self, url: str, concurrency: int | None, partial: BenchmarkResult | None
+        self, url: str, concurrency: int | None, partial: PartialResult | None
     ) -> BenchmarkError:
         """The same failure, told where it happened and carrying the partial figures."""
         return BenchmarkError(
@@ -236,6 +240,10 @@ class BenchmarkError(SweepError):
 
 class StorageError(SweepError):
     """The study database cannot be opened or written."""
+
+
+class StudyBusy(StorageError):
+    """Another live ``sweep run`` holds this study's lease (one runner per study and host)."""
 
 
 class Interrupted(SweepError):

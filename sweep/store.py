@@ -9,64 +9,27 @@ keyed by study and trial, so every figure can be recomputed later.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import optuna
 import sqlalchemy as sa
 
 from sweep import __version__
+from sweep.core.records import SAMPLE_COLUMNS, StudyInfo, TrialRecord
 from sweep.exceptions import StorageError
 from sweep.study.spec import Study
-
-if TYPE_CHECKING:  # a type only: analysis imports this module without the benchmark client
-    from sweep.bench.result import RequestFigures
 
 SAMPLES_TABLE = "sweep_samples"
 CLAIMS_TABLE = "sweep_claims"
 OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
 SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
 REDACTED = "<redacted>"
-
-
-class ATTR:
-    """Names of the user attributes `sweep` writes on trials and studies."""
-
-    KIND = "sweep.kind"  # "trial" | "baseline" | "excluded" | "duplicate"
-    CONFIG = "sweep.config"  # the configuration asked for (TrialConfig.as_dict)
-    KEY = "sweep.key"  # TrialConfig.key() after the engine's resolution rules
-    RESOLVED = "sweep.resolved"  # what the server reported (/server_info)
-    LEVELS = "sweep.levels"  # per concurrency level: every figure with its CI
-    OBJECTIVE = "sweep.core.objective"
-    ACCEPT_LENGTH = "sweep.accept_length"
-    TIMINGS = "sweep.timings"  # phase -> seconds
-    COMMAND = "sweep.command"  # the exact launch command (shell-quoted)
-    ENV = "sweep.env"  # the launch environment, secrets redacted
-    HOST = "sweep.host"
-    ENGINE_VERSION = "sweep.engine_version"
-    GPU = "sweep.gpu"
-    FAILURE = "sweep.failure"  # {kind, deterministic, message, exit_code, phase, log_tail}
-    ATTEMPT = "sweep.attempt"
-    DUPLICATE_OF = "sweep.duplicate_of"
-    EXCLUDED = "sweep.excluded"
-    BASELINE = "sweep.baseline"  # {trial, value, at, drift} used for speedup
-    SPEEDUP = "sweep.speedup"
-    DRIFT = "sweep.drift"
-    WARNINGS = "sweep.warnings"
-    STARTED = "sweep.started_at"
-    FINISHED = "sweep.finished_at"
-    # study level
-    STUDY_FILE = "sweep.study_file"
-    STUDY_PATH = "sweep.study_path"
-    TAGS = "sweep.tags"
-    DESCRIPTION = "sweep.description"
-    SWEEP_VERSION = "sweep.version"
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -172,17 +135,25 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 
 def _record_study(optuna_study: optuna.Study, study: Study) -> None:
     attrs = optuna_study.user_attrs
-    if attrs.get(ATTR.STUDY_FILE) != study.text:
-        optuna_study.set_user_attr(ATTR.STUDY_FILE, study.text)
-    values = {
-        ATTR.STUDY_PATH: study.path,
-        ATTR.TAGS: dict(study.tags),
-        ATTR.DESCRIPTION: study.description,
-        ATTR.SWEEP_VERSION: __version__,
-    }
-    for key, value in values.items():
+    info = StudyInfo(study.text, study.path, dict(study.tags), study.description, __version__)
+    for key, value in info.to_attrs().items():
         if attrs.get(key) != value:
             optuna_study.set_user_attr(key, value)
+
+
+def write_record(trial: optuna.trial.Trial, record: TrialRecord) -> None:
+    """Store ``record``'s attributes on a running trial (only what changed)."""
+    current = trial.user_attrs
+    for key, value in record.to_attrs().items():
+        if current.get(key) != value:
+            trial.set_user_attr(key, value)
+
+
+def read_records(optuna_study: optuna.Study, *, states: tuple[Any, ...] | None = None
+                 ) -> list[TrialRecord]:  # fmt: skip
+    """Every trial of ``optuna_study`` as a record, in trial-number order."""
+    trials = optuna_study.get_trials(deepcopy=False, states=states)
+    return [TrialRecord.from_frozen(t) for t in trials]
 
 
 # --- raw samples ---------------------------------------------------------------------------
@@ -195,16 +166,7 @@ samples_table = sa.Table(
     sa.Column("study_name", sa.String(512), nullable=False, index=True),
     sa.Column("trial_number", sa.Integer, nullable=False),
     sa.Column("concurrency", sa.Integer, nullable=False),
-    sa.Column("round", sa.Integer),
-    sa.Column("slot", sa.Integer, nullable=False),
-    sa.Column("prompt_index", sa.Integer),
-    sa.Column("sent_s", sa.Float),
-    sa.Column("ttft_s", sa.Float),
-    sa.Column("e2e_s", sa.Float),
-    sa.Column("completion_tokens", sa.Integer),
-    sa.Column("spec_verify_ct", sa.Integer),
-    sa.Column("decode_speed", sa.Float),
-    sa.Column("server_e2e_s", sa.Float),
+    *(sa.Column(name, sa.Integer if kind is int else sa.Float) for name, kind in SAMPLE_COLUMNS),
 )
 
 # Which worker measures which configuration key (see sweep.loop.claims): one row per key and
@@ -247,7 +209,7 @@ def ensure_samples_table(url: str) -> None:
 
 
 def save_samples(
-    url: str, study_name: str, trial_number: int, samples: Iterable[tuple[int, RequestFigures]]
+    url: str, study_name: str, trial_number: int, samples: Iterable[tuple[int, object]]
 ) -> int:
     """Store a trial's raw samples, (concurrency, request) pairs, replacing any from an earlier
     attempt; returns the count."""
@@ -275,9 +237,11 @@ def load_samples(
         return [dict(row._mapping) for row in conn.execute(query.order_by(samples_table.c.id))]
 
 
-def _row(study_name: str, trial_number: int, level: int, r: RequestFigures) -> dict[str, Any]:
+def _row(study_name: str, trial_number: int, level: int, r: object) -> dict[str, Any]:
+    """One request's figures (any object with the schema's attributes) as a table row."""
+    figures = {name: getattr(r, name, None) for name, _ in SAMPLE_COLUMNS}
     return {"study_name": study_name, "trial_number": trial_number, "concurrency": level,
-            **dataclasses.asdict(r)}  # fmt: skip
+            **figures}  # fmt: skip
 
 
 def quiet_optuna() -> None:

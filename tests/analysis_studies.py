@@ -19,9 +19,10 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState, create_trial
 
+from sweep.core.records import ATTR
 from sweep.sim.model import SimConfig, predict
 from sweep.sim.profile import load_profile
-from sweep.store import ATTR, baseline_study_name
+from sweep.store import baseline_study_name
 
 START = 1_790_000_000.0  # epoch seconds of the first baseline
 TRIAL_S = 60.0

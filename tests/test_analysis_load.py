@@ -25,7 +25,7 @@ from analysis.load import (
 )
 from analysis.report import write_report
 from sweep.cli import app
-from sweep.loop.runner import run_study
+from sweep.loop.run import run_study
 from sweep.study import load_study
 from tests.analysis_studies import Config, Synth, write_study
 from tests.simproc import free_port, write_profile

@@ -17,16 +17,16 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweep.core.records import ATTR
 from sweep.core.space import plan
 from sweep.exceptions import ConfigError
 from sweep.loop.claims import Claims
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
 from sweep.loop.resume import enqueue_grid
-from sweep.loop.runner import RunOptions, run_study, run_worker
+from sweep.loop.run import RunOptions, run_study, run_worker
 from sweep.loop.status import load_status
-from sweep.loop.worker import REAPED_FROM
-from sweep.store import ATTR, baseline_study_name, open_study, quiet_optuna, rdb_storage
+from sweep.store import baseline_study_name, open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
 from tests.hosts import shared_study
 from tests.pg import Postgres
@@ -172,7 +172,7 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
     by_number = {t.number: t for t in all_trials(path)}
     assert by_number[victim.number].state is TrialState.FAIL  # reaped: no heartbeat
     key = victim.user_attrs[ATTR.KEY]
-    redo = [t for t in by_number.values() if t.user_attrs.get(REAPED_FROM) == victim.number]
+    redo = [t for t in by_number.values() if t.user_attrs.get(ATTR.REAPED_FROM) == victim.number]
     assert redo, "the reaped configuration was re-queued"
     assert measured_keys(path) == Counter({c.key(): 1 for c in plan(load_study(path)).valid})
     remeasured = [t for t in by_number.values()

@@ -16,11 +16,12 @@ import pytest
 from optuna.trial import TrialState
 
 from sweep.clock import Clock
+from sweep.core.records import ATTR
 from sweep.core.space import TrialConfig
 from sweep.loop.progress import Display
-from sweep.loop.runner import RunOptions, run_study
+from sweep.loop.run import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
-from sweep.store import ATTR, baseline_study_name, load_samples
+from sweep.store import baseline_study_name, load_samples
 from sweep.study import load_study
 from tests.simproc import write_profile
 from tests.studies import flag, launches, write_study

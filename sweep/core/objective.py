@@ -1,7 +1,7 @@
 """What a trial scores: per-level figures, the objective, constraints, speedup and drift.
 
 Pure. A trial's measurements are stored as a list of per-level figure
-records (:func:`level_figures`), plain JSON, so ``sweep status`` and the
+records (:func:`sweep.bench.stored.level_figures`), plain JSON, so ``sweep status`` and the
 analysis can recompute everything from storage.
 """
 
@@ -9,76 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sweep.study.spec import ObjectiveSpec
 
-if TYPE_CHECKING:  # only the types: analysis imports this module without the benchmark client
-    from sweep.bench.result import BenchmarkResult, LevelResult
-    from sweep.bench.stats import Distribution, Summary
-
 Figures = Mapping[str, Any]  # one level's record, as stored
-
-
-def _summary(s: Summary | None) -> dict[str, Any] | None:
-    if s is None:
-        return None
-    return {
-        "n": s.n,
-        "mean": s.mean,
-        "std": s.std,
-        "ci_low": s.ci_low,
-        "ci_high": s.ci_high,
-        "half_width": s.half_width,
-    }
-
-
-def _distribution(d: Distribution | None, scale: float) -> dict[str, Any] | None:
-    if d is None:
-        return None
-    return {
-        "n": d.n,
-        "mean": d.mean * scale,
-        "p50": d.p50 * scale,
-        "p90": d.p90 * scale,
-        "p99": d.p99 * scale,
-    }
-
-
-def level_figures(level: LevelResult) -> dict[str, Any]:
-    """One level's figures as stored on the trial (rates tok/s, latencies ms)."""
-    check = level.accept_check
-    return {
-        "concurrency": level.concurrency,
-        "decode_tok_s": _summary(level.decode_speed),
-        "output_tok_s": _summary(level.output_throughput),
-        "accept_length": level.accept_length,
-        "ttft_ms": _distribution(level.ttft_s, 1000.0),
-        "itl_ms": _distribution(level.itl_s, 1000.0),
-        "e2e_s": _distribution(level.e2e_s, 1.0),
-        "rounds": len(level.rounds),
-        "requests": len(level.requests),
-        "completion_tokens": level.completion_tokens,
-        "elapsed_s": level.elapsed_s,
-        "precision": level.precision,
-        "stop_reason": level.stop_reason.value,
-        "accept_check": None
-        if check is None
-        else {
-            "source": check.source,
-            "server": check.server,
-            "client": check.client,
-            "relative_difference": check.relative_difference,
-            "agrees": check.agrees,
-        },
-        "warnings": list(level.warnings),
-        # vLLM: the measured window's spec-decode counter deltas and per-position acceptance
-        "acceptance": None if level.acceptance is None else dict(level.acceptance),
-    }
-
-
-def result_figures(result: BenchmarkResult) -> list[dict[str, Any]]:
-    return [level_figures(level) for level in result.levels]
 
 
 def by_level(levels: Sequence[Figures]) -> dict[int, Figures]:

@@ -16,12 +16,17 @@ many workers start together.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import threading
 import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from sweep.exceptions import StorageError
+from sweep.clock import Clock
+from sweep.exceptions import StorageError, StudyBusy
 from sweep.store import claims_table, ensure_samples_table, sql_engine
 
 ONCE_PREFIX = "once:"
@@ -69,7 +74,8 @@ class Claims:
         query = sa.select(c.key, c.trial_number).where(c.study_name == self.study_name)
         with sql_engine(self.url).connect() as conn:
             rows = conn.execute(query).all()
-        return {str(k): int(n) for k, n in rows if not str(k).startswith(ONCE_PREFIX)}
+        return {str(k): int(n) for k, n in rows
+                if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX))}  # fmt: skip
 
     def once(self, marker: str, host: str = "") -> bool:
         """True for exactly one caller per study and ``marker``, whatever the concurrency."""
@@ -109,3 +115,96 @@ class Claims:
             raise
         except sa.exc.SQLAlchemyError as exc:
             raise StorageError(f"cannot update {claims_table.name} in {self.url!r}: {exc}") from exc
+
+
+LEASE_PREFIX = "lease:"
+LEASE_BEAT_S = 10.0  # how often a running sweep renews its lease
+LEASE_GRACE_S = 45.0  # a lease not renewed for this long belongs to a dead run
+
+
+def holder_id() -> str:
+    """Who this process is, as stored in a lease: ``machine:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def holder_alive(holder: str, beat_age_s: float, grace_s: float = LEASE_GRACE_S) -> bool:
+    """Whether a lease holder still runs: on this machine its PID is asked (a SIGKILLed run
+    is noticed at once); elsewhere its lease must have been renewed within ``grace_s``."""
+    machine, _, pid = holder.rpartition(":")
+    if machine == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return int(pid) == os.getpid() or beat_age_s < grace_s * 20  # a live PID: trust it
+    return beat_age_s < grace_s
+
+
+class Lease:
+    """One live run per study and host: a row in the claims table, renewed by a heartbeat.
+
+    A second ``sweep run`` of the same study (and host) refuses with a one-line message
+    naming the holder; a lease whose holder died (its PID is gone on this machine, or it was
+    not renewed for :data:`LEASE_GRACE_S` elsewhere) is taken over.
+    """
+
+    def __init__(self, claims: Claims, host: str, clock: Clock | None = None,
+                 beat_s: float = LEASE_BEAT_S) -> None:  # fmt: skip
+        self.claims = claims
+        self.key = f"{LEASE_PREFIX}{host}"
+        self.host = host
+        self.me = holder_id()
+        self.beat_s = beat_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        """Take the lease and start renewing it.
+
+        Raises:
+            StudyBusy: another live run holds it.
+        """
+        if not self.claims._insert(self.key, self.me, os.getpid()):
+            holder, beat = self._holder()
+            if holder is not None and holder != self.me and holder_alive(holder, beat):
+                raise StudyBusy(
+                    f"study {self.claims.study_name!r} (host {self.host}) is already being run "
+                    f"by {holder.replace(':', ' pid ')} (lease renewed {beat:.0f} s ago); "
+                    "wait for it to finish or stop it first"
+                )
+            self._take()
+        self._thread = threading.Thread(target=self._renew, name="sweep-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        c = claims_table.c
+        with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
+            self.claims._execute(claims_table.delete().where(self.claims._row(self.key),
+                                                             c.host == self.me))  # fmt: skip
+
+    def _holder(self) -> tuple[str | None, float]:
+        c = claims_table.c
+        query = sa.select(c.host, c.claimed_at).where(self.claims._row(self.key))
+        with sql_engine(self.claims.url).connect() as conn:
+            row = conn.execute(query).first()
+        if row is None:
+            return None, 0.0
+        return str(row[0]), max(0.0, time.time() - float(row[1]))
+
+    def _take(self) -> None:
+        update = claims_table.update().where(self.claims._row(self.key)).values(
+            host=self.me, trial_number=os.getpid(), claimed_at=time.time())  # fmt: skip
+        if self.claims._execute(update) != 1:
+            self.claims._insert(self.key, self.me, os.getpid())
+
+    def _renew(self) -> None:
+        c = claims_table.c
+        while not self._stop.wait(self.beat_s):
+            update = claims_table.update().where(self.claims._row(self.key), c.host == self.me)
+            with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
+                self.claims._execute(update.values(claimed_at=time.time()))

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import IO
 
 from sweep.exceptions import Interrupted, WorkerFailed
+from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import HostBoard
-from sweep.loop.runner import RunOptions, RunSummary
 from sweep.loop.worker import SharedOptions, refuse_unsafe_storage
 from sweep.server.interrupts import sigterm_raises_interrupt
 from sweep.store import baseline_study_name, open_study, quiet_optuna

@@ -9,45 +9,19 @@ per study (a marker in the claims table), however many workers start together.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import random
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 
 import optuna
 from optuna.trial import Trial, TrialState
 
+from sweep.core.policy import requeue_needed
+from sweep.core.records import REQUEUED_STUDY, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
-from sweep.store import ATTR
+from sweep.store import write_record
 from sweep.study.spec import Study
-
-REQUEUED = "sweep.requeued"
-REQUEUED_KINDS = ("interrupted", "orchestrator_died")  # failures whose configuration runs again
-
-
-@dataclass
-class Record:
-    """What storage knows about one configuration key."""
-
-    trial_number: int
-    value: float | None
-    feasible: bool
-
-
-def load_records(optuna_study: optuna.Study) -> dict[str, Record]:
-    """Every configuration already measured, found infeasible or failed for good."""
-    records: dict[str, Record] = {}
-    for t in optuna_study.get_trials(deepcopy=False):
-        key = t.user_attrs.get(ATTR.KEY)
-        if t.user_attrs.get(ATTR.KIND) != "trial" or not key:
-            continue
-        if t.state is TrialState.COMPLETE:
-            feasible = all(float(c) <= 0 for c in (t.constraints or {}).values())
-            records[key] = Record(t.number, t.value, feasible)
-        elif t.state is TrialState.FAIL and _failure_kind(t) not in ("", *REQUEUED_KINDS):
-            records[key] = Record(t.number, None, False)  # no failure kind: reaped, re-queued
-    return records
-
 
 Once = Callable[[str], bool]  # True for exactly one caller per study and marker
 
@@ -60,39 +34,36 @@ def requeue_unfinished(optuna_study: optuna.Study, study: Study, host: str,
     ``shared``: other workers run trials on other hosts right now, so only trials marked
     with this host are this host's (one worker per host).
     """
-    mine = (host,) if shared else (host, None)
+    done = set(optuna_study.user_attrs.get(REQUEUED_STUDY, []))
     for t in optuna_study.get_trials(deepcopy=False):
-        if t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.HOST) in mine:
-            _requeue(optuna_study, study, t, say, once, "the previous sweep run was killed "
-                     "during this trial; re-queued")  # fmt: skip
-        elif t.state is TrialState.FAIL and _failure_kind(t) == "interrupted":
-            _requeue(optuna_study, study, t, say, once, None)
+        record = TrialRecord.from_frozen(t)
+        why = requeue_needed(record, host, shared)
+        if why is None or t.number in done:
+            continue
+        if not once(f"requeue:{optuna_study.study_name}:{t.number}"):
+            continue
+        if why == "orchestrator_died":
+            stale = Trial(optuna_study, t._trial_id)
+            died = Failure("orchestrator_died", "the previous sweep run was killed during this "
+                           "trial; re-queued")  # fmt: skip
+            write_record(stale, dataclasses.replace(record, failure=died))
+            optuna_study.tell(t.number, state=TrialState.FAIL)
+        _enqueue_again(optuna_study, study, record)
+        done.add(t.number)
+        optuna_study.set_user_attr(REQUEUED_STUDY, sorted(done))
+        label = record.config.label() if record.config else "?"
+        say(f"trial {t.number} ({label}) was interrupted; re-queued")
 
 
-def _failure_kind(t: optuna.trial.FrozenTrial) -> str:
-    return str((t.user_attrs.get(ATTR.FAILURE) or {}).get("kind", ""))
-
-
-def _requeue(optuna_study: optuna.Study, study: Study, t: optuna.trial.FrozenTrial,
-             say: Callable[[str], None], once: Once, died: str | None) -> None:  # fmt: skip
-    done = set(optuna_study.user_attrs.get(REQUEUED, []))
-    if t.number in done or not once(f"requeue:{optuna_study.study_name}:{t.number}"):
-        return
-    if died is not None:
-        stale = Trial(optuna_study, t._trial_id)
-        stale.set_user_attr(ATTR.FAILURE, {"kind": "orchestrator_died", "deterministic": False,
-                                           "message": died})  # fmt: skip
-        optuna_study.tell(t.number, state=TrialState.FAIL)
-    config = TrialConfig.from_dict(t.user_attrs.get(ATTR.CONFIG, {}))
-    if config.speculative and t.user_attrs.get(ATTR.KIND) == "trial":
-        optuna_study.enqueue_trial(params_of(config, study),
-                                   user_attrs={"sweep.requeued_from": t.number})  # fmt: skip
-    optuna_study.set_user_attr(REQUEUED, sorted(done | {t.number}))
-    say(f"trial {t.number} ({config.label()}) was interrupted; re-queued")
+def _enqueue_again(optuna_study: optuna.Study, study: Study, record: TrialRecord) -> None:
+    config = record.config
+    if config is not None and config.speculative and record.kind is Kind.TRIAL:
+        again = TrialRecord(requeued_from=record.number)
+        optuna_study.enqueue_trial(params_of(config, study), user_attrs=again.to_attrs())
 
 
 def enqueue_grid(optuna_study: optuna.Study, study: Study, valid: Mapping[str, TrialConfig],
-                 records: Mapping[str, Record], once: Once) -> None:  # fmt: skip
+                 records: Mapping[str, TrialRecord], once: Once) -> None:  # fmt: skip
     """Grid and brute force: every valid configuration not yet measured, once.
 
     ``once`` guards against two workers enqueuing the same grid: only the first worker
@@ -112,7 +83,7 @@ def enqueue_grid(optuna_study: optuna.Study, study: Study, valid: Mapping[str, T
 
 
 def enqueue_unmeasured(optuna_study: optuna.Study, study: Study, valid: Mapping[str, TrialConfig],
-                       records: Mapping[str, Record], picker: random.Random,
+                       records: Mapping[str, TrialRecord], picker: random.Random,
                        busy: Collection[str] = ()) -> None:  # fmt: skip
     """The sampler keeps proposing known points: queue an unmeasured one instead (not one
     another worker is measuring right now, ``busy``)."""

@@ -1,22 +1,20 @@
-"""The overnight trial loop: ask Optuna, launch, benchmark, tell — and survive the night.
+"""The overnight trial loop on one host: ask → validity rules → claim → measure → decide → tell.
 
-For each trial: the engine's validity rules are applied before anything is
-launched; a configuration equal (after the engine's resolution) to one already
-measured is answered from storage; otherwise the server is started through
-the lifecycle, benchmarked, stopped, and the result told to Optuna. The
-no-speculation baseline is measured first and again every K trials or H hours.
+Each step is small and has one owner:
 
-Failures are results: a deterministic one (rejected flags, OOM, illegal tree)
-marks the configuration infeasible (a violated constraint, so the sampler
-avoids it) and is never retried; a transient one is retried up to N times,
-then recorded as a failed trial. Ctrl-C stops the server, records the trial as
-interrupted and ends the run; the next run re-queues it. A killed orchestrator
-leaves a RUNNING trial behind: the next run marks it failed and re-queues it.
+* *ask*: Optuna proposes (or a queued configuration is taken);
+* *validity rules* (:mod:`sweep.core.space`): a configuration that cannot work is told as
+  excluded, one already measured is answered from storage (duplicate);
+* *claim* (:mod:`sweep.loop.claims`): several workers never launch one configuration twice;
+* *measure* (:mod:`sweep.loop.measure`): one attempt returns an outcome value;
+* *decide* (:mod:`sweep.core.policy`): retry, baseline due, give up, stop — pure functions of
+  the stored records and the outcome;
+* *tell*: the record is stored (:func:`sweep.store.write_record`) and Optuna told.
 
-Every configuration is claimed (:mod:`sweep.loop.claims`) before it is launched, so
-several workers on one shared study (one per host, :mod:`sweep.loop.worker`) never
-measure a configuration twice; such workers also send heartbeats for their
-running trial and reap the trials of workers that died.
+The runner keeps no result state of its own: what was measured is read back from storage
+as :class:`~sweep.core.records.TrialRecord` values, so a resumed run, another worker and
+``sweep status`` all see the same thing. One runner per study and host holds a lease
+(:class:`~sweep.loop.claims.Lease`) for the whole run.
 """
 
 from __future__ import annotations
@@ -24,119 +22,57 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
-import shlex
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterator
 
 import optuna
 from optuna.trial import Trial, TrialState
 
-from sweep.bench.runner import run_benchmark
-from sweep.clock import SYSTEM_CLOCK, Clock
-from sweep.core.objective import result_figures, score
+from sweep.bench.result import BenchmarkResult
+from sweep.core import policy
+from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured, Outcome
+from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, plan, rules_for, suggest
 from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
-from sweep.engines.base import EngineAdapter
-from sweep.exceptions import (
-    BenchmarkError,
-    BenchmarkFailure,
-    Interrupted,
-    ServerFailure,
-    SweepError,
-)
-from sweep.loop.baselines import BaselineTracker
-from sweep.loop.claims import Claims
+from sweep.exceptions import Interrupted as InterruptedError
+from sweep.loop.claims import Claims, Lease
+from sweep.loop.measure import Bench, measure, start_record
+from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
-from sweep.loop.resume import (
-    Record,
-    enqueue_grid,
-    enqueue_unmeasured,
-    load_records,
-    requeue_unfinished,
-)
-from sweep.loop.worker import (
-    SharedOptions,
-    ask,
-    beating,
-    find_host,
-    for_host,
-    heartbeat_for,
-    reap_stale,
-    refuse_unsafe_storage,
-)
+from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinished
+from sweep.loop.worker import ask, beating, heartbeat_for, reap_stale
 from sweep.loop.worker import requeue_stale as stale_callback
 from sweep.server import deploy
 from sweep.server.engine_check import check_engine
 from sweep.server.executor import Executor
-from sweep.server.interrupts import second_ctrl_c_exits
-from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.store import (
-    ATTR,
     Heartbeat,
     baseline_study_name,
     open_study,
-    quiet_optuna,
-    redact_env,
+    read_records,
     save_samples,
+    write_record,
 )
 from sweep.study.spec import HostSpec, Study
 
-FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
 RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """Overrides from the command line, and seams for tests."""
-
-    deadline: str | None = None
-    budget_s: float | None = None
-    n_trials: int | None = None
-    storage_url: str | None = None
-    clock: Clock = SYSTEM_CLOCK
-    lifecycle: Mapping[str, Any] = field(default_factory=dict)  # LifecycleOptions overrides
-    shared: SharedOptions | None = None  # one of several workers on a shared study
-
-
-@dataclass
-class RunSummary:
-    study: str
-    storage: str
-    measured: int = 0
-    infeasible: int = 0
-    failed: int = 0
-    duplicates: int = 0
-    in_flight: int = 0  # proposals another worker was measuring at that moment
-    excluded: int = 0
-    baselines: int = 0
-    stop_reason: str = ""
-    best: str = ""
 
 
 class Runner:
     """Runs one study on one host until a stop condition; see the module docstring."""
 
-    def __init__(
-        self,
-        study: Study,
-        options: RunOptions,
-        display: Display,
-        executor: Executor,
-        host: HostSpec | None = None,
-    ) -> None:
+    def __init__(self, study: Study, options: RunOptions, display: Display,
+                 executor: Executor, host: HostSpec | None = None) -> None:  # fmt: skip
         self.study = study
         self.options = options
         self.display = display
-        self.executor = executor
         self.host = host or study.host
         self.clock = options.clock
+        self.shared = options.shared
         self.rules = rules_for(study)
         self.valid = {c.key(): c for c in plan(study).valid}
         self.summary = RunSummary(study.name, options.storage_url or study.storage)
-        self.shared = options.shared
         self.claims = Claims(self.summary.storage, study.name)
         self.optuna = open_study(study, storage_url=options.storage_url,
                                  heartbeat=self._heartbeat(trials=True))  # fmt: skip
@@ -144,17 +80,17 @@ class Runner:
             study, storage_url=options.storage_url, name=baseline_study_name(study.name),
             heartbeat=self._heartbeat(trials=False),
         )  # fmt: skip
-        self.records: dict[str, Record] = {}
-        self.waiting = False
-        self.adapter: EngineAdapter = deploy.adapter_for(study, self.host)
-        self.lifecycle: LifecycleOptions = deploy.lifecycle_options(
-            study, self.host, **options.lifecycle
-        )
-        self.tracker = BaselineTracker(study, self.baseline_study, self.optuna, self.host.name,
-                                       self.clock, display.message)  # fmt: skip
+        adapter = deploy.adapter_for(study, self.host)
+        lifecycle = deploy.lifecycle_options(study, self.host, **options.lifecycle)
+        self.bench = Bench(study, executor, adapter, lifecycle, self.clock, display)
+        self.trials: list[TrialRecord] = []
+        self.baselines: list[TrialRecord] = []
         self.started = self.clock.now()
+        self.started_wall = self.clock.wall()
         self.end = self._end_time()
         self.idle_proposals = 0
+        self.waiting = False
+        self.launches: list[TrialRecord] = []  # this run's launches, in order
         self.picker = random.Random(study.seed)
 
     # --- the loop -----------------------------------------------------------------------------
@@ -163,38 +99,62 @@ class Runner:
         """Run until done, out of time, or interrupted.
 
         Raises:
+            StudyBusy: another live run holds this study (and host).
             Interrupted: Ctrl-C (or SIGTERM); the interrupted trial is recorded first.
         """
-        self._reap()
-        requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message,
-                           self._once, shared=self.shared is not None)  # fmt: skip
-        self.records = load_records(self.optuna)
-        self._check_engine()
-        enqueue_grid(self.optuna, self.study, self.valid, self.records, self._once)
-        try:
-            while not (reason := self._stop_reason()):
-                if self.tracker.due():
-                    self._run_trial(TrialConfig.baseline(), kind="baseline")
-                elif self._all_busy():
-                    self._wait_for_others()
-                else:
-                    self.waiting = False
-                    self._next_trial()
-        finally:
-            self.display.close()
+        with self._lease():
+            self._prepare()
+            try:
+                reason = self._loop()
+            finally:
+                self.display.close()
         self.summary.stop_reason = reason
         self.summary.best = self._best_text()
         return self.summary
 
+    def _prepare(self) -> None:
+        self._reap()
+        requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message,
+                           self._once, shared=self.shared is not None)  # fmt: skip
+        self._refresh()
+        self._check_engine()
+        enqueue_grid(self.optuna, self.study, self.valid, self._settled(), self._once)
+
+    def _loop(self) -> str:
+        while True:
+            if self.shared is not None:
+                self._reap()
+            self._refresh()
+            reason = self._stop_reason()
+            if reason:
+                return reason
+            decision = policy.baseline_decision(
+                self.baselines, self._host_trials(), self.study.baseline,
+                self.clock.wall(), self.started_wall,
+            )  # fmt: skip
+            if decision.action is BaselineAction.STOP:
+                self.summary.failed_run = True
+                return decision.reason
+            if decision.action is BaselineAction.DUE:
+                self._launch(self.baseline_study, ask(self.baseline_study),
+                             TrialConfig.baseline(), Kind.BASELINE)  # fmt: skip
+            elif self._all_busy():
+                self._wait_for_others()
+            else:
+                self.waiting = False
+                self._next_trial()
+
     def _stop_reason(self) -> str:
-        if self.shared is not None:  # other workers measure too: look at the whole study
-            self._reap()
-            self.records = load_records(self.optuna)
+        settled = self._settled()
         limit = self.options.n_trials or self.study.n_trials
-        if limit is not None and self._measured_count() >= limit:
+        if limit is not None and len(settled) >= limit:
             return f"{limit} trials measured"
-        if all(key in self.records for key in self.valid):
+        if all(key in settled for key in self.valid):
             return f"every valid configuration ({len(self.valid)}) measured"
+        streak = policy.failure_streak_stop(self.launches, policy.STOP_AFTER_FAILURES)
+        if streak:
+            self.summary.failed_run = True
+            return streak
         estimate = self._estimate(None)
         if not fits(self.clock.now(), self.end, estimate):
             return f"out of time: the next trial needs about {estimate:.0f} s"
@@ -202,49 +162,198 @@ class Runner:
 
     def _next_trial(self) -> None:
         if self.idle_proposals >= MAX_IDLE_PROPOSALS:
-            enqueue_unmeasured(self.optuna, self.study, self.valid, self.records, self.picker,
-                               self._busy_keys())  # fmt: skip
+            enqueue_unmeasured(self.optuna, self.study, self.valid, self._settled(),
+                               self.picker, self._busy_keys())  # fmt: skip
             self.idle_proposals = 0
-        trial = self._ask(self.optuna)
-        with self._beating(trial):
-            self._propose(trial)
-
-    def _propose(self, trial: Trial) -> None:
+        trial = ask(self.optuna)
         config = suggest(trial, self.study)
         reason = self.rules.violation(config)
         if reason:
-            self._tell_excluded(trial, config, reason)
+            excluded = TrialRecord(kind=Kind.EXCLUDED, config=config, excluded=reason)
+            self._tell_proposal(trial, excluded, 0.0, infeasible=True)
+            self.summary.excluded += 1
             return
         resolved = self.rules.resolve(config)
-        known = self.records.get(resolved.key())
+        key = resolved.key()
+        known = self._settled().get(key)
         if known is not None:
             self._tell_duplicate(trial, resolved, known)
             return
-        owner = self.claims.claim(resolved.key(), self.host.name, trial.number,
-                                  lambda owner: self._stale(owner, resolved.key()))  # fmt: skip
+        owner = self.claims.claim(key, self.host.name, trial.number,
+                                  lambda owner: self._stale(owner, key))  # fmt: skip
         if owner is not None:
             self._answer_claimed(trial, resolved, owner)
             return
         self.idle_proposals = 0
-        self._measure(trial, resolved, kind="trial")
+        self._launch(self.optuna, trial, resolved, Kind.TRIAL)
 
-    def _run_trial(self, config: TrialConfig, *, kind: str) -> None:
-        trial = self._ask(self.baseline_study)
+    # --- one launch: measure (with retries), then tell ------------------------------------------
+
+    def _launch(self, owner: optuna.Study, trial: Trial, config: TrialConfig, kind: Kind) -> None:
         with self._beating(trial):
-            self._measure(trial, config, kind=kind)
+            start = start_record(config, kind, self.host.name, self.clock.wall())
+            write_record(trial, start)
+            if not fits(self.clock.now(), self.end, self._estimate(config)):
+                self._tell_skipped(owner, trial, start)
+                return
+            self.display.trial_started(self._index(kind), f"#{trial.number} {config.label()}")
+            outcome = self._measure(owner, trial, config, start)
+            self._tell(owner, trial, outcome)
+        if isinstance(outcome, Interrupted):
+            raise InterruptedError(
+                f"interrupted during trial {trial.number}; what was measured is stored, "
+                "`sweep run` resumes"
+            )
+
+    def _measure(self, owner: optuna.Study, trial: Trial, config: TrialConfig,
+                 start: TrialRecord) -> Outcome:  # fmt: skip
+        def save(result: BenchmarkResult) -> None:
+            rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
+            save_samples(self.summary.storage, owner.study_name, trial.number, rows)
+
+        baselines = policy.baseline_values(self.baselines, self.study.objective.metric)
+        attempt = 1
+        while True:
+            outcome = measure(self.bench, config, start, baselines, save)
+            if not policy.should_retry(outcome, attempt, self.study.transient_retries):
+                return outcome
+            failure = outcome.record.failure
+            self.display.message(f"  attempt {attempt} failed (transient): "
+                                 f"{failure.message if failure else ''}")  # fmt: skip
+            attempt += 1
+            start = dataclasses.replace(start, attempt=attempt)
+            write_record(trial, start)
+
+    def _tell(self, owner: optuna.Study, trial: Trial, outcome: Outcome) -> None:
+        record = outcome.record
+        if isinstance(outcome, Measured):
+            record = self._with_baseline(record, outcome.value)
+            write_record(trial, record)
+            for name, violation in record.constraints.items():
+                trial.set_constraint(name, violation)
+            trial.set_constraint(FEASIBLE, 0.0)
+            owner.tell(trial, outcome.value)
+            self._count(record.kind, "measured")
+            text = self._result_text(record, outcome.value)
+        elif isinstance(outcome, Infeasible):
+            write_record(trial, record)
+            trial.set_constraint(FEASIBLE, 1.0)
+            owner.tell(trial, 0.0)
+            self.summary.infeasible += 1
+            text = f"infeasible ({_failure_line(record)}"
+        else:
+            write_record(trial, record)
+            owner.tell(trial, state=TrialState.FAIL)
+            if isinstance(outcome, Interrupted) and record.key:
+                self.claims.release(record.key, trial.number)  # it runs again, on any worker
+            self.summary.failed += 1
+            text = f"failed ({_failure_line(record)}"
+        stored = dataclasses.replace(record, number=trial.number,
+                                     optuna_state=_state_name(outcome))  # fmt: skip
+        self.launches.append(stored)
+        self.display.trial_finished(text, self._best_text(), self._eta())
+
+    def _with_baseline(self, record: TrialRecord, value: float) -> TrialRecord:
+        """Speedup against the host's latest baseline, or the baseline's drift."""
+        good = [b for b in self.baselines if b.state is State.MEASURED]
+        last = good[-1] if good else None
+        if record.kind is Kind.BASELINE:
+            change = policy.drift(last, value)
+            if change is not None and abs(change) > self.study.baseline.drift_threshold:
+                self.display.message(
+                    f"  baseline drift: {change:+.1%} since baseline trial {last.number} "  # type: ignore[union-attr]
+                    f"(threshold {self.study.baseline.drift_threshold:.0%})"
+                )
+            return dataclasses.replace(record, drift=change)
+        if last is None:
+            return record
+        warnings = record.warnings
+        if policy.baseline_stale(self.baselines):
+            warnings = (*warnings, "baseline stale: the latest baseline failed; speedup is "
+                        f"against baseline trial {last.number}")  # fmt: skip
+        ref = {"trial": last.number, "value": last.value, "at": last.finished}
+        speedup = value / last.value if last.value else None
+        change = last.drift if last.drift is not None and abs(last.drift) > \
+            self.study.baseline.drift_threshold else None  # fmt: skip
+        return dataclasses.replace(record, baseline=ref, speedup=speedup, drift=change,
+                                   warnings=warnings)  # fmt: skip
+
+    def _count(self, kind: Kind, what: str) -> None:
+        if kind is Kind.BASELINE:
+            self.summary.baselines += 1
+        elif kind is Kind.REPLICATE:
+            self.summary.replicates += 1
+        else:
+            self.summary.measured += 1
+
+    # --- proposals that launch nothing ---------------------------------------------------------
+
+    def _tell_proposal(self, trial: Trial, record: TrialRecord, value: float | None, *,
+                       infeasible: bool) -> None:  # fmt: skip
+        write_record(trial, dataclasses.replace(record, host=self.host.name))
+        if value is None:
+            self.optuna.tell(trial, state=TrialState.FAIL)
+        else:
+            trial.set_constraint(FEASIBLE, 1.0 if infeasible else 0.0)
+            self.optuna.tell(trial, value)
+        self.idle_proposals += 1
+
+    def _tell_duplicate(self, trial: Trial, config: TrialConfig, known: TrialRecord) -> None:
+        record = TrialRecord(kind=Kind.DUPLICATE, config=config, key=config.key(),
+                             duplicate_of=known.number)  # fmt: skip
+        value = known.value if known.state is State.MEASURED else 0.0
+        self._tell_proposal(trial, record, value, infeasible=not known.feasible
+                            or known.state is not State.MEASURED)  # fmt: skip
+        self.summary.duplicates += 1
+
+    def _answer_claimed(self, trial: Trial, config: TrialConfig, owner: int) -> None:
+        """Another worker claimed this configuration: answer from storage or skip it."""
+        self._refresh()
+        known = self._settled().get(config.key())
+        if known is not None:
+            self._tell_duplicate(trial, config, known)
+            return
+        record = TrialRecord(kind=Kind.IN_FLIGHT, config=config, key=config.key(),
+                             duplicate_of=owner)  # fmt: skip
+        self._tell_proposal(trial, record, None, infeasible=False)
+        self.summary.in_flight += 1
+
+    def _tell_skipped(self, owner: optuna.Study, trial: Trial, start: TrialRecord) -> None:
+        write_record(trial, dataclasses.replace(start, kind=Kind.SKIPPED))
+        owner.tell(trial, state=TrialState.FAIL)
+        if start.key:
+            self.claims.release(start.key, trial.number)
+        self.end = self.clock.now()  # nothing else fits either
+
+    # --- what storage knows ----------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        self.trials = read_records(self.optuna)
+        self.baselines = [b for b in read_records(self.baseline_study)
+                          if b.host == self.host.name]  # fmt: skip
+
+    def _settled(self) -> dict[str, TrialRecord]:
+        return policy.settled(self.trials)
+
+    def _host_trials(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.host == self.host.name]
 
     # --- sharing the study with other workers -------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lease(self) -> Iterator[None]:
+        lease = Lease(self.claims, self.host.name, self.clock)
+        lease.acquire()
+        try:
+            yield
+        finally:
+            lease.release()
 
     def _heartbeat(self, *, trials: bool) -> Heartbeat | None:
         if self.shared is None:
             return None
         on_stale = stale_callback(self.study, self.claims, self.display.message)
         return heartbeat_for(self.shared, on_stale if trials else lambda s, t: None)
-
-    def _ask(self, owner: optuna.Study) -> Trial:
-        trial = ask(owner)
-        trial.set_user_attr(ATTR.HOST, self.host.name)  # whose trial, from the start
-        return trial
 
     def _beating(self, trial: Trial) -> contextlib.AbstractContextManager[None]:
         if self.shared is None:
@@ -260,17 +369,15 @@ class Runner:
         return self.claims.once(marker, self.host.name)
 
     def _running_numbers(self) -> set[int]:
-        return {
-            t.number for t in self.optuna.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        }
+        return {t.number for t in read_records(self.optuna, states=(TrialState.RUNNING,))}
 
     def _stale(self, owner: int, key: str) -> bool:
         """A claim is stale when its trial stopped running without measuring (it was
         interrupted or reaped). Running trials are read first: a trial that was not running
         then has its final state in storage when the records are read next."""
         running = self._running_numbers()
-        self.records = load_records(self.optuna)
-        return owner not in running and key not in self.records
+        self._refresh()
+        return owner not in running and key not in self._settled()
 
     def _busy_keys(self) -> set[str]:
         """Configurations other workers are measuring right now."""
@@ -281,7 +388,8 @@ class Runner:
         """Every configuration left is being measured by another worker (shared study)."""
         if self.shared is None:
             return False
-        todo = {key for key in self.valid if key not in self.records}
+        settled = self._settled()
+        todo = {key for key in self.valid if key not in settled}
         return bool(todo) and todo <= self._busy_keys()
 
     def _wait_for_others(self) -> None:
@@ -292,251 +400,20 @@ class Runner:
         assert self.shared is not None
         self.clock.sleep(self.shared.poll_s)
 
-    def _answer_claimed(self, trial: Trial, config: TrialConfig, owner: int) -> None:
-        """Another worker claimed this configuration: answer from storage or skip it."""
-        self.records = load_records(self.optuna)
-        known = self.records.get(config.key())
-        if known is not None:
-            self._tell_duplicate(trial, config, known)
-            return
-        trial.set_user_attr(ATTR.KIND, "in_flight")
-        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
-        trial.set_user_attr(ATTR.KEY, config.key())
-        trial.set_user_attr(ATTR.DUPLICATE_OF, owner)
-        self.optuna.tell(trial, state=TrialState.FAIL)
-        self.summary.in_flight += 1
-        self.idle_proposals += 1
-
-    def _owner(self, kind: str) -> optuna.Study:
-        """Baselines live in a companion study, so the sampler only sees configurations."""
-        return self.baseline_study if kind == "baseline" else self.optuna
-
-    # --- one measurement ----------------------------------------------------------------------
-
-    def _measure(self, trial: Trial, config: TrialConfig, *, kind: str) -> None:
-        estimate = self._estimate(config)
-        if not fits(self.clock.now(), self.end, estimate):
-            trial.set_user_attr(ATTR.KIND, "skipped")
-            self._owner(kind).tell(trial, state=TrialState.FAIL)
-            self.claims.release(config.key(), trial.number)
-            self.end = self.clock.now()  # nothing else fits either
-            return
-        self._start_attrs(trial, config, kind)
-        index = "baseline" if kind == "baseline" else f"{self.summary.measured + 1}"
-        total = self._total()
-        self.display.trial_started(
-            f"{index}/{total}" if total and kind != "baseline" else index,
-            f"#{trial.number} {config.label()}",
-        )
-        last: SweepError | None = None
-        for attempt in range(1 + self.study.transient_retries):
-            trial.set_user_attr(ATTR.ATTEMPT, attempt + 1)
-            try:
-                self._attempt(trial, config, kind)
-                return
-            except KeyboardInterrupt as exc:
-                self._record_failure(trial, config, kind, "interrupted", str(exc) or "Ctrl-C")
-                raise Interrupted(
-                    f"interrupted during trial {trial.number}; what was measured "
-                    "is stored, `sweep run` resumes"
-                ) from None
-            except ServerFailure as failure:
-                if failure.kind.deterministic:
-                    self._record_infeasible(trial, config, kind, failure)
-                    return
-                last = failure
-            except BenchmarkError as error:
-                if (
-                    error.reason is BenchmarkFailure.REJECTED
-                ):  # the workload is wrong, not the config
-                    self._record_failure(trial, config, kind, error.reason.value, str(error))
-                    raise
-                last = error
-            self.display.message(f"  attempt {attempt + 1} failed (transient): {last}")
-        assert last is not None
-        self._record_failure(trial, config, kind, _kind(last), str(last), last)
-
-    def _attempt(self, trial: Trial, config: TrialConfig, kind: str) -> None:
-        started = self.clock.now()
-        params = deploy.spec_params(config)
-        with (
-            http_client() as client,
-            server(
-                self.executor,
-                self.adapter,
-                deploy.server_config(self.study),
-                params,
-                client=client,
-                options=self.lifecycle,
-                clock=self.clock,
-                on_event=self.display.server_event,
-            ) as running,
-        ):
-            ready_at = self.clock.now()
-            self._record_launch(trial, running)
-            self.display.phase("benchmarking")
-            try:
-                result = run_benchmark(
-                    running.url,
-                    deploy.workload_for(self.study),
-                    deploy.benchmark_settings(self.study),
-                )
-            except BenchmarkError:
-                running.check()  # a dead server is a ServerFailure, with its log tail
-                raise
-            benchmarked_at = self.clock.now()
-            self.display.phase("teardown")
-        stop = running.stop_report
-        timings = {
-            "preflight": running.preflight.duration_s if running.preflight else None,
-            "load": ready_at - started,
-            "benchmark": benchmarked_at - ready_at,
-            "teardown": stop.duration_s if stop else None,
-            "total": self.clock.now() - started,
-            **{f"phase.{k}": v for k, v in running.phase_s.items()},
-        }
-        self._record_success(trial, config, kind, result, timings)
-
-    # --- recording ----------------------------------------------------------------------------
-
-    def _start_attrs(self, trial: Trial, config: TrialConfig, kind: str) -> None:
-        trial.set_user_attr(ATTR.KIND, kind)
-        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
-        trial.set_user_attr(ATTR.KEY, config.key())
-        trial.set_user_attr(ATTR.HOST, self.host.name)
-        trial.set_user_attr(ATTR.STARTED, self.clock.wall())
-
-    def _record_launch(self, trial: Trial, running: RunningServer) -> None:
-        trial.set_user_attr(ATTR.COMMAND, shlex.join(running.command.argv))
-        trial.set_user_attr(ATTR.ENV, redact_env(dict(running.command.env)))
-        trial.set_user_attr(ATTR.RESOLVED, dict(running.resolved.as_dict()))
-        trial.set_user_attr(ATTR.ENGINE_VERSION, running.resolved.version)
-        mismatch = _resolution_mismatch(trial, running)
-        if mismatch:
-            self.display.message(f"  warning: {mismatch}")
-            trial.set_user_attr(ATTR.WARNINGS, [mismatch])
-        if running.preflight and running.preflight.gpu_memory_mib is not None:
-            trial.set_user_attr(
-                ATTR.GPU, {"memory_used_mib": list(running.preflight.gpu_memory_mib)}
-            )
-
-    def _record_success(
-        self, trial: Trial, config: TrialConfig, kind: str, result: Any, timings: Mapping[str, Any]
-    ) -> None:
-        levels = result_figures(result)
-        baselines = self.tracker.values()
-        s = score(levels, self.study.objective, baselines)
-        trial.set_user_attr(ATTR.LEVELS, levels)
-        trial.set_user_attr(ATTR.TIMINGS, {k: v for k, v in timings.items() if v is not None})
-        trial.set_user_attr(ATTR.OBJECTIVE, s.value)
-        trial.set_user_attr(ATTR.ACCEPT_LENGTH, levels[0].get("accept_length"))
-        warnings = [*(trial.user_attrs.get(ATTR.WARNINGS) or []), *result.warnings]
-        trial.set_user_attr(ATTR.WARNINGS, warnings)
-        trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
-        self._store_samples(self._owner(kind).study_name, trial.number, result)
-        if kind == "baseline":
-            self.tracker.note_baseline(trial, s.value)
-        else:
-            self.tracker.note_speedup(trial, s.value)
-        for name, violation in s.violations.items():
-            trial.set_constraint(name, violation)
-        trial.set_constraint(FEASIBLE, 0.0)
-        self._owner(kind).tell(trial, s.value)
-        if kind == "trial":
-            self.records[config.key()] = Record(trial.number, s.value, s.feasible)
-            self.summary.measured += 1
-        else:
-            self.summary.baselines += 1
-        self.display.trial_finished(
-            self._result_text(trial, s.value), self._best_text(), self._eta()
-        )
-
-    def _record_infeasible(
-        self, trial: Trial, config: TrialConfig, kind: str, error: SweepError
-    ) -> None:
-        self._failure_attrs(trial, _kind(error), str(error), True, error)
-        trial.set_constraint(FEASIBLE, 1.0)
-        self._owner(kind).tell(trial, 0.0)
-        self.records[config.key()] = Record(trial.number, None, False)
-        self.summary.infeasible += 1
-        self.display.trial_finished(f"infeasible ({_kind(error)}): {_first_line(error)}")
-
-    def _record_failure(
-        self,
-        trial: Trial,
-        config: TrialConfig,
-        kind: str,
-        failure: str,
-        message: str,
-        error: SweepError | None = None,
-    ) -> None:
-        self._failure_attrs(trial, failure, message, False, error)
-        self._owner(kind).tell(trial, state=TrialState.FAIL)
-        if failure == "interrupted":  # it runs again: let any worker claim it
-            self.claims.release(config.key(), trial.number)
-        self.summary.failed += 1
-        if failure != "interrupted" and kind == "trial":
-            self.records[config.key()] = Record(trial.number, None, False)
-        first = message.splitlines()[0] if message else ""
-        self.display.trial_finished(f"failed ({failure}): {first}")
-
-    def _failure_attrs(
-        self, trial: Trial, kind: str, message: str, deterministic: bool, error: SweepError | None
-    ) -> None:
-        failure: dict[str, Any] = {"kind": kind, "deterministic": deterministic, "message": message}
-        if isinstance(error, ServerFailure):
-            failure.update(
-                exit_code=error.return_code,
-                phase=str(error.phase),
-                log_tail=list(error.log_tail)[-50:],
-                host=error.host,
-                command=error.command,
-            )
-        if isinstance(error, BenchmarkError) and error.partial is not None:
-            trial.set_user_attr(ATTR.LEVELS, result_figures(error.partial))
-        trial.set_user_attr(ATTR.FAILURE, failure)
-        trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
-
-    def _tell_excluded(self, trial: Trial, config: TrialConfig, reason: str) -> None:
-        trial.set_user_attr(ATTR.KIND, "excluded")
-        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
-        trial.set_user_attr(ATTR.EXCLUDED, reason)
-        trial.set_constraint(FEASIBLE, 1.0)
-        self.optuna.tell(trial, 0.0)
-        self.summary.excluded += 1
-        self.idle_proposals += 1
-
-    def _tell_duplicate(self, trial: Trial, config: TrialConfig, known: Record) -> None:
-        trial.set_user_attr(ATTR.KIND, "duplicate")
-        trial.set_user_attr(ATTR.CONFIG, config.as_dict())
-        trial.set_user_attr(ATTR.KEY, config.key())
-        trial.set_user_attr(ATTR.DUPLICATE_OF, known.trial_number)
-        trial.set_constraint(FEASIBLE, 0.0 if known.feasible else 1.0)
-        if known.value is None:
-            self.optuna.tell(trial, 0.0)
-        else:
-            self.optuna.tell(trial, known.value)
-        self.summary.duplicates += 1
-        self.idle_proposals += 1
-
-    def _store_samples(self, study_name: str, number: int, result: Any) -> None:
-        rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
-        save_samples(self.summary.storage, study_name, number, rows)
-
-    # --- baseline, drift, speedup -------------------------------------------------------------
-
-    # --- resume, engine check, queueing -------------------------------------------------------
+    # --- engine check ---------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
+        bench = self.bench
         commands = [
-            self.adapter.command(deploy.server_config(self.study), deploy.spec_params(c))
+            bench.adapter.command(deploy.server_config(self.study), deploy.spec_params(c))
             for c in list(self.valid.values())[:50]
         ]
-        check = check_engine(self.executor, self.adapter, commands)
+        check = check_engine(bench.executor, bench.adapter, commands)
         self.display.message(check.note)
         for rejection in check.rejected:
             self.display.message(f"  rejected by the engine's parser: {rejection.message}")
-        self.adapter = dataclasses.replace(self.adapter, version=check.version)
+        adapter = dataclasses.replace(bench.adapter, version=check.version)
+        self.bench = dataclasses.replace(bench, adapter=adapter)
 
     # --- time ---------------------------------------------------------------------------------
 
@@ -553,15 +430,10 @@ class Runner:
 
     def _history(self) -> list[TrialTime]:
         out = []
-        trials = [
-            *self.optuna.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-            *self.baseline_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-        ]
-        for t in trials:
-            total = (t.user_attrs.get(ATTR.TIMINGS) or {}).get("total")
-            if total is not None:
-                config = t.user_attrs.get(ATTR.CONFIG, {})
-                out.append(TrialTime(int(config.get("num_draft_tokens", 0)), float(total)))
+        for t in [*self.trials, *self.baselines]:
+            if t.state is State.MEASURED and t.total_s is not None:
+                tokens = t.config.num_draft_tokens if t.config else 0
+                out.append(TrialTime(tokens, t.total_s))
         return out
 
     def _estimate(self, config: TrialConfig | None) -> float:
@@ -581,96 +453,37 @@ class Runner:
 
     # --- text ---------------------------------------------------------------------------------
 
-    def _measured_count(self) -> int:
-        return len(self.records)
-
-    def _total(self) -> int | None:
-        return self.options.n_trials or self.study.n_trials or len(self.valid)
+    def _index(self, kind: Kind) -> str:
+        """``3/20``: the configuration's place among the valid ones (stable across resumes)."""
+        if kind is not Kind.TRIAL:
+            return kind.value
+        total = self.options.n_trials or self.study.n_trials or len(self.valid)
+        return f"{len(self._settled()) + 1}/{total}"
 
     def _best_text(self) -> str:
-        feasible = [
-            (r.value, n)
-            for n, r in ((r.trial_number, r) for r in self.records.values())
-            if r.value is not None and r.feasible
-        ]
-        if not feasible:
+        best = policy.best_measured(policy.settled(self.trials))
+        if best is None or best.value is None:
             return "none yet"
-        value, number = max(feasible)
-        baseline = self.tracker.values().get(self.study.objective.concurrency)
-        speed = f" ({value / baseline:.3f}x baseline)" if baseline else ""
-        return f"{value:.2f} (trial {number}){speed}"
+        baseline = policy.baseline_values(self.baselines, self.study.objective.metric).get(
+            self.study.objective.concurrency
+        )
+        speed = f" ({best.value / baseline:.3f}x baseline)" if baseline else ""
+        return f"{best.value:.2f} (trial {best.number}){speed}"
 
-    def _result_text(self, trial: Trial, value: float) -> str:
-        accept = trial.user_attrs.get(ATTR.ACCEPT_LENGTH)
-        accept_text = f", accept length {accept:.2f}" if accept else ""
-        speedup = trial.user_attrs.get(ATTR.SPEEDUP)
-        speed_text = f", {speedup:.3f}x baseline" if speedup else ""
-        return f"{self.study.objective.metric} {value:.2f}{accept_text}{speed_text}"
-
-
-def _resolution_mismatch(trial: Trial, running: RunningServer) -> str:
-    """Say so when the server resolved other speculative values than sweep predicted."""
-    config = trial.user_attrs.get(ATTR.CONFIG) or {}
-    if not config.get("speculative"):
-        return ""
-    r = running.resolved
-    got = (r.num_steps, r.eagle_topk, r.num_draft_tokens)
-    want = (config.get("num_steps"), config.get("eagle_topk"), config.get("num_draft_tokens"))
-    if None in got or got == want:
-        return ""
-    return (
-        f"the server resolved (steps, topk, draft tokens) = {got}, sweep expected {want}; "
-        "duplicates of this configuration may be launched"
-    )
+    def _result_text(self, record: TrialRecord, value: float) -> str:
+        accept = f", accept length {record.accept_length:.2f}" if record.accept_length else ""
+        speed = f", {record.speedup:.3f}x baseline" if record.speedup else ""
+        return f"{self.study.objective.metric} {value:.2f}{accept}{speed}"
 
 
-def _kind(error: SweepError) -> str:
-    kind = getattr(error, "kind", None) or getattr(error, "reason", None)
-    return str(getattr(kind, "value", kind) or type(error).__name__)
+def _failure_line(record: TrialRecord) -> str:
+    failure = record.failure or Failure("unknown")
+    first = (failure.message.splitlines() or [""])[0]
+    return f"{failure.kind}): {first}" if first else f"{failure.kind})"
 
 
-def _first_line(error: SweepError) -> str:
-    return (str(error).splitlines() or [""])[0]
+def _state_name(outcome: Outcome) -> str:
+    return "COMPLETE" if isinstance(outcome, Measured | Infeasible) else "FAIL"
 
 
-def run_study(
-    study: Study, options: RunOptions | None = None, display: Display | None = None
-) -> RunSummary:
-    """Run (or resume) ``study`` on its host; see :class:`Runner`. A study with several hosts
-    runs one worker process per host (:func:`sweep.loop.fleet.run_hosts`, which shows every host's
-    output itself; ``display`` is then not used).
-
-    Raises:
-        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
-        SweepError: the study cannot start (storage, host, engine).
-    """
-    options = options or RunOptions()
-    if len(study.hosts) > 1:
-        from sweep.loop.fleet import run_hosts  # fleet imports this module
-
-        return run_hosts(study, options)
-    return run_on_host(study, study.host, options, display)
-
-
-def run_worker(study: Study, host_name: str, options: RunOptions,
-               display: Display | None = None) -> RunSummary:  # fmt: skip
-    """Join ``study`` (in its shared storage) as the worker measuring on ``host_name``.
-
-    Raises:
-        ConfigError: no such host, or SQLite storage for a study with several hosts.
-        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
-    """
-    host = find_host(study, host_name)
-    if len(study.hosts) > 1:
-        refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
-    shared = options.shared or SharedOptions()
-    return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
-
-
-def run_on_host(study: Study, host: HostSpec, options: RunOptions,
-                display: Display | None = None) -> RunSummary:  # fmt: skip
-    """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
-    display = display or Display()
-    quiet_optuna()
-    with second_ctrl_c_exits(), deploy.open_host(host) as executor:
-        return Runner(for_host(study, host), options, display, executor, host).run()
+__all__ = ["Failed", "Runner"]

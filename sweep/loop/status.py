@@ -9,9 +9,10 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
+from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.server import deploy
-from sweep.store import ATTR, baseline_study_name, rdb_storage
+from sweep.store import baseline_study_name, rdb_storage, read_records
 from sweep.study.spec import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
@@ -45,21 +46,20 @@ class StatusReport:
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     """Every trial of ``study`` as a row, the best feasible measured trial and the baseline."""
     url = storage_url or study.storage
-    optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
-    trials = [t for t in optuna_study.get_trials(deepcopy=False)
-              if t.state is not TrialState.WAITING]  # fmt: skip
+    records = read_records(optuna.load_study(study_name=study.name, storage=rdb_storage(url)))
+    records = [r for r in records if r.state is not State.WAITING]
     try:
         companion = optuna.load_study(
             study_name=baseline_study_name(study.name), storage=rdb_storage(url)
         )
-        trials += companion.get_trials(deepcopy=False)
+        records += read_records(companion)
     except KeyError:  # no baseline measured yet
         pass
-    trials.sort(key=lambda t: float(t.user_attrs.get(ATTR.STARTED) or 0.0))
-    rows = tuple(_row(t, study) for t in trials)
-    measured = [r for r in rows if r.kind == "trial" and r.state == "measured" and r.value]
+    records.sort(key=lambda r: r.started or 0.0)
+    rows = tuple(_row(r, study) for r in records)
+    measured = [r for r in rows if r.kind == Kind.TRIAL and r.state == State.MEASURED and r.value]
     best = max(measured, key=lambda r: r.value or 0.0, default=None)
-    baselines = [r for r in rows if r.kind == "baseline" and r.value]
+    baselines = [r for r in rows if r.kind == Kind.BASELINE and r.value]
     drift = tuple(
         f"trial {r.number}: baseline moved more than {study.baseline.drift_threshold:.0%}"
         for r in rows
@@ -68,44 +68,25 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     return StatusReport(study.name, url, rows, best, baselines[-1] if baselines else None, drift)
 
 
-def _row(t: optuna.trial.FrozenTrial, study: Study) -> TrialRow:
-    attrs = t.user_attrs
-    kind = str(attrs.get(ATTR.KIND, "?"))
-    config = TrialConfig.from_dict(attrs.get(ATTR.CONFIG, {}))
-    failure = attrs.get(ATTR.FAILURE) or {}
-    feasible = all(float(c) <= 0 for c in (t.constraints or {}).values())
-    state = _state(t, kind, feasible)
-    half = None
-    for level in attrs.get(ATTR.LEVELS, []) or []:
-        if int(level["concurrency"]) == study.objective.concurrency:
-            summary = level.get(study.objective.metric) or {}
-            half = summary.get("half_width")
-    reason = str(failure.get("kind", "")) or str(attrs.get(ATTR.EXCLUDED, ""))
-    if kind == "duplicate":
-        reason = f"same as trial {attrs.get(ATTR.DUPLICATE_OF)}"
+def _row(r: TrialRecord, study: Study) -> TrialRow:
+    objective = study.objective
+    state = r.state
+    reason = (r.failure.kind if r.failure else "") or (r.excluded or "")
+    if r.kind is Kind.DUPLICATE:
+        reason = f"same as trial {r.duplicate_of}"
     return TrialRow(
-        number=t.number,
-        kind=kind,
-        state=state,
-        label=config.label() if attrs.get(ATTR.CONFIG) else "",
-        value=t.value if state in ("measured", "duplicate") else None,
-        half_width=half,
-        accept_length=attrs.get(ATTR.ACCEPT_LENGTH),
-        speedup=attrs.get(ATTR.SPEEDUP),
+        number=r.number,
+        kind=r.kind.value,
+        state=state.value,
+        label=r.config.label() if r.config else "",
+        value=r.value if state in (State.MEASURED, State.DUPLICATE) else None,
+        half_width=r.half_width(objective.metric, objective.concurrency),
+        accept_length=r.accept_length,
+        speedup=r.speedup,
         failure=reason,
-        host=str(attrs.get(ATTR.HOST, "")),
-        drift=attrs.get(ATTR.DRIFT) is not None and kind == "trial",
+        host=r.host or "",
+        drift=r.drift is not None and r.kind is Kind.TRIAL,
     )
-
-
-def _state(t: optuna.trial.FrozenTrial, kind: str, feasible: bool) -> str:
-    if t.state is TrialState.COMPLETE:
-        if kind == "excluded":
-            return "excluded"
-        if kind == "duplicate":
-            return "duplicate"
-        return "measured" if feasible else "infeasible"
-    return t.state.name.lower()
 
 
 @dataclass(frozen=True)
@@ -146,9 +127,9 @@ def _per_trial_estimate(study: Study) -> tuple[float, str]:
     except (KeyError, sa.exc.SQLAlchemyError):  # no such study (yet), or no database
         return guess
     totals = [
-        float(t.user_attrs[ATTR.TIMINGS]["total"])
-        for t in optuna_study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if "total" in (t.user_attrs.get(ATTR.TIMINGS) or {})
+        r.total_s
+        for r in read_records(optuna_study, states=(TrialState.COMPLETE,))
+        if r.total_s is not None
     ]
     if not totals:
         return guess

@@ -26,16 +26,16 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import FrozenTrial, Trial
 
-from sweep.core.space import TrialConfig, params_of
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.space import params_of
 from sweep.exceptions import ConfigError
 from sweep.loop.claims import Claims
-from sweep.store import ATTR, Heartbeat
+from sweep.store import Heartbeat
 from sweep.study.spec import HostSpec, Study
 
 HEARTBEAT_S = 10  # a running trial's heartbeat period
 GRACE_S = 60  # no heartbeat for this long: the worker died
 POLL_S = 2.0  # how often an idle worker looks again (every configuration claimed)
-REAPED_FROM = "sweep.reaped_from"  # on a re-queued trial: the stale trial it replaces
 
 
 @dataclass(frozen=True)
@@ -139,22 +139,20 @@ def requeue_stale(study: Study, claims: Claims, say: Callable[[str], None]
     configuration (baselines are not re-queued; each host measures its own when due)."""
 
     def callback(optuna_study: optuna.Study, trial: FrozenTrial) -> None:
-        host = trial.user_attrs.get(ATTR.HOST, "?")
-        key = trial.user_attrs.get(ATTR.KEY)
-        if key:
-            claims.release(str(key), trial.number)
-        params = _params(trial, study)
-        if params and trial.user_attrs.get(ATTR.KIND) in ("trial", None):
-            optuna_study.enqueue_trial(params, user_attrs={REAPED_FROM: trial.number})
-            say(f"trial {trial.number} on {host}: its worker stopped sending heartbeats; "
-                "failed and re-queued")  # fmt: skip
+        record = TrialRecord.from_frozen(trial)
+        if record.key:
+            claims.release(record.key, trial.number)
+        params = _params(trial, record, study)
+        if params and record.kind in (Kind.TRIAL, Kind.UNKNOWN):
+            again = TrialRecord(reaped_from=trial.number)
+            optuna_study.enqueue_trial(params, user_attrs=again.to_attrs())
+            say(f"trial {trial.number} on {record.host or '?'}: its worker stopped sending "
+                "heartbeats; failed and re-queued")  # fmt: skip
 
     return callback
 
 
-def _params(trial: FrozenTrial, study: Study) -> dict[str, object]:
-    config = trial.user_attrs.get(ATTR.CONFIG)
-    if config:
-        resolved = TrialConfig.from_dict(config)
-        return params_of(resolved, study) if resolved.speculative else {}
+def _params(trial: FrozenTrial, record: TrialRecord, study: Study) -> dict[str, object]:
+    if record.config is not None:
+        return params_of(record.config, study) if record.config.speculative else {}
     return dict(trial.params)

@@ -20,7 +20,7 @@ from typing import Any
 import optuna
 import pytest
 
-from sweep.store import ATTR
+from sweep.core.records import ATTR
 from tests.conftest import skip_or_fail
 from tests.simproc import free_port
 

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import optuna
 
+from sweep.core.records import ATTR
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
-from sweep.loop.runner import RunOptions, RunSummary, run_study
-from sweep.store import ATTR, baseline_study_name, rdb_storage
+from sweep.loop.run import RunOptions, RunSummary, run_study
+from sweep.store import baseline_study_name, rdb_storage
 from sweep.study import Study, load_study
 from tests.hosts import shared_study
 from tests.perf.figures import Figure

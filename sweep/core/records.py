@@ -1,0 +1,402 @@
+"""The stored trial: attribute names, the typed record, its state and the feasibility rule.
+
+Pure. Every trial `sweep` writes is an ordinary Optuna trial whose user
+attributes hold what was asked, launched and measured. This module is the
+only place that spells those attribute names: writers build a
+:class:`TrialRecord` (or its parts) and call :meth:`TrialRecord.to_attrs`;
+readers call :meth:`TrialRecord.from_frozen`. The layout is unchanged since
+round 1, so every stored study still reads.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from sweep.core.space import TrialConfig
+
+if TYPE_CHECKING:
+    from optuna.trial import FrozenTrial
+
+FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
+REQUEUED_STUDY = "sweep.requeued"  # study attr: trial numbers already re-queued
+
+
+class ATTR:
+    """Names of the user attributes `sweep` writes on trials and studies."""
+
+    KIND = "sweep.kind"
+    CONFIG = "sweep.config"  # the configuration asked for (TrialConfig.as_dict)
+    KEY = "sweep.key"  # TrialConfig.key() after the engine's resolution rules
+    RESOLVED = "sweep.resolved"  # what the server reported (/server_info)
+    LEVELS = "sweep.levels"  # per concurrency level: every figure with its CI
+    OBJECTIVE = "sweep.objective"
+    ACCEPT_LENGTH = "sweep.accept_length"
+    TIMINGS = "sweep.timings"  # phase -> seconds
+    COMMAND = "sweep.command"  # the exact launch command (shell-quoted, secrets redacted)
+    ENV = "sweep.env"  # the launch environment, secrets redacted
+    HOST = "sweep.host"
+    ENGINE_VERSION = "sweep.engine_version"
+    GPU = "sweep.gpu"
+    FAILURE = "sweep.failure"  # {kind, deterministic, message, exit_code, phase, log_tail}
+    ATTEMPT = "sweep.attempt"
+    DUPLICATE_OF = "sweep.duplicate_of"
+    EXCLUDED = "sweep.excluded"
+    BASELINE = "sweep.baseline"  # {trial, value, at} the speedup was computed against
+    SPEEDUP = "sweep.speedup"
+    DRIFT = "sweep.drift"
+    WARNINGS = "sweep.warnings"
+    STARTED = "sweep.started_at"
+    FINISHED = "sweep.finished_at"
+    REQUEUED_FROM = "sweep.requeued_from"  # on an enqueued trial: the trial it replaces
+    REAPED_FROM = "sweep.reaped_from"  # on an enqueued trial: the stale trial it replaces
+    REPLICATE_OF = "sweep.replicate_of"  # confirmation: the first trial of this configuration
+    # study level
+    STUDY_FILE = "sweep.study_file"
+    STUDY_PATH = "sweep.study_path"
+    TAGS = "sweep.tags"
+    DESCRIPTION = "sweep.description"
+    SWEEP_VERSION = "sweep.version"
+    ANSWER = "sweep.answer"  # the confirmed answer (see sweep.search.confirm)
+
+
+class Kind(enum.StrEnum):
+    """What a stored trial is."""
+
+    TRIAL = "trial"  # a configuration measured for the search
+    BASELINE = "baseline"  # no speculation (in the companion study)
+    REPLICATE = "replicate"  # a fresh server start of a configuration, to confirm the answer
+    EXCLUDED = "excluded"  # proposed, but the validity rules say it cannot work
+    DUPLICATE = "duplicate"  # proposed again: answered from storage
+    IN_FLIGHT = "in_flight"  # proposed while another worker measured it
+    SKIPPED = "skipped"  # did not fit in the time left
+    UNKNOWN = "?"
+
+    @classmethod
+    def of(cls, value: object) -> Kind:
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.UNKNOWN
+
+    @property
+    def launches(self) -> bool:
+        """A kind that starts a server."""
+        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE)
+
+
+class State(enum.StrEnum):
+    """What became of a stored trial (one word, the same in status, report and exports)."""
+
+    MEASURED = "measured"
+    INFEASIBLE = "infeasible"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+    DUPLICATE = "duplicate"
+    EXCLUDED = "excluded"
+    IN_FLIGHT = "in_flight"
+    RUNNING = "running"
+    WAITING = "waiting"
+
+
+# Failure kinds after which a configuration runs again (nothing wrong with it).
+REQUEUED_KINDS = frozenset({"interrupted", "orchestrator_died", "runner_died"})
+
+
+def feasible(constraints: Mapping[str, float] | Sequence[float] | None) -> bool:
+    """The feasibility rule: every constraint's violation is <= 0."""
+    values = constraints.values() if isinstance(constraints, Mapping) else (constraints or ())
+    return all(float(v) <= 0 for v in values)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a trial did not measure: as stored under :attr:`ATTR.FAILURE`."""
+
+    kind: str
+    message: str = ""
+    deterministic: bool = False
+    exit_code: int | None = None
+    phase: str | None = None
+    log_tail: tuple[str, ...] = ()
+    host: str | None = None
+    command: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "kind": self.kind,
+            "deterministic": self.deterministic,
+            "message": self.message,
+        }
+        extra = {"exit_code": self.exit_code, "phase": self.phase, "host": self.host,
+                 "command": self.command}  # fmt: skip
+        out.update({k: v for k, v in extra.items() if v is not None})
+        if self.log_tail:
+            out["log_tail"] = list(self.log_tail)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Failure | None:
+        if not data:
+            return None
+        code = data.get("exit_code")
+        return cls(
+            kind=str(data.get("kind", "")),
+            message=str(data.get("message", "")),
+            deterministic=bool(data.get("deterministic", False)),
+            exit_code=None if code is None else int(code),
+            phase=None if data.get("phase") is None else str(data["phase"]),
+            log_tail=tuple(str(x) for x in data.get("log_tail") or ()),
+            host=data.get("host"),
+            command=data.get("command"),
+        )
+
+
+Levels = tuple[Mapping[str, Any], ...]  # per concurrency level, as stored (see core.objective)
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One stored trial, typed. ``None`` / empty means "not recorded".
+
+    Attributes:
+        number: the Optuna trial number (in its own study: trials or baselines).
+        optuna_state: Optuna's state name (``COMPLETE``, ``FAIL``, ``RUNNING``, ``WAITING``).
+        value: the value Optuna was told (``None`` unless COMPLETE).
+        constraints: the constraint violations Optuna was told.
+    """
+
+    number: int = -1
+    kind: Kind = Kind.UNKNOWN
+    optuna_state: str = "RUNNING"
+    value: float | None = None
+    constraints: Mapping[str, float] = field(default_factory=dict)
+    config: TrialConfig | None = None
+    key: str | None = None
+    host: str | None = None
+    levels: Levels = ()
+    objective: float | None = None
+    accept_length: float | None = None
+    resolved: Mapping[str, Any] = field(default_factory=dict)
+    command: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    engine_version: str | None = None
+    gpu: Mapping[str, Any] = field(default_factory=dict)
+    failure: Failure | None = None
+    timings: Mapping[str, float] = field(default_factory=dict)
+    attempt: int | None = None
+    duplicate_of: int | None = None
+    excluded: str | None = None
+    baseline: Mapping[str, Any] = field(default_factory=dict)
+    speedup: float | None = None
+    drift: float | None = None
+    warnings: tuple[str, ...] = ()
+    started: float | None = None
+    finished: float | None = None
+    requeued_from: int | None = None
+    reaped_from: int | None = None
+    replicate_of: int | None = None
+
+    # --- reading -------------------------------------------------------------------------
+
+    @classmethod
+    def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
+        """The record of a stored Optuna trial (any version of sweep wrote it)."""
+        a = trial.user_attrs
+        config = a.get(ATTR.CONFIG)
+        return cls(
+            number=trial.number,
+            kind=Kind.of(a.get(ATTR.KIND, Kind.UNKNOWN.value)),
+            optuna_state=trial.state.name,
+            value=trial.value if trial.state.name == "COMPLETE" else None,
+            constraints={k: float(v) for k, v in _constraints(trial).items()},
+            config=TrialConfig.from_dict(config) if config else None,
+            key=_opt_str(a.get(ATTR.KEY)),
+            host=_opt_str(a.get(ATTR.HOST)),
+            levels=tuple(a.get(ATTR.LEVELS) or ()),
+            objective=_opt_float(a.get(ATTR.OBJECTIVE)),
+            accept_length=_opt_float(a.get(ATTR.ACCEPT_LENGTH)),
+            resolved=dict(a.get(ATTR.RESOLVED) or {}),
+            command=_opt_str(a.get(ATTR.COMMAND)),
+            env=dict(a.get(ATTR.ENV) or {}),
+            engine_version=_opt_str(a.get(ATTR.ENGINE_VERSION)),
+            gpu=dict(a.get(ATTR.GPU) or {}),
+            failure=Failure.from_dict(a.get(ATTR.FAILURE)),
+            timings=dict(a.get(ATTR.TIMINGS) or {}),
+            attempt=_opt_int(a.get(ATTR.ATTEMPT)),
+            duplicate_of=_opt_int(a.get(ATTR.DUPLICATE_OF)),
+            excluded=_opt_str(a.get(ATTR.EXCLUDED)),
+            baseline=dict(a.get(ATTR.BASELINE) or {}),
+            speedup=_opt_float(a.get(ATTR.SPEEDUP)),
+            drift=_opt_float(a.get(ATTR.DRIFT)),
+            warnings=tuple(str(w) for w in a.get(ATTR.WARNINGS) or ()),
+            started=_opt_float(a.get(ATTR.STARTED)),
+            finished=_opt_float(a.get(ATTR.FINISHED)),
+            requeued_from=_opt_int(a.get(ATTR.REQUEUED_FROM)),
+            reaped_from=_opt_int(a.get(ATTR.REAPED_FROM)),
+            replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
+        )
+
+    @property
+    def feasible(self) -> bool:
+        return feasible(self.constraints)
+
+    @property
+    def state(self) -> State:
+        """What became of the trial, in one word."""
+        if self.optuna_state == "COMPLETE":
+            if self.kind is Kind.EXCLUDED:
+                return State.EXCLUDED
+            if self.kind is Kind.DUPLICATE:
+                return State.DUPLICATE
+            return State.MEASURED if self.feasible else State.INFEASIBLE
+        if self.optuna_state == "FAIL":
+            if self.kind is Kind.SKIPPED:
+                return State.SKIPPED
+            if self.kind is Kind.IN_FLIGHT:
+                return State.IN_FLIGHT
+            if self.failure is not None and self.failure.kind == "interrupted":
+                return State.INTERRUPTED
+            return State.FAILED
+        return State.WAITING if self.optuna_state == "WAITING" else State.RUNNING
+
+    @property
+    def measured(self) -> bool:
+        """A launch whose figures were stored and are feasible."""
+        return self.state is State.MEASURED and self.kind.launches
+
+    @property
+    def failed_for_good(self) -> bool:
+        """A failure that settles the configuration (not re-queued)."""
+        return (
+            self.state is State.FAILED
+            and self.failure is not None
+            and self.failure.kind not in REQUEUED_KINDS
+        )
+
+    @property
+    def settles(self) -> bool:
+        """The configuration needs no further search launch: measured, infeasible or failed."""
+        if self.kind is not Kind.TRIAL:
+            return False
+        return self.state in (State.MEASURED, State.INFEASIBLE) or self.failed_for_good
+
+    def metric(self, name: str, concurrency: int) -> float | None:
+        """One figure at one level (``decode_tok_s``, ``ttft_p90_ms``, ...), if measured."""
+        from sweep.core.objective import by_level, metric_value
+
+        level = by_level(self.levels).get(concurrency)
+        return None if level is None else metric_value(level, name)
+
+    def half_width(self, name: str, concurrency: int) -> float | None:
+        """The half-width of a summary figure's CI at one level."""
+        for level in self.levels:
+            if int(level["concurrency"]) == concurrency:
+                summary = level.get(name)
+                if isinstance(summary, Mapping) and summary.get("half_width") is not None:
+                    return float(summary["half_width"])
+        return None
+
+    @property
+    def total_s(self) -> float | None:
+        total = self.timings.get("total")
+        return None if total is None else float(total)
+
+    # --- writing -------------------------------------------------------------------------
+
+    def to_attrs(self) -> dict[str, Any]:
+        """The user attributes that store this record (unset fields are left out)."""
+        values: dict[str, Any] = {
+            ATTR.KIND: None if self.kind is Kind.UNKNOWN else self.kind.value,
+            ATTR.CONFIG: None if self.config is None else self.config.as_dict(),
+            ATTR.FAILURE: None if self.failure is None else self.failure.as_dict(),
+            ATTR.LEVELS: [dict(level) for level in self.levels] or None,
+            ATTR.WARNINGS: list(self.warnings) or None,
+        }
+        for f in fields(self):
+            name = _ATTR_OF.get(f.name)
+            if name is None or name in values:
+                continue
+            value = getattr(self, f.name)
+            values[name] = dict(value) if isinstance(value, Mapping) else value
+        return {k: v for k, v in values.items() if v not in (None, {}, [])}
+
+
+_ATTR_OF = {
+    "key": ATTR.KEY, "host": ATTR.HOST, "objective": ATTR.OBJECTIVE,
+    "accept_length": ATTR.ACCEPT_LENGTH, "resolved": ATTR.RESOLVED, "command": ATTR.COMMAND,
+    "env": ATTR.ENV, "engine_version": ATTR.ENGINE_VERSION, "gpu": ATTR.GPU,
+    "timings": ATTR.TIMINGS, "attempt": ATTR.ATTEMPT, "duplicate_of": ATTR.DUPLICATE_OF,
+    "excluded": ATTR.EXCLUDED, "baseline": ATTR.BASELINE, "speedup": ATTR.SPEEDUP,
+    "drift": ATTR.DRIFT, "started": ATTR.STARTED, "finished": ATTR.FINISHED,
+    "requeued_from": ATTR.REQUEUED_FROM, "reaped_from": ATTR.REAPED_FROM,
+    "replicate_of": ATTR.REPLICATE_OF, "kind": ATTR.KIND, "config": ATTR.CONFIG,
+    "failure": ATTR.FAILURE, "levels": ATTR.LEVELS, "warnings": ATTR.WARNINGS,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StudyInfo:
+    """What a study records about itself (study-level user attributes)."""
+
+    study_file: str = ""
+    study_path: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    sweep_version: str = ""
+    answer: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyInfo:
+        return cls(
+            study_file=str(attrs.get(ATTR.STUDY_FILE) or ""),
+            study_path=str(attrs.get(ATTR.STUDY_PATH) or ""),
+            tags={str(k): str(v) for k, v in (attrs.get(ATTR.TAGS) or {}).items()},
+            description=str(attrs.get(ATTR.DESCRIPTION) or ""),
+            sweep_version=str(attrs.get(ATTR.SWEEP_VERSION) or ""),
+            answer=dict(attrs.get(ATTR.ANSWER) or {}),
+        )
+
+    def to_attrs(self) -> dict[str, Any]:
+        return {
+            ATTR.STUDY_FILE: self.study_file,
+            ATTR.STUDY_PATH: self.study_path,
+            ATTR.TAGS: dict(self.tags),
+            ATTR.DESCRIPTION: self.description,
+            ATTR.SWEEP_VERSION: self.sweep_version,
+        }
+
+
+# --- the raw-samples schema (one row per request; stored by sweep.store) -------------------
+
+SAMPLE_COLUMNS: tuple[tuple[str, type], ...] = (
+    ("round", int),
+    ("slot", int),
+    ("prompt_index", int),
+    ("sent_s", float),
+    ("ttft_s", float),
+    ("e2e_s", float),
+    ("completion_tokens", int),
+    ("spec_verify_ct", int),
+    ("decode_speed", float),
+    ("server_e2e_s", float),
+)
+
+
+def _constraints(trial: FrozenTrial) -> Mapping[str, float]:
+    return trial.constraints if isinstance(trial.constraints, Mapping) else {}
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
+
+
+def _opt_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]

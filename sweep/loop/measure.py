@@ -1,0 +1,210 @@
+"""Measure one configuration once: start its server, benchmark it, stop it — an outcome.
+
+:func:`measure` never tells Optuna and never decides what happens next: it
+returns an :data:`~sweep.core.policy.Outcome` carrying the
+:class:`~sweep.core.records.TrialRecord` to store. The runner decides (see
+:mod:`sweep.core.policy`). A bug propagates; a :class:`SweepError` from the
+server or the benchmark becomes a ``Failed`` or ``Infeasible`` outcome; Ctrl-C
+becomes ``Interrupted`` after the server was stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sweep.bench.result import BenchmarkResult
+from sweep.bench.runner import run_benchmark
+from sweep.bench.stored import result_figures
+from sweep.clock import Clock
+from sweep.core.objective import score
+from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
+from sweep.core.records import Failure, Kind, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.engines.base import EngineAdapter
+from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
+from sweep.loop.progress import Display
+from sweep.server import deploy
+from sweep.server.executor import Executor
+from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
+from sweep.store import redact_env
+from sweep.study.spec import Study
+
+SaveSamples = Callable[[BenchmarkResult], None]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """Where and how one host measures: everything :func:`measure` needs but the config."""
+
+    study: Study
+    executor: Executor
+    adapter: EngineAdapter
+    lifecycle: LifecycleOptions
+    clock: Clock
+    display: Display
+
+
+def measure(
+    bench: Bench,
+    config: TrialConfig,
+    start: TrialRecord,
+    baselines: Mapping[int, float],
+    save_samples: SaveSamples,
+) -> Outcome:
+    """One attempt at ``config``; ``start`` is the record written when the trial began.
+
+    Raises:
+        BenchmarkError: the workload itself is wrong (rejected requests): no configuration
+            could be measured with it, so the run must stop.
+    """
+    started = bench.clock.now()
+    try:
+        return _measure(bench, config, start, baselines, save_samples, started)
+    except KeyboardInterrupt as exc:
+        failure = Failure("interrupted", str(exc) or "Ctrl-C")
+        return Interrupted(_finished(bench, start, failure=failure))
+    except ServerFailure as error:
+        record = _finished(bench, start, failure=failure_of(error))
+        if error.kind.deterministic:
+            return Infeasible(record)
+        return Failed(record, transient=True)
+    except BenchmarkError as error:
+        if error.reason is BenchmarkFailure.REJECTED:
+            raise
+        partial = error.partial
+        levels = tuple(result_figures(partial)) if isinstance(partial, BenchmarkResult) else ()
+        record = _finished(bench, start, failure=failure_of(error), levels=levels)
+        return Failed(record, transient=True)
+
+
+def _measure(
+    bench: Bench,
+    config: TrialConfig,
+    start: TrialRecord,
+    baselines: Mapping[int, float],
+    save_samples: SaveSamples,
+    started: float,
+) -> Outcome:
+    study = bench.study
+    with (
+        http_client() as client,
+        server(
+            bench.executor,
+            bench.adapter,
+            deploy.server_config(study),
+            deploy.spec_params(config),
+            client=client,
+            options=bench.lifecycle,
+            clock=bench.clock,
+            on_event=bench.display.server_event,
+        ) as running,
+    ):
+        ready_at = bench.clock.now()
+        launch = _launch_fields(running, config)
+        for warning in launch.get("warnings", ()):
+            bench.display.message(f"  warning: {warning}")
+        bench.display.phase("benchmarking")
+        try:
+            result = run_benchmark(
+                running.url, deploy.workload_for(study), deploy.benchmark_settings(study)
+            )
+        except BenchmarkError:
+            running.check()  # a dead server is a ServerFailure, with its log tail
+            raise
+        benchmarked_at = bench.clock.now()
+        bench.display.phase("teardown")
+    timings = _timings(running, started, ready_at, benchmarked_at, bench.clock.now())
+    levels = tuple(result_figures(result))
+    s = score(levels, study.objective, baselines)
+    save_samples(result)
+    record = dataclasses.replace(
+        start,
+        levels=levels,
+        objective=s.value,
+        accept_length=levels[0].get("accept_length") if levels else None,
+        timings=timings,
+        constraints=dict(s.violations),
+        finished=bench.clock.wall(),
+        **{k: v for k, v in launch.items() if k != "warnings"},
+        warnings=(*launch.get("warnings", ()), *result.warnings),
+    )
+    return Measured(record, s.value)
+
+
+def _launch_fields(running: RunningServer, config: TrialConfig) -> dict[str, Any]:
+    """What the launched server tells about itself, as record fields."""
+    fields: dict[str, Any] = {
+        "command": shlex.join(running.command.argv),
+        "env": redact_env(dict(running.command.env)),
+        "resolved": dict(running.resolved.as_dict()),
+        "engine_version": running.resolved.version,
+    }
+    mismatch = resolution_mismatch(config, running)
+    if mismatch:
+        fields["warnings"] = (mismatch,)
+    if running.preflight and running.preflight.gpu_memory_mib is not None:
+        fields["gpu"] = {"memory_used_mib": list(running.preflight.gpu_memory_mib)}
+    return fields
+
+
+def _timings(running: RunningServer, started: float, ready: float, benchmarked: float,
+             now: float) -> dict[str, float]:  # fmt: skip
+    stop = running.stop_report
+    timings: dict[str, float | None] = {
+        "preflight": running.preflight.duration_s if running.preflight else None,
+        "load": ready - started,
+        "benchmark": benchmarked - ready,
+        "teardown": stop.duration_s if stop else None,
+        "total": now - started,
+        **{f"phase.{k}": v for k, v in running.phase_s.items()},
+    }
+    return {k: v for k, v in timings.items() if v is not None}
+
+
+def _finished(bench: Bench, start: TrialRecord, *, failure: Failure,
+              levels: tuple[Mapping[str, Any], ...] = ()) -> TrialRecord:  # fmt: skip
+    return dataclasses.replace(start, failure=failure, levels=levels, finished=bench.clock.wall())
+
+
+def failure_of(error: SweepError) -> Failure:
+    """The stored form of a failure (structured fields, no string parsing)."""
+    if isinstance(error, ServerFailure):
+        return Failure(
+            kind=str(error.kind),
+            message=str(error),
+            deterministic=error.kind.deterministic,
+            exit_code=error.return_code,
+            phase=str(error.phase),
+            log_tail=tuple(error.log_tail)[-50:],
+            host=error.host or None,
+            command=error.command or None,
+        )
+    reason = getattr(error, "reason", None)
+    kind = str(getattr(reason, "value", reason) or type(error).__name__)
+    return Failure(kind=kind, message=str(error))
+
+
+def resolution_mismatch(config: TrialConfig, running: RunningServer) -> str:
+    """Say so when the server resolved other speculative values than sweep predicted."""
+    if not config.speculative:
+        return ""
+    r = running.resolved
+    got = (r.num_steps, r.eagle_topk, r.num_draft_tokens)
+    want = (config.num_steps, config.eagle_topk, config.num_draft_tokens)
+    if None in got or got == want:
+        return ""
+    return (
+        f"the server resolved (steps, topk, draft tokens) = {got}, sweep expected {want}; "
+        "duplicates of this configuration may be launched"
+    )
+
+
+def start_record(config: TrialConfig, kind: Kind, host: str, wall: float,
+                 attempt: int = 1) -> TrialRecord:  # fmt: skip
+    """The record written when a trial begins (so a killed run leaves a readable trace)."""
+    return TrialRecord(kind=kind, config=config, key=config.key(), host=host, started=wall,
+                       attempt=attempt)  # fmt: skip

@@ -1,0 +1,56 @@
+"""Where a run starts: one host in this process, several hosts as one worker process each."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from sweep.loop.fleet import run_hosts
+from sweep.loop.options import RunOptions, RunSummary
+from sweep.loop.progress import Display
+from sweep.loop.runner import Runner
+from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
+from sweep.server import deploy
+from sweep.server.interrupts import second_ctrl_c_exits
+from sweep.store import quiet_optuna
+from sweep.study.spec import HostSpec, Study
+
+
+def run_study(
+    study: Study, options: RunOptions | None = None, display: Display | None = None
+) -> RunSummary:
+    """Run (or resume) ``study`` on its host; see :class:`~sweep.loop.runner.Runner`. A study
+    with several hosts runs one worker process per host (:func:`sweep.loop.fleet.run_hosts`,
+    which shows every host's output itself; ``display`` is then not used).
+
+    Raises:
+        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
+        SweepError: the study cannot start (storage, host, engine, another live run).
+    """
+    options = options or RunOptions()
+    if len(study.hosts) > 1:
+        return run_hosts(study, options)
+    return run_on_host(study, study.host, options, display)
+
+
+def run_worker(study: Study, host_name: str, options: RunOptions,
+               display: Display | None = None) -> RunSummary:  # fmt: skip
+    """Join ``study`` (in its shared storage) as the worker measuring on ``host_name``.
+
+    Raises:
+        ConfigError: no such host, or SQLite storage for a study with several hosts.
+        Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
+    """
+    host = find_host(study, host_name)
+    if len(study.hosts) > 1:
+        refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
+    shared = options.shared or SharedOptions()
+    return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
+
+
+def run_on_host(study: Study, host: HostSpec, options: RunOptions,
+                display: Display | None = None) -> RunSummary:  # fmt: skip
+    """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
+    display = display or Display()
+    quiet_optuna()
+    with second_ctrl_c_exits(), deploy.open_host(host) as executor:
+        return Runner(for_host(study, host), options, display, executor, host).run()

@@ -1,0 +1,148 @@
+"""The loop's decisions on literal records: no server, no database."""
+
+from __future__ import annotations
+
+from sweep.core import policy
+from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured
+from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.study.spec import BaselineSpec
+
+SPEC = BaselineSpec(enabled=True, every_trials=3, every_hours=2.0, drift_threshold=0.03)
+RUN_START = 1000.0
+C1 = TrialConfig(1, 1, 2, 8)
+C2 = TrialConfig(2, 1, 3, 8)
+
+
+def level(value: float, concurrency: int = 1) -> dict[str, object]:
+    return {"concurrency": concurrency, "decode_tok_s": {"mean": value, "half_width": 0.5}}
+
+
+def baseline(state: str, at: float, value: float = 90.0, kind: str = "port_in_use"
+             ) -> TrialRecord:  # fmt: skip
+    if state == "ok":
+        return TrialRecord(number=int(at), kind=Kind.BASELINE, optuna_state="COMPLETE",
+                           value=value, constraints={FEASIBLE: 0.0}, levels=(level(value),),
+                           started=at, finished=at + 1, host="h")  # fmt: skip
+    return TrialRecord(number=int(at), kind=Kind.BASELINE, optuna_state="FAIL",
+                       failure=Failure(kind, "port 30000 still held"), started=at,
+                       finished=at + 1, host="h")  # fmt: skip
+
+
+def trial(at: float, config: TrialConfig = C1, value: float | None = 94.0) -> TrialRecord:
+    if value is None:
+        return TrialRecord(number=int(at), kind=Kind.TRIAL, optuna_state="FAIL", config=config,
+                           key=config.key(), failure=Failure("crashed_after_ready", "boom"),
+                           started=at, host="h")  # fmt: skip
+    return TrialRecord(number=int(at), kind=Kind.TRIAL, optuna_state="COMPLETE", value=value,
+                       constraints={FEASIBLE: 0.0}, config=config, key=config.key(),
+                       levels=(level(value),), started=at, host="h")  # fmt: skip
+
+
+def decide(baselines: list[TrialRecord], trials: list[TrialRecord], now: float = 2000.0
+           ) -> policy.BaselineDecision:  # fmt: skip
+    return policy.baseline_decision(baselines, trials, SPEC, now, RUN_START)
+
+
+# --- retries -----------------------------------------------------------------------------------
+
+
+def test_a_transient_failure_is_retried_within_the_budget_only() -> None:
+    failed = Failed(TrialRecord(), transient=True)
+    assert policy.should_retry(failed, attempt=1, transient_retries=2)
+    assert policy.should_retry(failed, attempt=2, transient_retries=2)
+    assert not policy.should_retry(failed, attempt=3, transient_retries=2)
+
+
+def test_deterministic_measured_and_interrupted_outcomes_are_never_retried() -> None:
+    for outcome in (Infeasible(TrialRecord()), Measured(TrialRecord(), 1.0),
+                    Interrupted(TrialRecord()), Failed(TrialRecord(), transient=False)):  # fmt: skip
+        assert not policy.should_retry(outcome, attempt=1, transient_retries=5)
+
+
+# --- the baseline ------------------------------------------------------------------------------
+
+
+def test_the_baseline_is_due_first_and_then_every_k_trials() -> None:
+    assert decide([], []).action is BaselineAction.DUE
+    ok = [baseline("ok", 1100)]
+    assert decide(ok, [trial(1200), trial(1300)]).action is BaselineAction.NOT_DUE
+    assert decide(ok, [trial(1200), trial(1300), trial(1400)]).action is BaselineAction.DUE
+
+
+def test_the_baseline_is_due_again_after_h_hours() -> None:
+    ok = [baseline("ok", 1100)]
+    assert decide(ok, [], now=1101 + 2 * 3600).action is BaselineAction.DUE
+
+
+def test_a_first_baseline_that_fails_stops_the_run_with_its_reason() -> None:
+    decision = decide([baseline("failed", 1100)], [])
+    assert decision.action is BaselineAction.STOP
+    assert "port_in_use" in decision.reason and "port 30000 still held" in decision.reason
+
+
+def test_a_failed_baseline_of_an_earlier_run_is_tried_again() -> None:
+    assert decide([baseline("failed", 500)], []).action is BaselineAction.DUE
+
+
+def test_a_later_baseline_failure_backs_off_instead_of_looping() -> None:
+    history = [baseline("ok", 1100), baseline("failed", 1500)]
+    assert decide(history, [trial(1200), trial(1300), trial(1400)]).action is (
+        BaselineAction.NOT_DUE
+    )
+    # never on elapsed time alone: a failing baseline is not relaunched every H hours
+    assert decide(history, [], now=1500 + 10 * 3600).action is BaselineAction.NOT_DUE
+    later = [trial(1600), trial(1700), trial(1800, C2)]
+    assert decide(history, later).action is BaselineAction.DUE
+    assert policy.baseline_stale(history)
+
+
+def test_baseline_values_and_drift_come_from_the_last_good_baseline() -> None:
+    history = [baseline("ok", 1100, 90.0), baseline("ok", 1200, 88.0), baseline("failed", 1300)]
+    assert policy.baseline_values(history, "decode_tok_s") == {1: 88.0}
+    assert policy.drift(history[0], 92.7) == 92.7 / 90.0 - 1
+    assert policy.drift(None, 92.7) is None
+
+
+def test_a_disabled_baseline_is_never_due() -> None:
+    spec = BaselineSpec(enabled=False)
+    assert policy.baseline_decision([], [], spec, 0.0, 0.0).action is BaselineAction.NOT_DUE
+
+
+# --- progress and give-up ----------------------------------------------------------------------
+
+
+def test_settled_counts_measured_infeasible_and_failed_for_good_but_not_interrupted() -> None:
+    interrupted = TrialRecord(number=7, kind=Kind.TRIAL, optuna_state="FAIL", config=C2,
+                              key=C2.key(), failure=Failure("interrupted", "Ctrl-C"))  # fmt: skip
+    assert interrupted.state is State.INTERRUPTED
+    assert policy.settled([interrupted]) == {}
+    failed = trial(10, C2, value=None)
+    assert policy.settled([interrupted, failed])[C2.key()].number == 10
+    measured = trial(11, C1)
+    assert set(policy.settled([measured, failed])) == {C1.key(), C2.key()}
+
+
+def test_failure_streak_stops_only_after_n_failures_in_a_row() -> None:
+    failed = [trial(float(i), C2, value=None) for i in range(5)]
+    assert policy.failure_streak_stop(failed[:4], 5) == ""
+    assert "5 launches in a row failed" in policy.failure_streak_stop(failed, 5)
+    assert policy.failure_streak_stop([*failed[:4], trial(9.0)], 5) == ""
+
+
+def test_requeue_needed_for_killed_and_interrupted_trials_of_this_host() -> None:
+    running = TrialRecord(kind=Kind.TRIAL, optuna_state="RUNNING", host="h")
+    assert policy.requeue_needed(running, "h", shared=False) == "orchestrator_died"
+    assert policy.requeue_needed(running, "other", shared=True) is None
+    unmarked = TrialRecord(kind=Kind.TRIAL, optuna_state="RUNNING", host=None)
+    assert policy.requeue_needed(unmarked, "h", shared=False) == "orchestrator_died"
+    assert policy.requeue_needed(unmarked, "h", shared=True) is None
+    measured = trial(1.0)
+    assert policy.requeue_needed(measured, "h", shared=False) is None
+
+
+def test_best_measured_ignores_infeasible_and_failed() -> None:
+    infeasible = TrialRecord(number=3, kind=Kind.TRIAL, optuna_state="COMPLETE", value=0.0,
+                             constraints={FEASIBLE: 1.0}, key="x")  # fmt: skip
+    best = policy.best_measured({"a": trial(1, C1, 93.0), "b": trial(2, C2, 95.0), "x": infeasible})
+    assert best is not None and best.number == 2
