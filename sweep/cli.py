@@ -20,7 +20,7 @@ from sweep.exceptions import Interrupted, SweepError
 
 if TYPE_CHECKING:
     from sweep.loop.launch import LaunchReport
-    from sweep.loop.options import RunOptions
+    from sweep.loop.options import RunOptions, RunSummary
     from sweep.server.readiness import Event
 
 app = typer.Typer(
@@ -268,6 +268,7 @@ def run(
     out.print(f"best: {summary.best}")
     out.print(f"results: {summary.storage} (study {summary.study}); "
               f"see `sweep status {study_file}`")  # fmt: skip
+    _exit_for(summary)
 
 
 @app.command()
@@ -302,6 +303,16 @@ def worker(
             json.dump(dataclasses.asdict(summary), file)
     out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
               f"best in the study: {summary.best}")  # fmt: skip
+    _exit_for(summary)
+
+
+def _exit_for(summary: RunSummary) -> None:
+    """Warnings on stderr; exit 1 when the run stopped for a reason the user must act on."""
+    for warning in summary.warnings:
+        err.print(f"warning: {escape(warning)}")
+    if summary.failed_run:
+        err.print(f"error: {escape(summary.stop_reason)}")
+        raise typer.Exit(1)
 
 
 def _run_options(deadline: str, budget: str, n_trials: int, storage: str,

@@ -9,11 +9,12 @@ keyed by study and trial, so every figure can be recomputed later.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,26 @@ def _record_study(optuna_study: optuna.Study, study: Study) -> None:
     for key, value in info.to_attrs().items():
         if attrs.get(key) != value:
             optuna_study.set_user_attr(key, value)
+
+
+@contextlib.contextmanager
+def storage_errors(url: str, study_path: str) -> Iterator[None]:
+    """Turn a database failure in the middle of a run (disk full, read-only file, server gone)
+    into one clear :class:`StorageError`; what was stored before stays stored."""
+    try:
+        yield
+    except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        raise StorageError(
+            f"{study_path}: cannot write the study database {redact_url(url)!r}: {cause}. "
+            "Everything stored before is kept; free disk space or fix the file's permissions, "
+            "then `sweep run` resumes"
+        ) from exc
+
+
+def redact_url(url: str) -> str:
+    """``scheme://user:password@host`` → ``scheme://user:<redacted>@host``."""
+    return re.sub(r"(://[^:/@]+:)[^@/]+@", r"\1" + REDACTED + "@", url)
 
 
 def write_record(trial: optuna.trial.Trial, record: TrialRecord) -> None:

@@ -55,8 +55,8 @@ def test_a_transient_failure_is_retried_within_the_budget_only() -> None:
 
 
 def test_deterministic_measured_and_interrupted_outcomes_are_never_retried() -> None:
-    for outcome in (Infeasible(TrialRecord()), Measured(TrialRecord(), 1.0),
-                    Interrupted(TrialRecord()), Failed(TrialRecord(), transient=False)):  # fmt: skip
+    r = TrialRecord()
+    for outcome in (Infeasible(r), Measured(r, 1.0), Interrupted(r), Failed(r, transient=False)):
         assert not policy.should_retry(outcome, attempt=1, transient_retries=5)
 
 

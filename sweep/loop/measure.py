@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.bench.result import BenchmarkResult
-from sweep.bench.runner import run_benchmark
+from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
+from sweep.bench.workload import Workload
 from sweep.clock import Clock
 from sweep.core.objective import score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
@@ -46,6 +47,8 @@ class Bench:
     lifecycle: LifecycleOptions
     clock: Clock
     display: Display
+    workload: Workload  # built once, before any launch: a bad prompts file stops nothing
+    settings: BenchmarkSettings
 
 
 def measure(
@@ -109,9 +112,7 @@ def _measure(
             bench.display.message(f"  warning: {warning}")
         bench.display.phase("benchmarking")
         try:
-            result = run_benchmark(
-                running.url, deploy.workload_for(study), deploy.benchmark_settings(study)
-            )
+            result = run_benchmark(running.url, bench.workload, bench.settings)
         except BenchmarkError:
             running.check()  # a dead server is a ServerFailure, with its log tail
             raise

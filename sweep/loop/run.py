@@ -11,7 +11,7 @@ from sweep.loop.runner import Runner
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server import deploy
 from sweep.server.interrupts import second_ctrl_c_exits
-from sweep.store import quiet_optuna
+from sweep.store import quiet_optuna, storage_errors
 from sweep.study.spec import HostSpec, Study
 
 
@@ -52,5 +52,6 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
     """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
     display = display or Display()
     quiet_optuna()
-    with second_ctrl_c_exits(), deploy.open_host(host) as executor:
+    url = options.storage_url or study.storage
+    with storage_errors(url, study.path), second_ctrl_c_exits(), deploy.open_host(host) as executor:
         return Runner(for_host(study, host), options, display, executor, host).run()

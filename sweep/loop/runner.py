@@ -35,8 +35,9 @@ from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, plan, rules_for, suggest
 from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
 from sweep.exceptions import Interrupted as InterruptedError
+from sweep.exceptions import SweepError
 from sweep.loop.claims import Claims, Lease
-from sweep.loop.measure import Bench, measure, start_record
+from sweep.loop.measure import Bench, failure_of, measure, start_record
 from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinished
@@ -82,7 +83,10 @@ class Runner:
         )  # fmt: skip
         adapter = deploy.adapter_for(study, self.host)
         lifecycle = deploy.lifecycle_options(study, self.host, **options.lifecycle)
-        self.bench = Bench(study, executor, adapter, lifecycle, self.clock, display)
+        workload = deploy.workload_for(study)  # a bad prompts file stops the run before a launch
+        settings = deploy.benchmark_settings(study)
+        self.bench = Bench(study, executor, adapter, lifecycle, self.clock, display, workload,
+                           settings)  # fmt: skip
         self.trials: list[TrialRecord] = []
         self.baselines: list[TrialRecord] = []
         self.started = self.clock.now()
@@ -197,7 +201,12 @@ class Runner:
                 self._tell_skipped(owner, trial, start)
                 return
             self.display.trial_started(self._index(kind), f"#{trial.number} {config.label()}")
-            outcome = self._measure(owner, trial, config, start)
+            try:
+                outcome = self._measure(owner, trial, config, start)
+            except SweepError as error:  # the run cannot go on (e.g. the workload is rejected)
+                self._tell(owner, trial, Failed(dataclasses.replace(
+                    start, failure=failure_of(error), finished=self.clock.wall())))  # fmt: skip
+                raise
             self._tell(owner, trial, outcome)
         if isinstance(outcome, Interrupted):
             raise InterruptedError(
