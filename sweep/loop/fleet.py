@@ -8,43 +8,44 @@ its server. The workers run in their own process groups; this process forwards
 each Ctrl-C (or SIGTERM) to every worker once, so each stops its own server
 and records its trial, then it reports what all of them did.
 
-This module starts sweep's own worker processes on this machine; servers on
-hosts are still started only through the executor seam (:mod:`sweep.server.executor`).
+Workers start through the same executor seam as servers (:mod:`sweep.server.executor`,
+detached, output in a log file that is followed), so this module runs no process itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
+import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import IO
 
 from sweep.exceptions import Interrupted, WorkerFailed
 from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import HostBoard
 from sweep.loop.worker import SharedOptions, refuse_unsafe_storage
+from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.executor.base import ServerFiles, ServerProcess
 from sweep.server.interrupts import sigterm_raises_interrupt
 from sweep.store import baseline_study_name, open_study, quiet_optuna
 from sweep.study.spec import HostSpec, Study
 
 INTERRUPTED_EXIT = 130
+POLL_S = 0.2  # how often the workers' logs and exits are read
 
 
 @dataclass
 class Worker:
-    """One host's worker process."""
+    """One host's worker process, started detached through the executor."""
 
     host: str
-    proc: subprocess.Popen[bytes]
+    process: ServerProcess
     summary_path: Path
-    reader: threading.Thread | None = None
+    log_offset: int = 0
+    pending: str = ""
+    exit_code: int | None = None
 
 
 def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None) -> RunSummary:
@@ -59,12 +60,11 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
     refuse_unsafe_storage(url, study, f"{len(study.hosts)} hosts")
     prepare_storage(study, url)
     board = board or HostBoard([h.name for h in study.hosts])
-    with tempfile.TemporaryDirectory(prefix="sweep-fleet-") as folder:
-        workers = [start_worker(study, h, url, options, Path(folder)) for h in study.hosts]
-        for worker in workers:
-            worker.reader = _follow(worker, board)
+    with tempfile.TemporaryDirectory(prefix="sweep-fleet-") as folder, LocalExecutor() as local:
+        workers = [start_worker(local, study, h, url, options, Path(folder))
+                   for h in study.hosts]  # fmt: skip
         try:
-            interrupted = wait_all(workers)
+            interrupted = wait_all(local, workers, board)
         finally:
             board.close()
         return _outcome(study, url, workers, interrupted)
@@ -93,59 +93,63 @@ def worker_argv(study: Study, host: HostSpec, url: str, options: RunOptions,
     return argv
 
 
-def start_worker(study: Study, host: HostSpec, url: str, options: RunOptions,
-                 folder: Path) -> Worker:  # fmt: skip
+def start_worker(executor: Executor, study: Study, host: HostSpec, url: str,
+                 options: RunOptions, folder: Path) -> Worker:  # fmt: skip
+    """Start ``sweep worker`` for ``host`` detached (its own session: Ctrl-C reaches it once,
+    forwarded by :func:`wait_all`), its output in a log file in ``folder``."""
     summary = folder / f"{host.name}.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        worker_argv(study, host, url, options, summary),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # Ctrl-C reaches the workers once, forwarded by wait_all
-    )
-    return Worker(host.name, proc, summary)
+    files = ServerFiles(log=str(folder / f"{host.name}.log"),
+                        pgid=str(folder / f"{host.name}.pgid"),
+                        exit=str(folder / f"{host.name}.exit"))  # fmt: skip
+    argv = worker_argv(study, host, url, options, summary)
+    process = executor.start(argv, env={"PYTHONUNBUFFERED": "1"}, files=files)
+    return Worker(host.name, process, summary)
 
 
-def _follow(worker: Worker, board: HostBoard) -> threading.Thread:
-    def read(stream: IO[bytes]) -> None:
-        with stream:
-            for raw in stream:
-                board.line(worker.host, raw.decode(errors="replace").rstrip())
-
-    assert worker.proc.stdout is not None
-    thread = threading.Thread(target=read, args=(worker.proc.stdout,), daemon=True)
-    thread.start()
-    return thread
-
-
-def wait_all(workers: list[Worker]) -> bool:
-    """Wait until every worker exits; forward each Ctrl-C/SIGTERM. True if interrupted."""
+def wait_all(executor: Executor, workers: list[Worker], board: HostBoard) -> bool:
+    """Show each worker's output until every worker exits; forward each Ctrl-C/SIGTERM once.
+    True if interrupted."""
     interrupted = False
     with sigterm_raises_interrupt():
-        while any(w.proc.poll() is None for w in workers):
+        while True:
             try:
-                for worker in workers:
-                    worker.proc.wait()
+                running = _poll(executor, workers, board)
+                if not running:
+                    return interrupted
+                time.sleep(POLL_S)
             except KeyboardInterrupt:
                 interrupted = True
-                _interrupt(workers)
-    for worker in workers:
-        if worker.reader is not None:
-            worker.reader.join()
-    return interrupted
+                for worker in workers:
+                    if worker.exit_code is None:
+                        executor.signal_group(worker.process.pgid, signal.SIGINT)
 
 
-def _interrupt(workers: list[Worker]) -> None:
+def _poll(executor: Executor, workers: list[Worker], board: HostBoard) -> int:
+    """Show new output; note exits. Returns how many workers still run."""
+    running = 0
     for worker in workers:
-        if worker.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                worker.proc.send_signal(signal.SIGINT)
+        alive = worker.exit_code is None and executor.is_alive(worker.process)
+        _show(executor, worker, board, final=not alive)
+        if worker.exit_code is None and not alive:
+            code = executor.exit_code(worker.process)
+            worker.exit_code = 1 if code is None else code
+        running += alive
+    return running
+
+
+def _show(executor: Executor, worker: Worker, board: HostBoard, *, final: bool) -> None:
+    while chunk := executor.read_log(worker.process.files.log, worker.log_offset):
+        worker.log_offset += len(chunk)
+        worker.pending += chunk.decode(errors="replace")
+    *lines, worker.pending = worker.pending.split("\n")
+    if final and worker.pending:
+        lines, worker.pending = [*lines, worker.pending], ""
+    for line in lines:
+        board.line(worker.host, line.rstrip())
 
 
 def _outcome(study: Study, url: str, workers: list[Worker], interrupted: bool) -> RunSummary:
-    codes = {w.host: w.proc.returncode for w in workers}
+    codes = {w.host: w.exit_code for w in workers}
     if interrupted or INTERRUPTED_EXIT in codes.values():
         raise Interrupted("interrupted: every host's worker stopped its server and recorded "
                           "its trial; `sweep run` resumes")  # fmt: skip
@@ -163,8 +167,12 @@ def merge_summaries(study: Study, url: str, workers: list[Worker]) -> RunSummary
     for worker in workers:
         data = json.loads(worker.summary_path.read_text())
         for f in fields(RunSummary):
-            if isinstance(getattr(total, f.name), int):
-                setattr(total, f.name, getattr(total, f.name) + int(data[f.name]))
+            mine = getattr(total, f.name)
+            if isinstance(mine, bool):
+                setattr(total, f.name, mine or bool(data.get(f.name)))
+            elif isinstance(mine, int):
+                setattr(total, f.name, mine + int(data.get(f.name, 0)))
+        total.warnings += list(data.get("warnings") or [])
         reasons.append(f"{worker.host}: {data['stop_reason']}")
         total.best = data["best"] or total.best  # every worker sees the whole study's records
     total.stop_reason = "; ".join(reasons)
