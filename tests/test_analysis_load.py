@@ -20,7 +20,6 @@ from analysis.load import (
     load_samples,
     load_study_info,
     load_trials,
-    read_trials_directly,
     study_ref,
 )
 from analysis.report import write_report
@@ -254,18 +253,3 @@ def test_cli_reports_a_study_without_results_cleanly(tmp_path: Path) -> None:
     assert message.startswith("error: no results for study 'empty'")
     assert "empty.db does not exist; run `sweep run STUDY_FILE` first" in message
     assert not study.with_suffix(".db").exists()
-
-
-def test_direct_read_of_optunas_tables_equals_its_api(synthetic: Path, real: Path) -> None:
-    import optuna
-
-    def essence(trials: list[optuna.trial.FrozenTrial]) -> list[tuple[object, ...]]:
-        return [(t.number, t.state, t.value, t.user_attrs, t.constraints) for t in trials]
-
-    for path in (synthetic, real):
-        ref = study_ref(path)
-        for r in (ref, ref.baselines):
-            api = optuna.load_study(study_name=r.name, storage=r.storage).get_trials()
-            direct = read_trials_directly(r)
-            assert direct is not None and essence(direct) == essence(api), r
-    assert read_trials_directly(StudyRef(study_ref(real).storage, "nope")) == []
