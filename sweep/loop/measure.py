@@ -51,6 +51,10 @@ class Bench:
     settings: BenchmarkSettings
 
 
+Measurer = Callable[["Bench", TrialConfig, TrialRecord, Mapping[int, float], SaveSamples], Outcome]
+"""What measures one configuration once (see :func:`measure`)."""
+
+
 def measure(
     bench: Bench,
     config: TrialConfig,

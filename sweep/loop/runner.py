@@ -37,7 +37,7 @@ from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, 
 from sweep.exceptions import Interrupted as InterruptedError
 from sweep.exceptions import SweepError
 from sweep.loop.claims import Claims, Lease
-from sweep.loop.measure import Bench, failure_of, measure, start_record
+from sweep.loop.measure import Bench, Measurer, failure_of, measure, start_record
 from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinished
@@ -64,8 +64,12 @@ class Runner:
     """Runs one study on one host until a stop condition; see the module docstring."""
 
     def __init__(self, study: Study, options: RunOptions, display: Display,
-                 executor: Executor, host: HostSpec | None = None) -> None:  # fmt: skip
+                 executor: Executor, host: HostSpec | None = None, *,
+                 measurer: Measurer = measure) -> None:  # fmt: skip
+        """``measurer`` is the measurement seam: :func:`sweep.loop.measure.measure` starts a
+        server and benchmarks it; the search benchmarks pass the simulator's truth instead."""
         self.study = study
+        self.measurer = measurer
         self.options = options
         self.display = display
         self.host = host or study.host
@@ -223,7 +227,7 @@ class Runner:
         baselines = policy.baseline_values(self.baselines, self.study.objective.metric)
         attempt = 1
         while True:
-            outcome = measure(self.bench, config, start, baselines, save)
+            outcome = self.measurer(self.bench, config, start, baselines, save)
             if not policy.should_retry(outcome, attempt, self.study.transient_retries):
                 return outcome
             failure = outcome.record.failure

@@ -14,26 +14,29 @@ between two trial starts minus the server's start-up and the benchmark.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import itertools
 import statistics
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import optuna
-from optuna.trial import Trial
 
+from sweep.core.policy import Measured, Outcome
+from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig, plan
+from sweep.loop.measure import Bench, Measurer, SaveSamples
+from sweep.loop.options import RunOptions
 from sweep.loop.progress import Display
-from sweep.loop.resume import Record
-from sweep.loop.runner import Runner, RunOptions, run_study
+from sweep.loop.run import run_study
+from sweep.loop.runner import Runner
 from sweep.server.executor import LocalExecutor
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
-from sweep.store import ATTR, quiet_optuna
+from sweep.store import quiet_optuna
 from sweep.study import load_study, parse_study
 from tests.perf.figures import Figure
 from tests.studies import write_study
@@ -67,10 +70,25 @@ def truth(profile: Profile, config: TrialConfig) -> float:
     return model.predict(profile, sim, 1).decode_tok_s
 
 
-class TruthRunner(Runner):
-    """The real loop, measuring with the simulator's noise-free prediction."""
+def truth_measurer(profile: Profile, values: list[float]) -> Measurer:
+    """Measure with the simulator's noise-free prediction instead of a server."""
 
-    profile: Profile
+    def measure(bench: Bench, config: TrialConfig, start: TrialRecord,
+                baselines: Mapping[int, float], save: SaveSamples) -> Outcome:  # fmt: skip
+        value = truth(profile, config)
+        if start.kind is Kind.TRIAL:
+            values.append(value)
+        level = {"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": 0.0}}
+        record = dataclasses.replace(start, levels=(level,), objective=value,
+                                     timings={"total": 1.0})  # fmt: skip
+        return Measured(record, value)
+
+    return measure
+
+
+class TruthRunner(Runner):
+    """The real loop, stopped once within 1 % of the optimum."""
+
     values: list[float]
     target: float
 
@@ -82,19 +100,6 @@ class TruthRunner(Runner):
     def _check_engine(self) -> None:
         pass
 
-    def _measure(self, trial: Trial, config: TrialConfig, *, kind: str) -> None:
-        value = truth(self.profile, config)
-        trial.set_user_attr(ATTR.KIND, kind)
-        trial.set_user_attr(ATTR.KEY, config.key())
-        trial.set_user_attr(ATTR.HOST, self.host.name)
-        trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
-        trial.set_constraint("sweep_feasible", 0.0)
-        self._owner(kind).tell(trial, value)
-        if kind == "trial":
-            self.records[config.key()] = Record(trial.number, value, True)
-            self.summary.measured += 1
-            self.values.append(value)
-
 
 def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) -> tuple[int, int]:
     text = SPACE.format(sampler=sampler, seed=seed, profile=profile_name)
@@ -102,8 +107,10 @@ def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) 
     profile = load_profile(profile_name)
     valid = plan(study).valid
     best = max(truth(profile, c) for c in valid)
-    runner = TruthRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor())
-    runner.profile, runner.values, runner.target = profile, [], 0.99 * best
+    values: list[float] = []
+    runner = TruthRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor(),
+                         measurer=truth_measurer(profile, values))  # fmt: skip
+    runner.values, runner.target = values, 0.99 * best
     runner.run()
     running_best = 0.0
     for index, value in enumerate(runner.values, start=1):
@@ -157,12 +164,11 @@ def overhead_figure() -> Iterator[Figure]:
         study = load_study(path)
         run_study(study, display=Display(io.StringIO(), live=False))
         trials = optuna.load_study(study_name=study.name, storage=study.storage).get_trials()
-    measured = [t for t in trials if t.user_attrs.get(ATTR.KIND) == "trial"]
+    measured = [r for r in map(TrialRecord.from_frozen, trials) if r.kind is Kind.TRIAL]
     overheads = []
     for this, following in itertools.pairwise(measured):
-        timings: dict[str, Any] = this.user_attrs[ATTR.TIMINGS]
-        gap = following.user_attrs[ATTR.STARTED] - this.user_attrs[ATTR.STARTED]
-        overheads.append(gap - timings["load"] - timings["benchmark"])
+        gap = (following.started or 0.0) - (this.started or 0.0)
+        overheads.append(gap - this.timings["load"] - this.timings["benchmark"])
     yield Figure(
         "trial_overhead_s",
         statistics.median(overheads),
