@@ -32,11 +32,7 @@ SECOND_SERVER = "second_server"
 SECOND_SERVER_BIND_TIMEOUT_S = 120.0
 """How long a loading server waits for its second server to bind before going on."""
 
-_HOLDER_CODE = (
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # busy tearing down: only SIGKILL stops it
-    "time.sleep(float(sys.argv[1]))\n"
-)
+_HOLDER_CODE = "import sys, time\ntime.sleep(float(sys.argv[1]))\n"
 
 
 @dataclass(frozen=True)
@@ -174,15 +170,17 @@ def wait_until_listening(host: str, port: int, pid: int, timeout: float) -> bool
 def hand_port_to_child(fds: Iterable[int], hold_s: float) -> int:
     """Start a child in our process group that keeps the listening sockets for ``hold_s``.
 
-    It ignores SIGTERM (as a rank busy tearing down would); SIGKILL stops it.
+    Call it only on the way out: it makes this process ignore SIGTERM so that the
+    child is born ignoring it (a rank busy tearing down); SIGKILL stops it.
     Returns its PID.
     """
     copies = [os.dup(fd) for fd in fds]
     try:
         for fd in copies:
             os.set_inheritable(fd, True)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an ignored signal stays ignored in exec
         argv = [sys.executable, "-c", _HOLDER_CODE, str(hold_s)]
-        return os.posix_spawn(sys.executable, argv, dict(os.environ), setsigdef=(signal.SIGTERM,))
+        return os.posix_spawn(sys.executable, argv, dict(os.environ))
     finally:
         for fd in copies:
             os.close(fd)

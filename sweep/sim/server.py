@@ -334,8 +334,9 @@ async def _drain(state: ServerState, server: uvicorn.Server, rank_pid: int | Non
         await asyncio.sleep(state.profile.startup.drain_poll_s)
     logger.info("Gracefully exiting... Remaining number of requests 0.")
     if rank_pid:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(rank_pid, signal.SIGKILL)
+            os.waitpid(rank_pid, 0)  # gone before we exit: only a port holder may outlive us
     hold = state.faults.hold_port_s
     if hold > 0 and state.faults.port_holder == "child":
         fds = [sock.fileno() for listener in server.servers for sock in listener.sockets]
