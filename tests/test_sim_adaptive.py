@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -279,6 +281,23 @@ def test_a_per_batch_schedule_beats_every_single_setting_on_batch_dependent() ->
     for steps in range(0, 9):  # every static setting loses at some level by more than 5 %
         static = {lvl: model.predict(profile, chain(steps), lvl).output_tok_s for lvl in levels}
         assert max(scheduled[lvl] / static[lvl] for lvl in levels) > 1.05, steps
+
+
+def test_predict_follows_the_schedule_per_level(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "sweep", "sim", *BASE, "--sim-profile", "batch-dependent"]
+    argv += [*EAGLE, "--speculative-adaptive", "--speculative-adaptive-config"]
+    argv += [schedule_file(tmp_path), "--max-running-requests", "64"]
+    argv += ["--predict", "--predict-concurrency", "1,12,13,64"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+    levels = json.loads(out.stdout)["levels"]
+    # 13 is padded to the CUDA-graph size 16 and so runs slot "16".
+    assert {k: v["adaptive_steps"] for k, v in levels.items()} == {
+        "1": 4,
+        "12": 4,
+        "13": 2,
+        "64": 0,
+    }
+    assert levels["64"]["accept_length"] == 1.0
 
 
 def test_zero_steps_cost_a_plain_decode() -> None:

@@ -382,7 +382,7 @@ class _Api:
             "launch_seed": self.state.launch.seed,
             "launch_speed_factor": self.state.launch.speed_factor,
             "served_requests": scheduler.served_requests,
-            "current_steps": scheduler.last_steps,
+            "last_round_steps": scheduler.last_config.num_steps,
             "decode": dataclasses.asdict(scheduler.totals),
         }
         if scheduler.adaptive is not None:
@@ -474,14 +474,8 @@ def _prometheus(scheduler: Scheduler, args: dict[str, Any]) -> str:
         rows += [
             ("sglang:spec_accept_length", "gauge", c.last_accept_length),
             ("sglang:spec_accept_rate", "gauge", c.last_accept_rate),
-            ("sglang:spec_num_steps", "gauge", scheduler.last_steps),
-            (
-                "sglang:spec_num_draft_tokens",
-                "gauge",
-                scheduler.last_steps + 1
-                if scheduler.adaptive
-                else scheduler.config.num_draft_tokens,
-            ),
+            ("sglang:spec_num_steps", "gauge", scheduler.last_config.num_steps),
+            ("sglang:spec_num_draft_tokens", "gauge", scheduler.last_config.num_draft_tokens),
             ("sglang:spec_verify_calls_total", "counter", c.verify_calls_total),
         ]
     lines = []

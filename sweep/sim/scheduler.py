@@ -164,7 +164,7 @@ class Scheduler:
         self.served_requests = 0  # finished requests that count (not health checks)
         self.crash_at_served = 0  # crash at the next forward once this many were served (0 = off)
         self.last_output_at = 0.0
-        self.last_steps = config.num_steps
+        self.last_config = config  # what the last decode round ran (adaptive: its steps)
         self._wake = asyncio.Event()
         self._noise = random.Random(_seed("noise", seed))
         self._drift = 1.0
@@ -266,35 +266,48 @@ class Scheduler:
                 "CUDA kernel errors might be asynchronously reported at some other API call"
             )
             return
-        self.last_steps = config.num_steps
-        accepted: list[float] = []
-        emitted_total = 0
+        self.last_config = config
+        accepted: list[int] = []
+        emitted = 0
         for request in list(self.running):
             if request.finished:  # aborted
                 self.running.remove(request)
                 continue
-            emitted = self._advance(request, config)
-            accepted.append(emitted - 1)
-            emitted_total += emitted
-            self._count(request, emitted, config)
+            drafts = request.correct_drafts
+            count = self._advance(request, config)
+            accepted.append(request.correct_drafts - drafts)
+            emitted += count
+            self._count(request, count, config)
             self._emit(request)
             if request.finished:
                 self.running.remove(request)
                 self._finish(request)
+        self._record_round(batch, config, cost, duration, emitted, accepted)
+        self._end_iteration(batch)
+
+    def _record_round(
+        self,
+        batch: int,
+        config: SimConfig,
+        cost: float,
+        duration: float,
+        emitted: int,
+        accepted: list[int],
+    ) -> None:
+        """Book one decode round; an adaptive slot also learns from its acceptance."""
         totals = self.totals
         totals.rounds += 1
-        totals.tokens += emitted_total
+        totals.tokens += emitted
         totals.cost_ms += cost
         totals.time_ms += duration
-        if slot is not None:
-            slot.verify_rounds += 1
-            slot.tokens += emitted_total
-            slot.cost_ms += cost
-            slot.rounds_by_steps[config.num_steps] = (
-                slot.rounds_by_steps.get(config.num_steps, 0) + 1
-            )
-            slot.update(accepted)
-        self._end_iteration(batch)
+        if self.adaptive is None or not accepted:
+            return
+        slot = self.adaptive.slot_for(batch)  # the slot that chose this round's steps
+        slot.verify_rounds += 1
+        slot.tokens += emitted
+        slot.cost_ms += cost
+        slot.rounds_by_steps[config.num_steps] = slot.rounds_by_steps.get(config.num_steps, 0) + 1
+        slot.update(accepted)
 
     def _crash_due(self) -> bool:
         if self.crash_at_served and self.served_requests >= self.crash_at_served:

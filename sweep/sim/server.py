@@ -110,7 +110,9 @@ def _prediction(profile: Profile, resolved: Resolved, ns: argparse.Namespace) ->
         "profile": profile.name,
         "resolved": {k: v for k, v in resolved.args.items() if k.startswith("speculative_")},
         "accept_length": model.accept_length(profile, config),
-        "memory_need_gb": model.memory_need_gb(profile, _memory(profile, resolved)),
+        "memory_need_gb": model.memory_need_gb(
+            profile, _memory(profile, resolved, _adaptive_steps(resolved, quiet=True))
+        ),
         "levels": {},
     }
     for level in levels:
@@ -131,16 +133,17 @@ def _prediction(profile: Profile, resolved: Resolved, ns: argparse.Namespace) ->
     return out
 
 
-def _memory(profile: Profile, resolved: Resolved) -> model.MemoryPlan:
-    config = resolved.sim_config()
-    graphs = None
-    if resolved.adaptive_slots is not None:
-        graphs = _adaptive_steps(resolved, quiet=True).graph_sizes()
-    return model.memory_plan(profile, config, graphs)
+def _memory(
+    profile: Profile, resolved: Resolved, adaptive: AdaptiveSteps | None
+) -> model.MemoryPlan:
+    graphs = adaptive.graph_sizes() if adaptive is not None else None
+    return model.memory_plan(profile, resolved.sim_config(), graphs)
 
 
-def _adaptive_steps(resolved: Resolved, *, quiet: bool = False) -> AdaptiveSteps:
-    assert resolved.adaptive_slots is not None
+def _adaptive_steps(resolved: Resolved, *, quiet: bool = False) -> AdaptiveSteps | None:
+    """The adaptive controller when ``--speculative-adaptive`` is honoured, else ``None``."""
+    if resolved.adaptive_slots is None:
+        return None
     return AdaptiveSteps(
         resolved.adaptive_slots,
         int(resolved.args["speculative_num_steps"]),
@@ -149,13 +152,16 @@ def _adaptive_steps(resolved: Resolved, *, quiet: bool = False) -> AdaptiveSteps
     )
 
 
-def startup_plan(profile: Profile, resolved: Resolved, plan: FaultPlan) -> StartupPlan:
+def startup_plan(
+    profile: Profile, resolved: Resolved, plan: FaultPlan, adaptive: AdaptiveSteps | None
+) -> StartupPlan:
     """Decide what the rank's start-up does: durations, memory, injected failure.
 
-    Of several failures the one in the earliest start-up phase happens.
+    Of several failures the one in the earliest start-up phase happens. An
+    adaptive server captures graphs for every candidate step (capture takes longer).
     """
     config = resolved.sim_config()
-    memory = _memory(profile, resolved)
+    memory = _memory(profile, resolved, adaptive)
     m = profile.memory
     oom_phase = plan.oom_phase(
         {
@@ -177,10 +183,9 @@ def startup_plan(profile: Profile, resolved: Resolved, plan: FaultPlan) -> Start
     ]
     failure = next((name for name, due in candidates if due), "")
     s = profile.startup
-    if resolved.adaptive_slots is not None:
-        widths = sum(steps + 1 for steps, _ in _adaptive_steps(resolved, quiet=True).graph_sizes())
-    else:
-        widths = config.num_draft_tokens
+    widths = config.num_draft_tokens
+    if adaptive is not None:
+        widths = sum(steps + 1 for steps, _ in adaptive.graph_sizes())
     tokens = int(max(memory.kv_gb, 0) / max(m.kv_gb_per_token, 1e-9))
     return StartupPlan(
         load_s=s.load_s,
@@ -196,8 +201,8 @@ def startup_plan(profile: Profile, resolved: Resolved, plan: FaultPlan) -> Start
 
 def _serve(profile: Profile, resolved: Resolved, argv: list[str], seed: int | None) -> int:
     plan = FaultPlan.of(profile, resolved.args)
-    adaptive = _adaptive_steps(resolved) if resolved.adaptive_slots is not None else None
-    startup = startup_plan(profile, resolved, plan)
+    adaptive = _adaptive_steps(resolved)
+    startup = startup_plan(profile, resolved, plan, adaptive)
     launch_seed, speed = faults.launch_speed(profile.noise.launch_cv, seed)
     second_pid = 0
     if plan.second_server_pid_file:
@@ -220,10 +225,14 @@ def _serve(profile: Profile, resolved: Resolved, argv: list[str], seed: int | No
         )
         return 1
     if second_pid:  # the second server binds our port first, as if started during our load
-        args = resolved.args
-        faults.wait_until_listening(
-            args["host"], int(args["port"]), second_pid, faults.SECOND_SERVER_BIND_TIMEOUT_S
-        )
+        host, port = resolved.args["host"], int(resolved.args["port"])
+        timeout = faults.SECOND_SERVER_BIND_TIMEOUT_S
+        if not faults.wait_until_listening(host, port, second_pid, timeout):
+            logging.getLogger("sweep.sim").warning(
+                "sweep sim: the second server (pid %d) is not listening on port %d",
+                second_pid,
+                port,
+            )
     state = ServerState(
         profile=profile,
         resolved=resolved,
