@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import socket
 import time
@@ -98,6 +99,17 @@ def stopped(sim: SimProcess) -> Iterator[SimProcess]:
 def test_each_fault_kind_checks_its_keys(body: str, message: str) -> None:
     with pytest.raises(ProfileError, match=message):
         parse_profile(failure(body), source="p.toml")
+
+
+def test_the_documented_fault_examples_parse() -> None:
+    doc = Path(__file__).parent.parent / "docs" / "simulator.md"
+    blocks = re.findall(r"```toml\n(.*?)```", doc.read_text(), flags=re.S)
+    examples = [block for block in blocks if "[[failure]]" in block]
+    assert examples
+    kinds = set()
+    for block in examples:
+        kinds |= {rule.kind for rule in parse_profile(block, source=str(doc)).failures}
+    assert {"hang", "oom", "hold_port_after_sigterm", "second_server"} <= kinds
 
 
 def test_a_relative_pid_file_is_relative_to_the_profile(tmp_path: Path) -> None:
