@@ -80,6 +80,7 @@ def test_top_level_knobs_are_defaults_under_every_slot() -> None:
         ({"1": {"candidate_steps": [2, -1]}}, "got \\[2, -1\\]"),
         ({"4": {"ema_alpha": 0.3}}, "BS 4: candidate_steps must be .* got None"),
         ({"1": {"candidate_steps": [1.5]}}, "non-negative ints"),
+        ({"update_interval": 0, "1": {"candidate_steps": [1]}}, "update_interval must be >= 1"),
     ],
 )
 def test_bad_configs_raise_sglangs_value_error(config: dict, message: str) -> None:

@@ -90,6 +90,10 @@ def parse_slots(config: Mapping[str, Any]) -> dict[int, SlotConfig]:
                 f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
             )
         merged = {**defaults, **entry}
+        if int(merged.get("update_interval", 5)) < 1:  # SGLang would divide by zero at runtime
+            raise ValueError(
+                f"BS {key}: update_interval must be >= 1, got {merged['update_interval']!r}"
+            )
         slots[int(key)] = SlotConfig(
             candidate_steps=tuple(sorted(set(steps))),
             ema_alpha=float(merged.get("ema_alpha", 0.2)),

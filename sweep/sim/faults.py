@@ -9,6 +9,7 @@ independent server on our port while we load.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.sim import model
-from sweep.sim.profile import Profile, StartupSection
+from sweep.sim.profile import Profile
 
 logger = logging.getLogger("sweep.sim.faults")
 
@@ -91,14 +92,8 @@ def is_second_server() -> bool:
 
 def as_second_server(profile: Profile) -> Profile:
     """A second server: the same profile with no faults and no load or capture time."""
-    fast = StartupSection(
-        **{
-            **vars(profile.startup),
-            "load_s": 0.0,
-            "draft_load_s": 0.0,
-            "capture_s": 0.0,
-            "capture_per_draft_token_s": 0.0,
-        }
+    fast = dataclasses.replace(
+        profile.startup, load_s=0.0, draft_load_s=0.0, capture_s=0.0, capture_per_draft_token_s=0.0
     )
     return profile.replace(failures=(), startup=fast)
 
@@ -148,6 +143,12 @@ def _own_command_line() -> list[str]:
         return [sys.executable, "-m", "sweep", *sys.argv[1:]]
     argv = [part.decode() for part in raw.split(b"\0") if part]
     return [sys.executable, *argv[1:]]
+
+
+def let_second_server_bind(host: str, port: int, pid: int) -> None:
+    """Hold our start-up until the second server listens on our port (bounded)."""
+    if not wait_until_listening(host, port, pid, SECOND_SERVER_BIND_TIMEOUT_S):
+        logger.warning("sweep sim: the second server (pid %d) is not listening on %d", pid, port)
 
 
 def wait_until_listening(host: str, port: int, pid: int, timeout: float) -> bool:

@@ -225,14 +225,7 @@ def _serve(profile: Profile, resolved: Resolved, argv: list[str], seed: int | No
         )
         return 1
     if second_pid:  # the second server binds our port first, as if started during our load
-        host, port = resolved.args["host"], int(resolved.args["port"])
-        timeout = faults.SECOND_SERVER_BIND_TIMEOUT_S
-        if not faults.wait_until_listening(host, port, second_pid, timeout):
-            logging.getLogger("sweep.sim").warning(
-                "sweep sim: the second server (pid %d) is not listening on port %d",
-                second_pid,
-                port,
-            )
+        faults.let_second_server_bind(resolved.args["host"], int(resolved.args["port"]), second_pid)
     state = ServerState(
         profile=profile,
         resolved=resolved,
