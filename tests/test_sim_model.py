@@ -95,3 +95,17 @@ def test_memory_plan_oom_for_wide_trees_only() -> None:
     wide = SimConfig("EAGLE3", 7, 4, 32, 8, 8, 48, 512, 0.93)
     assert model.memory_plan(profile, wide).graph_oom
     assert model.memory_plan(profile, SimConfig(tp_size=1, mem_fraction_static=0.9)).kv_too_small
+
+
+def best_steps(profile_name: str, concurrency: int) -> int:
+    """The best chain depth (0 = no speculation) at a concurrency, noise-free."""
+    profile = load_profile(profile_name)
+    speed = {0: model.predict(profile, SimConfig(max_running_requests=64), concurrency)}
+    for steps in range(1, 9):
+        config = SimConfig("EAGLE3", steps, 1, steps + 1, 8, 8, 64, 64)
+        speed[steps] = model.predict(profile, config, concurrency)
+    return max(speed, key=lambda s: speed[s].output_tok_s)
+
+
+def test_batch_dependent_optimum_moves_with_concurrency() -> None:
+    assert [best_steps("batch-dependent", c) for c in (1, 16, 64)] == [4, 2, 0]
