@@ -81,6 +81,15 @@ def test_a_first_baseline_that_fails_stops_the_run_with_its_reason() -> None:
     assert "port_in_use" in decision.reason and "port 30000 still held" in decision.reason
 
 
+def test_an_infeasible_baseline_stops_the_run_too() -> None:
+    """Rejected flags or OOM without speculation: round 2 relaunched it 113 times in 15 s."""
+    rejected = TrialRecord(number=1, kind=Kind.BASELINE, optuna_state="COMPLETE", value=0.0,
+                           constraints={FEASIBLE: 1.0}, started=1100.0, host="h",
+                           failure=Failure("rejected_flags", "unrecognized arguments", True))  # fmt: skip
+    decision = decide([rejected], [])
+    assert decision.action is BaselineAction.STOP and "rejected_flags" in decision.reason
+
+
 def test_a_failed_baseline_of_an_earlier_run_is_tried_again() -> None:
     assert decide([baseline("failed", 500)], []).action is BaselineAction.DUE
 

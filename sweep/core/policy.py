@@ -106,7 +106,7 @@ def baseline_decision(
     failed = [
         b
         for b in baselines
-        if b.failed_for_good
+        if (b.failed_for_good or b.state is State.INFEASIBLE)  # rejected flags, OOM: never works
         and (b.started or 0.0) >= run_started_wall
         and (not good or (b.started or 0.0) > (good[-1].started or 0.0))
     ]
@@ -142,8 +142,8 @@ def baseline_values(baselines: Sequence[TrialRecord], metric: str) -> dict[int, 
 
 def baseline_stale(baselines: Sequence[TrialRecord]) -> bool:
     """The latest baseline attempt failed: speedups use an older one."""
-    launched = [b for b in baselines if b.state in (State.MEASURED, State.FAILED)]
-    return bool(launched) and launched[-1].state is State.FAILED
+    launched = [b for b in baselines if b.state in (State.MEASURED, State.FAILED, State.INFEASIBLE)]
+    return bool(launched) and launched[-1].state is not State.MEASURED
 
 
 def drift(previous: TrialRecord | None, value: float) -> float | None:
