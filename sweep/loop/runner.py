@@ -36,8 +36,9 @@ from optuna.trial import Trial, TrialState
 from sweep.bench.runner import run_benchmark
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.objective import result_figures, score
-from sweep.core.space import TrialConfig, plan, rules_for, suggest
+from sweep.core.space import TrialConfig, plan, suggest
 from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
+from sweep.engines import rules_for
 from sweep.engines.base import EngineAdapter
 from sweep.exceptions import (
     BenchmarkError,
@@ -68,7 +69,7 @@ from sweep.loop.worker import (
 )
 from sweep.loop.worker import requeue_stale as stale_callback
 from sweep.server import deploy
-from sweep.server.engine_check import check_engine
+from sweep.server.engine_check import gate_study
 from sweep.server.executor import Executor
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
@@ -133,8 +134,8 @@ class Runner:
         self.executor = executor
         self.host = host or study.host
         self.clock = options.clock
-        self.rules = rules_for(study)
-        self.valid = {c.key(): c for c in plan(study).valid}
+        self.rules = rules_for(study)  # [engines] the adapter's rules (was core's rules_for)
+        self.valid = {c.key(): c for c in plan(study, self.rules).valid}
         self.summary = RunSummary(study.name, options.storage_url or study.storage)
         self.shared = options.shared
         self.claims = Claims(self.summary.storage, study.name)
@@ -528,14 +529,15 @@ class Runner:
     # --- resume, engine check, queueing -------------------------------------------------------
 
     def _check_engine(self) -> None:
-        commands = [
-            self.adapter.command(deploy.server_config(self.study), deploy.spec_params(c))
-            for c in list(self.valid.values())[:50]
-        ]
-        check = check_engine(self.executor, self.adapter, commands)
+        # [engines hook] The parser gate: every planned command through the engine's own
+        # parser in one process; rejected configurations leave the plan, and the gated rules
+        # exclude them whenever Optuna proposes them again, so none is ever launched.
+        check = gate_study(self.executor, self.study, self.adapter, self.valid)
         self.display.message(check.note)
         for rejection in check.rejected:
-            self.display.message(f"  rejected by the engine's parser: {rejection.message}")
+            self.display.message(f"  excluded, refused by {rejection.rule}: {rejection.message}")
+        self.rules = check.gate(self.rules)
+        self.valid = {k: c for k, c in self.valid.items() if k not in check.rejected_keys}
         self.adapter = dataclasses.replace(self.adapter, version=check.version)
 
     # --- time ---------------------------------------------------------------------------------

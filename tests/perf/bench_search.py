@@ -26,6 +26,7 @@ import optuna
 from optuna.trial import Trial
 
 from sweep.core.space import TrialConfig, plan
+from sweep.engines import rules_for  # [engines] the rules come from the adapter
 from sweep.loop.progress import Display
 from sweep.loop.resume import Record
 from sweep.loop.runner import Runner, RunOptions, run_study
@@ -100,7 +101,7 @@ def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) 
     text = SPACE.format(sampler=sampler, seed=seed, profile=profile_name)
     study = parse_study(text, str(folder / f"{profile_name}-{sampler}-{seed}.toml"))
     profile = load_profile(profile_name)
-    valid = plan(study).valid
+    valid = plan(study, rules_for(study)).valid
     best = max(truth(profile, c) for c in valid)
     runner = TruthRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor())
     runner.profile, runner.values, runner.target = profile, [], 0.99 * best
