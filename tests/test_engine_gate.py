@@ -18,6 +18,7 @@ import pytest
 from sweep.core.space import plan
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams, rules_for
 from sweep.engines.base import LaunchCommand
+from sweep.engines.gate import payloads
 from sweep.exceptions import StudyFileError
 from sweep.server import deploy
 from sweep.server.engine_check import VersionSource, check_engine, gate_study
@@ -228,3 +229,11 @@ num_steps = [1, 2, 3]
 [space.flags]
 {space_flags}
 """
+
+
+def test_a_long_plan_is_split_into_few_payloads_all_checked(tmp_path: Path) -> None:
+    adapter = adapter_in(install(tmp_path))
+    commands = [adapter.command(CONFIG, SpecParams(s, 1, s + 1)).server_args for s in range(300)]
+    words = payloads(commands, ("sglang",), "sglang serve", max_chars=2_000)
+    assert 1 < len(words) < 30 and all(len(w) <= 2_000 for w in words)
+    assert len(payloads(commands, ("sglang",), "sglang serve")) == 1  # the default limit

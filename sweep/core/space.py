@@ -1,9 +1,11 @@
-"""The search space: configurations, the engine's validity rules, and Optuna's view of them.
+"""The search space: configurations, the rules seam, and Optuna's view of them.
 
-Pure: no I/O. A :class:`TrialConfig` is one point a trial may launch; its
-:meth:`~TrialConfig.key` is identical for configurations the engine resolves to
-the same thing (e.g. SGLang rewrites draft tokens to steps + 1 at topk = 1), so
-no configuration is launched twice. :func:`plan` enumerates the space and says
+Pure: no I/O, and no engine: the engine's validity and resolution rules are a
+:class:`Rules` handed in by the adapters (``sweep.engines.rules_for``). A
+:class:`TrialConfig` is one point a trial may launch; the rules resolve
+configurations the engine runs as the same server (e.g. SGLang rewrites draft
+tokens to steps + 1 at topk = 1) to the same :meth:`~TrialConfig.key`, so no
+configuration is launched twice. :func:`plan` enumerates the space and says
 what was excluded and why; :func:`suggest` turns an Optuna trial into a config.
 """
 

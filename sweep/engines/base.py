@@ -328,7 +328,8 @@ class EngineAdapter(abc.ABC):
         """Commands running the engine's own parser over ``commands``' flags: one process
         per payload (:func:`sweep.engines.gate.payloads`; one for any ordinary plan)."""
         program = gate.program(self.name)
-        words = gate.payloads([c.server_args for c in commands], self.distributions)
+        prog = f"{self.name} serve"
+        words = gate.payloads([c.server_args for c in commands], self.distributions, prog)
         return [(self.interpreter, "-c", program, payload) for payload in words]
 
     def fold(

@@ -35,6 +35,7 @@ PRELUDE = """
 import base64, json, sys, zlib
 from importlib import metadata
 request = json.loads(zlib.decompress(base64.b64decode(sys.argv[1])))
+sys.argv = [request["prog"]]  # argparse names its errors after it, as the server does
 def emit(**report):
     sys.stdout.write("\\n" + MARKER + json.dumps(report) + "\\n")
     sys.stdout.flush()
@@ -120,8 +121,16 @@ def setup():
         from vllm.utils.argparse_utils import FlexibleArgumentParser
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
-    from vllm.entrypoints.openai import cli_args
-    PARSER = cli_args.make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
+    import importlib
+    for where in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+        try:
+            cli_args = importlib.import_module(where)  # 0.32 / older releases
+            break
+        except ImportError as exc:
+            missing = exc
+    else:
+        raise missing
+    PARSER = cli_args.make_arg_parser(FlexibleArgumentParser(prog=request["prog"]))
     validate = getattr(cli_args, "validate_parsed_serve_args", None)
 def parse(argv):
     args = PARSER.parse_args(argv)
@@ -165,23 +174,36 @@ def version_program(distributions: Sequence[str]) -> str:
     )
 
 
-def payloads(commands: Sequence[Sequence[str]], distributions: Sequence[str]) -> list[str]:
-    """The commands as few argv words as possible, each under :data:`MAX_PAYLOAD_CHARS`."""
+def payloads(
+    commands: Sequence[Sequence[str]],
+    distributions: Sequence[str],
+    prog: str,
+    max_chars: int = MAX_PAYLOAD_CHARS,
+) -> list[str]:
+    """The commands as few argv words as possible, each under ``max_chars``.
+
+    Args:
+        commands: each command's server flags.
+        distributions: the engine's package names (for its version).
+        prog: the program name the parser's messages start with (``sglang serve``).
+        max_chars: the largest payload word.
+    """
+    header = {"distributions": list(distributions), "prog": prog}
     out: list[str] = []
     batch: list[list[str]] = []
     for command in commands:
         candidate = [*batch, list(command)]
-        if batch and len(_encode(candidate, distributions)) > MAX_PAYLOAD_CHARS:
-            out.append(_encode(batch, distributions))
+        if batch and len(_encode(header, candidate)) > max_chars:
+            out.append(_encode(header, batch))
             candidate = [list(command)]
         batch = candidate
     if batch or not out:
-        out.append(_encode(batch, distributions))
+        out.append(_encode(header, batch))
     return out
 
 
-def _encode(commands: list[list[str]], distributions: Sequence[str]) -> str:
-    data = json.dumps({"commands": commands, "distributions": list(distributions)})
+def _encode(header: dict[str, object], commands: list[list[str]]) -> str:
+    data = json.dumps({**header, "commands": commands})
     return base64.b64encode(zlib.compress(data.encode(), 9)).decode("ascii")
 
 
