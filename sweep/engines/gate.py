@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.engines.flags import FlagTable
@@ -202,7 +202,7 @@ def payloads(
     return out
 
 
-def _encode(header: dict[str, object], commands: list[list[str]]) -> str:
+def _encode(header: Mapping[str, object], commands: list[list[str]]) -> str:
     data = json.dumps({**header, "commands": commands})
     return base64.b64encode(zlib.compress(data.encode(), 9)).decode("ascii")
 
