@@ -341,7 +341,9 @@ def _engine_flags(r: TableReader) -> dict[str, FlagValue]:
     flags = {}
     for flag in list(r.table):
         if not _FLAG.fullmatch(flag):
-            raise r.error(flag, 'expected a full flag name like "--mem-fraction-static"')
+            raise r.error(
+                "", f'expected full flag names like "--mem-fraction-static", got {flag!r}'
+            )
         flags[flag] = _flag_value(r, flag, r.raw(flag), nested=True)
     r.done()
     return flags
