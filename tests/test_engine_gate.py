@@ -24,9 +24,9 @@ from sweep.server import deploy
 from sweep.server.engine_check import VersionSource, check_engine, gate_study
 from sweep.server.executor import LocalExecutor
 from sweep.server.executor.base import CommandResult
-from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget
 from sweep.study import parse_study
-from tests.sshd import Sshd
+from tests.sshd import Sshd, free_port
 from tests.standin_sglang import imports, install, interpreter
 
 CONFIG = ServerConfig(model_path="m", tp_size=1, port=30000)
@@ -237,3 +237,12 @@ def test_a_long_plan_is_split_into_few_payloads_all_checked(tmp_path: Path) -> N
     words = payloads(commands, ("sglang",), "sglang serve", max_chars=2_000)
     assert 1 < len(words) < 30 and all(len(w) <= 2_000 for w in words)
     assert len(payloads(commands, ("sglang",), "sglang serve")) == 1  # the default limit
+
+
+def test_an_unreachable_host_is_said_once_and_relies_on_fail_fast(tmp_path: Path) -> None:
+    adapter = adapter_in(install(tmp_path))
+    closed = SSHTarget("127.0.0.1", port=free_port(), known_hosts=None, check_host_key=False)
+    with SSHExecutor(closed, retry=RetryPolicy(attempts=1)) as executor:
+        check = check_engine(executor, adapter, [adapter.command(CONFIG, PARAMS)])
+    assert (check.source, check.validated) == (VersionSource.ASSUMED, False)
+    assert "the engine's parser could not be run on" in check.note and "fail-fast" in check.note

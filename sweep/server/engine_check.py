@@ -125,9 +125,13 @@ def check_engine(
             for probe in adapter.gate_probes(list(keyed.values()))
         ]
     except ExecutorError as exc:
-        report = gate.GateReport("", False, f"the check could not run: {exc}")
-    else:
-        report = gate.merge(reports)
+        version, source = _version_of(adapter, "")
+        note = (
+            f"the engine's parser could not be run on {executor.host} ({exc}); using "
+            f"{adapter.display_name} {version} ({source}) and relying on fail-fast at launch"
+        )
+        return EngineCheck(version, source, note)
+    report = gate.merge(reports)
     if not report.importable:
         return _not_importable(executor, adapter, report)
     return _gated(executor, adapter, keyed, report)
