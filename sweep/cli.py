@@ -349,11 +349,13 @@ def plan(
     from sweep.loop.status import plan_report
     from sweep.study import load_study
 
-    report = plan_report(load_study(study_file))
+    report = plan_report(load_study(study_file), gate=True)
     if commands:
         for line in report.commands:
             print(line)
         return
+    if report.engine_note:
+        out.print(report.engine_note, markup=False)
     out.print(f"{len(report.valid)} valid configurations:")
     for config in report.valid:
         out.print(f"  {config.label()}", markup=False)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import re
 
 import pytest
 
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import ConfigError, EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
-from sweep.server.engine_check import VersionSource, check_engine
-from sweep.server.executor import LocalExecutor
 
 CONFIG = ServerConfig(model_path="kimi", tp_size=8, port=30000)
 PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
@@ -94,11 +91,52 @@ def test_draft_tp_maps_to_the_patched_builds_flag() -> None:
     assert flag_value(argv, "--speculative-draft-tp-size") == "1"
 
 
-@pytest.mark.parametrize("flag", ["--port", "--cuda-graph-max-bs", "--tp", "--speculative-num"])
-def test_managed_or_abbreviated_extra_flags_are_refused(flag: str) -> None:
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--port", "use [engine] port"),
+        ("--speculative-num-steps", "use [space] num_steps"),
+        ("--model", "use [engine] model_path"),
+        ("--tp", "abbreviation of --tp-size"),
+        ("--speculative-num", "abbreviation of --speculative-num-draft-tokens"),
+        ("--max-running", "abbreviation of --max-running-requests"),
+    ],
+)
+def test_managed_or_abbreviated_extra_flags_are_refused(flag: str, message: str) -> None:
     params = SpecParams(2, 1, 3, extra_flags=(flag, "1"))
-    with pytest.raises(EngineConfigError):
+    with pytest.raises(EngineConfigError, match=re.escape(message)):
         SGLangAdapter().command(CONFIG, params)
+
+
+@pytest.mark.parametrize(
+    ("version", "flag", "emitted"),
+    [
+        ("0.5.23", "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-decode"),
+        ("0.5.23", "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+        ("0.5.19", "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"),
+    ],
+)
+def test_batch_limits_given_as_flags_are_folded_in(version: str, flag: str, emitted: str) -> None:
+    params = SpecParams(2, 1, 3, extra_flags=(flag, "64", "--max-running-requests=16"))
+    argv = SGLangAdapter(version=version).command(CONFIG, params).argv
+    assert flag_value(argv, emitted) == "64" and argv.count(emitted) == 1
+    assert flag_value(argv, "--max-running-requests") == "16"
+    assert argv.count("--max-running-requests") == 1
+
+
+def test_ngram_passes_draft_tokens_and_lets_sglang_derive_steps_and_topk() -> None:
+    config = ServerConfig("m", 1, 1, algorithm="NGRAM", draft_model_path="unused")
+    params = SpecParams(1, 10, 12, extra_flags=("--speculative-ngram-max-bfs-breadth", "10"))
+    argv = SGLangAdapter().command(config, params).argv
+    assert flag_value(argv, "--speculative-algorithm") == "NGRAM"
+    assert flag_value(argv, "--speculative-num-draft-tokens") == "12"
+    assert flag_value(argv, "--speculative-ngram-max-bfs-breadth") == "10"
+    for absent in (
+        "--speculative-num-steps",
+        "--speculative-eagle-topk",
+        "--speculative-draft-model-path",
+    ):
+        assert absent not in argv
 
 
 def test_extra_flags_and_env_are_passed_with_trial_env_winning() -> None:
@@ -253,55 +291,3 @@ def test_spec_params_parse() -> None:
     for bad in bad_texts:
         with pytest.raises(ConfigError):
             SpecParams.parse(bad)
-
-
-# --- the engine check on the host -----------------------------------------------------------
-
-
-def test_version_check_says_when_sglang_is_not_importable() -> None:
-    adapter = SGLangAdapter(launcher=(sys.executable, "-m", "sweep", "sim"))
-    check = check_engine(LocalExecutor(), adapter, [adapter.command(CONFIG, PARAMS)])
-    assert check.source is VersionSource.ASSUMED
-    assert check.version == "0.5.23"
-    assert "cannot import sglang" in check.note and "fail-fast" in check.note
-    assert not check.validated
-
-
-def test_a_pinned_version_is_used_as_is() -> None:
-    adapter = SGLangAdapter(launcher=(sys.executable, "-m", "sweep", "sim"), version="0.5.19")
-    check = check_engine(LocalExecutor(), adapter)
-    assert (check.version, check.source) == ("0.5.19", VersionSource.PINNED)
-
-
-FAKE_SGLANG = """
-__version__ = "0.5.21"
-"""
-FAKE_SERVER_ARGS = """
-import argparse
-def prepare_server_args(argv):
-    parser = argparse.ArgumentParser(prog="sglang serve")
-    for flag in ("--model-path", "--tp-size", "--host", "--port", "--speculative-algorithm",
-                 "--speculative-num-steps", "--speculative-eagle-topk",
-                 "--speculative-num-draft-tokens", "--max-running-requests",
-                 "--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"):
-        parser.add_argument(flag)
-    return parser.parse_args(argv)
-"""
-
-
-def test_engine_parser_validates_commands_where_sglang_imports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    package = tmp_path / "sglang"
-    (package / "srt").mkdir(parents=True)
-    (package / "__init__.py").write_text(FAKE_SGLANG)
-    (package / "srt" / "__init__.py").write_text("")
-    (package / "srt" / "server_args.py").write_text(FAKE_SERVER_ARGS)
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    adapter = SGLangAdapter(launcher=(sys.executable, "-m", "sglang.launch_server"))
-    good = adapter.command(CONFIG, PARAMS)
-    bad = adapter.command(CONFIG, SpecParams(2, 1, 3, extra_flags=("--bogus-flag", "1")))
-    check = check_engine(LocalExecutor(), adapter, [good, bad])
-    assert (check.version, check.source, check.validated) == ("0.5.21", VersionSource.HOST, True)
-    assert [r.command for r in check.rejected] == [bad.shell()]
-    assert "unrecognized arguments: --bogus-flag" in check.rejected[0].message

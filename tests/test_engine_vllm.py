@@ -21,9 +21,11 @@ from sweep.bench.openai import (
 )
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
-from sweep.core.space import Rules, TrialConfig
+from sweep.core.space import TrialConfig
 from sweep.engines.base import ServerConfig, SpecParams
+from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm import VLLMAdapter, speculative_config, split_spec_flags, violation
+from sweep.engines.vllm_rules import VLLMRules
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -140,10 +142,28 @@ def test_vllm_validity_rules(
         assert re.search(reason, found)
 
 
-def test_space_rules_dispatch_on_the_engine() -> None:
+def test_each_engine_has_its_own_rules() -> None:
     config = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3, draft_tp=4)
-    assert Rules(8, engine="vllm").violation(config) is not None  # 4 is neither 1 nor 8
-    assert Rules(8, draft_tp_flag="--x", engine="sglang").violation(config) is None
+    found = VLLMRules(8).violation(config)  # 4 is neither 1 nor 8
+    assert found is not None and "[vLLM 0.32.0 speculative config]" in found
+    assert SGLangRules(8, draft_tp_flag="--x").violation(config) is None
+
+
+def test_vllm_draftless_methods_have_no_draft_tp() -> None:
+    rules = VLLMRules(8, algorithm="NGRAM")
+    assert rules.violation(TrialConfig(2, 1, 3, 4)) is None
+    assert rules.resolve(TrialConfig(2, 1, 3, 4)).draft_tp == 8
+    assert "no vLLM method" in (
+        VLLMRules(1, algorithm="MEDUSA2").violation(TrialConfig(2, 1, 3, 1)) or ""
+    )
+
+
+def test_vllm_batch_limit_flag_is_folded_and_identity_flags_point_to_settings() -> None:
+    params = SpecParams(3, 1, 4, 1, ("--max-num-seqs", "4"))
+    argv = VLLMAdapter().command(CONFIG, params).argv
+    assert argv.count("--max-num-seqs") == 1 and argv[argv.index("--max-num-seqs") + 1] == "4"
+    with pytest.raises(EngineConfigError, match=re.escape("use [engine] model_path")):
+        VLLMAdapter().command(CONFIG, SpecParams(3, 1, 4, 1, ("--model", "/x")))
 
 
 ENGINE_LINE = (

@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from sweep.core.records import ATTR
 from sweep.core.space import plan
+from sweep.engines import rules_for  # [engines] the rules come from the adapter
 from sweep.exceptions import ConfigError
 from sweep.loop.claims import Claims
 from sweep.loop.fleet import run_hosts
@@ -96,7 +97,7 @@ def test_three_hosts_measure_every_configuration_exactly_once(
     board = io.StringIO()
     study = load_study(path)
     summary = run_hosts(study, RunOptions(), HostBoard(list("abc"), board, live=False))
-    valid = {c.key() for c in plan(study).valid}
+    valid = {c.key() for c in plan(study, rules_for(study)).valid}
     assert measured_keys(path) == Counter({key: 1 for key in valid})
     assert summary.measured == 6 - before
     baselines = {t.number: t for t in all_trials(path, baselines=True)}
@@ -174,7 +175,9 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
     key = victim.user_attrs[ATTR.KEY]
     redo = [t for t in by_number.values() if t.user_attrs.get(ATTR.REAPED_FROM) == victim.number]
     assert redo, "the reaped configuration was re-queued"
-    assert measured_keys(path) == Counter({c.key(): 1 for c in plan(load_study(path)).valid})
+    assert measured_keys(path) == Counter(
+        {c.key(): 1 for c in plan(load_study(path), rules_for(load_study(path))).valid}
+    )
     remeasured = [t for t in by_number.values()
                   if t.user_attrs.get(ATTR.KEY) == key and t.state is TrialState.COMPLETE
                   and t.user_attrs.get(ATTR.KIND) == "trial"]  # fmt: skip
@@ -214,7 +217,7 @@ def test_a_claim_is_atomic_and_a_stale_one_is_taken_over(postgres: Postgres) -> 
 def test_two_workers_enqueue_the_grid_once(tmp_path: Path, postgres: Postgres) -> None:
     study = load_study(shared_study(tmp_path, postgres.new_database()))
     quiet_optuna()
-    valid = {c.key(): c for c in plan(study).valid}
+    valid = {c.key(): c for c in plan(study, rules_for(study)).valid}
     for _ in range(2):  # as two workers starting together would
         handle = open_study(study)
         enqueue_grid(handle, study, valid, {}, Claims(study.storage, study.name).once)

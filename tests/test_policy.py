@@ -85,7 +85,7 @@ def test_an_infeasible_baseline_stops_the_run_too() -> None:
     """Rejected flags or OOM without speculation: round 2 relaunched it 113 times in 15 s."""
     rejected = TrialRecord(number=1, kind=Kind.BASELINE, optuna_state="COMPLETE", value=0.0,
                            constraints={FEASIBLE: 1.0}, started=1100.0, host="h",
-                           failure=Failure("rejected_flags", "unrecognized arguments", True))  # fmt: skip
+                           failure=Failure("rejected_flags", "unknown flag", True))  # fmt: skip
     decision = decide([rejected], [])
     assert decision.action is BaselineAction.STOP and "rejected_flags" in decision.reason
 

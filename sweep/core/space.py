@@ -1,52 +1,74 @@
-"""The search space: configurations, the engine's validity rules, and Optuna's view of them.
+"""The search space: configurations, the rules seam, and Optuna's view of them.
 
-Pure: no I/O. A :class:`TrialConfig` is one point a trial may launch; its
-:meth:`~TrialConfig.key` is identical for configurations the engine resolves to
-the same thing (e.g. SGLang rewrites draft tokens to steps + 1 at topk = 1), so
-no configuration is launched twice. :func:`plan` enumerates the space and says
+Pure: no I/O, and no engine: the engine's validity and resolution rules are a
+:class:`Rules` handed in by the adapters (``sweep.engines.rules_for``). A
+:class:`TrialConfig` is one point a trial may launch; the rules resolve
+configurations the engine runs as the same server (e.g. SGLang rewrites draft
+tokens to steps + 1 at topk = 1) to the same :meth:`~TrialConfig.key`, so no
+configuration is launched twice. :func:`plan` enumerates the space and says
 what was excluded and why; :func:`suggest` turns an Optuna trial into a config.
 """
 
 from __future__ import annotations
 
+import abc
 import itertools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sweep.engines import vllm
-from sweep.study.spec import SpaceSpec, Study
+from sweep.study.spec import FlagValue, SpaceSpec, Study
 
 FLAG_PARAM = "flag:"
 ENV_PARAM = "env:"
 
 
+Flags = tuple[tuple[str, FlagValue], ...]
+Env = tuple[tuple[str, str], ...]
+
+
+def value_text(value: FlagValue) -> str:
+    """A flag value as one word: a multi-value flag's words joined by spaces."""
+    return value if isinstance(value, str) else " ".join(value)
+
+
 @dataclass(frozen=True)
 class TrialConfig:
-    """One configuration: speculative settings (or none, for the baseline) plus extras."""
+    """One configuration: speculative settings (or none, for the baseline) plus extras.
+
+    ``flags`` values are one word, or a tuple of words for a flag that takes several
+    (``--cuda-graph-bs-decode 1 2 4 8``).
+    """
 
     num_steps: int = 0
     eagle_topk: int = 0
     num_draft_tokens: int = 0
     draft_tp: int = 0
-    flags: tuple[tuple[str, str], ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    flags: Flags = ()
+    env: Env = ()
     speculative: bool = True
 
     @classmethod
-    def baseline(
-        cls, flags: tuple[tuple[str, str], ...] = (), env: tuple[tuple[str, str], ...] = ()
-    ) -> TrialConfig:
+    def baseline(cls, flags: Flags = (), env: Env = ()) -> TrialConfig:
         """No speculation (extra flags and environment kept, so drift is comparable)."""
         return cls(flags=flags, env=env, speculative=False)
 
+    def extras(self) -> list[tuple[str, str]]:
+        """Flags and environment as ``(name, text)``, sorted by name."""
+        flags = [(k, _key_text(v)) for k, v in self.flags]
+        return sorted([*flags, *self.env])
+
     def key(self) -> str:
         """A stable identity: equal for configurations the engine treats as the same."""
-        extras = ",".join(f"{k}={v}" for k, v in sorted(self.flags + self.env))
+        extras = ",".join(f"{k}={v}" for k, v in self.extras())
         if not self.speculative:
             return f"baseline[{extras}]"
         core = f"s{self.num_steps}-k{self.eagle_topk}-d{self.num_draft_tokens}-tp{self.draft_tp}"
         return f"{core}[{extras}]"
+
+    def flag(self, name: str) -> FlagValue | None:
+        """This configuration's value of flag ``name``, if it sets it."""
+        return dict(self.flags).get(name)
 
     def label(self) -> str:
         """Short text for tables and logs."""
@@ -57,7 +79,8 @@ class TrialConfig:
                 f"steps={self.num_steps} topk={self.eagle_topk} "
                 f"draft={self.num_draft_tokens} draft_tp={self.draft_tp}"
             )
-        extras = " ".join(f"{k}={v}" for k, v in self.flags + self.env)
+        flags = [(k, _key_text(v)) for k, v in self.flags]
+        extras = " ".join(f"{k}={v}" for k, v in [*flags, *self.env])
         return f"{text} {extras}".strip()
 
     def as_dict(self) -> dict[str, Any]:
@@ -67,21 +90,30 @@ class TrialConfig:
             "eagle_topk": self.eagle_topk,
             "num_draft_tokens": self.num_draft_tokens,
             "draft_tp": self.draft_tp,
-            "flags": dict(self.flags),
+            "flags": {k: v if isinstance(v, str) else list(v) for k, v in self.flags},
             "env": dict(self.env),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialConfig:
+        flags = dict(data.get("flags", {}))
         return cls(
             num_steps=int(data.get("num_steps", 0)),
             eagle_topk=int(data.get("eagle_topk", 0)),
             num_draft_tokens=int(data.get("num_draft_tokens", 0)),
             draft_tp=int(data.get("draft_tp", 0)),
-            flags=tuple(sorted(dict(data.get("flags", {})).items())),
+            flags=tuple(sorted((k, _stored_value(v)) for k, v in flags.items())),
             env=tuple(sorted(dict(data.get("env", {})).items())),
             speculative=bool(data.get("speculative", True)),
         )
+
+
+def _key_text(value: FlagValue) -> str:
+    return value if isinstance(value, str) else "[" + " ".join(value) + "]"
+
+
+def _stored_value(value: Any) -> FlagValue:
+    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
 
 
 @dataclass(frozen=True)
@@ -91,6 +123,7 @@ class Exclusion:
     requested: TrialConfig
     reason: str
     same_as: str | None = None  # the key of the equivalent valid configuration
+    rule: str = ""  # the rule behind it: an engine rule, "resolution", or the engine's parser
 
 
 @dataclass(frozen=True)
@@ -100,69 +133,94 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class Rules:
-    """The engine's validity rules for one study (target TP, patched draft-TP flag)."""
+class Ruling:
+    """A rule applied to a configuration: why it is never launched, or how it is rewritten.
 
-    tp_size: int
-    draft_tp_flag: str | None = None
-    engine: str = "sglang"
+    Attributes:
+        rule: the rule's name, with the engine it belongs to (e.g. ``"SGLang 0.5.23 EAGLE3
+            tree bound"`` or ``"SGLang 0.5.23's argument parser"``).
+        reason: what it says about this configuration (the parser's exact message for a
+            rejection).
+    """
 
+    rule: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.reason} [{self.rule}]"
+
+
+class Rules(abc.ABC):
+    """An engine's validity and resolution rules for one study (implemented by the adapters).
+
+    The core knows no engine: :func:`plan` and the trial loop are handed a ``Rules``
+    (``sweep.engines.rules_for(study)``). :meth:`resolve` must be idempotent, and two
+    configurations the engine runs as the same server must resolve to equal keys.
+    """
+
+    @abc.abstractmethod
+    def check(self, config: TrialConfig) -> Ruling | None:
+        """Why ``config`` cannot work (it is never launched), or ``None``."""
+
+    @abc.abstractmethod
     def resolve(self, config: TrialConfig) -> TrialConfig:
-        """What the engine will run: SGLang forces draft tokens = steps + 1 at topk = 1."""
-        if config.speculative and config.eagle_topk == 1:
-            return replace(config, num_draft_tokens=config.num_steps + 1)
-        return config
+        """What the engine will run for ``config`` (e.g. topk 1 forces draft tokens)."""
+
+    @abc.abstractmethod
+    def resolution(self, config: TrialConfig) -> Ruling:
+        """The rule that rewrites ``config`` in :meth:`resolve` (for "same as" exclusions)."""
 
     def violation(self, config: TrialConfig) -> str | None:
-        """Why ``config`` cannot work (never launch it), or ``None``."""
-        if not config.speculative:
-            return None
-        s, k, d, tp = config.num_steps, config.eagle_topk, config.num_draft_tokens, config.draft_tp
-        if self.engine == "vllm":
-            return vllm.violation(s, k, d, tp, self.tp_size)
-        if s < 1 or k < 1:
-            return f"steps and topk must be >= 1, got steps={s} topk={k}"
-        if k > 1 and d - 1 > k + (s - 1) * k * k:
-            return (
-                f"illegal tree: draft tokens - 1 = {d - 1} > topk + (steps - 1)*topk^2 = "
-                f"{k + (s - 1) * k * k} (crashes at the first decode)"
-            )
-        if d < 2:
-            return f"draft tokens must be >= 2, got {d}"
-        if self.tp_size % tp:
-            return f"draft TP {tp} does not divide target TP {self.tp_size}"
-        if tp != self.tp_size and not self.draft_tp_flag and self.engine == "sglang":
-            return (
-                f"draft TP {tp} differs from target TP {self.tp_size}: SGLang 0.5.23 has no "
-                "flag for that; set engine.draft_tp_flag for a patched build"
-            )
-        return None
+        """:meth:`check` as text (rule included), or ``None``."""
+        found = self.check(config)
+        return None if found is None else str(found)
 
 
-def rules_for(study: Study) -> Rules:
-    return Rules(study.engine.tp_size, study.engine.draft_tp_flag, study.engine.name)
+@dataclass(frozen=True)
+class Gated(Rules):
+    """``rules`` plus the configurations the engine's own parser rejected on the host.
+
+    Attributes:
+        rules: the adapter's rules.
+        rejected: resolved configuration key → the rejection (the parser's exact message).
+    """
+
+    rules: Rules
+    rejected: Mapping[str, Ruling]
+
+    def check(self, config: TrialConfig) -> Ruling | None:
+        found = self.rules.check(config)
+        if found is not None:
+            return found
+        return self.rejected.get(self.rules.resolve(config).key())
+
+    def resolve(self, config: TrialConfig) -> TrialConfig:
+        return self.rules.resolve(config)
+
+    def resolution(self, config: TrialConfig) -> Ruling:
+        return self.rules.resolution(config)
 
 
-def plan(study: Study) -> Plan:
-    """Every configuration of the space: the valid ones (each once) and the excluded ones."""
-    rules = rules_for(study)
+def plan(study: Study, rules: Rules) -> Plan:
+    """Every configuration of the space: the valid ones (each once) and the excluded ones.
+
+    Args:
+        study: the study; its space is enumerated.
+        rules: the engine's rules (``sweep.engines.rules_for(study)``), possibly
+            :class:`Gated` by the engine's parser.
+    """
     valid: dict[str, TrialConfig] = {}
     excluded: list[Exclusion] = []
     for requested in _points(study.space, study.engine.tp_size):
-        reason = rules.violation(requested)
-        if reason:
-            excluded.append(Exclusion(requested, reason))
+        found = rules.check(requested)
+        if found:
+            excluded.append(Exclusion(requested, found.reason, rule=found.rule))
             continue
         resolved = rules.resolve(requested)
         if resolved != requested:
-            excluded.append(
-                Exclusion(
-                    requested,
-                    "SGLang sets draft tokens to steps + 1 when topk = 1",
-                    same_as=resolved.key(),
-                )
-            )
-            if resolved.key() in valid or rules.violation(resolved):
+            why = rules.resolution(requested)
+            excluded.append(Exclusion(requested, why.reason, resolved.key(), why.rule))
+            if resolved.key() in valid or rules.check(resolved):
                 continue
         valid.setdefault(resolved.key(), resolved)
     return Plan(tuple(valid.values()), tuple(excluded))
@@ -180,7 +238,7 @@ def _points(space: SpaceSpec, tp_size: int) -> Iterator[TrialConfig]:
         yield TrialConfig(s, k, draft, tp, flags, env)
 
 
-def _extras(dims: tuple[tuple[str, tuple[str, ...]], ...]) -> list[tuple[tuple[str, str], ...]]:
+def _extras(dims: tuple[tuple[str, tuple[Any, ...]], ...]) -> list[tuple[tuple[str, Any], ...]]:
     names = [name for name, _ in dims]
     return [
         tuple(sorted(zip(names, values, strict=True)))
@@ -204,9 +262,7 @@ def suggest(trial: Suggester, study: Study) -> TrialConfig:
     if space.num_draft_tokens:
         draft = _suggest_ints(trial, "num_draft_tokens", space.num_draft_tokens)
     draft_tp = _suggest_ints(trial, "draft_tp", space.draft_tp or (study.engine.tp_size,))
-    flags = tuple(
-        (n, str(trial.suggest_categorical(FLAG_PARAM + n, list(v)))) for n, v in space.flags
-    )
+    flags = tuple((n, _suggest_flag(trial, n, values)) for n, values in space.flags)
     env = tuple((n, str(trial.suggest_categorical(ENV_PARAM + n, list(v)))) for n, v in space.env)
     return TrialConfig(steps, topk, draft, draft_tp, tuple(sorted(flags)), tuple(sorted(env)))
 
@@ -223,9 +279,15 @@ def params_of(config: TrialConfig, study: Study) -> dict[str, Any]:
     params: dict[str, Any] = {
         name: value for name, (values, value) in dims.items() if len(values) > 1
     }
-    params.update({FLAG_PARAM + k: v for k, v in config.flags})
+    params.update({FLAG_PARAM + k: value_text(v) for k, v in config.flags})
     params.update({ENV_PARAM + k: v for k, v in config.env})
     return params
+
+
+def _suggest_flag(trial: Suggester, name: str, values: tuple[FlagValue, ...]) -> FlagValue:
+    """Optuna's choices are words: a multi-value flag's words are joined, then looked up."""
+    by_text = {value_text(v): v for v in values}
+    return by_text[str(trial.suggest_categorical(FLAG_PARAM + name, list(by_text)))]
 
 
 def _suggest_ints(trial: Suggester, name: str, values: tuple[int, ...]) -> int:

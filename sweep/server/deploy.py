@@ -17,6 +17,7 @@ from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
 from sweep.core.space import TrialConfig
 from sweep.engines.base import EngineAdapter, ServerConfig, SpecParams
+from sweep.engines.flags import flag_words
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.vllm import VLLMAdapter
 from sweep.exceptions import ConfigError
@@ -70,21 +71,6 @@ def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
         draft_tp_flag=study.engine.draft_tp_flag or "",
         python=host.python,
     )
-
-
-def flag_words(flags: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
-    """``(("--x", "1"), ("--y", "true"), ("--z", "false"))`` → ``("--x", "1", "--y")``.
-
-    ``true`` passes a bare flag and ``false`` omits it; every other value is one
-    argument, never split or interpreted by a shell.
-    """
-    words: list[str] = []
-    for flag, value in flags:
-        if value == "true":
-            words.append(flag)
-        elif value != "false":
-            words += [flag, value]
-    return tuple(words)
 
 
 def server_config(study: Study) -> ServerConfig:

@@ -1,24 +1,42 @@
-"""Before the first launch: which engine version is on the host, and does it accept our flags.
+"""Before the first launch: which engine version is on the host, and the parser gate.
 
-The version comes from the study (pinned) or from the host, read with the
-study's own interpreter. When the engine can be imported there, every
-planned command is parsed by the engine's own argument parser (parse only:
-seconds, no GPU), so a rejected flag is reported for every affected
-configuration before any model is loaded. When it cannot be imported (e.g.
-``sweep sim``), the check says so and the launch relies on fail-fast.
+**Version.** A pinned ``[engine] version`` is used as is: no version probe. Unpinned,
+it is read from the engine's package metadata on the host with the study's
+interpreter (one short process, no engine import); when the gate runs anyway, the
+version comes from that same process.
+
+**The parser gate.** When the engine can be imported on the host (with ``[host]
+python`` or the launcher's interpreter), EVERY planned command is parsed by the
+engine's own argument parser, and for SGLang its algorithm name is resolved, in
+ONE process (:mod:`sweep.engines.gate`): one import, then all commands; seconds,
+not seconds per command. A rejected command's configuration is excluded with the
+parser's exact message (:meth:`EngineCheck.gate` wraps the space's rules, so
+neither ``sweep plan`` nor the trial loop ever launches it). When the engine
+cannot be imported (e.g. ``sweep sim``, or the engine lives elsewhere), the check
+says so once and launches rely on fail-fast.
+
+:func:`gate_study` also checks the study's flags against the parser's option list
+(or the adapter's list when the parser cannot be asked): abbreviations, switch
+values, flags sweep sets itself; those are study-file errors naming the key.
 """
 
 from __future__ import annotations
 
 import enum
-import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sweep.core.space import Gated, Rules, Ruling, TrialConfig
+from sweep.engines import gate
 from sweep.engines.base import EngineAdapter, LaunchCommand
+from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
+from sweep.exceptions import ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
+from sweep.study.spec import Study
 
 PROBE_TIMEOUT_S = 60.0
+GATE_TIMEOUT_S = 300.0
+"""One import (3.5-4 s for SGLang, ~10 s for vLLM) plus milliseconds per command."""
 
 
 class VersionSource(enum.StrEnum):
@@ -29,10 +47,23 @@ class VersionSource(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Rejection:
-    """A planned command the engine's parser refused."""
+    """A planned configuration the engine refused, and never launched.
 
+    Attributes:
+        key: the configuration's key (``TrialConfig.key()``), or the command when
+            the commands were not keyed.
+        command: the command, as one shell line.
+        message: the engine's exact message.
+        rule: what refused it, e.g. ``"SGLang 0.5.23's argument parser"``.
+    """
+
+    key: str
     command: str
     message: str
+    rule: str
+
+    def ruling(self) -> Ruling:
+        return Ruling(self.rule, self.message)
 
 
 @dataclass(frozen=True)
@@ -41,10 +72,12 @@ class EngineCheck:
 
     Attributes:
         version: the engine version the adapter should target.
-        source: pinned by the study, read on the host, or assumed (not importable).
+        source: pinned by the study, read on the host, or assumed.
         note: one line for the user.
         validated: whether the engine's own parser checked the commands.
-        rejected: the commands it refused.
+        rejected: the configurations it refused.
+        options: the parser's option list, when it was asked.
+        inconclusive: commands whose check itself failed (neither accepted nor rejected).
     """
 
     version: str
@@ -52,45 +85,196 @@ class EngineCheck:
     note: str
     validated: bool = False
     rejected: tuple[Rejection, ...] = ()
+    options: FlagTable | None = None
+    inconclusive: int = 0
+
+    @property
+    def rejected_keys(self) -> frozenset[str]:
+        """The keys of the rejected configurations: exclude them, never launch them."""
+        return frozenset(r.key for r in self.rejected)
+
+    def gate(self, rules: Rules) -> Rules:
+        """``rules`` that also exclude every rejected configuration, with the parser's message."""
+        if not self.rejected:
+            return rules
+        return Gated(rules, {r.key: r.ruling() for r in self.rejected})
 
 
 def check_engine(
-    executor: Executor, adapter: EngineAdapter, commands: Sequence[LaunchCommand] = ()
+    executor: Executor,
+    adapter: EngineAdapter,
+    commands: Mapping[str, LaunchCommand] | Sequence[LaunchCommand] = (),
 ) -> EngineCheck:
-    """Find the engine version on the host and, where possible, validate ``commands``.
+    """Find the engine version on the host and, where the engine imports, parse ``commands``.
 
     Args:
         executor: the host.
         adapter: the engine; a pinned ``adapter.version`` skips the version probe.
-        commands: the planned launch commands to parse with the engine's parser.
+        commands: the planned commands, keyed by configuration key (a sequence is keyed
+            by each command's shell text); none = the version only.
+
+    Returns:
+        The check; ``rejected`` holds the commands the engine's parser refused.
     """
-    probe = executor.run(adapter.version_probe(), timeout=PROBE_TIMEOUT_S)
-    importable = probe.ok and bool(probe.stdout.strip())
-    if adapter.version:
-        check = EngineCheck(adapter.version, VersionSource.PINNED, "engine version pinned")
-    elif importable:
-        version = probe.stdout.strip().splitlines()[-1]
-        check = EngineCheck(version, VersionSource.HOST, f"{adapter.name} {version} on host")
-    else:
-        why = (probe.stderr.strip().splitlines() or [f"exit {probe.exit_code}"])[-1]
+    keyed = dict(commands) if isinstance(commands, Mapping) else {c.shell(): c for c in commands}
+    if not keyed:
+        return _version_only(executor, adapter)
+    try:
+        reports = [
+            _gate_report(executor, adapter, probe)
+            for probe in adapter.gate_probes(list(keyed.values()))
+        ]
+    except ExecutorError as exc:
+        version, source = _version_of(adapter, "")
         note = (
-            f"{shlex.join(adapter.version_probe()[:1])} on {executor.host} cannot import "
-            f"{adapter.name} ({why}); assuming {adapter.effective_version} and relying on "
-            "fail-fast"
+            f"the engine's parser could not be run on {executor.host} ({exc}); using "
+            f"{adapter.display_name} {version} ({source}) and relying on fail-fast at launch"
         )
-        return EngineCheck(adapter.effective_version, VersionSource.ASSUMED, note)
-    if not importable:
-        return check
-    rejected = tuple(r for c in commands if (r := _parse(executor, adapter, c)) is not None)
-    return EngineCheck(check.version, check.source, check.note, True, rejected)
+        return EngineCheck(version, source, note)
+    report = gate.merge(reports)
+    if not report.importable:
+        return _not_importable(executor, adapter, report)
+    return _gated(executor, adapter, keyed, report)
 
 
-def _parse(executor: Executor, adapter: EngineAdapter, command: LaunchCommand) -> Rejection | None:
-    probe = adapter.parser_probe(command)
-    if probe is None:
-        return None
-    result = executor.run(probe, timeout=PROBE_TIMEOUT_S)
-    if result.exit_code != 2:
-        return None
-    lines = result.stderr.strip().splitlines() or ["rejected by the engine's parser"]
-    return Rejection(command.shell(), lines[-1])
+def gate_study(
+    executor: Executor, study: Study, adapter: EngineAdapter, configs: Mapping[str, TrialConfig]
+) -> EngineCheck:
+    """The parser gate for a study's planned configurations, and its flags checked.
+
+    Args:
+        executor: the host.
+        study: the study (its flags are checked, its deployment builds the commands).
+        adapter: the study's engine adapter on this host.
+        configs: the planned configurations by key (``plan(...).valid``).
+
+    Raises:
+        StudyFileError: a flag is abbreviated, a switch has a value other than true or
+            false, a flag is one sweep sets itself, or a setting is given twice.
+    """
+    from sweep.server import deploy
+
+    uses = study_flag_uses(study)
+    _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
+    _raise(study, _conflicts(study, adapter, uses))
+    server = deploy.server_config(study)
+    commands = {key: adapter.command(server, deploy.spec_params(c)) for key, c in configs.items()}
+    check = check_engine(executor, adapter, commands)
+    table = check.options or adapter.known_flags()
+    _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))
+    return check
+
+
+def study_flag_uses(study: Study) -> list[FlagUse]:
+    """Every flag the study sets: ``[engine] flags`` and each ``[space.flags]`` dimension."""
+    uses = [FlagUse(f'engine.flags."{f}"', f, (v,)) for f, v in study.engine.flags]
+    uses += [FlagUse(f'space.flags."{f}"', f, values) for f, values in study.space.flags]
+    return uses
+
+
+# --- internals -------------------------------------------------------------------------------
+
+
+def _version_only(executor: Executor, adapter: EngineAdapter) -> EngineCheck:
+    if adapter.version:
+        return EngineCheck(adapter.version, VersionSource.PINNED, "engine version pinned")
+    try:
+        probe = executor.run(adapter.version_probe(), timeout=PROBE_TIMEOUT_S)
+    except ExecutorError as exc:
+        return _assumed(executor, adapter, str(exc))
+    version = probe.stdout.strip().splitlines()[-1] if probe.ok and probe.stdout.strip() else ""
+    if not version:
+        return _assumed(executor, adapter, _last_line(probe.stderr, probe.exit_code))
+    note = f"{adapter.display_name} {version} on {executor.host}"
+    return EngineCheck(version, VersionSource.HOST, note)
+
+
+def _gate_report(
+    executor: Executor, adapter: EngineAdapter, probe: tuple[str, ...]
+) -> gate.GateReport:
+    result = executor.run(probe, timeout=GATE_TIMEOUT_S)
+    source = f"{adapter.label}'s parser"
+    return gate.read_report(result.stdout, result.stderr, result.exit_code, source)
+
+
+def _gated(
+    executor: Executor,
+    adapter: EngineAdapter,
+    keyed: Mapping[str, LaunchCommand],
+    report: gate.GateReport,
+) -> EngineCheck:
+    version, source = _version_of(adapter, report.version)
+    label = f"{adapter.display_name} {version}"
+    rejected = tuple(
+        Rejection(key, command.shell(), verdict.message, _rule(label, verdict.stage))
+        for (key, command), verdict in zip(keyed.items(), report.verdicts, strict=False)
+        if verdict.ok is False
+    )
+    inconclusive = sum(1 for v in report.verdicts if v.ok is None)
+    note = (
+        f"{label} on {executor.host} ({source}): its own parser checked all {len(keyed)} "
+        f"planned commands in one process; {len(rejected)} rejected (excluded, never launched)"
+    )
+    if inconclusive:
+        first = next(v.message for v in report.verdicts if v.ok is None)
+        note += f"; {inconclusive} could not be checked ({first}): they rely on fail-fast"
+    if adapter.version and report.version and report.version != adapter.version:
+        note += f"; note: the host has {adapter.display_name} {report.version}"
+    return EngineCheck(version, source, note, True, rejected, report.options, inconclusive)
+
+
+def _version_of(adapter: EngineAdapter, found: str) -> tuple[str, VersionSource]:
+    if adapter.version:
+        return adapter.version, VersionSource.PINNED
+    if found:
+        return found, VersionSource.HOST
+    return adapter.effective_version, VersionSource.ASSUMED
+
+
+def _not_importable(
+    executor: Executor, adapter: EngineAdapter, report: gate.GateReport
+) -> EngineCheck:
+    version, source = _version_of(adapter, report.version)
+    note = (
+        f"{adapter.interpreter} on {executor.host} cannot import {adapter.name} "
+        f"({report.error}); its parser was not run: using {adapter.display_name} {version} "
+        f"({source}) "
+        "and relying on fail-fast at launch"
+    )
+    return EngineCheck(version, source, note)
+
+
+def _assumed(executor: Executor, adapter: EngineAdapter, why: str) -> EngineCheck:
+    note = (
+        f"{adapter.interpreter} on {executor.host} has no {adapter.name} package ({why}); "
+        f"assuming {adapter.effective_version} and relying on fail-fast"
+    )
+    return EngineCheck(adapter.effective_version, VersionSource.ASSUMED, note)
+
+
+def _rule(label: str, stage: str) -> str:
+    if stage == "algorithm":
+        return f"{label}'s algorithm-name resolution"
+    return f"{label}'s argument parser"
+
+
+def _conflicts(study: Study, adapter: EngineAdapter, uses: Sequence[FlagUse]) -> list[FlagProblem]:
+    if study.engine.max_running_requests is None:
+        return []
+    message = "{} and [engine] max_running_requests both set it: give one"
+    return [
+        FlagProblem(use.key, message.format(use.flag))
+        for use in uses
+        if adapter.folded_flags.get(use.flag) == "max_running_requests"
+    ]
+
+
+def _raise(study: Study, problems: Sequence[FlagProblem]) -> None:
+    if problems:
+        first, *others = problems
+        more = "".join(f"\n  also {p.key}: {p.message}" for p in others)
+        raise StudyFileError(study.path, first.key, first.message + more)
+
+
+def _last_line(text: str, exit_code: int) -> str:
+    return (text.strip().splitlines() or [f"exit code {exit_code}"])[-1]

@@ -42,6 +42,11 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?")
 """A full flag name; vLLM's dotted form (``--speculative-config.model``) sets one JSON key."""
 
+FlagValue = str | tuple[str, ...]
+"""A flag's value as the engine gets it: ``"true"`` (a bare switch), ``"false"`` (left out),
+one word, or several words (a TOML list, for a flag that takes several values)."""
+SWITCH_VALUES = ("true", "false")
+
 
 @dataclass(frozen=True)
 class HostSpec:
@@ -72,7 +77,7 @@ class EngineSpec:
     port: int
     bind_host: str = "127.0.0.1"
     version: str | None = None
-    flags: tuple[tuple[str, str], ...] = ()
+    flags: tuple[tuple[str, FlagValue], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     ready_timeout_s: float = 900.0
     draft_tp_flag: str | None = None
@@ -87,7 +92,7 @@ class SpaceSpec:
     eagle_topk: tuple[int, ...] = (1,)
     num_draft_tokens: tuple[int, ...] | None = None
     draft_tp: tuple[int, ...] | None = None
-    flags: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    flags: tuple[tuple[str, tuple[FlagValue, ...]], ...] = ()
     env: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
@@ -303,9 +308,7 @@ def _engine(r: TableReader) -> EngineSpec:
         raise r.error(
             "launcher", f"expected a command as a list of strings, got {describe(launcher)}"
         )
-    flags = r.string_map("flags")
-    for flag in flags:
-        _check_flag(r, "flags", flag)
+    flags = _engine_flags(r.sub("flags"))
     spec = EngineSpec(
         name=name,
         launcher=launcher_t,
@@ -331,6 +334,36 @@ def _engine(r: TableReader) -> EngineSpec:
 def _check_flag(r: TableReader, key: str, flag: str) -> None:
     if not _FLAG.fullmatch(flag):
         raise r.error(key, f'expected a full flag name like "--mem-fraction-static", got {flag!r}')
+
+
+def _engine_flags(r: TableReader) -> dict[str, FlagValue]:
+    """``[engine] flags``: ``"--flag" = value``; a list gives the flag several values."""
+    flags = {}
+    for flag in list(r.table):
+        if not _FLAG.fullmatch(flag):
+            raise r.error(
+                "", f'expected full flag names like "--mem-fraction-static", got {flag!r}'
+            )
+        flags[flag] = _flag_value(r, flag, r.raw(flag), nested=True)
+    r.done()
+    return flags
+
+
+def _flag_value(r: TableReader, key: str, value: Any, *, nested: bool) -> FlagValue:
+    """One flag value: a boolean (a switch), a string or number (one word), or, where
+    ``nested``, a non-empty list of strings or numbers (several words)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    if nested and isinstance(value, list) and value:
+        words = [v for v in value if isinstance(v, str | int | float) and not isinstance(v, bool)]
+        if len(words) == len(value):
+            return tuple(str(v) for v in words)
+    expected = "true/false, a string, a number" + (
+        ", or a non-empty list of strings or numbers (several values)" if nested else ""
+    )
+    raise r.error(key, f"expected {expected}, got {describe(value)}")
 
 
 def _env(r: TableReader, name: str) -> dict[str, str]:
@@ -404,9 +437,9 @@ def _space(r: TableReader, engine: EngineSpec) -> SpaceSpec:
 
 def _categorical(
     r: TableReader, name: str, *, flag: bool
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
+) -> tuple[tuple[str, tuple[Any, ...]], ...]:
     sub = r.sub(name)
-    out = []
+    out: list[tuple[str, tuple[Any, ...]]] = []
     for key in list(sub.table):
         if flag:
             if not _FLAG.fullmatch(key):
@@ -416,11 +449,11 @@ def _categorical(
         values = sub.raw(key)
         if not isinstance(values, list) or not values:
             raise sub.error(key, f"expected a non-empty list of values, got {describe(values)}")
-        for v in values:
-            if not isinstance(v, str | int | float | bool):
-                raise sub.error(key, f"expected strings or numbers, got {describe(v)}")
-        texts = tuple(str(v).lower() if isinstance(v, bool) else str(v) for v in values)
-        out.append((key, texts))
+        choices = tuple(_flag_value(sub, key, v, nested=flag) for v in values)
+        texts = [c if isinstance(c, str) else " ".join(c) for c in choices]
+        if len(set(texts)) != len(texts):
+            raise sub.error(key, f"expected different values, got {describe(values)}")
+        out.append((key, choices))
     sub.done()
     return tuple(out)
 

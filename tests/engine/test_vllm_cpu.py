@@ -215,3 +215,22 @@ def test_unsupported_cpu_attention_is_a_classified_failure(prepared: Path, tmp_p
     assert failure["kind"] == "rejected_flags", failure
     assert failure["deterministic"] is True
     assert "Unsupported CPU attention configuration" in failure["message"]
+
+
+def test_sweep_plan_runs_vllms_own_parser_over_every_command(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """The parser gate with the real vLLM: one process parses every planned command; a
+    rejected value is excluded with vLLM's exact message, the rest plan as before."""
+    study = study_copy(prepared, tmp_path)
+    text = study.read_text().replace(
+        "[space.flags]\n", '[space.flags]\n"--max-model-len" = ["1024", "huge"]\n'
+    )
+    study.write_text(text)
+    run = subprocess.run([str(SWEEP), "plan", str(study)], capture_output=True, text=True,
+                         timeout=300, cwd=tmp_path)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = " ".join(run.stdout.split())
+    assert "its own parser checked all 12 planned commands in one process; 6 rejected" in out
+    assert "6 valid configurations" in out
+    assert "invalid human_readable_int_or_auto value: 'huge' [vLLM 0.32.0's argument parser]" in out

@@ -27,6 +27,7 @@ import optuna
 from sweep.core.policy import Measured, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig, plan
+from sweep.engines import rules_for
 from sweep.loop.measure import Bench, Measurer, SaveSamples
 from sweep.loop.options import RunOptions
 from sweep.loop.progress import Display
@@ -105,7 +106,7 @@ def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) 
     text = SPACE.format(sampler=sampler, seed=seed, profile=profile_name)
     study = parse_study(text, str(folder / f"{profile_name}-{sampler}-{seed}.toml"))
     profile = load_profile(profile_name)
-    valid = plan(study).valid
+    valid = plan(study, rules_for(study)).valid
     best = max(truth(profile, c) for c in valid)
     values: list[float] = []
     runner = TruthRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor(),
