@@ -11,9 +11,9 @@ from pathlib import Path
 
 import optuna
 
+from sweep.core.records import ATTR
 from sweep.loop.progress import Display
-from sweep.loop.runner import run_study
-from sweep.store import ATTR
+from sweep.loop.run import run_study
 from sweep.study import load_study
 from tests.standin_sglang import imports, install, interpreter
 from tests.studies import flag, launches, write_study
