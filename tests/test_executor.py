@@ -86,7 +86,7 @@ def test_start_is_detached_in_its_own_group_with_env_log_and_pgid_file(
     assert log_of(executor, process) == f"pgid {process.pid} x y\n"
     assert executor.is_alive(process) and executor.group_alive(process.pgid)
     recorded = RecordedGroup.parse(executor.read_text(process.files.pgid) or "")
-    assert recorded == RecordedGroup(process.pid, process.start_ticks)
+    assert recorded == RecordedGroup(process.pid, process.start_ticks, executor.run_owner())
     assert process.start_ticks == executor.start_ticks(process.pid)
 
 

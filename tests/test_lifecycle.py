@@ -19,7 +19,7 @@ from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor import Executor, LocalExecutor, ServerFiles, ServerProcess
-from sweep.server.executor.base import CommandResult
+from sweep.server.executor.base import CommandResult, PortListeners, RunOwner, SocketHolder
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
 from tests.procs import group_members, kill_group, wait_until
@@ -61,6 +61,8 @@ class FakeExecutor(Executor):
         self.running = False
         self.signals: list[signal.Signals] = []
         self.files: dict[str, str] = {}
+        self.intruder: SocketHolder | None = None  # another process holding the port
+        self.port_checks = 0
 
     host = "fake-host"  # type: ignore[assignment]
     address = "127.0.0.1"  # type: ignore[assignment]
@@ -96,6 +98,17 @@ class FakeExecutor(Executor):
 
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
         return True
+
+    def listening_processes(self, port: int) -> PortListeners:
+        self.port_checks += 1
+        if self.intruder is not None:
+            return PortListeners(port, frozenset({self.intruder.inode}), (self.intruder,))
+        if not self.running:
+            return PortListeners(port)
+        return PortListeners(port, frozenset({7}), (SocketHolder(4242, 4242, 7),))
+
+    def run_owner(self) -> RunOwner:
+        return RunOwner.this_run(1, 1)
 
     def run(self, argv: Any, *, timeout: float = 30.0, env: Any = None) -> CommandResult:
         return CommandResult(tuple(argv), 127, "", "not found")
