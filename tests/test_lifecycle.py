@@ -255,6 +255,50 @@ def test_a_server_that_is_not_ours_is_a_stale_server() -> None:
     assert executor.signals == [signal.SIGTERM]
 
 
+def test_an_answer_from_a_port_another_process_holds_is_never_ready() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+    executor = FakeExecutor(fake.clock(), [b"[t TP0] Load weight begin.\n"])
+    executor.intruder = SocketHolder(5151, 5150, 9)  # took the port while ours loads
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        return httpx.Response(200, json=server_info_for(adapter))  # identical flags
+
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(executor, adapter, handler, fake)
+    failure = caught.value
+    assert failure.kind is FailureKind.STALE_SERVER and failure.phase is Phase.LOADING_WEIGHTS
+    assert "held by pid 5151 (process group 5150)" in failure.summary
+    assert paths == ["/ready"]  # its answer was the only request: no /server_info, no benchmark
+    assert executor.signals == [signal.SIGTERM]  # ours is stopped
+
+
+def test_begin_serving_checks_the_port_again_and_marks_the_phase() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=server_info_for(adapter))
+
+    executor = FakeExecutor(fake.clock(), [])
+    opts = LifecycleOptions(workdir="/w")
+    with (
+        mock_client(handler) as client,
+        server(
+            executor, adapter, CONFIG, PARAMS, client=client, options=opts, clock=fake.clock()
+        ) as running,
+    ):
+        checks = executor.port_checks
+        running.begin_serving()
+        assert executor.port_checks == checks + 1 and running.phase is Phase.SERVING
+        executor.intruder = SocketHolder(77, 77, 9)
+        with pytest.raises(ServerFailure) as caught:
+            running.begin_serving()
+    assert caught.value.kind is FailureKind.STALE_SERVER and "pid 77" in caught.value.summary
+
+
 def test_a_fatal_log_line_fails_at_once_without_waiting_for_exit() -> None:
     fake = FakeClock()
     oom = b"[t TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB\n"
