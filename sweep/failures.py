@@ -4,7 +4,9 @@ One enumeration, :class:`FailureKind`, names every way a launched server can
 fail. Each kind says whether it is *deterministic* (this configuration can
 never work, so a trial is recorded as infeasible) or *transient* (the next
 attempt may succeed, so a trial is retried). :class:`Phase` names how far a
-server got before it failed. Pure: no I/O.
+server got before it failed; :func:`at_phase` makes a diagnosis agree with it
+(an NCCL line after ready is a crash while serving, not an init failure).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ class Phase(enum.StrEnum):
     CAPTURING_CUDA_GRAPHS = "capturing CUDA graphs"
     WARMING_UP = "warming up"
     READY = "ready"
+    SERVING = "serving"
+    """Being benchmarked (set by the loop through ``RunningServer.begin_serving``)."""
 
     @property
     def order(self) -> int:
@@ -43,8 +47,11 @@ class FailureKind(enum.StrEnum):
     """The HTTP port was still held by another process."""
     GPU_BUSY = "gpu_busy"
     """GPU memory was not back to idle before launch."""
+    PORT_OWNED = "port_owned"
+    """The port is held by a server that another live `sweep` run started (not reaped)."""
     STALE_SERVER = "stale_server"
-    """A server answered on the port, but not the one just launched."""
+    """A server answered on the port, but not the one just launched (another process
+    holds the listening socket, or it reports other arguments)."""
     NCCL_INIT = "nccl_init"
     """NCCL / torch.distributed failed to initialise."""
     STARTUP_TIMEOUT = "startup_timeout"
@@ -52,7 +59,9 @@ class FailureKind(enum.StrEnum):
     CRASHED_DURING_START = "crashed_during_start"
     """The server died while starting, with no recognised cause."""
     CRASHED_AFTER_READY = "crashed_after_ready"
-    """The server died after it was ready, with no recognised cause."""
+    """The server died after it was ready, before the benchmark, with no start-up-only cause."""
+    CRASHED_WHILE_SERVING = "crashed_while_serving"
+    """The server died while it was being benchmarked, with no recognised cause."""
 
     @property
     def deterministic(self) -> bool:
@@ -63,3 +72,36 @@ class FailureKind(enum.StrEnum):
 _DETERMINISTIC = frozenset(
     {FailureKind.REJECTED_FLAGS, FailureKind.OUT_OF_MEMORY, FailureKind.ILLEGAL_TREE}
 )
+
+
+_STARTUP_ONLY = frozenset(
+    {
+        FailureKind.REJECTED_FLAGS,
+        FailureKind.PORT_IN_USE,
+        FailureKind.NCCL_INIT,
+        FailureKind.STARTUP_TIMEOUT,
+        FailureKind.CRASHED_DURING_START,
+        FailureKind.CRASHED_AFTER_READY,
+    }
+)
+"""Kinds that only make sense before the phase they name (or before ready)."""
+
+
+def at_phase(kind: FailureKind, phase: Phase) -> FailureKind:
+    """The kind a diagnosis means at the phase the server actually reached.
+
+    Before ready every kind stands. After ready, a kind that names start-up
+    (an NCCL line, an exit code that means "rejected", a bind error) is a
+    crash of a running server: ``crashed_after_ready``, or
+    ``crashed_while_serving`` once the benchmark started. Kinds that hold at
+    any time (out of memory, illegal tree) stand.
+
+    Args:
+        kind: the engine's diagnosis from the exit code and log lines.
+        phase: the phase reached (the lifecycle's, not only the log's).
+    """
+    if phase.order < Phase.READY.order or kind not in _STARTUP_ONLY:
+        return kind
+    if phase is Phase.SERVING:
+        return FailureKind.CRASHED_WHILE_SERVING
+    return FailureKind.CRASHED_AFTER_READY

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
-from sweep.server.executor.base import ProcStat
+from sweep.server.executor.base import ProcStat, RunOwner
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from tests.procs import group_members, kill_group, wait_until
 from tests.sshd import Sshd
@@ -86,7 +86,7 @@ def test_start_is_detached_in_its_own_group_with_env_log_and_pgid_file(
     assert log_of(executor, process) == f"pgid {process.pid} x y\n"
     assert executor.is_alive(process) and executor.group_alive(process.pgid)
     recorded = RecordedGroup.parse(executor.read_text(process.files.pgid) or "")
-    assert recorded == RecordedGroup(process.pid, process.start_ticks)
+    assert recorded == RecordedGroup(process.pid, process.start_ticks, executor.run_owner())
     assert process.start_ticks == executor.start_ticks(process.pid)
 
 
@@ -189,3 +189,34 @@ def test_read_text_and_remove(executor: Executor, tmp_path: Path) -> None:
     executor.remove(str(path))
     executor.remove(str(path))
     assert not path.exists()
+
+
+def test_listening_processes_name_the_group_holding_the_port(
+    executor: Executor, started: Callable[..., ServerProcess]
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = (
+        "import socket, time\n"
+        "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        f"s.bind(('127.0.0.1', {port})); s.listen(); print('up', flush=True); time.sleep(60)"
+    )
+    assert executor.listening_processes(port).sockets == frozenset()
+    process = started(code)
+    wait_until(lambda: "up" in log_of(executor, process), what="the listener")
+    listeners = executor.listening_processes(port)
+    assert listeners.owned_by(process.pgid)
+    assert {h.pgid for h in listeners.holders} == {process.pgid}
+    assert not listeners.owned_by(process.pgid + 1)
+    assert f"process group {process.pgid}" in listeners.describe_others(process.pgid + 1)
+
+
+def test_a_run_owner_is_alive_while_its_run_is_and_a_made_up_one_is_not(
+    executor: Executor,
+) -> None:
+    owner = executor.run_owner()
+    assert owner.alive_pid > 0 and executor.owner_alive(owner)
+    assert owner == executor.run_owner()  # stable while the connection lasts
+    reused = RunOwner(owner.token, owner.alive_pid, (owner.alive_ticks or 0) + 1, 1, "h")
+    assert not executor.owner_alive(reused)  # same PID, other start time: another process

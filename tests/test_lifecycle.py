@@ -19,7 +19,7 @@ from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor import Executor, LocalExecutor, ServerFiles, ServerProcess
-from sweep.server.executor.base import CommandResult
+from sweep.server.executor.base import CommandResult, PortListeners, RunOwner, SocketHolder
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
 from tests.procs import group_members, kill_group, wait_until
@@ -61,6 +61,8 @@ class FakeExecutor(Executor):
         self.running = False
         self.signals: list[signal.Signals] = []
         self.files: dict[str, str] = {}
+        self.intruder: SocketHolder | None = None  # another process holding the port
+        self.port_checks = 0
 
     host = "fake-host"  # type: ignore[assignment]
     address = "127.0.0.1"  # type: ignore[assignment]
@@ -96,6 +98,17 @@ class FakeExecutor(Executor):
 
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
         return True
+
+    def listening_processes(self, port: int) -> PortListeners:
+        self.port_checks += 1
+        if self.intruder is not None:
+            return PortListeners(port, frozenset({self.intruder.inode}), (self.intruder,))
+        if not self.running:
+            return PortListeners(port)
+        return PortListeners(port, frozenset({7}), (SocketHolder(4242, 4242, 7),))
+
+    def run_owner(self) -> RunOwner:
+        return RunOwner.this_run(1, 1)
 
     def run(self, argv: Any, *, timeout: float = 30.0, env: Any = None) -> CommandResult:
         return CommandResult(tuple(argv), 127, "", "not found")
@@ -240,6 +253,50 @@ def test_a_server_that_is_not_ours_is_a_stale_server() -> None:
     assert caught.value.kind is FailureKind.STALE_SERVER
     assert "not the one just launched" in str(caught.value)
     assert executor.signals == [signal.SIGTERM]
+
+
+def test_an_answer_from_a_port_another_process_holds_is_never_ready() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+    executor = FakeExecutor(fake.clock(), [b"[t TP0] Load weight begin.\n"])
+    executor.intruder = SocketHolder(5151, 5150, 9)  # took the port while ours loads
+    paths: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        paths.append(request.url.path)
+        return httpx.Response(200, json=server_info_for(adapter))  # identical flags
+
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(executor, adapter, handler, fake)
+    failure = caught.value
+    assert failure.kind is FailureKind.STALE_SERVER and failure.phase is Phase.LOADING_WEIGHTS
+    assert "held by pid 5151 (process group 5150)" in failure.summary
+    assert paths == ["/ready"]  # its answer was the only request: no /server_info, no benchmark
+    assert executor.signals == [signal.SIGTERM]  # ours is stopped
+
+
+def test_begin_serving_checks_the_port_again_and_marks_the_phase() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=server_info_for(adapter))
+
+    executor = FakeExecutor(fake.clock(), [])
+    opts = LifecycleOptions(workdir="/w")
+    with (
+        mock_client(handler) as client,
+        server(
+            executor, adapter, CONFIG, PARAMS, client=client, options=opts, clock=fake.clock()
+        ) as running,
+    ):
+        checks = executor.port_checks
+        running.begin_serving()
+        assert executor.port_checks == checks + 1 and running.phase is Phase.SERVING
+        executor.intruder = SocketHolder(77, 77, 9)
+        with pytest.raises(ServerFailure) as caught:
+            running.begin_serving()
+    assert caught.value.kind is FailureKind.STALE_SERVER and "pid 77" in caught.value.summary
 
 
 def test_a_fatal_log_line_fails_at_once_without_waiting_for_exit() -> None:

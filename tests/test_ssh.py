@@ -17,7 +17,7 @@ from sweep.clock import Clock
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import ExecutorError, TransientSSHError
 from sweep.failures import Phase
-from sweep.server.executor import ServerFiles
+from sweep.server.executor import RecordedGroup, ServerFiles
 from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget, connect
 from sweep.server.lifecycle import LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
@@ -112,6 +112,10 @@ def test_a_start_retried_after_a_dropped_connection_starts_once(sshd: Sshd, tmp_
         wait_until(starts.exists, what="the server to start")
         assert starts.read_text() == "x"  # one server, although the start command ran twice
         assert group_members(process.pgid)
+        record = RecordedGroup.parse(executor.read_text(files.pgid) or "")
+        # the first connection is gone; the record now names the one that replaced it
+        assert record is not None and record.owner == executor.run_owner()
+        assert executor.owner_alive(record.owner)
     finally:
         kill_group(process.pgid)
         executor.close()

@@ -415,14 +415,16 @@ class EngineAdapter(abc.ABC):
         return Diagnosis(FailureKind.CRASHED_DURING_START, evidence)
 
     def launched_by(self, server_info: Mapping[str, Any], command: LaunchCommand) -> bool:
-        """True when the server answering is the one ``command`` started.
+        """True when the server answering reports the arguments ``command`` started it with.
 
-        Its reported launch command must contain our flags, in order; without
-        one, its model path, port and tensor-parallel size must be ours.
+        Compared as argv, whatever characters the arguments hold: its reported
+        launch command must contain our flags, in order and unchanged (see
+        :func:`argv_in_launch_command`); without one, its model path, port and
+        tensor-parallel size fields must equal our flags' values.
         """
         reported = server_info.get("launch_command")
         if isinstance(reported, str) and reported:
-            return _contains(_split(reported), list(command.server_args))
+            return argv_in_launch_command(reported, command.server_args)
         ours = _flag_values(command.server_args)
         return all(
             str(server_info.get(key)) == ours.get(flag)
@@ -434,15 +436,28 @@ class EngineAdapter(abc.ABC):
         )
 
 
+def argv_in_launch_command(reported: str, args: Sequence[str]) -> bool:
+    """True when a server's one-string launch command contains ``args``, in order, unchanged.
+
+    SGLang reports ``" ".join(sys.argv)``: unquoted, so it is never split
+    again (a model path with spaces would fall apart); ``args`` joined the same
+    way must appear in it as whole words. A shell-quoted launch command (what
+    ``shlex.join`` writes) is split with :func:`shlex.split` and compared word
+    by word.
+    """
+    if not args:
+        return True
+    if f" {' '.join(args)} " in f" {reported} ":
+        return True
+    try:
+        words = shlex.split(reported)
+    except ValueError:  # unbalanced quotes: not a shell-quoted line
+        return False
+    return _contains(words, list(args))
+
+
 def _first_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:
     return next((line for line in lines if pattern.search(line)), None)
-
-
-def _split(text: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError:
-        return text.split()
 
 
 def _contains(words: list[str], part: list[str]) -> bool:

@@ -1,8 +1,10 @@
 """A server's footprint on its host, before and after: port, GPUs, process group, PGID file.
 
 Before a launch, :meth:`ServerHost.preflight` reaps a server an earlier run
-left on the port (found through its PGID file, and said so), then requires
-the port to be free and the GPUs idle (where ``nvidia-smi`` exists). After,
+left on the port (found through its PGID file, and said so) — unless the run
+that started it is still alive (another `sweep run` using the port): then it
+fails at once with ``port_owned`` and touches nothing. Then it requires the
+port to be free and the GPUs idle (where ``nvidia-smi`` exists). After,
 :meth:`ServerHost.stop` sends SIGTERM to the process group, waits
 :data:`STOP_GRACE_S`, sends SIGKILL, and waits until the group is gone, the
 port is free and GPU memory is idle, each bounded, with the time recorded.
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from sweep.clock import Clock
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase
-from sweep.server.executor.base import Executor, RecordedGroup
+from sweep.server.executor.base import Executor, RecordedGroup, run_token
 from sweep.server.readiness import Event, EventKind, EventSink
 
 STOP_GRACE_S = 20.0
@@ -67,6 +69,8 @@ class StopReport:
             ``"SIGTERM"`` or ``"SIGKILL"``.
         group_gone / port_free: whether they were, at the end.
         gpus_idle: whether GPU memory was idle at the end; ``None`` = no telemetry.
+        port: the server's port.
+        port_holders: when the port was still held, who held it (one line).
     """
 
     duration_s: float
@@ -74,6 +78,30 @@ class StopReport:
     group_gone: bool
     port_free: bool
     gpus_idle: bool | None
+    port: int = 0
+    port_holders: str = ""
+
+    @property
+    def port_still_held(self) -> bool:
+        """True when the port was not free at the end of the stop (the next start would fail)."""
+        return not self.port_free
+
+    @property
+    def clean(self) -> bool:
+        """True when the group is gone, the port free and the GPUs idle (or unmonitored)."""
+        return self.group_gone and self.port_free and self.gpus_idle is not False
+
+    def warnings(self) -> tuple[str, ...]:
+        """One line per resource the stop could not free; empty when :attr:`clean`."""
+        out = []
+        if not self.group_gone:
+            out.append("the server's process group is STILL RUNNING after SIGKILL")
+        if self.port_still_held:
+            held = f" by {self.port_holders}" if self.port_holders else ""
+            out.append(f"port {self.port} is STILL HELD{held} after the stop")
+        if self.gpus_idle is False:
+            out.append("GPU memory is NOT idle after the stop")
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -105,7 +133,7 @@ class ServerHost:
         """Reap a leftover server, then require a free port and idle GPUs.
 
         Raises:
-            ServerFailure: PORT_IN_USE or GPU_BUSY, phase PREFLIGHT (transient).
+            ServerFailure: PORT_OWNED, PORT_IN_USE or GPU_BUSY, phase PREFLIGHT (transient).
         """
         started = self.clock.now()
         reaped = self.reap_leftover()
@@ -114,13 +142,20 @@ class ServerHost:
         return PreflightReport(self.clock.now() - started, reaped, gpus)
 
     def reap_leftover(self) -> int | None:
-        """Stop the server an earlier run recorded for this port, if it still runs."""
+        """Stop the server an earlier run recorded for this port, if it still runs.
+
+        A server whose owning run is alive (and is not this run) is left alone.
+
+        Raises:
+            ServerFailure: PORT_OWNED, when another live run owns the recorded server.
+        """
         text = self.executor.read_text(self.pgid_path)
         if text is None:
             return None
         group = RecordedGroup.parse(text)
         reaped = None
         if group is not None and self._still_running(group):
+            self._refuse_if_owned(group)
             where = f"{self.executor.host}: process group {group.pgid} ({self.pgid_path})"
             self.emit(Event(EventKind.NOTE, f"reaping a server left by an earlier run on {where}"))
             self.terminate(group.pgid)
@@ -128,18 +163,54 @@ class ServerHost:
         self.executor.remove(self.pgid_path)
         return reaped
 
+    def _refuse_if_owned(self, group: RecordedGroup) -> None:
+        owner = group.owner
+        if owner is None or owner.token == run_token() or not self.executor.owner_alive(owner):
+            return  # an older sweep's record, our own leftover, or its run is dead: reap
+        raise self._failure(
+            FailureKind.PORT_OWNED,
+            f"port {self.port} on {self.executor.host} is held by a server owned by a live "
+            f"sweep run ({owner.describe()}; process group {group.pgid}, {self.pgid_path}); "
+            "it was left running: stop that run first, or give this study another port",
+        )
+
     def stop(self, pgid: int) -> StopReport:
-        """Terminate the group, then wait (bounded) for the port and GPUs to be released."""
+        """Terminate the group, then wait (bounded) for the port and GPUs to be released.
+
+        No wait for the port when, the group gone, other processes hold it (an
+        intruder, or a child that left the group): it would not be released.
+        """
         started = self.clock.now()
         sent, gone = self.terminate(pgid)
         release = self.limits.release_timeout_s
-        port_free = self._wait_for(self._port_free, release)
+        port_free = self._port_free() or (
+            not (gone and self._held_by_others(pgid)) and self._wait_for(self._port_free, release)
+        )
         gpus_idle = None
         if self.gpu_memory() is not None:
             gpus_idle = self._wait_for(lambda: self._idle(self.gpu_memory()), release)
         if gone:
             self.executor.remove(self.pgid_path)
-        return StopReport(self.clock.now() - started, sent, gone, port_free, gpus_idle)
+        holders = "" if port_free else self._holders(pgid)
+        duration = self.clock.now() - started
+        return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders)
+
+    def _held_by_others(self, pgid: int) -> bool:
+        """True when live processes outside ``pgid`` hold the port: waiting would not free it."""
+        listeners = self.executor.listening_processes(self.port)
+        return (
+            bool(listeners.holders)
+            and not listeners.unseen()
+            and not any(h.pgid == pgid for h in listeners.holders)
+        )
+
+    def _holders(self, pgid: int) -> str:
+        """Who holds the port, for a message: our group and/or others."""
+        listeners = self.executor.listening_processes(self.port)
+        ours = sorted({h.pid for h in listeners.holders if h.pgid == pgid})
+        parts = [f"this server's pid {', '.join(map(str, ours))}"] if ours else []
+        others = listeners.describe_others(pgid)
+        return "; ".join([*parts, others] if others else parts)
 
     def terminate(self, pgid: int) -> tuple[str, bool]:
         """SIGTERM, grace period, SIGKILL.
@@ -178,10 +249,12 @@ class ServerHost:
     def _require_port_free(self) -> None:
         if self._wait_for(self._port_free, self.limits.port_wait_s):
             return
+        holders = self.executor.listening_processes(self.port).describe_others(0)
         raise self._failure(
             FailureKind.PORT_IN_USE,
-            f"port {self.port} is held by a process sweep did not start (waited "
-            f"{self.limits.port_wait_s:g} s); stop it or choose another port",
+            f"port {self.port} is held by a process sweep did not start"
+            f"{f' ({holders})' if holders else ''} (waited {self.limits.port_wait_s:g} s); "
+            "stop it or choose another port",
         )
 
     def _require_gpus_idle(self) -> tuple[int, ...] | None:

@@ -4,10 +4,14 @@
 checks the host (no server left by an earlier run, port free, GPUs idle;
 ``sweep.server.hygiene``), starts the server detached, follows it to ready
 (``sweep.server.readiness``), confirms that the server answering is the one just
-launched, and records what it resolved. On every way out of the block,
-Ctrl-C and SIGTERM included, it stops the server: SIGTERM to the process
-group, :data:`STOP_GRACE_S`, SIGKILL, then waits until the group is gone,
-the port is free and GPU memory is idle.
+launched (the port's listening socket belongs to its process group, and it
+reports our arguments), and records what it resolved. Before measuring, the
+caller calls :meth:`RunningServer.begin_serving`, which checks both again and
+marks the phase ``serving``. On every way out of the block, Ctrl-C and
+SIGTERM included, it stops the server: SIGTERM to the process group,
+:data:`STOP_GRACE_S`, SIGKILL, then waits until the group is gone, the port
+is free and GPU memory is idle; a stop that could not free them says so
+(:meth:`StopReport.warnings`, and a ``warning`` event).
 
 Every failure is a :class:`~sweep.exceptions.ServerFailure` carrying its
 :class:`~sweep.failures.FailureKind`. ``sweep.loop.launch.launch_once`` wraps this
@@ -34,7 +38,7 @@ from sweep.engines.base import (
     SpecParams,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
-from sweep.failures import FailureKind, Phase
+from sweep.failures import FailureKind, Phase, at_phase
 from sweep.server.executor.base import Executor, ServerFiles, ServerProcess
 from sweep.server.hygiene import (
     STOP_GRACE_S,
@@ -53,6 +57,7 @@ from sweep.server.readiness import (
     ReadyWait,
     StartFailed,
     confirm_identity,
+    listener_is_ours,
     server_info,
     wait_until_ready,
 )
@@ -121,6 +126,7 @@ class _Context:
     emit: EventSink
     url: str
     client: httpx.Client
+    port: int
 
 
 class RunningServer:
@@ -132,6 +138,8 @@ class RunningServer:
         process: its process group on the host.
         resolved: what it resolved (read back from ``/server_info``).
         phase_s: seconds after launch at which each phase was first seen.
+        reached: the furthest phase the lifecycle itself established (ready,
+            serving), which the log may not show yet.
         preflight: the pre-launch checks.
         launched_wall / ready_wall: wall-clock times of launch and of knowing it ready.
         stop_report: how the stop went, once stopped.
@@ -146,27 +154,60 @@ class RunningServer:
         self.watch = LogWatch(ctx.adapter, ctx.readiness.log_marker)
         self.resolved = ResolvedServer()
         self.phase_s: dict[Phase, float] = {}
+        self.reached = Phase.LAUNCHED
         self.launched_at = ctx.clock.now()
         self.launched_wall = ctx.clock.wall()
         self.ready_wall: float | None = None
         self.stop_report: StopReport | None = None
 
+    @property
+    def phase(self) -> Phase:
+        """How far the server got: the log's phase, or further if the lifecycle knows so."""
+        return max(self.watch.phase, self.reached, key=lambda p: p.order)
+
     def check(self) -> None:
         """Raise if the server died or logged a fatal error since it was ready.
 
         Raises:
-            ServerFailure: classified from its exit code and log (phase READY), or SSH.
+            ServerFailure: classified from its exit code and log at the phase
+                reached (``crashed_while_serving`` once :meth:`begin_serving` ran), or SSH.
         """
         ctx = self._ctx
         offset = self.watch.offset
         observation = _guard_ssh(
-            ctx, self.watch.phase, lambda: ctx.executor.observe(self.process, offset)
+            ctx, self.phase, lambda: ctx.executor.observe(self.process, offset)
         )
         self.watch.feed(observation.log)
         if observation.alive and self.watch.fatal is None:
             return
         _stop_quietly(self)
         raise self.failure(StartFailed())
+
+    def begin_serving(self) -> None:
+        """Call right before measuring: the server must still run and still own its port.
+
+        Marks the phase ``serving``, so that a crash from now on is classified
+        as ``crashed_while_serving`` (by :meth:`check`).
+
+        Raises:
+            ServerFailure: it died (classified), another process holds its port
+                (``stale_server``), or the host could not be reached (``ssh``); the
+                server is stopped first.
+        """
+        self.check()
+        try:
+            if not _guard_ssh(self._ctx, self.phase, lambda: _owns_port(self)):
+                raise StartFailed(
+                    FailureKind.CRASHED_AFTER_READY,
+                    f"the server runs, but nothing listens on port {self._ctx.port} any more",
+                )
+        except StartFailed as failed:
+            _stop_quietly(self)
+            raise self.failure(failed) from None
+        except ServerFailure:
+            _stop_quietly(self)
+            raise
+        self.reached = Phase.SERVING
 
     def stop(self) -> StopReport:
         """Stop the server and wait until its resources are free; only the first call acts.
@@ -180,23 +221,26 @@ class RunningServer:
                 self.stop_report = self._ctx.host.stop(self.process.pgid)
             elapsed = self._ctx.clock.now() - self.launched_at
             self._ctx.emit(_stopped_event(self.stop_report, self._ctx.executor.host, elapsed))
+            for warning in self.stop_report.warnings():
+                message = f"{warning} on {self._ctx.executor.host}"
+                self._ctx.emit(Event(EventKind.WARNING, message, elapsed))
         return self.stop_report
 
     def failure(self, failed: StartFailed) -> ServerFailure:
         """Turn a start failure into a classified ServerFailure (call after the stop)."""
         self._drain_log()
         code = self._exit_code()
-        watch = self.watch
+        watch, phase = self.watch, self.phase
         if failed.kind is not None:
             kind, reason = failed.kind, failed.reason
         else:
-            diagnosis = self._ctx.adapter.classify(code, watch.flagged, watch.phase, watch.tail)
-            kind, reason = diagnosis.kind, diagnosis.reason
+            diagnosis = self._ctx.adapter.classify(code, watch.flagged, phase, watch.tail)
+            kind, reason = at_phase(diagnosis.kind, phase), diagnosis.reason
         return ServerFailure(
             kind,
-            f"{_what_happened(code, failed)} {_when(watch.phase)}: {reason}",
+            f"{_what_happened(code, failed)} {_when(phase)}: {reason}",
             return_code=code,
-            phase=watch.phase,
+            phase=phase,
             log_tail=list(watch.tail),
             host=self._ctx.executor.host,
             command=self.command.shell(),
@@ -287,7 +331,18 @@ def _context(
     readiness = options.readiness or adapter.readiness()
     url = server_url(executor, config)
     return _Context(
-        executor, adapter, command, files, options, readiness, host, clock, emit, url, client
+        executor,
+        adapter,
+        command,
+        files,
+        options,
+        readiness,
+        host,
+        clock,
+        emit,
+        url,
+        client,
+        config.port,
     )
 
 
@@ -322,7 +377,9 @@ def _follow_to_ready(running: RunningServer) -> None:
             launched_at=running.launched_at,
             emit=ctx.emit,
             seen=running.phase_s,
+            ours=lambda: _owns_port(running),
         )
+        running.reached = Phase.READY
         running.ready_wall = ctx.clock.wall()
         info = server_info(ctx.client, ctx.url, paths=ctx.adapter.info_paths)
         confirm_identity(ctx.adapter, info, ctx.command, ctx.url)
@@ -331,9 +388,20 @@ def _follow_to_ready(running: RunningServer) -> None:
         raise running.failure(failed) from None
     except TransientSSHError as exc:
         _stop_quietly(running)
-        raise _ssh_failure(ctx, running.watch.phase, exc) from exc
+        raise _ssh_failure(ctx, running.phase, exc) from exc
     running.resolved = ctx.adapter.resolved(info, running.watch.readback)
     ctx.emit(_ready_event(running))
+
+
+def _owns_port(running: RunningServer) -> bool:
+    """Whether the port's listening socket is held by this server's process group.
+
+    Raises:
+        StartFailed: STALE_SERVER, another process holds it.
+    """
+    ctx = running._ctx
+    listeners = ctx.executor.listening_processes(ctx.port)
+    return listener_is_ours(listeners, running.process.pgid, ctx.executor.host)
 
 
 def _stop_quietly(running: RunningServer) -> None:
@@ -395,6 +463,7 @@ def _when(phase: Phase) -> str:
         Phase.PREFLIGHT: "before launch",
         Phase.LAUNCHED: "before loading",
         Phase.READY: "after it was ready",
+        Phase.SERVING: "while it was being benchmarked",
     }
     return special.get(phase, f"while {phase}")
 

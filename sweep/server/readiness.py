@@ -5,7 +5,10 @@ reached, the lines that matched a failure signature, and the last 50 lines.
 :func:`wait_until_ready` polls the process, the log and the engine's
 readiness endpoint every ``poll_interval_s`` until the server serves, and
 raises :class:`StartFailed` at once when the process exits or a fatal line
-appears. All HTTP goes through an ``httpx.Client`` passed in.
+appears. Ready means: the endpoint answered 200 *and* the socket listening on
+the port is held by the launched process group (:func:`listener_is_ours`), so
+another process that took the port while ours loaded is never taken for it.
+All HTTP goes through an ``httpx.Client`` passed in.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import httpx
 from sweep.clock import Clock
 from sweep.engines.base import EngineAdapter, LaunchCommand, Readiness
 from sweep.failures import FailureKind, Phase
-from sweep.server.executor.base import Executor, ServerProcess
+from sweep.server.executor.base import Executor, PortListeners, ServerProcess
 
 LOG_TAIL_LINES = 50
 MAX_FLAGGED_LINES = 200
@@ -34,6 +37,7 @@ class EventKind(enum.StrEnum):
     PROGRESS = "progress"
     READY = "ready"
     STOPPED = "stopped"
+    WARNING = "warning"
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,38 @@ class LogWatch:
         return phase
 
 
+Ownership = Callable[[], bool]
+"""Is the socket listening on the port held by our process group?
+
+True: yes, proven. False: nothing listens yet (keep polling). Raises
+:class:`StartFailed` (STALE_SERVER) when another process holds it.
+"""
+
+
+def listener_is_ours(listeners: PortListeners, pgid: int, where: str) -> bool:
+    """Judge who holds the port: ours (True), nobody yet (False), or someone else (raise).
+
+    Args:
+        listeners: the port's listening sockets and their holders.
+        pgid: our server's process group.
+        where: the host, for the message.
+
+    Raises:
+        StartFailed: STALE_SERVER, naming the process that holds the port.
+    """
+    if listeners.owned_by(pgid):
+        return True
+    others = listeners.describe_others(pgid)
+    if not others:
+        return False
+    raise StartFailed(
+        FailureKind.STALE_SERVER,
+        f"port {listeners.port} on {where} answers, but its listening socket is held by "
+        f"{others}, not by the server sweep launched (process group {pgid}); that process "
+        "was not measured and is left running: stop it, or give this study another port",
+    )
+
+
 @dataclass(frozen=True)
 class ReadyWait:
     """The knobs of :func:`wait_until_ready`."""
@@ -148,17 +184,24 @@ def wait_until_ready(
     launched_at: float,
     emit: EventSink,
     seen: dict[Phase, float],
+    ours: Ownership,
 ) -> None:
-    """Poll until the server serves, recording in ``seen`` when each phase was first seen.
+    """Poll until our server serves, recording in ``seen`` when each phase was first seen.
+
+    Whenever the port answers and the listener is not yet proven ours, and
+    again on the answer that says ready, ``ours`` is asked.
 
     Args:
         seen: filled with seconds after launch per phase, also when the start fails.
+        ours: whether the port's listening socket belongs to our process group.
 
     Raises:
-        StartFailed: the process exited, logged a fatal line, or the timeout passed.
+        StartFailed: the process exited, logged a fatal line, another process
+            holds the port (STALE_SERVER), or the timeout passed.
         ExecutorError: the host could not be reached (after the executor's retries).
     """
     next_progress = launched_at + wait.progress_every_s
+    proven = False
     while True:
         started = clock.now()
         observation = executor.observe(process, watch.offset)
@@ -166,11 +209,14 @@ def wait_until_ready(
             seen[phase] = clock.now() - launched_at
             emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
         _fail_fast(watch, observation.alive)
-        if _may_probe(watch, wait.readiness) and probe(client, wait.url, wait.readiness):
+        status = probe_status(client, wait.url, wait.readiness) if _may_probe(watch, wait) else None
+        if status is not None and (status == 200 or not proven):
+            proven = ours()
+        if status == 200 and proven:
             seen[Phase.READY] = clock.now() - launched_at
             return
         now = clock.now()
-        _fail_on_timeout(wait, watch, now - launched_at)
+        _fail_on_timeout(wait, watch, now - launched_at, answered=status is not None)
         if now >= next_progress:
             emit(Event(EventKind.PROGRESS, f"still {watch.phase}", now - launched_at, watch.phase))
             next_progress += wait.progress_every_s
@@ -179,11 +225,12 @@ def wait_until_ready(
             clock.sleep(max(0.0, wait.poll_interval_s - (now - started)))
 
 
-def _fail_on_timeout(wait: ReadyWait, watch: LogWatch, elapsed: float) -> None:
+def _fail_on_timeout(wait: ReadyWait, watch: LogWatch, elapsed: float, *, answered: bool) -> None:
     if elapsed >= wait.timeout_s:
+        unseen = "; the port answered, but no listening socket was seen" if answered else ""
         raise StartFailed(
             FailureKind.STARTUP_TIMEOUT,
-            f"not ready after {wait.timeout_s:g} s (still {watch.phase})",
+            f"not ready after {wait.timeout_s:g} s (still {watch.phase}{unseen})",
         )
 
 
@@ -194,17 +241,17 @@ def _fail_fast(watch: LogWatch, alive: bool) -> None:
         raise StartFailed()  # the lifecycle stops the server, then classifies
 
 
-def _may_probe(watch: LogWatch, readiness: Readiness) -> bool:
-    return watch.marker_seen or not readiness.wait_for_log_marker
+def _may_probe(watch: LogWatch, wait: ReadyWait) -> bool:
+    return watch.marker_seen or not wait.readiness.wait_for_log_marker
 
 
-def probe(client: httpx.Client, url: str, readiness: Readiness) -> bool:
-    """One readiness request: True on 200; refused, 503 or a timeout mean "not yet"."""
+def probe_status(client: httpx.Client, url: str, readiness: Readiness) -> int | None:
+    """One readiness request: its status (200 = ready); ``None`` if refused or timed out."""
     try:
         response = client.get(url + readiness.endpoint, timeout=readiness.request_timeout_s)
     except httpx.TransportError:
-        return False
-    return response.status_code == 200
+        return None
+    return response.status_code
 
 
 def server_info(

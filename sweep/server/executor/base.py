@@ -8,14 +8,25 @@ host through fabric. Nothing else in `sweep` imports subprocess or fabric.
 A server is started *detached*: in its own session and process group (its
 PGID is its PID), stdio to a log file, and the PGID recorded in a file on the
 host, so that a later `sweep` run can find and reap a server an earlier run
-left behind. Liveness counts a zombie (state ``Z``) as dead, because an
-orphan's reaper may collect it seconds late.
+left behind. The record also names the run that started it (:class:`RunOwner`):
+a server whose run is still alive is never reaped by another run. Liveness
+counts a zombie (state ``Z``) as dead, because an orphan's reaper may collect
+it seconds late.
+
+:meth:`Executor.listening_processes` says which processes hold the listening
+sockets of a port (``/proc/net/tcp{,6}`` inodes matched against
+``/proc/PID/fd``): the proof that the server answering on a port is the one
+this run started.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
+import secrets
 import signal
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -101,24 +112,168 @@ class CommandResult:
         return self.exit_code == 0
 
 
+_TOKENS: dict[int, str] = {}
+
+
+def run_token() -> str:
+    """A random token for this process (a forked child gets its own)."""
+    pid = os.getpid()
+    if pid not in _TOKENS:
+        _TOKENS[pid] = secrets.token_hex(6)
+    return _TOKENS[pid]
+
+
+@dataclass(frozen=True)
+class RunOwner:
+    """The `sweep` run that started a server, in a form its host can check.
+
+    Liveness is judged on the server's host, by a process there that lives
+    exactly as long as the run can act on that host: the orchestrator itself
+    when the server runs locally, or the sshd process of the orchestrator's
+    SSH connection when it runs remotely (an orchestrator that died, or lost
+    its connection, has no live session there). A recorded start time tells a
+    reused PID apart.
+
+    Attributes:
+        token: identifies the orchestrator process (random, per process).
+        alive_pid: the process on the server's host whose life is the run's.
+        alive_ticks: its start time (``/proc`` clock ticks), if known.
+        pid: the orchestrator's PID on its own machine (for messages).
+        host: the orchestrator's hostname (for messages).
+    """
+
+    token: str
+    alive_pid: int
+    alive_ticks: int | None
+    pid: int
+    host: str
+
+    @classmethod
+    def this_run(cls, alive_pid: int, alive_ticks: int | None) -> RunOwner:
+        """This orchestrator, whose life on the host is ``alive_pid``'s."""
+        host = "".join(c if c.isalnum() or c in ".-_" else "_" for c in socket.gethostname())
+        return cls(run_token(), alive_pid, alive_ticks, os.getpid(), host or "unknown")
+
+    @classmethod
+    def parse(cls, words: Sequence[str]) -> RunOwner | None:
+        """The words :meth:`render` wrote; ``None`` when absent or unreadable."""
+        if len(words) < 5 or not words[1].isdigit() or not words[3].isdigit():
+            return None
+        ticks = int(words[2]) if words[2].isdigit() else None
+        return cls(words[0], int(words[1]), ticks, int(words[3]), words[4])
+
+    def render(self) -> str:
+        ticks = self.alive_ticks if self.alive_ticks is not None else "-"
+        return f"{self.token} {self.alive_pid} {ticks} {self.pid} {self.host}"
+
+    def describe(self) -> str:
+        return f"pid {self.pid} on host {self.host}"
+
+
 @dataclass(frozen=True)
 class RecordedGroup:
-    """A process group recorded in a PGID file by an earlier launch."""
+    """A process group recorded in a PGID file by a launch, and the run that launched it."""
 
     pgid: int
     start_ticks: int | None
+    owner: RunOwner | None = None
 
     @classmethod
     def parse(cls, text: str) -> RecordedGroup | None:
-        """``"1234 5678"`` → RecordedGroup(1234, 5678); ``None`` when unreadable."""
+        """``"1234 5678 OWNER…"`` → RecordedGroup; ``None`` when unreadable.
+
+        A record without an owner (written by an older `sweep`) has ``owner=None``.
+        """
         parts = text.split()
         if not parts or not parts[0].isdigit():
             return None
         ticks = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-        return cls(int(parts[0]), ticks)
+        return cls(int(parts[0]), ticks, RunOwner.parse(parts[2:]))
 
     def render(self) -> str:
-        return f"{self.pgid} {self.start_ticks if self.start_ticks is not None else ''}\n"
+        ticks = self.start_ticks if self.start_ticks is not None else "-"
+        owner = f" {self.owner.render()}" if self.owner is not None else ""
+        return f"{self.pgid} {ticks}{owner}\n"
+
+
+@dataclass(frozen=True)
+class SocketHolder:
+    """A process holding a listening socket: its PID, its process group, the socket's inode."""
+
+    pid: int
+    pgid: int
+    inode: int
+
+
+@dataclass(frozen=True)
+class PortListeners:
+    """Who listens on a port: the listening sockets, and the processes seen holding them.
+
+    Attributes:
+        port: the TCP port.
+        sockets: inodes of the sockets LISTENing on it (IPv4 and IPv6).
+        holders: the processes holding one of them, as far as they can be seen
+            (another user's processes cannot be, without root).
+    """
+
+    port: int
+    sockets: frozenset[int] = frozenset()
+    holders: tuple[SocketHolder, ...] = ()
+
+    def foreign(self, pgid: int) -> tuple[SocketHolder, ...]:
+        """Holders outside process group ``pgid``."""
+        return tuple(h for h in self.holders if h.pgid != pgid)
+
+    def unseen(self) -> frozenset[int]:
+        """Listening sockets whose holder could not be seen."""
+        return self.sockets - {h.inode for h in self.holders}
+
+    def owned_by(self, pgid: int) -> bool:
+        """True when something listens and every listening socket is held by ``pgid`` only."""
+        return bool(self.sockets) and not self.unseen() and not self.foreign(pgid)
+
+    def describe_others(self, pgid: int) -> str:
+        """The processes (outside ``pgid``) that hold the port, for a message; ``""`` if none."""
+        others = sorted({(h.pid, h.pgid) for h in self.foreign(pgid)})
+        parts = [f"pid {pid} (process group {group})" for pid, group in others]
+        if self.unseen():
+            parts.append("a process sweep cannot inspect (another user's, or in a container)")
+        return ", ".join(parts)
+
+
+def listening_inodes(proc_net_tcp: str, port: int) -> frozenset[int]:
+    """Inodes of the sockets LISTENing on ``port`` in ``/proc/net/tcp{,6}`` text."""
+    inodes = set()
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) < 10 or ":" not in fields[1] or fields[3] != "0A":
+            continue
+        with contextlib.suppress(ValueError):
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and int(fields[9]) > 0:
+                inodes.add(int(fields[9]))
+    return frozenset(inodes)
+
+
+def socket_inode(link: str) -> int | None:
+    """``"socket:[1234]"`` (an fd's link target) → 1234; anything else → ``None``."""
+    if link.startswith("socket:[") and link.endswith("]") and link[8:-1].isdigit():
+        return int(link[8:-1])
+    return None
+
+
+def socket_fds_in(listing: str) -> dict[int, set[int]]:
+    """``ls -l /proc/[0-9]*/fd`` output → socket inodes per PID."""
+    held: dict[int, set[int]] = {}
+    pid = None
+    for line in listing.splitlines():
+        if line.startswith("/proc/") and line.endswith("/fd:"):
+            number = line[len("/proc/") : -len("/fd:")]
+            pid = int(number) if number.isdigit() else None
+            continue
+        inode = socket_inode(line.rpartition(" -> ")[2].strip())
+        if pid is not None and inode is not None:
+            held.setdefault(pid, set()).add(inode)
+    return held
 
 
 @dataclass(frozen=True)
@@ -219,7 +374,9 @@ class Executor(abc.ABC):
         ``/dev/null`` and stdout+stderr truncated into ``files.log``; it
         survives this executor (and an SSH disconnect). ``env`` is added to the
         host's environment. ``files.pgid`` is written with
-        :meth:`RecordedGroup.render`; a stale ``files.exit`` is removed first.
+        :meth:`RecordedGroup.render`, naming :meth:`run_owner` as the owner; a
+        stale ``files.exit`` is removed first. Every argument and environment
+        value reaches the process unchanged, whatever characters it holds.
 
         Returns:
             The started process.
@@ -255,6 +412,27 @@ class Executor(abc.ABC):
     @abc.abstractmethod
     def start_ticks(self, pid: int) -> int | None:
         """When ``pid`` started (``/proc`` clock ticks), or ``None`` if it does not run."""
+
+    @abc.abstractmethod
+    def listening_processes(self, port: int) -> PortListeners:
+        """The sockets listening on ``port`` on the host, and which processes hold them.
+
+        Read from ``/proc/net/tcp{,6}`` (LISTEN entries, their inodes) and
+        ``/proc/PID/fd`` (``socket:[inode]`` links): no root needed for the
+        processes of the executor's own user, which the servers it starts are.
+
+        Raises:
+            ExecutorError: the host could not be asked.
+        """
+
+    @abc.abstractmethod
+    def run_owner(self) -> RunOwner:
+        """This run as the host sees it; written into every PGID record :meth:`start` makes."""
+
+    def owner_alive(self, owner: RunOwner) -> bool:
+        """True while the run that recorded ``owner`` can still act on this host."""
+        ticks = self.start_ticks(owner.alive_pid)
+        return ticks is not None and owner.alive_ticks in (None, ticks)
 
     @abc.abstractmethod
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:

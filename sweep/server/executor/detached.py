@@ -6,7 +6,10 @@ makes the server a session and process-group leader (PGID = PID of that
 command; a pty would kill it), and lets it survive the caller. The detached
 ``sh`` itself writes ``"PGID START_TICKS"`` into the PGID file before it runs
 the server and the exit status into the exit file after, so nothing depends
-on the caller (or its SSH connection) staying around. A lock directory
+on the caller (or its SSH connection) staying around; the record ends with
+the owning run (:class:`~sweep.server.executor.base.RunOwner`). Every argument
+is quoted with :func:`shlex.quote` at each shell level, so spaces, quotes,
+``$``, ``;`` and backticks reach the server unchanged. A lock directory
 (``mkdir`` is atomic) makes the start script idempotent: run twice, it
 starts once and prints the same group.
 """
@@ -17,7 +20,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 
-from sweep.server.executor.base import DEAD_STATES, ServerFiles, exit_code_from_shell
+from sweep.server.executor.base import (
+    DEAD_STATES,
+    RecordedGroup,
+    RunOwner,
+    ServerFiles,
+    exit_code_from_shell,
+)
 
 START_RECORD_WAIT_S = 10.0
 """How long the start script waits for the detached shell to record its group."""
@@ -44,12 +53,14 @@ def prepare_script(files: ServerFiles) -> str:
     return f"mkdir -p {_words(dirs)} && rm -rf {_words(stale)}"
 
 
-def start_script(argv: Sequence[str], env: Mapping[str, str], files: ServerFiles) -> str:
-    """Shell: start ``argv`` detached once, then print the recorded ``"PGID START_TICKS"``."""
+def start_script(
+    argv: Sequence[str], env: Mapping[str, str], files: ServerFiles, owner: RunOwner
+) -> str:
+    """Shell: start ``argv`` detached once, then print the record ``"PGID START_TICKS OWNER"``."""
     pgid, tmp = shlex.quote(files.pgid), shlex.quote(files.pgid + ".tmp")
     record = (
-        f"t=$({stat_fields('/proc/$$/stat')} | cut -d' ' -f2); "
-        f'echo "$$ $t" > {tmp} && mv -f {tmp} {pgid}; '
+        f"t=$({stat_fields('/proc/$$/stat')} | cut -d' ' -f2); t=${{t:--}}; "
+        f'echo "$$ $t "{shlex.quote(owner.render())} > {tmp} && mv -f {tmp} {pgid}; '
         f'"$@"; echo $? > {shlex.quote(files.exit)}'
     )
     words = [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv]
@@ -82,3 +93,12 @@ def exit_code_from_text(text: str) -> int | None:
 
 def _words(paths: Sequence[str]) -> str:
     return " ".join(shlex.quote(p) for p in paths)
+
+
+def rewrite_owner_script(group: RecordedGroup, path: str) -> str:
+    """Shell: replace the record at ``path`` with ``group`` if it still records ``group.pgid``."""
+    quoted, tmp = shlex.quote(path), shlex.quote(path + ".tmp")
+    return (
+        f'read p rest < {quoted} 2>/dev/null && [ "$p" = {group.pgid} ] && '
+        f"printf '%s' {shlex.quote(group.render())} > {tmp} && mv -f {tmp} {quoted}"
+    )

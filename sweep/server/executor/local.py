@@ -24,12 +24,17 @@ from sweep.server.executor.base import (
     LOG_CHUNK_BYTES,
     CommandResult,
     Executor,
+    PortListeners,
     ProcStat,
     RecordedGroup,
+    RunOwner,
     ServerFiles,
     ServerProcess,
+    SocketHolder,
     group_alive_in,
+    listening_inodes,
     parse_gpu_memory,
+    socket_inode,
 )
 from sweep.server.executor.detached import (
     START_RECORD_WAIT_S,
@@ -66,7 +71,7 @@ class LocalExecutor(Executor):
     ) -> ServerProcess:
         # The same detached start as over SSH: the server is not our child, so it
         # outlives this process and is seen (and reaped) the same way on every host.
-        script = f"{prepare_script(files)} && {start_script(argv, env, files)}"
+        script = f"{prepare_script(files)} && {start_script(argv, env, files, self.run_owner())}"
         result = self.run(["sh", "-c", script], timeout=START_RECORD_WAIT_S + 5)
         group = RecordedGroup.parse(result.stdout)
         if group is None:
@@ -106,6 +111,22 @@ class LocalExecutor(Executor):
     def start_ticks(self, pid: int) -> int | None:
         stat = _stat(pid)
         return None if stat is None or stat.dead else stat.start_ticks
+
+    def listening_processes(self, port: int) -> PortListeners:
+        tables = "".join(_read(PROC / "net" / name) for name in ("tcp", "tcp6"))
+        sockets = listening_inodes(tables, port)
+        if not sockets:
+            return PortListeners(port)
+        holders = []
+        for pid, inode in _socket_fds(sockets):
+            stat = _stat(pid)
+            if stat is not None and not stat.dead:
+                holders.append(SocketHolder(pid, stat.pgrp, inode))
+        return PortListeners(port, sockets, tuple(holders))
+
+    def run_owner(self) -> RunOwner:
+        pid = os.getpid()  # here the orchestrator itself lives on the server's host
+        return RunOwner.this_run(pid, self.start_ticks(pid))
 
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
@@ -171,3 +192,25 @@ def _all_stat_lines() -> str:
             with contextlib.suppress(OSError):
                 lines.append((entry / "stat").read_text())
     return "".join(lines)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _socket_fds(inodes: frozenset[int]) -> list[tuple[int, int]]:
+    """(PID, inode) for every fd of a visible process that is one of ``inodes``."""
+    found = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):  # gone, or another user's (not readable)
+            for fd in (entry / "fd").iterdir():
+                with contextlib.suppress(OSError):
+                    inode = socket_inode(os.readlink(fd))
+                    if inode in inodes:
+                        found.append((int(entry.name), inode))
+    return found

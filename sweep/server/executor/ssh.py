@@ -13,6 +13,11 @@ it survives the SSH connection, leads its own process group, and the
 detached shell itself records the group in the PGID file and the exit code
 in the exit file. A lock directory makes the start idempotent, so a start
 retried after a dropped connection never launches a second server.
+
+The owner named in a record is this run as the host sees it: the sshd process
+serving this executor's connection (the remote shell's parent), which lives
+exactly as long as the connection. After a reconnect the records of the
+servers this executor started are rewritten to name the new connection.
 """
 
 from __future__ import annotations
@@ -38,18 +43,25 @@ from sweep.server.executor.base import (
     CommandResult,
     Executor,
     Observation,
+    PortListeners,
+    ProcStat,
     RecordedGroup,
+    RunOwner,
     ServerFiles,
     ServerProcess,
+    SocketHolder,
     group_alive_in,
+    listening_inodes,
     parse_gpu_memory,
     port_listening_in,
+    socket_fds_in,
 )
 from sweep.server.executor.detached import (
     START_RECORD_WAIT_S,
     alive_from_stat,
     exit_code_from_text,
     prepare_script,
+    rewrite_owner_script,
     start_script,
     stat_fields,
     tail_base64,
@@ -220,6 +232,9 @@ class SSHExecutor(Executor):
         self._host = f"{c.user}@{c.host}:{c.port}"
         self._address = str(c.host)
         self._no_nvidia_smi = False
+        self._owner: RunOwner | None = None  # of the current connection
+        self._owner_stale = False  # reconnected: rewrite the records below
+        self._records: dict[str, RecordedGroup] = {}  # PGID file → what this executor wrote
 
     @property
     def host(self) -> str:
@@ -238,11 +253,15 @@ class SSHExecutor(Executor):
         self, argv: Sequence[str], *, env: Mapping[str, str], files: ServerFiles
     ) -> ServerProcess:
         self._shell(prepare_script(files))
-        out = self._shell(start_script(argv, env, files), timeout=START_RECORD_WAIT_S + 20)
+        script = start_script(argv, env, files, self.run_owner())
+        out = self._shell(script, timeout=START_RECORD_WAIT_S + 20)
         group = RecordedGroup.parse(out.stdout)
         if group is None:
             detail = (out.stderr or out.stdout).strip()
             raise ExecutorError(self.host, f"could not start {argv[0]!r}: {detail or 'no PGID'}")
+        self._records[files.pgid] = group
+        if group.owner != self.run_owner():  # the start was retried on a new connection
+            self._owner_stale = True
         return ServerProcess(group.pgid, group.start_ticks, files, self.host)
 
     def observe(self, process: ServerProcess, log_offset: int) -> Observation:
@@ -287,6 +306,40 @@ class SSHExecutor(Executor):
         out = self._shell("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
         return not port_listening_in(out.stdout, port)
 
+    def listening_processes(self, port: int) -> PortListeners:
+        out = self._shell(
+            "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null; echo @@; "
+            r"ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\['"
+        )
+        tables, _, listing = out.stdout.partition("@@\n")
+        sockets = listening_inodes(tables, port)
+        held = {pid: inodes & sockets for pid, inodes in socket_fds_in(listing).items()}
+        held = {pid: inodes for pid, inodes in held.items() if inodes}
+        if not held:
+            return PortListeners(port, sockets)
+        stats = self._shell(" ".join(f"cat /proc/{pid}/stat 2>/dev/null;" for pid in held))
+        holders = []
+        for line in stats.stdout.splitlines():
+            stat = ProcStat.parse(line)
+            if stat is not None and not stat.dead and stat.pid in held:
+                holders += [SocketHolder(stat.pid, stat.pgrp, i) for i in sorted(held[stat.pid])]
+        return PortListeners(port, sockets, tuple(holders))
+
+    def run_owner(self) -> RunOwner:
+        if self._owner is None:
+            # the remote shell's parent is the sshd process of this connection
+            out = self._shell(f"echo $PPID; {stat_fields('/proc/$PPID/stat')}")
+            lines = out.stdout.split("\n")
+            fields = lines[1].split() if len(lines) > 1 else []
+            ticks = fields[1] if len(fields) > 1 else ""
+            pid = int(lines[0]) if lines[0].strip().isdigit() else 0
+            self._owner = RunOwner.this_run(pid, int(ticks) if ticks.isdigit() else None)
+        return self._owner
+
+    def remove(self, path: str) -> None:
+        self._shell(f"rm -f {shlex.quote(path)}")
+        self._records.pop(path, None)
+
     def run(
         self, argv: Sequence[str], *, timeout: float = 30.0, env: Mapping[str, str] | None = None
     ) -> CommandResult:
@@ -309,9 +362,6 @@ class SSHExecutor(Executor):
         out = self._shell(f"cat {shlex.quote(path)} 2>/dev/null")
         return out.stdout if out.exit_code == 0 else None
 
-    def remove(self, path: str) -> None:
-        self._shell(f"rm -f {shlex.quote(path)}")
-
     # --- transport -----------------------------------------------------------------------------
 
     def _shell(self, command: str, *, timeout: float = COMMAND_TIMEOUT_S) -> _Shell:
@@ -321,7 +371,20 @@ class SSHExecutor(Executor):
             TransientSSHError: every attempt failed transiently.
             ExecutorError: authentication or the host key failed (not retried).
         """
+        if self._owner_stale:
+            self._owner_stale = False
+            self._rewrite_owner_records()
         return self._retrying(lambda c: self._run_once(c, command, timeout))
+
+    def _rewrite_owner_records(self) -> None:
+        """Name the current connection as the owner of the servers this executor started."""
+        owner = self.run_owner()
+        for path, group in list(self._records.items()):
+            renewed = RecordedGroup(group.pgid, group.start_ticks, owner)
+            if self._shell(rewrite_owner_script(renewed, path)).exit_code == 0:
+                self._records[path] = renewed
+            else:  # stopped (record removed) or replaced meanwhile
+                del self._records[path]
 
     def _run_once(self, connection: Any, command: str, timeout: float) -> _Shell:
         result = connection.run(
@@ -349,6 +412,8 @@ class SSHExecutor(Executor):
         if attempt < self.retry.attempts:
             self.clock.sleep(self.retry.delay(attempt))
         self._connection = self._factory(self.target)
+        self._owner = None  # a new connection has a new sshd process on the host
+        self._owner_stale = bool(self._records)
 
 
 def _raise_if_permanent(host: str, exc: BaseException) -> None:
