@@ -6,7 +6,10 @@ reason), that nothing measured earlier was lost, and that no process or port was
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +26,7 @@ from sweep.loop.run import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
 from sweep.store import baseline_study_name, read_records
 from sweep.study import load_study
+from tests.procs import wait_until
 from tests.simproc import write_profile
 from tests.studies import launches, write_study
 
@@ -151,3 +155,27 @@ def test_measured_kinds_are_named_the_same_everywhere(tmp_path: Path) -> None:
     (baseline,) = records(path, baselines=True)
     assert trial.kind is Kind.TRIAL and baseline.kind is Kind.BASELINE
     assert trial.speedup is not None and trial.baseline["trial"] == baseline.number
+
+
+def test_a_second_server_on_the_port_during_load_is_never_measured(tmp_path: Path) -> None:
+    """Round 1 stored an intruder's figures as trial 0 (94.6 tok/s)."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "second_server"\npid_file = "intruder.pid"\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, space="num_steps = [2]", profile=profile)
+    pid_file = tmp_path / "intruder.pid"
+    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+    try:
+        run_study(load_study(path), options, display=Recording())
+        (trial,) = records(path)
+        assert trial.state is State.FAILED and trial.levels == ()
+        assert trial.failure is not None and trial.failure.kind in ("stale_server", "port_in_use")
+        assert records(path, baselines=True)[0].state is State.MEASURED
+    finally:
+        if pid_file.exists():
+            pid = int(pid_file.read_text().split()[0])
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)

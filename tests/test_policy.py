@@ -155,3 +155,10 @@ def test_best_measured_ignores_infeasible_and_failed() -> None:
                              constraints={FEASIBLE: 1.0}, key="x")  # fmt: skip
     best = policy.best_measured({"a": trial(1, C1, 93.0), "b": trial(2, C2, 95.0), "x": infeasible})
     assert best is not None and best.number == 2
+
+
+def test_a_port_owned_by_another_live_run_stops_at_once_without_retries() -> None:
+    owned = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL",
+                        failure=Failure("port_owned", "owned by live run pid 7"))  # fmt: skip
+    assert not policy.should_retry(Failed(owned), attempt=1, transient_retries=3)
+    assert "pid 7" in policy.failure_streak_stop([owned], 5)

@@ -32,6 +32,8 @@ from sweep.core.timing import BaselineClock
 from sweep.study.spec import BaselineSpec
 
 STOP_AFTER_FAILURES = 5  # launches in a row failing transiently: the host is unhealthy
+# Failures every later launch would meet too: the run stops at once, without retries.
+FATAL_KINDS = frozenset({"port_owned"})
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,20 @@ Outcome = Measured | Infeasible | Failed | Interrupted
 
 def should_retry(outcome: Outcome, attempt: int, transient_retries: int) -> bool:
     """Whether attempt number ``attempt`` (1-based) is followed by another one."""
-    return isinstance(outcome, Failed) and outcome.transient and attempt <= transient_retries
+    return (
+        isinstance(outcome, Failed)
+        and outcome.transient
+        and attempt <= transient_retries
+        and not fatal_reason(outcome.record)
+    )
+
+
+def fatal_reason(record: TrialRecord) -> str:
+    """Why no launch on this host can work now (another live run owns the port), or ``""``."""
+    f = record.failure
+    if f is None or f.kind not in FATAL_KINDS:
+        return ""
+    return f"{_failure_text(record)} — the run stops: every launch would meet it"
 
 
 # --- the baseline ------------------------------------------------------------------------
@@ -176,7 +191,10 @@ def replicates(trials: Iterable[TrialRecord], metric: str, concurrency: int
 
 
 def failure_streak_stop(launches: Sequence[TrialRecord], limit: int) -> str:
-    """A stop reason when the last ``limit`` launches of this run all failed transiently."""
+    """A stop reason when the last ``limit`` launches of this run all failed transiently, or
+    the last one met a fatal failure."""
+    if launches and fatal_reason(launches[-1]):
+        return fatal_reason(launches[-1])
     if limit <= 0 or len(launches) < limit:
         return ""
     last = launches[-limit:]

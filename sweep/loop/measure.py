@@ -31,6 +31,7 @@ from sweep.loop.progress import Display
 from sweep.server import deploy
 from sweep.server.executor import Executor
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
+from sweep.server.readiness import EventSink
 from sweep.store import redact_env
 from sweep.study.spec import Study
 
@@ -47,6 +48,7 @@ class Bench:
     lifecycle: LifecycleOptions
     clock: Clock
     display: Display
+    on_event: EventSink  # the lifecycle's events (the runner shows and watches them)
     workload: Workload  # built once, before any launch: a bad prompts file stops nothing
     settings: BenchmarkSettings
 
@@ -107,7 +109,7 @@ def _measure(
             client=client,
             options=bench.lifecycle,
             clock=bench.clock,
-            on_event=bench.display.server_event,
+            on_event=bench.on_event,
         ) as running,
     ):
         ready_at = bench.clock.now()
@@ -116,6 +118,7 @@ def _measure(
             bench.display.message(f"  warning: {warning}")
         bench.display.phase("benchmarking")
         try:
+            running.begin_serving()  # still ours, still alive: a crash now is while serving
             result = run_benchmark(running.url, bench.workload, bench.settings)
         except BenchmarkError:
             running.check()  # a dead server is a ServerFailure, with its log tail
@@ -123,6 +126,7 @@ def _measure(
         benchmarked_at = bench.clock.now()
         bench.display.phase("teardown")
     timings = _timings(running, started, ready_at, benchmarked_at, bench.clock.now())
+    stop_warnings = running.stop_report.warnings() if running.stop_report else ()
     levels = tuple(result_figures(result))
     s = score(levels, study.objective, baselines)
     save_samples(result)
@@ -135,7 +139,7 @@ def _measure(
         constraints=dict(s.violations),
         finished=bench.clock.wall(),
         **{k: v for k, v in launch.items() if k != "warnings"},
-        warnings=(*launch.get("warnings", ()), *result.warnings),
+        warnings=(*launch.get("warnings", ()), *result.warnings, *stop_warnings),
     )
     return Measured(record, s.value)
 

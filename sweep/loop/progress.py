@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.status import Status
 from rich.text import Text
 
-from sweep.server.readiness import Event
+from sweep.server.readiness import Event, EventKind
 
 
 @dataclass
@@ -69,7 +69,9 @@ class Display:
         if event.phase is not None and self.trial is not None:
             self.trial.phase = str(event.phase)
             self.trial.phase_started = time.monotonic()
-        if not self.live and event.message:
+        if event.kind is EventKind.WARNING:
+            self.message(f"  warning: {event.message}")
+        elif not self.live and event.message:
             self.message(f"  {event.message}")
         self._refresh()
 

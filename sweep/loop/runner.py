@@ -47,6 +47,7 @@ from sweep.loop.worker import requeue_stale as stale_callback
 from sweep.server import deploy
 from sweep.server.engine_check import gate_study
 from sweep.server.executor import Executor
+from sweep.server.readiness import Event, EventKind
 from sweep.store import (
     Heartbeat,
     baseline_study_name,
@@ -90,8 +91,9 @@ class Runner:
         lifecycle = deploy.lifecycle_options(study, self.host, **options.lifecycle)
         workload = deploy.workload_for(study)  # a bad prompts file stops the run before a launch
         settings = deploy.benchmark_settings(study)
-        self.bench = Bench(study, executor, adapter, lifecycle, self.clock, display, workload,
-                           settings)  # fmt: skip
+        self.bench = Bench(study, executor, adapter, lifecycle, self.clock, display,
+                           self._server_event, workload, settings)  # fmt: skip
+        self.stop_warnings: list[str] = []  # what the latest stop could not free
         self.trials: list[TrialRecord] = []
         self.baselines: list[TrialRecord] = []
         self.started = self.clock.now()
@@ -119,7 +121,17 @@ class Runner:
                 self.display.close()
         self.summary.stop_reason = reason
         self.summary.best = self._best_text()
+        if self.stop_warnings:  # the next run (or anything else) would meet a held port
+            self.summary.warnings += [f"after the last stop: {w}" for w in self.stop_warnings]
+            self.summary.failed_run = True
         return self.summary
+
+    def _server_event(self, event: Event) -> None:
+        if event.kind is EventKind.LAUNCHED:
+            self.stop_warnings = []
+        elif event.kind is EventKind.WARNING:
+            self.stop_warnings.append(event.message)
+        self.display.server_event(event)
 
     def _prepare(self) -> None:
         self._reap()
