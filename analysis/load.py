@@ -26,6 +26,7 @@ from analysis.errors import AnalysisError
 from analysis.rows import StudyContext, trial_rows
 from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
+from sweep.redact import redact_data, redact_text, redact_url
 from sweep.store import ATTR, baseline_study_name, quiet_optuna
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
@@ -92,10 +93,10 @@ def load_study_info(study: StudyLike) -> StudyInfo:
     attrs = _open(ref).user_attrs
     info = StudyInfo(
         ref=ref,
-        tags={str(k): str(v) for k, v in (attrs.get(ATTR.TAGS) or {}).items()},
-        description=str(attrs.get(ATTR.DESCRIPTION) or ""),
+        tags={str(k): str(v) for k, v in redact_data(attrs.get(ATTR.TAGS) or {}).items()},
+        description=redact_text(str(attrs.get(ATTR.DESCRIPTION) or "")),
         sweep_version=str(attrs.get(ATTR.SWEEP_VERSION) or ""),
-        study_file=str(attrs.get(ATTR.STUDY_FILE) or ""),
+        study_file=redact_text(str(attrs.get(ATTR.STUDY_FILE) or "")),  # older DBs: unredacted
         study_path=str(attrs.get(ATTR.STUDY_PATH) or ""),
     )
     return _with_objective(info)
@@ -258,11 +259,13 @@ def _open(ref: StudyRef) -> optuna.Study:
     except KeyError:
         names = optuna.get_all_study_names(_storage(ref.storage))
         raise AnalysisError(
-            f"no study named {ref.name!r} in {ref.storage} "
+            f"no study named {ref.name!r} in {redact_url(ref.storage)} "
             f"(it holds: {', '.join(names) or 'nothing'})"
         ) from None
     except (sa.exc.SQLAlchemyError, ValueError) as exc:
-        raise AnalysisError(f"cannot read {ref.storage}: {exc}") from exc
+        raise AnalysisError(
+            f"cannot read {redact_url(ref.storage)}: {redact_text(str(exc))}"
+        ) from exc
 
 
 # --- reading trials ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from analysis.schema import DISTRIBUTION_FIGURES, RESOLVED, SPEC_PARAMS, SUMMARY_FIGURES, TIMINGS
 from sweep.core.objective import metric_value
+from sweep.redact import redact_command, redact_data, redact_env, redact_text
 from sweep.store import ATTR
 
 # The runner's constraint name (sweep.loop.runner.FEASIBLE); not imported, because
@@ -74,7 +75,7 @@ def trial_columns(trial: FrozenTrial, context: StudyContext) -> Row:
         "objective_concurrency": context.objective_concurrency,
     }
     row.update(config_columns(attrs.get(ATTR.CONFIG) or {}))
-    row.update(_resolved(attrs.get(ATTR.RESOLVED) or {}))
+    row.update(_resolved(redact_data(attrs.get(ATTR.RESOLVED) or {})))
     row.update(_outcome(attrs))
     row.update(failure_columns(attrs.get(ATTR.FAILURE) or {}))
     return row
@@ -129,8 +130,8 @@ def _outcome(attrs: Mapping[str, Any]) -> Row:
         "attempt": attrs.get(ATTR.ATTEMPT),
         "started_at": attrs.get(ATTR.STARTED),
         "finished_at": attrs.get(ATTR.FINISHED),
-        "command": attrs.get(ATTR.COMMAND),
-        "env": " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items()) if env else None,
+        "command": _redacted_command(attrs.get(ATTR.COMMAND)),
+        "env": " ".join(f"{k}={shlex.quote(v)}" for k, v in redact_env(env).items()) or None,
         "engine_version": attrs.get(ATTR.ENGINE_VERSION),
         "gpus": len(gpu.get("memory_used_mib") or []) or None,
         "drift": attrs.get(ATTR.DRIFT),
@@ -145,11 +146,20 @@ def failure_columns(failure: Mapping[str, Any]) -> Row:
     return {
         "failure_kind": failure.get("kind"),
         "failure_deterministic": failure.get("deterministic"),
-        "failure_message": failure.get("message"),
+        "failure_message": _redacted_text(failure.get("message")),
         "failure_exit_code": failure.get("exit_code"),
         "failure_phase": failure.get("phase"),
-        "failure_log_tail": "\n".join(str(line) for line in tail) if tail else None,
+        "failure_log_tail": redact_text("\n".join(str(line) for line in tail)) if tail else None,
     }
+
+
+def _redacted_command(command: Any) -> str | None:
+    """Stored commands are redacted since sweep.redact; older databases may hold secrets."""
+    return None if command is None else redact_command(str(command))
+
+
+def _redacted_text(text: Any) -> str | None:
+    return None if text is None else redact_text(str(text))
 
 
 def level_columns(level: Mapping[str, Any], metric: str) -> Row:

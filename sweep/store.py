@@ -9,12 +9,13 @@ keyed by study and trial, so every figure can be recomputed later.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import re
+import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,9 @@ import sqlalchemy as sa
 
 from sweep import __version__
 from sweep.exceptions import StorageError
+from sweep.redact import REDACTED as REDACTED  # moved to sweep.redact; re-exported
+from sweep.redact import redact_data, redact_text, redact_url
+from sweep.redact import redact_env as redact_env  # the runner imports it from here
 from sweep.study.spec import Study
 
 if TYPE_CHECKING:  # a type only: analysis imports this module without the benchmark client
@@ -31,8 +35,6 @@ if TYPE_CHECKING:  # a type only: analysis imports this module without the bench
 SAMPLES_TABLE = "sweep_samples"
 CLAIMS_TABLE = "sweep_claims"
 OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
-SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-REDACTED = "<redacted>"
 
 
 class ATTR:
@@ -67,11 +69,6 @@ class ATTR:
     TAGS = "sweep.tags"
     DESCRIPTION = "sweep.description"
     SWEEP_VERSION = "sweep.version"
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Hide the values of variables whose names look like secrets (tokens, keys, passwords)."""
-    return {k: (REDACTED if SECRET_PATTERN.search(k) else v) for k, v in env.items()}
 
 
 def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
@@ -118,15 +115,72 @@ def open_study(study: Study, *, storage_url: str | None = None, name: str | None
         try:
             optuna_study = _create(study, url, name, heartbeat)
             break
-        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
-            if attempt + 1 == OPEN_ATTEMPTS:
+        except (*RETRIED_ERRORS, optuna.exceptions.StorageInternalError) as exc:
+            if attempt + 1 == OPEN_ATTEMPTS or not _retryable(exc):
                 raise _open_error(url, study, exc) from exc
             time.sleep(0.2 * (attempt + 1))  # another worker is creating the schema right now
-        except (sa.exc.SQLAlchemyError, OSError, ValueError) as exc:
+        except (sa.exc.SQLAlchemyError, OSError, ValueError, ImportError) as exc:
             raise _open_error(url, study, exc) from exc
-    _record_study(optuna_study, study)
-    ensure_samples_table(url)
+    with storage_errors(url, f"cannot record study {study.name!r} in"):
+        _record_study(optuna_study, study)
+        ensure_samples_table(url)
     return optuna_study
+
+
+STORAGE_PROBLEMS = (
+    ("readonly database", "the database is read-only: give `sweep` write access or another "
+     "--storage"),
+    ("disk is full", "the disk (or the database) is full: free space or use another --storage"),
+    ("disk i/o error", "the database could not be written (a full disk, a file-size limit "
+     "or a failing disk)"),
+    ("unable to open database file", "the database file cannot be opened: check that its "
+     "folder exists and is writable"),
+    ("file is not a database", "the file is not an SQLite database"),
+)  # fmt: skip
+"""Known database errors, as (what the driver says, what it means and what to do)."""
+
+
+RETRIED_ERRORS = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
+DATABASE_ERRORS = (sa.exc.SQLAlchemyError, sqlite3.Error, optuna.exceptions.StorageInternalError)
+"""What a database in trouble raises (Optuna wraps a failed commit in StorageInternalError)."""
+
+
+def storage_problem(exc: BaseException) -> str:
+    """One line saying what a database error means (redacted), for :class:`StorageError`."""
+    text = _driver_message(exc)
+    for needle, meaning in STORAGE_PROBLEMS:
+        if needle in text.lower():
+            return f"{meaning} ({redact_text(text)})"
+    return redact_text(text)
+
+
+@contextlib.contextmanager
+def storage_errors(url: str, doing: str = "cannot use") -> Iterator[None]:
+    """Turn a database error inside the block into a one-line :class:`StorageError`.
+
+    Raises:
+        StorageError: ``"<doing> <url>: <what it means>"``, the URL's password hidden.
+    """
+    try:
+        yield
+    except DATABASE_ERRORS as exc:
+        raise StorageError(f"{doing} storage {redact_url(url)}: {storage_problem(exc)}") from exc
+
+
+def _driver_message(exc: BaseException) -> str:
+    """The first line of what the database driver said (the innermost cause)."""
+    inner: BaseException = exc
+    while inner.__cause__ is not None and isinstance(inner, optuna.exceptions.OptunaError):
+        inner = inner.__cause__
+    lines = str(getattr(inner, "orig", None) or inner).splitlines()
+    return lines[0] if lines else type(inner).__name__
+
+
+def _retryable(exc: BaseException) -> bool:
+    """A schema being created by another worker is worth another try; a full, read-only or
+    missing database is not."""
+    text = _driver_message(exc).lower()
+    return not any(needle in text for needle, _ in STORAGE_PROBLEMS)
 
 
 def _create(study: Study, url: str, name: str | None, heartbeat: Heartbeat | None) -> optuna.Study:
@@ -153,8 +207,10 @@ def _storage(url: str, heartbeat: Heartbeat | None) -> optuna.storages.RDBStorag
         )
 
 
-def _open_error(url: str, study: Study, exc: Exception) -> StorageError:
-    return StorageError(f"cannot open storage {url!r} for study {study.name!r}: {exc}")
+def _open_error(url: str, study: Study, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot open storage {redact_url(url)} for study {study.name!r}: {storage_problem(exc)}"
+    )
 
 
 def rdb_storage(url: str) -> optuna.storages.RDBStorage:
@@ -171,13 +227,15 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 
 
 def _record_study(optuna_study: optuna.Study, study: Study) -> None:
+    """The study file's text, path, tags and description, secrets redacted (sweep.redact)."""
     attrs = optuna_study.user_attrs
-    if attrs.get(ATTR.STUDY_FILE) != study.text:
-        optuna_study.set_user_attr(ATTR.STUDY_FILE, study.text)
+    text = redact_text(study.text)
+    if attrs.get(ATTR.STUDY_FILE) != text:
+        optuna_study.set_user_attr(ATTR.STUDY_FILE, text)
     values = {
         ATTR.STUDY_PATH: study.path,
-        ATTR.TAGS: dict(study.tags),
-        ATTR.DESCRIPTION: study.description,
+        ATTR.TAGS: redact_data(dict(study.tags)),
+        ATTR.DESCRIPTION: redact_text(study.description),
         ATTR.SWEEP_VERSION: __version__,
     }
     for key, value in values.items():
@@ -238,12 +296,16 @@ def ensure_samples_table(url: str) -> None:
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
             if attempt + 1 == OPEN_ATTEMPTS:  # another worker created them at the same time
-                raise StorageError(
-                    f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}"
-                ) from exc
+                raise _table_error(url, exc) from exc
             time.sleep(0.2 * (attempt + 1))
         except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}") from exc
+            raise _table_error(url, exc) from exc
+
+
+def _table_error(url: str, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot create table {SAMPLES_TABLE} in storage {redact_url(url)}: {storage_problem(exc)}"
+    )
 
 
 def save_samples(

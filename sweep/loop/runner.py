@@ -47,6 +47,7 @@ from sweep.exceptions import (
     SweepError,
 )
 from sweep.loop.baselines import BaselineTracker
+from sweep.loop.checks import preflight, prepare_storage
 from sweep.loop.claims import Claims
 from sweep.loop.progress import Display
 from sweep.loop.resume import (
@@ -67,6 +68,7 @@ from sweep.loop.worker import (
     refuse_unsafe_storage,
 )
 from sweep.loop.worker import requeue_stale as stale_callback
+from sweep.redact import redact_command, redact_data
 from sweep.server import deploy
 from sweep.server.engine_check import check_engine
 from sweep.server.executor import Executor
@@ -407,9 +409,10 @@ class Runner:
         trial.set_user_attr(ATTR.STARTED, self.clock.wall())
 
     def _record_launch(self, trial: Trial, running: RunningServer) -> None:
-        trial.set_user_attr(ATTR.COMMAND, shlex.join(running.command.argv))
+        # faults hook: what is stored is redacted (sweep.redact); the server got the real values
+        trial.set_user_attr(ATTR.COMMAND, redact_command(shlex.join(running.command.argv)))
         trial.set_user_attr(ATTR.ENV, redact_env(dict(running.command.env)))
-        trial.set_user_attr(ATTR.RESOLVED, dict(running.resolved.as_dict()))
+        trial.set_user_attr(ATTR.RESOLVED, redact_data(dict(running.resolved.as_dict())))
         trial.set_user_attr(ATTR.ENGINE_VERSION, running.resolved.version)
         mismatch = _resolution_mismatch(trial, running)
         if mismatch:
@@ -494,7 +497,7 @@ class Runner:
             )
         if isinstance(error, BenchmarkError) and error.partial is not None:
             trial.set_user_attr(ATTR.LEVELS, result_figures(error.partial))
-        trial.set_user_attr(ATTR.FAILURE, failure)
+        trial.set_user_attr(ATTR.FAILURE, redact_data(failure))  # faults hook: redacted
         trial.set_user_attr(ATTR.FINISHED, self.clock.wall())
 
     def _tell_excluded(self, trial: Trial, config: TrialConfig, reason: str) -> None:
@@ -645,6 +648,7 @@ def run_study(
         SweepError: the study cannot start (storage, host, engine).
     """
     options = options or RunOptions()
+    _preflight(study, options)  # faults hook: checks before any launch
     if len(study.hosts) > 1:
         from sweep.loop.fleet import run_hosts  # fleet imports this module
 
@@ -661,10 +665,18 @@ def run_worker(study: Study, host_name: str, options: RunOptions,
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
     """
     host = find_host(study, host_name)
+    _preflight(study, options)  # faults hook: checks before any launch
     if len(study.hosts) > 1:
         refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
     shared = options.shared or SharedOptions()
     return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
+
+
+def _preflight(study: Study, options: RunOptions) -> None:
+    """faults hook (carry into the rebuilt loop): refuse a study that cannot run before the
+    Runner is built or anything is launched, then create an SQLite file's folder."""
+    url = preflight(study, options.storage_url).storage
+    prepare_storage(url)
 
 
 def run_on_host(study: Study, host: HostSpec, options: RunOptions,
