@@ -4,12 +4,15 @@ What is secret is decided by *name*, so it works on values `sweep` has never see
 
 - an environment variable, flag or key whose name has a word ending in ``TOKEN`` or
   ``KEY`` (``HF_TOKEN``, ``--api-key``, ``--admin-api-key``, ``apiKey``) or containing
-  ``SECRET``, ``PASSWORD``, ``PASSWD``, ``PASSPHRASE`` or ``CREDENTIAL``
-  (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``), except the few known harmless names in
-  :data:`NOT_SECRET_NAMES` (``--speculative-token-map`` is a file path);
+  ``SECRET``, ``PASSWORD``, ``PASSWD``, ``PASSPHRASE``, ``CREDENTIAL`` or ``WEBHOOK``
+  (``AWS_SECRET_ACCESS_KEY``, ``PGPASSWORD``, ``[notify] webhook``), except the few known
+  harmless names in :data:`NOT_SECRET_NAMES` (``--speculative-token-map`` is a file path);
 - the password of a URL with ``user:password@`` (``postgresql://sweep:pw@db/sweep``), and
   the value of a secret-named query parameter;
 - the credential after ``Bearer``.
+
+A secret value that is a URL keeps its scheme and host (``https://hooks.slack.com/<redacted>``),
+so a redacted study file still parses and says where things went.
 
 Redaction is only for what is kept or shown: the server still gets the real values
 (the runner launches with the study's environment and flags, never with these copies).
@@ -29,7 +32,7 @@ REDACTED = "<redacted>"
 NOT_SECRET_NAMES = frozenset({"KEY", "SWEEP_KEY", "SPECULATIVE_TOKEN_MAP"})
 """Names that match the rule but hold no secret (``sweep.key`` is a configuration's identity)."""
 
-_SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY")
+_SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "WEBHOOK")
 _SECRET_WORD_ENDS = ("TOKEN", "KEY")
 _EMPTY_VALUES = frozenset({"", "None", "null", "none", "''", '""', REDACTED})
 
@@ -37,6 +40,7 @@ _QUOTED = r"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'"
 _URL_PASSWORD = re.compile(
     r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@'\"]*):(?P<password>[^\s@'\"]*)@"
 )
+_URL_HOST = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://[^/\s?#]+")
 _URL_QUERY = re.compile(r"(?P<head>[?&](?P<name>[A-Za-z0-9_.\-]+)=)(?P<value>[^&#\s'\"]*)")
 _BEARER = re.compile(r"(?P<head>\bBearer\s+)(?P<value>[A-Za-z0-9\-._~+/=]+)", re.IGNORECASE)
 _ASSIGNMENT = re.compile(
@@ -76,7 +80,9 @@ def redact_url(url: str) -> str:
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
     """An environment with secret-named variables hidden and URL passwords in values hidden."""
-    return {k: (REDACTED if is_secret_name(k) else redact_text(str(v))) for k, v in env.items()}
+    return {
+        k: (_hide(str(v)) if is_secret_name(k) else redact_text(str(v))) for k, v in env.items()
+    }
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -90,7 +96,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     hide_next = False
     for word in argv:
         if hide_next and not word.startswith("--"):
-            out.append(REDACTED)
+            out.append(_hide(word))
             hide_next = False
             continue
         hide_next = False
@@ -146,7 +152,7 @@ def redact_data(value: Any) -> Any:
 
 def _redact_item(key: str, value: Any) -> Any:
     if is_secret_name(key) and isinstance(value, str | int | float) and not isinstance(value, bool):
-        return value if str(value) in _EMPTY_VALUES else REDACTED
+        return value if str(value) in _EMPTY_VALUES else _hide(str(value))
     return redact_data(value)
 
 
@@ -154,11 +160,11 @@ def _redact_word(word: str) -> str:
     if word.startswith("-") and "=" in word:
         flag, _, value = word.partition("=")
         if is_secret_name(flag):
-            return f"{flag}={REDACTED}"
+            return f"{flag}={_hide(value)}"
         return f"{flag}={redact_text(value)}"
     env = _ENV_WORD.match(word)
     if env and is_secret_name(env["name"]):
-        return f"{env['name']}={REDACTED}"
+        return f"{env['name']}={_hide(env['value'])}"
     return redact_text(word)
 
 
@@ -213,4 +219,10 @@ def _quote_of(value: str) -> str:
 
 def _hidden(value: str) -> str:
     quote = _quote_of(value)
-    return f"{quote}{REDACTED}{quote}"
+    return f"{quote}{_hide(value[len(quote) : len(value) - len(quote)])}{quote}"
+
+
+def _hide(value: str) -> str:
+    """A secret value's replacement: the marker, or for a URL its scheme and host + marker."""
+    url = _URL_HOST.match(value)
+    return f"{redact_url(url[0])}/{REDACTED}" if url else REDACTED

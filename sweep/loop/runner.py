@@ -49,6 +49,7 @@ from sweep.exceptions import (
 from sweep.loop.baselines import BaselineTracker
 from sweep.loop.checks import preflight, prepare_storage
 from sweep.loop.claims import Claims
+from sweep.loop.notify import Notifier, ended_by, open_notifier
 from sweep.loop.progress import Display
 from sweep.loop.resume import (
     Record,
@@ -83,7 +84,7 @@ from sweep.store import (
     redact_env,
     save_samples,
 )
-from sweep.study.spec import HostSpec, Study
+from sweep.study.spec import HostSpec, NotifySpec, Study
 
 FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
@@ -128,8 +129,10 @@ class Runner:
         display: Display,
         executor: Executor,
         host: HostSpec | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.study = study
+        self.notifier = notifier or Notifier(NotifySpec(), study=study.name)  # faults hook
         self.options = options
         self.display = display
         self.executor = executor
@@ -330,6 +333,7 @@ class Runner:
             f"{index}/{total}" if total and kind != "baseline" else index,
             f"#{trial.number} {config.label()}",
         )
+        self.notifier.progress()  # faults hook: a trial started
         last: SweepError | None = None
         for attempt in range(1 + self.study.transient_retries):
             trial.set_user_attr(ATTR.ATTEMPT, attempt + 1)
@@ -445,6 +449,7 @@ class Runner:
             trial.set_constraint(name, violation)
         trial.set_constraint(FEASIBLE, 0.0)
         self._owner(kind).tell(trial, s.value)
+        self.notifier.trial_finished(True)  # faults hook
         if kind == "trial":
             self.records[config.key()] = Record(trial.number, s.value, s.feasible)
             self.summary.measured += 1
@@ -462,6 +467,7 @@ class Runner:
         self._owner(kind).tell(trial, 0.0)
         self.records[config.key()] = Record(trial.number, None, False)
         self.summary.infeasible += 1
+        self.notifier.trial_finished(False, f"infeasible: {_first_line(error)}")  # faults hook
         self.display.trial_finished(f"infeasible ({_kind(error)}): {_first_line(error)}")
 
     def _record_failure(
@@ -481,6 +487,8 @@ class Runner:
         if failure != "interrupted" and kind == "trial":
             self.records[config.key()] = Record(trial.number, None, False)
         first = message.splitlines()[0] if message else ""
+        if failure != "interrupted":
+            self.notifier.trial_finished(False, f"{failure}: {first}")  # faults hook
         self.display.trial_finished(f"failed ({failure}): {first}")
 
     def _failure_attrs(
@@ -684,5 +692,23 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
     """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
     display = display or Display()
     quiet_optuna()
-    with second_ctrl_c_exits(), deploy.open_host(host) as executor:
-        return Runner(for_host(study, host), options, display, executor, host).run()
+    with (
+        second_ctrl_c_exits(),
+        deploy.open_host(host) as executor,
+        open_notifier(study, host.name, display.message) as notifier,  # faults hook
+    ):
+        runner = Runner(for_host(study, host), options, display, executor, host, notifier)
+        try:
+            summary = runner.run()
+        except BaseException as exc:  # faults hook: say how the night ended, then go on failing
+            notifier.run_ended(ended_by(exc), best=runner._best_text(), counts=_counts(runner))
+            raise
+        notifier.run_ended(summary.stop_reason, best=summary.best, counts=_counts(runner))
+        return summary
+
+
+def _counts(runner: Runner) -> dict[str, int]:
+    """faults hook: the run's counts for the run_ended notification."""
+    s = runner.summary
+    return {"measured": s.measured, "infeasible": s.infeasible, "failed": s.failed,
+            "baselines": s.baselines}  # fmt: skip
