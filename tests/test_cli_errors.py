@@ -163,7 +163,7 @@ def test_a_never_run_study_says_so_and_creates_nothing(tmp_path: Path, command: 
     path = write_study(tmp_path)
     before = files_in(tmp_path)
     sweep(command, str(path), cwd=tmp_path).one_line_error(
-        "study 't' has no results", "t.db does not exist", f"run `sweep run {path}` first"
+        "no results for study 't'", "t.db does not exist", f"run `sweep run {path}` first"
     )
     assert files_in(tmp_path) == before
 
@@ -172,7 +172,7 @@ def test_status_with_a_missing_storage_folder_creates_nothing(tmp_path: Path) ->
     path = write_study(tmp_path)
     url = f"sqlite:///{tmp_path}/missing/x.db"
     sweep("status", str(path), "--storage", url, cwd=tmp_path).one_line_error(
-        "has no results", "missing/x.db does not exist"
+        "no results for study 't'", "missing/x.db does not exist"
     )
     assert not (tmp_path / "missing").exists()
 
@@ -181,7 +181,9 @@ def test_status_of_a_database_without_the_study(tmp_path: Path) -> None:
     path = write_study(tmp_path)
     other = write_study(tmp_path, name="other")
     open_study(load_study(other), storage_url=load_study(path).storage)  # t.db holds "other"
-    sweep("status", str(path), cwd=tmp_path).one_line_error("study 't' has no results", "never ran")
+    sweep("status", str(path), cwd=tmp_path).one_line_error(
+        "no results for study 't' in sqlite:///", "(it holds 'other')"
+    )
 
 
 def test_an_unreachable_database_hides_its_password(tmp_path: Path) -> None:

@@ -143,13 +143,16 @@ def require_results(study: Study, storage_url: str | None = None) -> str:
     """
     url = storage_url or study.storage
     check_storage_url(url)
-    never = f"study {study.name!r} has no results in {redact_url(url)}"
     hint = f"run `sweep run {study.path}` first"
     path = sqlite_file(url)
     if path is not None and not path.exists():
-        raise StorageError(f"{never}: {path} does not exist; {hint}")
-    if study.name not in _study_names(url):
-        raise StorageError(f"{never} (it never ran there); {hint}")
+        raise StorageError(f"no results for study {study.name!r}: {path} does not exist; {hint}")
+    names = _study_names(url)
+    if study.name not in names:
+        held = ", ".join(repr(n) for n in names) or "nothing"
+        raise StorageError(
+            f"no results for study {study.name!r} in {redact_url(url)} (it holds {held}); {hint}"
+        )
     return url
 
 
