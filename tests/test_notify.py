@@ -134,7 +134,10 @@ def test_a_stall_is_sent_once_until_there_is_progress(tmp_path: Path) -> None:
         notifier.tick(fake.t + 700)
     events = events_in(out)
     assert [e["event"] for e in events] == ["stalled", "stalled"]
-    assert events[0]["idle_s"] == 601 and "no trial finished for 10 min" in events[0]["text"]
+    assert (
+        events[0]["idle_s"] == 601
+        and "no trial started or finished for 10 min" in events[0]["text"]
+    )
 
 
 def test_the_notifier_thread_notices_a_stall_by_itself(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ The loop calls :class:`Notifier` (``trial_finished``, ``run_ended``; ``progress`
 alive but nothing finished); the notifier decides which events to send:
 
 - ``run_ended``: the run stopped: why, the best result, the counts;
-- ``stalled``: no trial finished for ``[notify] stall_after_s`` (checked by :meth:`tick`,
+- ``stalled``: no trial started or finished for ``[notify] stall_after_s`` (checked by :meth:`tick`,
   which the notifier's own thread calls every ``watch_interval_s``, so a hung loop is seen);
 - ``failures``: ``[notify] after_failures`` trials failed in a row (once per streak).
 
@@ -112,7 +112,8 @@ class Notifier:
     # --- the loop's calls ----------------------------------------------------------------------
 
     def trial_finished(self, ok: bool, detail: str = "") -> None:
-        """A trial ended (measured or infeasible: ``ok``; failed: not ``ok``, ``detail`` why)."""
+        """A trial ended: ``ok`` when it was measured; otherwise it failed or was infeasible
+        (``detail`` says why) and counts towards ``after_failures``."""
         with self._lock:
             self._last_progress = self.clock.now()
             self._stall_sent = False
@@ -128,7 +129,8 @@ class Notifier:
             self._stall_sent = False
 
     def tick(self, now: float) -> None:
-        """Send ``stalled`` once when nothing finished for ``stall_after_s`` before ``now``."""
+        """Send ``stalled`` once when no trial started or finished for ``stall_after_s`` before
+        ``now`` (a monotonic time from the notifier's clock)."""
         limit = self.spec.stall_after_s
         with self._lock:
             idle = now - self._last_progress
@@ -136,7 +138,7 @@ class Notifier:
                 return
             self._stall_sent = True
         minutes = idle / 60
-        text = f"no trial finished for {minutes:.0f} min; is the run stuck?"
+        text = f"no trial started or finished for {minutes:.0f} min; is the run stuck?"
         self._send(Event("stalled", self._line(text), {"idle_s": round(idle, 1)}))
 
     def run_ended(
@@ -183,6 +185,7 @@ class Notifier:
     def _send(self, event: Event) -> None:
         if not self.spec.enabled:
             return
+        self.start()  # a notifier used without `with` still delivers
         try:
             self._queue.put_nowait(event)
         except queue.Full:
