@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from sweep.store import open_study
 from sweep.study import load_study
+from tests.pg import Postgres
 from tests.studies import launches, write_study
 
 CLI_TIMEOUT_S = 120
@@ -223,3 +225,18 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert sweep("run", str(path), "--budget", "soon", cwd=tmp_path).code == 2
     assert sweep("export", str(path), "--format", "xls", cwd=tmp_path).code == 2
     assert sweep("status", cwd=tmp_path).code == 2
+
+
+def test_a_never_run_study_on_postgresql_creates_no_table(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    path = write_study(tmp_path)
+    url = postgres.new_database("never")
+    sweep("status", str(path), "--storage", url, cwd=tmp_path).one_line_error(
+        "no results for study 't' in postgresql+psycopg://", "(it holds nothing)"
+    )
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        assert sa.inspect(engine).get_table_names() == []
+    finally:
+        engine.dispose()
