@@ -25,6 +25,7 @@ from analysis.plots import (
 )
 from analysis.sections import FigureSet, ReportContent, StudyData
 from analysis.transform import default_level, levels, measured
+from sweep.redact import redact_url
 
 
 def study_report(data: StudyData) -> ReportContent:
@@ -81,7 +82,7 @@ def _summary(data: StudyData) -> Section:
         blocks.append(info.description)
     rows = [
         ("study", info.ref.name),
-        ("storage", f"`{info.ref.storage}`"),
+        ("storage", f"`{redact_url(info.ref.storage)}`"),
         (
             "objective",
             f"{info.metric} at concurrency {info.objective_concurrency} (higher is better)",

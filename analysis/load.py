@@ -24,6 +24,7 @@ from analysis.rows import StudyContext, trial_rows
 from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
 from sweep.core.records import StudyInfo as StoredInfo
+from sweep.redact import redact_data, redact_text, redact_url
 from sweep.store import baseline_study_name, quiet_optuna, rdb_storage
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
@@ -90,10 +91,10 @@ def load_study_info(study: StudyLike) -> StudyInfo:
     stored = StoredInfo.from_attrs(_open(ref).user_attrs)
     info = StudyInfo(
         ref=ref,
-        tags=dict(stored.tags),
-        description=stored.description,
+        tags={str(k): str(v) for k, v in redact_data(dict(stored.tags)).items()},
+        description=redact_text(stored.description),
         sweep_version=stored.sweep_version,
-        study_file=stored.study_file,
+        study_file=redact_text(stored.study_file),  # older databases: unredacted
         study_path=stored.study_path,
     )
     return _with_objective(info)
@@ -256,11 +257,13 @@ def _open(ref: StudyRef) -> optuna.Study:
     except KeyError:
         names = optuna.get_all_study_names(_storage(ref.storage))
         raise AnalysisError(
-            f"no study named {ref.name!r} in {ref.storage} "
+            f"no study named {ref.name!r} in {redact_url(ref.storage)} "
             f"(it holds: {', '.join(names) or 'nothing'})"
         ) from None
     except (sa.exc.SQLAlchemyError, ValueError) as exc:
-        raise AnalysisError(f"cannot read {ref.storage}: {exc}") from exc
+        raise AnalysisError(
+            f"cannot read {redact_url(ref.storage)}: {redact_text(str(exc))}"
+        ) from exc
 
 
 # --- reading trials ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ exit code 1 in :func:`main`; usage errors exit 2.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -225,14 +226,19 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def _show(event: Event) -> None:
-    err.print(f"[dim]\\[{event.elapsed_s:7.1f} s][/dim] {escape(event.message)}", highlight=False)
+    from sweep.redact import redact_text
+
+    message = escape(redact_text(event.message))
+    err.print(f"[dim]\\[{event.elapsed_s:7.1f} s][/dim] {message}", highlight=False)
 
 
 def _render_launch(report: LaunchReport) -> None:
-    print(f"host: {report.host}\nurl: {report.url}\ncommand: {report.command}")
+    from sweep.redact import redact_command, redact_data
+
+    print(f"host: {report.host}\nurl: {report.url}\ncommand: {redact_command(report.command)}")
     print(f"engine: {report.engine.version} ({report.engine.source})")
     print("resolved:")
-    for key, value in report.resolved.as_dict().items():
+    for key, value in redact_data(report.resolved.as_dict()).items():
         print(f"  {key}: {value}")
     print("phases (s after launch):")
     for phase, seconds in report.phase_s.items():
@@ -260,14 +266,16 @@ def run(
     from sweep.study import load_study
 
     options = _run_options(deadline, budget, n_trials, storage)
-    summary = run_study(load_study(study_file), options)
-    out.print(f"stopped: {summary.stop_reason}")
+    study = load_study(study_file)
+    with _storage_errors(storage or study.storage):
+        summary = run_study(study, options)
+    out.print(f"stopped: {summary.stop_reason}", markup=False)
     out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
               f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
               f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
-    out.print(f"best: {summary.best}")
-    out.print(f"results: {summary.storage} (study {summary.study}); "
-              f"see `sweep status {study_file}`")  # fmt: skip
+    out.print(f"best: {summary.best}", markup=False)
+    out.print(f"results: {_url(summary.storage)} (study {summary.study}); "
+              f"see `sweep status {study_file}`", markup=False)  # fmt: skip
     _exit_for(summary)
 
 
@@ -297,12 +305,14 @@ def worker(
 
     shared = SharedOptions(heartbeat_s=heartbeat, grace_s=grace)
     options = _run_options(deadline, budget, n_trials, storage, shared=shared)
-    summary = run_worker(load_study(study_file), host, options)
+    study = load_study(study_file)
+    with _storage_errors(storage or study.storage):
+        summary = run_worker(study, host, options)
     if summary_json:
         with open(summary_json, "w") as file:
-            json.dump(dataclasses.asdict(summary), file)
+            json.dump(dataclasses.asdict(summary) | {"storage": _url(summary.storage)}, file)
     out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
-              f"best in the study: {summary.best}")  # fmt: skip
+              f"best in the study: {summary.best}", markup=False)  # fmt: skip
     _exit_for(summary)
 
 
@@ -346,13 +356,18 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
+    from sweep.loop.checks import preflight
     from sweep.loop.status import plan_report
     from sweep.study import load_study
 
-    report = plan_report(load_study(study_file), gate=True)
+    study = load_study(study_file)
+    preflight(study)  # no valid configuration, a missing prompt file, a bad storage URL
+    report = plan_report(study, gate=True)
     if commands:
+        from sweep.redact import redact_command
+
         for line in report.commands:
-            print(line)
+            print(redact_command(line))  # secrets stay in the study file
         return
     if report.engine_note:
         out.print(report.engine_note, markup=False)
@@ -366,6 +381,7 @@ def plan(
     hours = report.total_s / 3600
     out.print(f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
               f"({report.estimated_from})")  # fmt: skip
+    out.print(f"storage: {_url(study.storage)}", markup=False)
 
 
 @app.command()
@@ -379,12 +395,15 @@ def status(
     """
     from rich.table import Table
 
+    from sweep.loop.checks import require_results
     from sweep.loop.status import load_status
     from sweep.study import load_study
 
     study = load_study(study_file)
-    report = load_status(study, storage or None)
-    table = Table(title=f"{report.study} ({report.storage})")
+    url = require_results(study, storage or None)  # never-run: says so, creates nothing
+    with _storage_errors(url, "cannot read"):
+        report = load_status(study, url)
+    table = Table(title=escape(f"{report.study} ({_url(report.storage)})"))
     for column in ("#", "kind", "state", "configuration", study.objective.metric, "± 95%",
                    "accept", "speedup", "note"):  # fmt: skip
         table.add_column(column)
@@ -419,9 +438,11 @@ def report(
     Example: sweep report studies/demo-sim.toml --out reports/demo-sim --format png,svg
     """
     from analysis.report import write_report  # lazily: pandas and matplotlib load only here
+    from sweep.loop.checks import require_results
     from sweep.study import load_study
 
     study = load_study(study_file)
+    require_results(study, storage or None)
     files = write_report(study_file, out or f"{study.name}-report",
                          formats=format.split(","), storage=storage or None)  # fmt: skip
     print(f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
@@ -439,7 +460,11 @@ def compare(
     Example: sweep compare studies/kimi-v1.toml studies/kimi-v2.toml --out reports/v1-vs-v2
     """
     from analysis.report import write_comparison
+    from sweep.loop.checks import require_results
+    from sweep.study import load_study
 
+    for study_file in study_files:
+        require_results(load_study(study_file))
     files = write_comparison(study_files, out, formats=format.split(","))
     print(f"comparison: {files.html}\nmarkdown: {files.markdown}")
 
@@ -456,27 +481,50 @@ def export(
     Example: sweep export studies/demo-sim.toml --format parquet --out demo.parquet
     """
     from analysis.report import EXPORT_FORMATS, export_trials
+    from sweep.loop.checks import require_results
     from sweep.study import load_study
 
     if format not in EXPORT_FORMATS:
         raise typer.BadParameter(f"expected csv or parquet, got {format!r}", param_hint="--format")
     study = load_study(study_file)
+    require_results(study, storage or None)
     path = export_trials(study_file, out or f"{study.name}-trials.{format}", format,
                          storage=storage or None)  # fmt: skip
     print(f"wrote {path}")
+
+
+def _url(url: str) -> str:
+    from sweep.redact import redact_url
+
+    return redact_url(url)
+
+
+def _storage_errors(url: str, doing: str = "cannot use") -> contextlib.AbstractContextManager[None]:
+    """A database error in the block (a read-only or full database) is a one-line StorageError."""
+    from sweep.store import storage_errors
+
+    return storage_errors(url, doing)
 
 
 def _num(value: float | None, suffix: str = "") -> str:
     return "" if value is None else f"{value:.3f}{suffix}" if suffix else f"{value:.2f}"
 
 
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+"""Exit codes (docs/running.md): done; a SweepError (one message on stderr); a usage error
+(a bad option or argument, from typer); Ctrl-C or SIGTERM."""
+
+
 def main() -> None:
-    """Console entry point: turns SweepError into a clean message and exit code 1."""
+    """Console entry point: turns SweepError into one clean message (secrets redacted) and
+    exit code 1; usage errors exit 2 (typer), Ctrl-C 130."""
+    from sweep.redact import redact_text
+
     try:
         app()
     except Interrupted as exc:
-        err.print(f"[yellow]interrupted:[/yellow] {escape(str(exc))}")
-        sys.exit(130)
+        err.print(f"[yellow]interrupted:[/yellow] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        sys.exit(EXIT_INTERRUPTED)
     except SweepError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
-        sys.exit(1)
+        err.print(f"[red]error:[/red] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        sys.exit(EXIT_ERROR)

@@ -68,7 +68,7 @@ class StudyFileError(ConfigError):
     """A study file is invalid; the message names the file and the key."""
 
     def __init__(self, path: str, key: str, message: str) -> None:
-        super().__init__(f"{path}: [{key}] {message}")
+        super().__init__(f"{path}: [{key}] {message}" if key else f"{path}: {message}")
         self.path = path
         self.key = key
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
+import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,18 +24,14 @@ import sqlalchemy as sa
 from sweep import __version__
 from sweep.core.records import SAMPLE_COLUMNS, StudyInfo, TrialRecord
 from sweep.exceptions import StorageError
+from sweep.redact import REDACTED as REDACTED  # moved to sweep.redact; re-exported
+from sweep.redact import redact_data, redact_text, redact_url
+from sweep.redact import redact_env as redact_env  # the runner imports it from here
 from sweep.study.spec import Study
 
 SAMPLES_TABLE = "sweep_samples"
 CLAIMS_TABLE = "sweep_claims"
 OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
-SECRET_PATTERN = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL)", re.I)
-REDACTED = "<redacted>"
-
-
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Hide the values of variables whose names look like secrets (tokens, keys, passwords)."""
-    return {k: (REDACTED if SECRET_PATTERN.search(k) else v) for k, v in env.items()}
 
 
 def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
@@ -82,15 +78,72 @@ def open_study(study: Study, *, storage_url: str | None = None, name: str | None
         try:
             optuna_study = _create(study, url, name, heartbeat)
             break
-        except (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
-            if attempt + 1 == OPEN_ATTEMPTS:
+        except (*RETRIED_ERRORS, optuna.exceptions.StorageInternalError) as exc:
+            if attempt + 1 == OPEN_ATTEMPTS or not _retryable(exc):
                 raise _open_error(url, study, exc) from exc
             time.sleep(0.2 * (attempt + 1))  # another worker is creating the schema right now
-        except (sa.exc.SQLAlchemyError, OSError, ValueError) as exc:
+        except (sa.exc.SQLAlchemyError, OSError, ValueError, ImportError) as exc:
             raise _open_error(url, study, exc) from exc
-    _record_study(optuna_study, study)
-    ensure_samples_table(url)
+    with storage_errors(url, f"cannot record study {study.name!r} in"):
+        _record_study(optuna_study, study)
+        ensure_samples_table(url)
     return optuna_study
+
+
+STORAGE_PROBLEMS = (
+    ("readonly database", "the database is read-only: give `sweep` write access or another "
+     "--storage"),
+    ("disk is full", "the disk (or the database) is full: free space or use another --storage"),
+    ("disk i/o error", "the database could not be written (a full disk, a file-size limit "
+     "or a failing disk)"),
+    ("unable to open database file", "the database file cannot be opened: check that its "
+     "folder exists and is writable"),
+    ("file is not a database", "the file is not an SQLite database"),
+)  # fmt: skip
+"""Known database errors, as (what the driver says, what it means and what to do)."""
+
+
+RETRIED_ERRORS = (sa.exc.OperationalError, sa.exc.IntegrityError, sa.exc.ProgrammingError)
+DATABASE_ERRORS = (sa.exc.SQLAlchemyError, sqlite3.Error, optuna.exceptions.StorageInternalError)
+"""What a database in trouble raises (Optuna wraps a failed commit in StorageInternalError)."""
+
+
+def storage_problem(exc: BaseException) -> str:
+    """One line saying what a database error means (redacted), for :class:`StorageError`."""
+    text = _driver_message(exc)
+    for needle, meaning in STORAGE_PROBLEMS:
+        if needle in text.lower():
+            return f"{meaning} ({redact_text(text)})"
+    return redact_text(text)
+
+
+@contextlib.contextmanager
+def storage_errors(url: str, doing: str = "cannot use") -> Iterator[None]:
+    """Turn a database error inside the block into a one-line :class:`StorageError`.
+
+    Raises:
+        StorageError: ``"<doing> <url>: <what it means>"``, the URL's password hidden.
+    """
+    try:
+        yield
+    except DATABASE_ERRORS as exc:
+        raise StorageError(f"{doing} storage {redact_url(url)}: {storage_problem(exc)}") from exc
+
+
+def _driver_message(exc: BaseException) -> str:
+    """The first line of what the database driver said (the innermost cause)."""
+    inner: BaseException = exc
+    while inner.__cause__ is not None and isinstance(inner, optuna.exceptions.OptunaError):
+        inner = inner.__cause__
+    lines = str(getattr(inner, "orig", None) or inner).splitlines()
+    return lines[0] if lines else type(inner).__name__
+
+
+def _retryable(exc: BaseException) -> bool:
+    """A schema being created by another worker is worth another try; a full, read-only or
+    missing database is not."""
+    text = _driver_message(exc).lower()
+    return not any(needle in text for needle, _ in STORAGE_PROBLEMS)
 
 
 def _create(study: Study, url: str, name: str | None, heartbeat: Heartbeat | None) -> optuna.Study:
@@ -117,8 +170,10 @@ def _storage(url: str, heartbeat: Heartbeat | None) -> optuna.storages.RDBStorag
         )
 
 
-def _open_error(url: str, study: Study, exc: Exception) -> StorageError:
-    return StorageError(f"cannot open storage {url!r} for study {study.name!r}: {exc}")
+def _open_error(url: str, study: Study, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot open storage {redact_url(url)} for study {study.name!r}: {storage_problem(exc)}"
+    )
 
 
 def rdb_storage(url: str) -> optuna.storages.RDBStorage:
@@ -135,31 +190,13 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 
 
 def _record_study(optuna_study: optuna.Study, study: Study) -> None:
+    """The study file's text, path, tags and description, secrets redacted (sweep.redact)."""
     attrs = optuna_study.user_attrs
-    info = StudyInfo(study.text, study.path, dict(study.tags), study.description, __version__)
+    info = StudyInfo(redact_text(study.text), study.path, redact_data(dict(study.tags)),
+                     redact_text(study.description), __version__)  # fmt: skip
     for key, value in info.to_attrs().items():
         if attrs.get(key) != value:
             optuna_study.set_user_attr(key, value)
-
-
-@contextlib.contextmanager
-def storage_errors(url: str, study_path: str) -> Iterator[None]:
-    """Turn a database failure in the middle of a run (disk full, read-only file, server gone)
-    into one clear :class:`StorageError`; what was stored before stays stored."""
-    try:
-        yield
-    except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
-        cause = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise StorageError(
-            f"{study_path}: cannot write the study database {redact_url(url)!r}: {cause}. "
-            "Everything stored before is kept; free disk space or fix the file's permissions, "
-            "then `sweep run` resumes"
-        ) from exc
-
-
-def redact_url(url: str) -> str:
-    """``scheme://user:password@host`` → ``scheme://user:<redacted>@host``."""
-    return re.sub(r"(://[^:/@]+:)[^@/]+@", r"\1" + REDACTED + "@", url)
 
 
 def write_record(trial: optuna.trial.Trial, record: TrialRecord) -> None:
@@ -221,12 +258,16 @@ def ensure_samples_table(url: str) -> None:
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
             if attempt + 1 == OPEN_ATTEMPTS:  # another worker created them at the same time
-                raise StorageError(
-                    f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}"
-                ) from exc
+                raise _table_error(url, exc) from exc
             time.sleep(0.2 * (attempt + 1))
         except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"cannot create table {SAMPLES_TABLE} in {url!r}: {exc}") from exc
+            raise _table_error(url, exc) from exc
+
+
+def _table_error(url: str, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot create table {SAMPLES_TABLE} in storage {redact_url(url)}: {storage_problem(exc)}"
+    )
 
 
 def save_samples(

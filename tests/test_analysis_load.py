@@ -251,5 +251,5 @@ def test_cli_reports_a_study_without_results_cleanly(tmp_path: Path) -> None:
     assert done.returncode == 1
     message = " ".join(done.stderr.split())  # rich wraps long lines
     assert message.startswith("error: no results for study 'empty'")
-    assert "empty.db does not exist; run `sweep run STUDY_FILE` first" in message
+    assert f"empty.db does not exist; run `sweep run {study}` first" in message
     assert not study.with_suffix(".db").exists()

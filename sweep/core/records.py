@@ -10,12 +10,14 @@ round 1, so every stored study still reads.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from sweep.core.space import TrialConfig
+from sweep.redact import redact_command, redact_data, redact_env, redact_text
 
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
@@ -138,6 +140,15 @@ class Failure:
             out["log_tail"] = list(self.log_tail)
         return out
 
+    def redacted(self) -> Failure:
+        """The same failure with secrets (tokens, keys, passwords) hidden."""
+        return dataclasses.replace(
+            self,
+            message=redact_text(self.message),
+            log_tail=tuple(redact_text(line) for line in self.log_tail),
+            command=None if self.command is None else redact_command(self.command),
+        )
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Failure | None:
         if not data:
@@ -207,7 +218,7 @@ class TrialRecord:
         """The record of a stored Optuna trial (any version of sweep wrote it)."""
         a = trial.user_attrs
         config = a.get(ATTR.CONFIG)
-        return cls(
+        record = cls(
             number=trial.number,
             kind=Kind.of(a.get(ATTR.KIND, Kind.UNKNOWN.value)),
             optuna_state=trial.state.name,
@@ -238,6 +249,21 @@ class TrialRecord:
             requeued_from=_opt_int(a.get(ATTR.REQUEUED_FROM)),
             reaped_from=_opt_int(a.get(ATTR.REAPED_FROM)),
             replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
+        )
+        return record.redacted()  # a database written before redaction may hold secrets
+
+    def redacted(self) -> TrialRecord:
+        """The record with every secret hidden: what is stored, printed and reported.
+
+        Commands, environments, what the server reported and failures may carry a token, an
+        API key or a password (the server got the real values; nothing else does)."""
+        return dataclasses.replace(
+            self,
+            command=None if self.command is None else redact_command(self.command),
+            env=redact_env(self.env),
+            resolved=redact_data(dict(self.resolved)),
+            failure=None if self.failure is None else self.failure.redacted(),
+            warnings=tuple(redact_text(w) for w in self.warnings),
         )
 
     @property
@@ -308,7 +334,10 @@ class TrialRecord:
     # --- writing -------------------------------------------------------------------------
 
     def to_attrs(self) -> dict[str, Any]:
-        """The user attributes that store this record (unset fields are left out)."""
+        """The user attributes that store this record, secrets redacted (unset fields are
+        left out)."""
+        if self is not (clean := self.redacted()) and clean != self:
+            return clean.to_attrs()
         values: dict[str, Any] = {
             ATTR.KIND: None if self.kind is Kind.UNKNOWN else self.kind.value,
             ATTR.CONFIG: None if self.config is None else self.config.as_dict(),

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from sweep.loop.checks import preflight, prepare_storage
 from sweep.loop.fleet import run_hosts
+from sweep.loop.notify import ended_by, open_notifier
 from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
@@ -27,6 +29,7 @@ def run_study(
         SweepError: the study cannot start (storage, host, engine, another live run).
     """
     options = options or RunOptions()
+    _preflight(study, options)
     if len(study.hosts) > 1:
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)
@@ -41,6 +44,7 @@ def run_worker(study: Study, host_name: str, options: RunOptions,
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
     """
     host = find_host(study, host_name)
+    _preflight(study, options)
     if len(study.hosts) > 1:
         refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
     shared = options.shared or SharedOptions()
@@ -53,5 +57,33 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
     display = display or Display()
     quiet_optuna()
     url = options.storage_url or study.storage
-    with storage_errors(url, study.path), second_ctrl_c_exits(), deploy.open_host(host) as executor:
-        return Runner(for_host(study, host), options, display, executor, host).run()
+    with (
+        storage_errors(
+            url, f"{study.path}: the run stopped (what was stored is kept); cannot write"
+        ),
+        second_ctrl_c_exits(),
+        deploy.open_host(host) as executor,
+        open_notifier(study, host.name, display.message) as notifier,
+    ):
+        runner = Runner(for_host(study, host), options, display, executor, host,
+                        notifier=notifier)  # fmt: skip
+        try:
+            summary = runner.run()
+        except BaseException as exc:  # say how the night ended, then go on failing
+            notifier.run_ended(ended_by(exc), best=runner._best_text(), counts=_counts(runner))
+            raise
+        notifier.run_ended(summary.stop_reason, best=summary.best, counts=_counts(runner))
+        return summary
+
+
+def _preflight(study: Study, options: RunOptions) -> None:
+    """Refuse a study that cannot run before anything is created or launched (no valid
+    configuration, a missing prompt file, a bad storage URL)."""
+    url = preflight(study, options.storage_url).storage
+    prepare_storage(url)
+
+
+def _counts(runner: Runner) -> dict[str, int]:
+    s = runner.summary
+    return {"measured": s.measured, "infeasible": s.infeasible, "failed": s.failed,
+            "baselines": s.baselines, "replicates": s.replicates}  # fmt: skip

@@ -39,6 +39,7 @@ from sweep.exceptions import Interrupted as InterruptedError
 from sweep.exceptions import SweepError
 from sweep.loop.claims import Claims, Lease
 from sweep.loop.measure import Bench, Measurer, failure_of, measure, start_record
+from sweep.loop.notify import Notifier
 from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinished
@@ -56,7 +57,7 @@ from sweep.store import (
     save_samples,
     write_record,
 )
-from sweep.study.spec import HostSpec, Study
+from sweep.study.spec import HostSpec, NotifySpec, Study
 
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
 RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
@@ -67,11 +68,14 @@ class Runner:
 
     def __init__(self, study: Study, options: RunOptions, display: Display,
                  executor: Executor, host: HostSpec | None = None, *,
-                 measurer: Measurer = measure) -> None:  # fmt: skip
+                 measurer: Measurer = measure,
+                 notifier: Notifier | None = None) -> None:  # fmt: skip
         """``measurer`` is the measurement seam: :func:`sweep.loop.measure.measure` starts a
-        server and benchmarks it; the search benchmarks pass the simulator's truth instead."""
+        server and benchmarks it; the search benchmarks pass the simulator's truth instead.
+        ``notifier`` is told about trials ([notify] in the study)."""
         self.study = study
         self.measurer = measurer
+        self.notifier = notifier or Notifier(NotifySpec(), study=study.name)
         self.options = options
         self.display = display
         self.host = host or study.host
@@ -218,6 +222,7 @@ class Runner:
                 self._tell_skipped(owner, trial, start)
                 return
             self.display.trial_started(self._index(kind), f"#{trial.number} {config.label()}")
+            self.notifier.progress()
             try:
                 outcome = self._measure(owner, trial, config, start)
             except SweepError as error:  # the run cannot go on (e.g. the workload is rejected)
@@ -261,12 +266,14 @@ class Runner:
             owner.tell(trial, outcome.value)
             self._count(record.kind, "measured")
             text = self._result_text(record, outcome.value)
+            self.notifier.trial_finished(True)
         elif isinstance(outcome, Infeasible):
             write_record(trial, record)
             trial.set_constraint(FEASIBLE, 1.0)
             owner.tell(trial, 0.0)
             self.summary.infeasible += 1
             text = f"infeasible ({_failure_line(record)}"
+            self.notifier.trial_finished(False, text)
         else:
             write_record(trial, record)
             owner.tell(trial, state=TrialState.FAIL)
@@ -274,6 +281,8 @@ class Runner:
                 self.claims.release(record.key, trial.number)  # it runs again, on any worker
             self.summary.failed += 1
             text = f"failed ({_failure_line(record)}"
+            if not isinstance(outcome, Interrupted):
+                self.notifier.trial_finished(False, text)
         stored = dataclasses.replace(record, number=trial.number,
                                      optuna_state=_state_name(outcome))  # fmt: skip
         self.launches.append(stored)

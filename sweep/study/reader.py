@@ -12,6 +12,8 @@ from sweep.exceptions import StudyFileError
 
 T = TypeVar("T")
 _MISSING = object()
+MAX_RANGE_VALUES = 100_000
+"""The most values a ``{ low, high, step }`` range may expand to (checked before expanding)."""
 
 
 def describe(value: Any) -> str:
@@ -149,7 +151,14 @@ class TableReader:
         sub.done()
         if low > high:
             raise self.error(name, f"low must be <= high, got low={low} high={high}")
-        return tuple(range(low, high + 1, step))
+        values = range(low, high + 1, step)
+        if len(values) > MAX_RANGE_VALUES:
+            raise self.error(
+                name,
+                f"expands to {len(values):,} values (low={low} high={high} step={step}), more "
+                f"than the {MAX_RANGE_VALUES:,} allowed; narrow the range or use a larger step",
+            )
+        return tuple(values)
 
     def choices(self, name: str, parse: Callable[[Any], T]) -> tuple[T, ...]:
         value = self.raw(name)

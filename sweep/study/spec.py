@@ -7,9 +7,11 @@ found; unknown keys are errors.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
-from dataclasses import dataclass, field
+import urllib.parse
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +37,23 @@ DEFAULT_LAUNCHERS = {
     "vllm": ("python", "-m", "vllm.entrypoints.openai.api_server"),
 }
 _SECTIONS = frozenset(
-    {"study", "engine", "host", "hosts", "space", "workload", "benchmark", "objective", "baseline"}
+    {
+        "study",
+        "engine",
+        "host",
+        "hosts",
+        "space",
+        "workload",
+        "benchmark",
+        "objective",
+        "baseline",
+        "notify",
+    }
 )
+MAX_SPACE_POINTS = 100_000
+"""The largest search space (points before the validity rules) a study may have; bigger is
+refused before it is enumerated."""
+NOTIFY_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?")
@@ -145,6 +162,29 @@ class BaselineSpec:
 
 
 @dataclass(frozen=True)
+class NotifySpec:
+    """Where events of a run go (``[notify]``); nothing is sent when neither is set.
+
+    Attributes:
+        webhook: an http(s) URL; each event is POSTed as JSON with a Slack-style ``text``.
+        command: argv run on this machine with the event as JSON on stdin.
+        stall_after_s: send ``stalled`` after this long without a finished trial.
+        after_failures: send ``failures`` after this many failed trials in a row.
+        timeout_s: the most one delivery may take (it never blocks the run).
+    """
+
+    webhook: str | None = None
+    command: tuple[str, ...] = ()
+    stall_after_s: float | None = None
+    after_failures: int | None = None
+    timeout_s: float = NOTIFY_TIMEOUT_S
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.webhook or self.command)
+
+
+@dataclass(frozen=True)
 class Study:
     """A whole study file, validated."""
 
@@ -167,6 +207,7 @@ class Study:
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
+    notify: NotifySpec = field(default_factory=NotifySpec)
 
     @property
     def host(self) -> HostSpec:
@@ -182,9 +223,18 @@ def load_study(path: str | Path) -> Study:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except OSError as exc:
         raise StudyFileError(str(path), "", f"cannot be read: {exc.strerror}") from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StudyFileError(
+            str(path),
+            "",
+            f"is not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}; "
+            "a study file is TOML, e.g. studies/demo-sim.toml",
+        ) from exc
     return parse_study(text, str(path))
 
 
@@ -204,11 +254,12 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     objective = _objective(top.sub("objective"), workload)
     benchmark = _benchmark(top.sub("benchmark"))
     baseline = _baseline(top.sub("baseline"))
+    notify = _notify(top.sub("notify"))
     study = _study(
         study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
     )
     top.done()
-    return study
+    return replace(study, notify=notify)
 
 
 def _study(
@@ -432,7 +483,28 @@ def _space(r: TableReader, engine: EngineSpec) -> SpaceSpec:
     flags = _categorical(r, "flags", flag=True)
     env = _categorical(r, "env", flag=False)
     r.done()
-    return SpaceSpec(steps, topk, draft, draft_tp, flags, env)
+    spec = SpaceSpec(steps, topk, draft, draft_tp, flags, env)
+    size = space_size(spec)
+    if size > MAX_SPACE_POINTS:
+        raise r.error(
+            "",
+            f"has {size:,} points, more than the {MAX_SPACE_POINTS:,} sweep enumerates; "
+            "list fewer values or use a larger step",
+        )
+    return spec
+
+
+def space_size(space: SpaceSpec) -> int:
+    """How many points the space has before the validity rules (the product of its
+    dimensions), computed without enumerating them."""
+    sizes = [
+        len(space.num_steps),
+        len(space.eagle_topk),
+        len(space.num_draft_tokens or (0,)),
+        len(space.draft_tp or (0,)),
+        *(len(values) for _, values in space.flags + space.env),
+    ]
+    return math.prod(sizes)
 
 
 def _categorical(
@@ -508,9 +580,14 @@ def _objective(r: TableReader, workload: WorkloadSpec) -> ObjectiveSpec:
             "concurrency",
             f"expected one of [workload] concurrency {list(workload.concurrency)}, got {level}",
         )
-    constraints = tuple(
-        _constraint(r, i, c, workload) for i, c in enumerate(r.raw("constraints", []))
-    )
+    tables = r.raw("constraints", [])
+    if not isinstance(tables, list):
+        raise r.error(
+            "constraints",
+            'expected a list of tables like [{ metric = "ttft_p99_ms", max = 500 }], '
+            f"got {describe(tables)}",
+        )
+    constraints = tuple(_constraint(r, i, c, workload) for i, c in enumerate(tables))
     r.done()
     return ObjectiveSpec(metric, level, tuple(weights), constraints)
 
@@ -537,3 +614,37 @@ def _baseline(r: TableReader) -> BaselineSpec:
     )
     r.done()
     return spec
+
+
+def _notify(r: TableReader) -> NotifySpec:
+    webhook = r.string("webhook", None)
+    if webhook is not None:
+        url = urllib.parse.urlsplit(webhook)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise r.error("webhook", f"expected an http(s) URL, got {_shown(webhook)}")
+    command = r.raw("command", None)
+    if command is not None and not (
+        isinstance(command, list) and command and all(isinstance(w, str) and w for w in command)
+    ):
+        raise r.error(
+            "command", f'expected a command as a list of strings like ["notify.sh"], got '
+            f"{describe(command)}",
+        )  # fmt: skip
+    stall = r.raw("stall_after_s", None)
+    spec = NotifySpec(
+        webhook=webhook,
+        command=tuple(command or ()),
+        stall_after_s=parse_duration(stall, r, "stall_after_s") if stall is not None else None,
+        after_failures=r.integer("after_failures", None, minimum=1),
+        timeout_s=r.number("timeout_s", NOTIFY_TIMEOUT_S, minimum=0.1, maximum=300.0),
+    )
+    r.done()
+    if r.table and not spec.enabled:
+        raise r.error("", "needs webhook or command (where to send the events)")
+    return spec
+
+
+def _shown(url: str) -> str:
+    """A URL for an error message: only its scheme and host (a webhook's path is a secret)."""
+    parts = urllib.parse.urlsplit(url)
+    return repr(f"{parts.scheme}://{parts.netloc}/..." if parts.netloc else url[:12] + "...")

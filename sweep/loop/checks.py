@@ -1,0 +1,174 @@
+"""Checks before anything runs or is read: a night is never spent on a study that cannot work,
+and looking at a study never creates one.
+
+:func:`preflight` is what `sweep plan` shows and what `sweep run` (and every worker) checks
+before its first launch: the space has valid configurations, the workload's prompt file
+loads, and the storage URL can be used. :func:`require_results` is what `sweep status`,
+`report` and `export` check first: the study has run, and nothing is created to find out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import sqlalchemy as sa
+
+from sweep.core.space import Plan, plan
+from sweep.engines import rules_for
+from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFileError
+from sweep.redact import redact_url
+from sweep.server import deploy
+from sweep.store import quiet_optuna, storage_errors
+from sweep.study.spec import Study
+
+EXCLUSIONS_SHOWN = 3  # reasons quoted when no configuration is valid
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks found: the plan (valid and excluded configurations) and the storage."""
+
+    plan: Plan
+    storage: str
+
+
+def preflight(study: Study, storage_url: str | None = None) -> Preflight:
+    """Check that ``study`` can run: valid configurations, prompts, storage. Creates nothing.
+
+    Raises:
+        ConfigError: no valid configuration (the first exclusion reasons are quoted).
+        StudyFileError: the workload's prompt file is missing or invalid (``[workload]
+            prompts``, relative to the current folder).
+        StorageError: the storage URL cannot be parsed, its driver is not installed, or an
+            SQLite file's folder can neither be found nor created.
+    """
+    result = plan(study, rules_for(study))
+    if not result.valid:
+        raise _nothing_to_run(study, result)
+    _check_workload(study)
+    url = storage_url or study.storage
+    check_storage_url(url)
+    return Preflight(result, url)
+
+
+def _nothing_to_run(study: Study, result: Plan) -> ConfigError:
+    reasons = sorted({e.reason for e in result.excluded})
+    shown = "; ".join(reasons[:EXCLUSIONS_SHOWN])
+    more = (
+        f" (and {len(reasons) - EXCLUSIONS_SHOWN} more)" if len(reasons) > EXCLUSIONS_SHOWN else ""
+    )
+    return ConfigError(
+        f"{study.path}: [space] has no valid configuration: all {len(result.excluded)} points "
+        f"are excluded ({shown}{more}); see `sweep plan {study.path}`"
+    )
+
+
+def _check_workload(study: Study) -> None:
+    """Load the prompt file and build the workload, as the first benchmark will."""
+    try:
+        deploy.workload_for(study)
+    except PromptFileError as exc:
+        raise StudyFileError(study.path, "workload.prompts", str(exc)) from exc
+
+
+def check_storage_url(url: str) -> None:
+    """The URL parses, its database driver imports, and for SQLite the file's folder exists or
+    can be created (nothing is created here).
+
+    Raises:
+        StorageError: naming the URL (password hidden) and what is wrong.
+    """
+    shown = redact_url(url)
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as exc:
+        raise StorageError(
+            f"storage {shown!r} is not a database URL (expected e.g. sqlite:///path/study.db "
+            f"or postgresql+psycopg://user@host/db): {exc}"
+        ) from exc
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (sa.exc.NoSuchModuleError, ImportError) as exc:
+        raise StorageError(
+            f"storage {shown}: the {parsed.drivername!r} database driver is not available ({exc})"
+        ) from exc
+    path = sqlite_file(url)
+    if path is not None:
+        _check_folder(shown, path.parent)
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of an ``sqlite:///path`` URL (None: another database, in memory, or
+    an SQLite ``file:`` URI, which sweep leaves to SQLite)."""
+    parsed = sa.engine.make_url(url)
+    database = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
+        return None
+    if database.startswith("file:"):
+        return None
+    return Path(database).expanduser().absolute()
+
+
+def _check_folder(shown: str, folder: Path) -> None:
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        raise StorageError(f"storage {shown}: {existing} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        created = "" if existing == folder else f"{folder} cannot be created: "
+        raise StorageError(f"storage {shown}: {created}folder {existing} is not writable")
+
+
+def prepare_storage(url: str) -> None:
+    """Create an SQLite file's folder (``sweep run`` only; checked by :func:`preflight`)."""
+    path = sqlite_file(url)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"storage {redact_url(url)}: cannot create its folder: {exc}") from exc
+
+
+def require_results(study: Study, storage_url: str | None = None) -> str:
+    """Check that ``study`` has results to show, without creating a file, folder or table.
+
+    Returns:
+        The storage URL to read.
+
+    Raises:
+        StorageError: the study never ran there (no database file, or no such study), or
+            the storage cannot be read.
+    """
+    url = storage_url or study.storage
+    check_storage_url(url)
+    hint = f"run `sweep run {study.path}` first"
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise StorageError(f"no results for study {study.name!r}: {path} does not exist; {hint}")
+    names = _study_names(url)
+    if study.name not in names:
+        held = ", ".join(repr(n) for n in names) or "nothing"
+        raise StorageError(
+            f"no results for study {study.name!r} in {redact_url(url)} (it holds {held}); {hint}"
+        )
+    return url
+
+
+def _study_names(url: str) -> list[str]:
+    """The studies stored at ``url``; an empty database (no tables) holds none."""
+    quiet_optuna()
+    with storage_errors(url, "cannot read"):
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            if not sa.inspect(engine).has_table("studies"):
+                return []
+        finally:
+            engine.dispose()
+        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
+        try:
+            return [s.study_name for s in storage.get_all_studies()]
+        finally:
+            storage.engine.dispose()
