@@ -304,5 +304,6 @@ def test_a_real_run_notifies_failures_and_its_end(tmp_path: Path) -> None:
         failure, ended = events
         assert failure["last_failure"].startswith("infeasible: ")
         assert ended["reason"].startswith("every valid configuration")
-        assert ended["counts"] == {"measured": 2, "infeasible": 1, "failed": 0, "baselines": 1}
+        assert ended["counts"] == {"measured": 2, "infeasible": 1, "failed": 0, "baselines": 1,
+                                   "replicates": 0}  # fmt: skip
         assert ended["best"] == summary.best and ended["study"] == "t"

@@ -125,7 +125,7 @@ def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     assert steps.count("2") == 2  # the first attempt and one retry (transient_retries = 1)
     assert summary.failed == 1 and summary.measured == 2
     failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
-    assert failed.user_attrs[ATTR.FAILURE]["kind"] == "crashed_after_ready"
+    assert failed.user_attrs[ATTR.FAILURE]["kind"] == "crashed_while_serving"
     assert failed.user_attrs[ATTR.ATTEMPT] == 2
 
 

@@ -272,7 +272,7 @@ class Runner:
             trial.set_constraint(FEASIBLE, 1.0)
             owner.tell(trial, 0.0)
             self.summary.infeasible += 1
-            text = f"infeasible ({_failure_line(record)}"
+            text = f"infeasible: {_failure_line(record)}"
             self.notifier.trial_finished(False, text)
         else:
             write_record(trial, record)
@@ -280,9 +280,9 @@ class Runner:
             if isinstance(outcome, Interrupted) and record.key:
                 self.claims.release(record.key, trial.number)  # it runs again, on any worker
             self.summary.failed += 1
-            text = f"failed ({_failure_line(record)}"
+            text = f"failed: {_failure_line(record)}"
             if not isinstance(outcome, Interrupted):
-                self.notifier.trial_finished(False, text)
+                self.notifier.trial_finished(False, _failure_line(record))
         stored = dataclasses.replace(record, number=trial.number,
                                      optuna_state=_state_name(outcome))  # fmt: skip
         self.launches.append(stored)
@@ -515,7 +515,7 @@ class Runner:
 def _failure_line(record: TrialRecord) -> str:
     failure = record.failure or Failure("unknown")
     first = (failure.message.splitlines() or [""])[0]
-    return f"{failure.kind}): {first}" if first else f"{failure.kind})"
+    return f"{failure.kind}: {first}" if first else failure.kind
 
 
 def _state_name(outcome: Outcome) -> str:
