@@ -1,0 +1,320 @@
+"""Play the whole search + confirmation policy against the simulator's truth, with noise.
+
+The driver calls exactly what the trial loop calls: a :class:`PhysicsSampler` (or
+another sampler) through an in-memory Optuna study with ask/tell —
+``suggest`` → the engine's resolution → a measurement → ``tell`` with the
+``sweep_feasible`` constraint and the accept length as user attributes — then
+:func:`sweep.search.confirm.decide` repeatedly, relaunching what it asks for
+(enqueued with the configuration's parameters, as the loop would) until it
+decides. Only the measurement is simulated: the noise-free truth
+(:func:`sweep.sim.model.predict`) times a per-launch factor (σ = 2 %) and a
+within-launch factor (σ = 0.5 %, reported as the launch's standard error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+
+from sweep.search import (
+    Candidate,
+    ConfirmOptions,
+    Decision,
+    Launch,
+    PhysicsSampler,
+    ValidRandomSampler,
+    candidates_for,
+    decide,
+    history_of,
+    launch_variance,
+)
+from sweep.search.candidates import by_key
+from sweep.search.history import ACCEPT_LENGTH_ATTR, FEASIBLE, KIND_ATTR, STDERR_ATTR, Matcher
+from sweep.search.samplers import PREDICTED_ATTR
+from sweep.sim import model
+from sweep.sim.model import SimConfig
+from sweep.sim.profile import Profile, load_profile
+from sweep.space import rules_for, suggest
+from sweep.study import parse_study
+from sweep.study.spec import Study
+
+LAUNCH_SD = 0.02
+WITHIN_SD = 0.005
+ACCEPT_SD = 0.01
+BASELINE = "baseline[]"
+BASELINE_EVERY = 10  # the loop's default [baseline] every_trials
+DEFAULT_OPTIONS = ConfirmOptions()
+
+HEAD = """
+[study]
+name = "play"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+"""
+SMALL = (
+    HEAD
+    + """
+[space]
+num_steps = { low = 1, high = 10 }
+draft_tp = [1, 8]
+"""
+)
+LARGE = (
+    HEAD
+    + """
+[space]
+num_steps = { low = 1, high = 10 }
+eagle_topk = [1, 2, 4]
+num_draft_tokens = { low = 2, high = 16 }
+draft_tp = [1, 8]
+[space.env]
+NCCL_PROTO = ["Simple", "LL"]
+"""
+)
+
+
+@dataclass(frozen=True)
+class Space:
+    name: str
+    study: Study
+    budget: int  # launches: search + confirmation
+
+    @classmethod
+    def of(cls, name: str, text: str, budget: int) -> Space:
+        return cls(name, parse_study(text, f"/tmp/{name}.toml"), budget)
+
+
+def spaces() -> tuple[Space, ...]:
+    return (Space.of("small", SMALL, 20), Space.of("large", LARGE, 60))
+
+
+def landscapes() -> dict[str, Profile]:
+    """The shipped profiles and three synthetic ones of the same physics."""
+    out = {name: load_profile(name) for name in ("default", "high-acceptance", "tree")}
+    default, high = out["default"], out["high-acceptance"]
+    out["synthetic-slow-draft"] = _perturb(
+        default,
+        acceptance={"first": 0.75, "decay": 0.9, "sibling_gain": 0.2},
+        draft={"compute_ms": 1.4, "allreduce_ms": {"1": 0.0, "2": 1.2, "4": 2.0, "8": 3.0}},
+        timing={"spec_overhead_ms": 2.0, "draft_tp_mismatch_ms": 0.8},
+    )
+    out["synthetic-costly-verify"] = _perturb(
+        high,
+        acceptance={"first": 0.8, "decay": 0.93, "sibling_gain": 0.25},
+        timing={"token_ms": 0.55, "spec_overhead_ms": 2.5},
+        draft={"topk_ms": 0.3},
+    )
+    out["synthetic-tp8-wins"] = _perturb(
+        default,
+        acceptance={"first": 0.7, "decay": 0.88, "sibling_gain": 0.15},
+        draft={"compute_ms": 0.9, "allreduce_ms": {"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2}},
+        timing={"draft_tp_mismatch_ms": 2.5, "spec_overhead_ms": 2.8},
+    )
+    return out
+
+
+def _perturb(profile: Profile, **sections: dict[str, object]) -> Profile:
+    changes = {
+        name: dataclasses.replace(getattr(profile, name), **values)
+        for name, values in sections.items()
+    }
+    return dataclasses.replace(profile, **changes)
+
+
+def truth(profile: Profile, c: Candidate | None) -> tuple[float, float]:
+    """Noise-free (decode tok/s, accept length) of a candidate (None: the baseline)."""
+    if c is None:
+        return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
+    env = dict(kv.split("=", 1) for kv in c.extras.split(",")) if c.extras else {}
+    sim = SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, c.target_tp, c.draft_tp)
+    p = model.predict(profile, sim, 1, env=env)
+    return p.decode_tok_s, p.accept_length
+
+
+@dataclass
+class Run:
+    """What one play measured."""
+
+    winner: str = ""
+    winner_ratio: float = 0.0  # truth(winner) / truth(optimum)
+    search_launches: int = 0
+    confirm_launches: int = 0
+    first_within: int | None = None  # search launches until one within 1 % was measured
+    prediction_errors: list[float] = field(default_factory=list)
+    confident: bool = False
+    decision: Decision | None = None
+
+
+SamplerFactory = Callable[[Sequence[Candidate], int], optuna.samplers.BaseSampler]
+
+
+def physics_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    return PhysicsSampler(candidates, seed=seed)
+
+
+def random_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    return ValidRandomSampler(candidates, seed=seed)
+
+
+class Player:
+    """One play of a space on a landscape with one seed."""
+
+    def __init__(self, space: Space, profile: Profile, seed: int,
+                 options: ConfirmOptions, sampler: SamplerFactory,
+                 record_accept_length: bool = True) -> None:  # fmt: skip
+        self.space, self.profile, self.options = space, profile, options
+        self.candidates = candidates_for(space.study)
+        self.keyed = by_key(self.candidates)
+        self.truths = {c.key: truth(profile, c) for c in self.candidates}
+        self.best = max(v for v, _ in self.truths.values())
+        self.rng = np.random.default_rng(1000 + seed)
+        self.rules = rules_for(space.study)
+        self.sampler = sampler(self.candidates, seed)
+        self.study = optuna.create_study(direction="maximize", sampler=self.sampler)
+        self.record_accept_length = record_accept_length
+        self.baselines: list[Launch] = []
+        self.run = Run()
+
+    def measure(self, true_value: float, accept: float) -> tuple[float, float, float]:
+        launch = 1 + self.rng.normal(0, LAUNCH_SD)
+        within = 1 + self.rng.normal(0, WITHIN_SD)
+        value = true_value * launch * within
+        return value, WITHIN_SD * value, accept * (1 + self.rng.normal(0, ACCEPT_SD))
+
+    def launch(self, kind: str) -> str:
+        trial = self.study.ask()
+        config = self.rules.resolve(suggest(trial, self.space.study))
+        key = config.key()
+        true_value, accept = self.truths[key]
+        value, stderr, measured_accept = self.measure(true_value, accept)
+        trial.set_user_attr(KIND_ATTR, kind)
+        trial.set_user_attr("sweep.key", key)
+        trial.set_user_attr(STDERR_ATTR, stderr)
+        if self.record_accept_length:
+            trial.set_user_attr(ACCEPT_LENGTH_ATTR, measured_accept)
+        trial.set_constraint(FEASIBLE, 0.0)
+        self.study.tell(trial, value)
+        predicted = self.study._storage.get_trial_system_attrs(trial._trial_id).get(PREDICTED_ATTR)
+        if predicted and kind == "trial":
+            self.run.prediction_errors.append(abs(predicted["mean"] - value) / value)
+        return key
+
+    def baseline(self) -> None:
+        value, stderr, _ = self.measure(truth(self.profile, None)[0], 1.0)
+        self.baselines.append(Launch(value, stderr))
+
+    def play(self) -> Run:
+        confirm_budget = self.options.confirmation_budget(self.space.budget)
+        search = self.space.budget - confirm_budget
+        self.baseline()
+        for i in range(search):
+            if i and i % BASELINE_EVERY == 0:
+                self.baseline()
+            key = self.launch("trial")
+            self.run.search_launches += 1
+            if self.run.first_within is None and self.truths[key][0] >= 0.99 * self.best:
+                self.run.first_within = i + 1
+        self.confirm(confirm_budget)
+        return self.run
+
+    def confirm(self, remaining: int) -> None:
+        matcher = Matcher(self.candidates)
+        simplicity = {k: c.simplicity() for k, c in self.keyed.items()}
+        while True:
+            history = history_of(self.study.get_trials(deepcopy=False), matcher)
+            launches: dict[str, list[Launch]] = {
+                k: [Launch(m.value, m.stderr) for m in v] for k, v in history.measured.items()
+            }
+            launches[BASELINE] = list(self.baselines)
+            variance = launch_variance(launches.values())
+            prior = None
+            if isinstance(self.sampler, PhysicsSampler):
+                prior = self.sampler.holdout_predictions(self.study)
+            result = decide(launches, variance, self.options, remaining=remaining,
+                            baseline=BASELINE, simplicity=simplicity.__getitem__,
+                            prior=prior)  # fmt: skip
+            if isinstance(result, Decision):
+                break
+            for key in result.order:
+                if key == BASELINE:
+                    self.baseline()
+                else:
+                    self.study.enqueue_trial(dict(self.keyed[key].params))
+                    self.launch("replicate")
+                remaining -= 1
+                self.run.confirm_launches += 1
+        self.run.decision = result
+        self.run.winner = result.winner
+        self.run.winner_ratio = self.truths[result.winner][0] / self.best
+        self.run.confident = result.confident
+
+
+def play(
+    space: Space,
+    profile: Profile,
+    seed: int,
+    options: ConfirmOptions = DEFAULT_OPTIONS,
+    sampler: SamplerFactory = physics_sampler,
+    record_accept_length: bool = True,
+) -> Run:
+    return Player(space, profile, seed, options, sampler, record_accept_length).play()
+
+
+@dataclass(frozen=True)
+class Summary:
+    within_rate: float
+    confirm_pct: float
+    fraction_median: float
+    fraction_worst: float
+    prediction_error_pct: float
+    worst_ratio: float
+    confident_rate: float
+
+
+def summarise(runs: Sequence[Run], n_valid: int) -> Summary:
+    fractions = [(r.first_within or n_valid + 1) / n_valid for r in runs]
+    errors = [e for r in runs for e in r.prediction_errors]
+    return Summary(
+        sum(r.winner_ratio >= 0.99 for r in runs) / len(runs),
+        100 * sum(r.confirm_launches for r in runs) / sum(r.search_launches for r in runs),
+        statistics.median(fractions),
+        max(fractions),
+        100 * statistics.median(errors) if errors else math.nan,
+        min(r.winner_ratio for r in runs),
+        sum(r.confident for r in runs) / len(runs),
+    )
+
+
+if __name__ == "__main__":  # quick iteration: python -m tests.perf.search_play SEEDS [LANDSCAPES]
+    import sys
+    import time
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else None
+    which = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+    for space in spaces():
+        if which and space.name not in which:
+            continue
+        for name, profile in landscapes().items():
+            if names and name not in names:
+                continue
+            started = time.monotonic()
+            runs = [play(space, profile, seed) for seed in range(n)]
+            s = summarise(runs, len(candidates_for(space.study)))
+            print(
+                f"{space.name:5s} {name:24s} within {s.within_rate:.2f} "
+                f"confirm {s.confirm_pct:4.1f}% frac med {s.fraction_median:.3f} "
+                f"worst {s.fraction_worst:.3f} pred {s.prediction_error_pct:.2f}% "
+                f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} "
+                f"({time.monotonic() - started:.1f}s)",
+                flush=True,
+            )
