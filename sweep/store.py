@@ -75,10 +75,15 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
-    """TPE (default) or random search; grid and brute force enqueue every valid configuration
-    and use a seeded random sampler only to break ties (see :mod:`sweep.runner`)."""
+    """TPE (default), the cost-model-guided sampler (``physics``, see docs/search.md) or
+    random search; grid and brute force enqueue every valid configuration and use a seeded
+    random sampler only to break ties (see :mod:`sweep.runner`)."""
     if study.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=study.seed, n_startup_trials=5)
+    if study.sampler == "physics":
+        from sweep.search import PhysicsSampler, candidates_for  # numpy/scipy only when used
+
+        return PhysicsSampler(candidates_for(study), seed=study.seed)
     return optuna.samplers.RandomSampler(seed=study.seed)
 
 

@@ -383,18 +383,31 @@ class PhysicsSampler(ConfigSampler):
             study._storage.set_trial_system_attr(trial._trial_id, PREDICTED_ATTR, predicted)
             self._last = None
 
+    def _prior_best(self, pool: Sequence[Candidate]) -> Candidate:
+        """Before any launch: the configuration the priors alone predict best (the
+        simplest of equals)."""
+        result = self.fit(History())
+        mean = log_throughput_of(result, self.design)
+        top = max(mean[self.index[c.key]] for c in pool)
+        best = [c for c in pool if mean[self.index[c.key]] >= top - 1e-9]
+        return min(best, key=Candidate.simplicity)
+
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:
             return self.uniform(self.candidates)
         tried = [self.index[k] for k in history.tried() if k in self.index]
         pool = np.array([self.index[c.key] for c in untried])
         if not tried:
-            return _centre(untried)
+            return self._prior_best(untried)
         gaps = np.linalg.norm(
             self.features[pool][:, None, :] - self.features[np.array(tried)][None, :, :], axis=2
         ).min(axis=1)
         best = np.flatnonzero(gaps >= gaps.max() - 1e-12)
         return self.candidates[int(pool[int(self.rng.choice(best))])]
+
+
+def log_throughput_of(result: physics.Fit, d: physics.Design) -> np.ndarray:
+    return physics.log_throughput(result.theta, d)
 
 
 def _lucb(est: dict[str, Estimate]) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from sweep.exceptions import StudyFileError
 from sweep.study.reader import TableReader, describe
 
-SAMPLERS = ("tpe", "grid", "random", "bruteforce")
+SAMPLERS = ("tpe", "grid", "random", "bruteforce", "physics")
 ENGINES = ("sglang", "vllm")
 METRICS = ("decode_tok_s", "output_tok_s")
 CONSTRAINT_METRICS = (

@@ -121,6 +121,31 @@ def landscapes() -> dict[str, Profile]:
     return out
 
 
+def random_landscape(seed: int) -> Profile:
+    """A landscape of the same physics with every constant drawn at random (for seed)."""
+    rng = np.random.default_rng(5000 + seed)
+
+    def u(low: float, high: float) -> float:
+        return float(rng.uniform(low, high))
+
+    tp8 = u(0.2, 3.0)
+    return _perturb(
+        load_profile("default"),
+        acceptance={"first": u(0.4, 0.92), "decay": u(0.7, 0.98), "sibling_gain": u(0.05, 0.4)},
+        draft={
+            "compute_ms": u(0.3, 1.5),
+            "allreduce_ms": {"1": 0.0, "2": tp8 * 0.45, "4": tp8 * 0.7, "8": tp8},
+            "topk_ms": u(0.1, 0.5),
+        },
+        timing={
+            "base_ms": u(5.0, 10.0),
+            "spec_overhead_ms": u(1.0, 4.0),
+            "draft_tp_mismatch_ms": u(0.1, 2.0),
+            "token_ms": u(0.1, 0.6),
+        },
+    )
+
+
 def _perturb(profile: Profile, **sections: dict[str, object]) -> Profile:
     changes = {
         name: dataclasses.replace(getattr(profile, name), **values)
@@ -181,6 +206,7 @@ class Player:
         self.study = optuna.create_study(direction="maximize", sampler=self.sampler)
         self.record_accept_length = record_accept_length
         self.baselines: list[Launch] = []
+        self.seen: set[str] = set()
         self.run = Run()
 
     def measure(self, true_value: float, accept: float) -> tuple[float, float, float]:
@@ -203,8 +229,9 @@ class Player:
         trial.set_constraint(FEASIBLE, 0.0)
         self.study.tell(trial, value)
         predicted = self.study._storage.get_trial_system_attrs(trial._trial_id).get(PREDICTED_ATTR)
-        if predicted and kind == "trial":
+        if predicted and key not in self.seen:  # predicted before it was ever measured
             self.run.prediction_errors.append(abs(predicted["mean"] - value) / value)
+        self.seen.add(key)
         return key
 
     def baseline(self) -> None:
