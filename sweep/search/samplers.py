@@ -41,6 +41,7 @@ from sweep.search.history import (
 )
 
 PICK_ATTR = "sweep.search.pick"  # trial system attr: the key the sampler proposed
+REPLICATE_ATTR = "sweep.search.replicate"  # trial system attr: True when it asks for a relaunch
 PREDICTED_ATTR = "sweep.search.predicted"  # trial system attr: {"mean", "sd"} at proposal
 REPLICATE_CAP = 1000  # the search's own replicates are limited by its budget, not a count
 CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
@@ -61,6 +62,7 @@ class ConfigSampler(BaseSampler):
         self.rng = np.random.default_rng(seed)
         self.fallback = RandomSampler(seed=seed)
         self.picks: dict[int, Candidate] = {}
+        self.repeat = False  # the current pick relaunches a measured configuration
 
     def choose(self, study: Study, trial: FrozenTrial) -> Candidate:
         """The candidate to propose for ``trial``."""
@@ -71,8 +73,12 @@ class ConfigSampler(BaseSampler):
         return history_of(study.get_trials(deepcopy=False), self.matcher, skip=skip)
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
-        """Record what was proposed (subclasses add their prediction)."""
+        """Record what was proposed, and whether it is a deliberate relaunch of a measured
+        configuration (the loop launches it as a replicate instead of answering from
+        storage); subclasses add their prediction."""
         study._storage.set_trial_system_attr(trial._trial_id, PICK_ATTR, pick.key)
+        if self.repeat:
+            study._storage.set_trial_system_attr(trial._trial_id, REPLICATE_ATTR, True)
 
     # --- optuna's sampler interface -----------------------------------------------------------
 
@@ -89,6 +95,7 @@ class ConfigSampler(BaseSampler):
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         if "fixed_params" in trial.system_attrs:
             return  # enqueued: the loop asked for this configuration
+        self.repeat = False
         pick = self.choose(study, trial)
         self.picks[trial.number] = pick
         self.annotate(study, trial, pick)
@@ -138,7 +145,9 @@ class ValidRandomSampler(ConfigSampler):
 
     def choose(self, study: Study, trial: FrozenTrial) -> Candidate:
         history = self.history(study, skip=trial.number)
-        return self.uniform(self.untried(history) or self.candidates)
+        untried = self.untried(history)
+        self.repeat = not untried
+        return self.uniform(untried or self.candidates)
 
 
 @dataclass(frozen=True)
@@ -309,7 +318,9 @@ class PhysicsSampler(ConfigSampler):
         self._last = (mean, sd)
         plausible = self._plausible(history, mean, sd)
         if not plausible:
-            return self._replicate(history, untried)
+            pick = self._replicate(history, untried)
+            self.repeat = pick.key in history.measured
+            return pick
         pool = np.array(plausible)
         upper = mean[pool] + self.kappa * sd[pool]
         return self.candidates[int(pool[int(np.argmax(upper))])]
@@ -394,6 +405,7 @@ class PhysicsSampler(ConfigSampler):
 
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:
+            self.repeat = True
             return self.uniform(self.candidates)
         tried = [self.index[k] for k in history.tried() if k in self.index]
         pool = np.array([self.index[c.key] for c in untried])

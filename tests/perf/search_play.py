@@ -36,7 +36,7 @@ from sweep.search import (
 )
 from sweep.search.candidates import by_key
 from sweep.search.history import ACCEPT_LENGTH_ATTR, FEASIBLE, KIND_ATTR, STDERR_ATTR, Matcher
-from sweep.search.samplers import PREDICTED_ATTR
+from sweep.search.samplers import PREDICTED_ATTR, REPLICATE_ATTR
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
@@ -49,6 +49,7 @@ WITHIN_SD = 0.005
 ACCEPT_SD = 0.01
 BASELINE = "baseline[]"
 BASELINE_EVERY = 10  # the loop's default [baseline] every_trials
+MAX_IDLE_PROPOSALS = 20  # sweep.runner's: proposals that launch nothing before it picks one
 DEFAULT_OPTIONS = ConfirmOptions()
 
 HEAD = """
@@ -171,6 +172,7 @@ class Run:
     winner: str = ""
     winner_ratio: float = 0.0  # truth(winner) / truth(optimum)
     search_launches: int = 0
+    search_replicates: int = 0  # search launches that relaunched a measured configuration
     confirm_launches: int = 0
     first_within: int | None = None  # search launches until one within 1 % was measured
     prediction_errors: list[float] = field(default_factory=list)
@@ -187,6 +189,18 @@ def physics_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.sample
 
 def random_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
     return ValidRandomSampler(candidates, seed=seed)
+
+
+def tpe_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    """What ``sampler = "tpe"`` builds (sweep.store.sampler_for)."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+SAMPLERS: dict[str, SamplerFactory] = {
+    "physics": physics_sampler,
+    "tpe": tpe_sampler,
+    "random-valid": random_sampler,
+}
 
 
 class Player:
@@ -206,7 +220,8 @@ class Player:
         self.study = optuna.create_study(direction="maximize", sampler=self.sampler)
         self.record_accept_length = record_accept_length
         self.baselines: list[Launch] = []
-        self.seen: set[str] = set()
+        self.measured: dict[str, float] = {}  # first value of each launched configuration
+        self.replicated: set[str] = set()
         self.run = Run()
 
     def measure(self, true_value: float, accept: float) -> tuple[float, float, float]:
@@ -215,10 +230,8 @@ class Player:
         value = true_value * launch * within
         return value, WITHIN_SD * value, accept * (1 + self.rng.normal(0, ACCEPT_SD))
 
-    def launch(self, kind: str) -> str:
-        trial = self.study.ask()
-        config = self.rules.resolve(suggest(trial, self.space.study))
-        key = config.key()
+    def launch(self, trial: optuna.trial.Trial, key: str, kind: str) -> None:
+        """Measure ``key`` on ``trial`` and tell Optuna, as the loop does."""
         true_value, accept = self.truths[key]
         value, stderr, measured_accept = self.measure(true_value, accept)
         trial.set_user_attr(KIND_ATTR, kind)
@@ -228,10 +241,34 @@ class Player:
             trial.set_user_attr(ACCEPT_LENGTH_ATTR, measured_accept)
         trial.set_constraint(FEASIBLE, 0.0)
         self.study.tell(trial, value)
-        predicted = self.study._storage.get_trial_system_attrs(trial._trial_id).get(PREDICTED_ATTR)
-        if predicted and key not in self.seen:  # predicted before it was ever measured
+        predicted = self.system_attrs(trial).get(PREDICTED_ATTR)
+        if predicted and key not in self.measured:  # predicted before it was ever measured
             self.run.prediction_errors.append(abs(predicted["mean"] - value) / value)
-        self.seen.add(key)
+        self.measured.setdefault(key, value)
+
+    def system_attrs(self, trial: optuna.trial.Trial) -> dict[str, object]:
+        return dict(self.study._storage.get_trial_system_attrs(trial._trial_id))
+
+    def propose(self) -> str | None:
+        """One search proposal, as the loop handles it: an invalid configuration is told
+        excluded, an already measured one is answered from storage unless the sampler asks
+        for a deliberate relaunch; anything else is launched. Returns the launched key."""
+        trial = self.study.ask()
+        config = suggest(trial, self.space.study)
+        if self.rules.violation(config):
+            trial.set_user_attr(KIND_ATTR, "excluded")
+            trial.set_constraint(FEASIBLE, 1.0)
+            self.study.tell(trial, 0.0)
+            return None
+        key = self.rules.resolve(config).key()
+        if key in self.measured and not self.system_attrs(trial).get(REPLICATE_ATTR):
+            trial.set_user_attr(KIND_ATTR, "duplicate")
+            trial.set_constraint(FEASIBLE, 0.0)
+            self.study.tell(trial, self.measured[key])
+            return None
+        if key in self.measured:
+            self.replicated.add(key)
+        self.launch(trial, key, "trial")
         return key
 
     def baseline(self) -> None:
@@ -242,13 +279,24 @@ class Player:
         confirm_budget = self.options.confirmation_budget(self.space.budget)
         search = self.space.budget - confirm_budget
         self.baseline()
-        for i in range(search):
-            if i and i % BASELINE_EVERY == 0:
-                self.baseline()
-            key = self.launch("trial")
+        idle = 0
+        while self.run.search_launches < search:
+            if idle >= MAX_IDLE_PROPOSALS:  # the loop queues an unmeasured one itself
+                todo = [c for c in self.candidates if c.key not in self.measured]
+                pick = todo[int(self.rng.integers(len(todo)))]
+                self.study.enqueue_trial(dict(pick.params))
+                idle = 0
+            key = self.propose()
+            if key is None:
+                idle += 1
+                continue
+            idle = 0
             self.run.search_launches += 1
+            self.run.search_replicates += key in self.replicated
+            if self.run.search_launches % BASELINE_EVERY == 0:
+                self.baseline()
             if self.run.first_within is None and self.truths[key][0] >= 0.99 * self.best:
-                self.run.first_within = i + 1
+                self.run.first_within = self.run.search_launches
         self.confirm(confirm_budget)
         return self.run
 
@@ -275,7 +323,9 @@ class Player:
                     self.baseline()
                 else:
                     self.study.enqueue_trial(dict(self.keyed[key].params))
-                    self.launch("replicate")
+                    trial = self.study.ask()
+                    resolved = self.rules.resolve(suggest(trial, self.space.study)).key()
+                    self.launch(trial, resolved, "replicate")
                 remaining -= 1
                 self.run.confirm_launches += 1
         self.run.decision = result
@@ -320,28 +370,53 @@ def summarise(runs: Sequence[Run], n_valid: int) -> Summary:
     )
 
 
-if __name__ == "__main__":  # quick iteration: python -m tests.perf.search_play SEEDS [LANDSCAPES]
-    import sys
+def main() -> None:
+    """Quick iteration: python -m tests.perf.search_play --seeds 3 --sampler tpe ..."""
+    import argparse
     import time
 
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--landscapes", default="")
+    parser.add_argument("--spaces", default="")
+    parser.add_argument("--sampler", default="physics", choices=sorted(SAMPLERS))
+    parser.add_argument("--no-accept-length", action="store_true")
+    parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
+    args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    names = sys.argv[2].split(",") if len(sys.argv) > 2 else None
-    which = sys.argv[3].split(",") if len(sys.argv) > 3 else None
+    chosen = landscapes()
+    if args.random:
+        chosen = {f"random-{i}": random_landscape(i) for i in range(args.random)}
     for space in spaces():
-        if which and space.name not in which:
+        if args.spaces and space.name not in args.spaces.split(","):
             continue
-        for name, profile in landscapes().items():
-            if names and name not in names:
+        runs_all = []
+        for name, profile in chosen.items():
+            if args.landscapes and name not in args.landscapes.split(","):
                 continue
             started = time.monotonic()
-            runs = [play(space, profile, seed) for seed in range(n)]
-            s = summarise(runs, len(candidates_for(space.study)))
-            print(
-                f"{space.name:5s} {name:24s} within {s.within_rate:.2f} "
-                f"confirm {s.confirm_pct:4.1f}% frac med {s.fraction_median:.3f} "
-                f"worst {s.fraction_worst:.3f} pred {s.prediction_error_pct:.2f}% "
-                f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} "
-                f"({time.monotonic() - started:.1f}s)",
-                flush=True,
-            )
+            runs = [
+                play(space, profile, seed, sampler=SAMPLERS[args.sampler],
+                     record_accept_length=not args.no_accept_length)
+                for seed in range(1 if args.random else args.seeds)
+            ]  # fmt: skip
+            runs_all += runs
+            if not args.random:
+                _print(space, name, runs, time.monotonic() - started)
+        if args.random:
+            _print(space, f"{args.random} random landscapes", runs_all, 0.0)
+
+
+def _print(space: Space, name: str, runs: Sequence[Run], seconds: float) -> None:
+    s = summarise(runs, len(candidates_for(space.study)))
+    print(
+        f"{space.name:5s} {name:24s} within {s.within_rate:.2f} "
+        f"confirm {s.confirm_pct:4.1f}% frac med {s.fraction_median:.3f} "
+        f"worst {s.fraction_worst:.3f} pred {s.prediction_error_pct:.2f}% "
+        f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} ({seconds:.1f}s)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()
