@@ -346,9 +346,10 @@ class PhysicsSampler(ConfigSampler):
         self, study: Study, keys: Sequence[str] | None = None
     ) -> dict[str, Prediction]:
         """For each measured configuration (or ``keys``), the cost model's prediction from
-        every *other* launch, calibrated on how well such predictions matched the launches:
-        a prior for :func:`sweep.search.confirm.decide` independent of the configuration's
-        own launches."""
+        every *other* launch: a prior for :func:`sweep.search.confirm.decide` independent of
+        the configuration's own launches. The sds are widened by how far such predictions
+        missed the measured configurations (the root mean square of their standardised
+        errors, when above 1) and never go below the model floor."""
         return self._holdout(self.history(study), keys)
 
     def _holdout(
@@ -361,14 +362,14 @@ class PhysicsSampler(ConfigSampler):
         launches = {k: [m.value for m in v] for k, v in measured.items()}
         variance = launch_variance(launches.values())
         held = {k: result.holdout(self.design, self.index[k]) for k in measured}
-        errors, expected = [], []
+        squares = []  # standardised held-out errors: ≈ 1 on average when the sds are right
         for k, (mu, sd) in held.items():
             values = launches[k]
-            errors.append((math.log(sum(values) / len(values)) - mu) ** 2)
-            expected.append(sd**2 + variance.relative_var / len(values))
-        extra = 0.0
-        if len(errors) >= CALIBRATION_MIN:
-            extra = max(0.0, float(np.mean(errors) - np.mean(expected)))
+            error = math.log(sum(values) / len(values)) - mu
+            squares.append(error**2 / (sd**2 + variance.relative_var / len(values)))
+        inflation = 1.0
+        if len(squares) >= CALIBRATION_MIN:
+            inflation = math.sqrt(max(1.0, float(np.mean(squares))))
         floor = physics_floor(result)
         z = float(stats.norm.ppf(0.975))
         out = {}
@@ -376,7 +377,7 @@ class PhysicsSampler(ConfigSampler):
             if k not in held:
                 continue
             mu, sd = held[k]
-            total = math.sqrt(sd**2 + floor**2 + extra)
+            total = math.hypot(sd * inflation, floor)
             out[k] = Prediction(
                 math.exp(mu),
                 math.exp(mu) * total,
