@@ -16,7 +16,9 @@ the optimum), ``confirm_extra_trials_pct`` (confirmation launches / search
 launches), ``grid_fraction_to_1pct`` (search launches until a configuration
 truly within 1 % was measured / valid configurations; median over seeds, and
 the worst seed), ``prediction_error_pct`` (median |predicted − measured| /
-measured of each configuration's first launch, predicted before it).
+measured of each configuration's first launch, predicted before it), and
+``launches_used_*_early_stop`` (launches when the search stops as soon as the
+winner is confidently decided).
 """
 
 from __future__ import annotations
@@ -104,6 +106,23 @@ def random_figures(space: Space, n_valid: int, where: str) -> Iterator[Figure]:
                  "≤ 3")  # fmt: skip
 
 
+def early_stop_figures(space: Space) -> Iterator[Figure]:
+    """The same policy, but the search stops as soon as nothing untried can win and the
+    decision is already confident (``PhysicsSampler.exhausted`` + ``decide``)."""
+    n_valid = len(candidates_for(space.study))
+    runs = [
+        play(space, landscapes()[name], seed, stop_early=True) for name in SHIPPED for seed in SEEDS
+    ]
+    s = summarise(runs, n_valid)
+    what = (f"physics stopping early, {space.name} space, 3 shipped profiles × {len(SEEDS)} "
+            f"seeds")  # fmt: skip
+    yield Figure(f"launches_used_{space.name}_early_stop", s.launches_median, "launches",
+                 f"{what}: median search + confirmation launches, of a budget of "
+                 f"{space.budget}")  # fmt: skip
+    yield Figure(f"winner_within_1pct_rate_{space.name}_early_stop", s.within_rate, "rate",
+                 f"{what}; worst winner {s.worst_ratio:.4f}", "≥ 0.95")  # fmt: skip
+
+
 def comparison_figures(space: Space) -> Iterator[Figure]:
     n_valid = len(candidates_for(space.study))
     for sampler in ("tpe", "random-valid"):
@@ -134,4 +153,5 @@ def figures() -> Iterator[Figure]:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     for space in spaces():
         yield from space_figures(space)
+        yield from early_stop_figures(space)
         yield from comparison_figures(space)

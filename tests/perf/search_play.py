@@ -28,6 +28,7 @@ from sweep.search import (
     Decision,
     Launch,
     PhysicsSampler,
+    Relaunch,
     ValidRandomSampler,
     candidates_for,
     decide,
@@ -208,7 +209,7 @@ class Player:
 
     def __init__(self, space: Space, profile: Profile, seed: int,
                  options: ConfirmOptions, sampler: SamplerFactory,
-                 record_accept_length: bool = True) -> None:  # fmt: skip
+                 record_accept_length: bool = True, stop_early: bool = False) -> None:  # fmt: skip
         self.space, self.profile, self.options = space, profile, options
         self.candidates = candidates_for(space.study)
         self.keyed = by_key(self.candidates)
@@ -223,6 +224,9 @@ class Player:
         self.measured: dict[str, float] = {}  # first value of each launched configuration
         self.replicated: set[str] = set()
         self.run = Run()
+        self.matcher = Matcher(self.candidates)
+        self.simplicity = {k: c.simplicity() for k, c in self.keyed.items()}
+        self.stop_early = stop_early
 
     def measure(self, true_value: float, accept: float) -> tuple[float, float, float]:
         launch = 1 + self.rng.normal(0, LAUNCH_SD)
@@ -297,25 +301,35 @@ class Player:
                 self.baseline()
             if self.run.first_within is None and self.truths[key][0] >= 0.99 * self.best:
                 self.run.first_within = self.run.search_launches
+            if self.stop_early and self.confirmed():
+                break
         self.confirm(confirm_budget)
         return self.run
 
+    def decision(self, remaining: int) -> Relaunch | Decision:
+        """What the loop asks ``decide`` after each confirmation round."""
+        history = history_of(self.study.get_trials(deepcopy=False), self.matcher)
+        launches: dict[str, list[Launch]] = {
+            k: [Launch(m.value, m.stderr) for m in v] for k, v in history.measured.items()
+        }
+        launches[BASELINE] = list(self.baselines)
+        prior = None
+        if isinstance(self.sampler, PhysicsSampler):
+            prior = self.sampler.holdout_predictions(self.study)
+        return decide(launches, launch_variance(launches.values()), self.options,
+                      remaining=remaining, baseline=BASELINE, excluded=history.violating,
+                      simplicity=self.simplicity.__getitem__, prior=prior)  # fmt: skip
+
+    def confirmed(self) -> bool:
+        """Stop searching early: nothing untried can win and the winner is already clear."""
+        if not isinstance(self.sampler, PhysicsSampler) or not self.sampler.exhausted(self.study):
+            return False
+        result = self.decision(0)
+        return isinstance(result, Decision) and result.confident
+
     def confirm(self, remaining: int) -> None:
-        matcher = Matcher(self.candidates)
-        simplicity = {k: c.simplicity() for k, c in self.keyed.items()}
         while True:
-            history = history_of(self.study.get_trials(deepcopy=False), matcher)
-            launches: dict[str, list[Launch]] = {
-                k: [Launch(m.value, m.stderr) for m in v] for k, v in history.measured.items()
-            }
-            launches[BASELINE] = list(self.baselines)
-            variance = launch_variance(launches.values())
-            prior = None
-            if isinstance(self.sampler, PhysicsSampler):
-                prior = self.sampler.holdout_predictions(self.study)
-            result = decide(launches, variance, self.options, remaining=remaining,
-                            baseline=BASELINE, simplicity=simplicity.__getitem__,
-                            prior=prior)  # fmt: skip
+            result = self.decision(remaining)
             if isinstance(result, Decision):
                 break
             for key in result.order:
@@ -341,8 +355,9 @@ def play(
     options: ConfirmOptions = DEFAULT_OPTIONS,
     sampler: SamplerFactory = physics_sampler,
     record_accept_length: bool = True,
+    stop_early: bool = False,
 ) -> Run:
-    return Player(space, profile, seed, options, sampler, record_accept_length).play()
+    return Player(space, profile, seed, options, sampler, record_accept_length, stop_early).play()
 
 
 @dataclass(frozen=True)
@@ -354,6 +369,7 @@ class Summary:
     prediction_error_pct: float
     worst_ratio: float
     confident_rate: float
+    launches_median: float  # search + confirmation launches (baselines of the schedule aside)
 
 
 def summarise(runs: Sequence[Run], n_valid: int) -> Summary:
@@ -367,6 +383,7 @@ def summarise(runs: Sequence[Run], n_valid: int) -> Summary:
         100 * statistics.median(errors) if errors else math.nan,
         min(r.winner_ratio for r in runs),
         sum(r.confident for r in runs) / len(runs),
+        statistics.median(r.search_launches + r.confirm_launches for r in runs),
     )
 
 
@@ -381,6 +398,7 @@ def main() -> None:
     parser.add_argument("--spaces", default="")
     parser.add_argument("--sampler", default="physics", choices=sorted(SAMPLERS))
     parser.add_argument("--no-accept-length", action="store_true")
+    parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -397,7 +415,8 @@ def main() -> None:
             started = time.monotonic()
             runs = [
                 play(space, profile, seed, sampler=SAMPLERS[args.sampler],
-                     record_accept_length=not args.no_accept_length)
+                     record_accept_length=not args.no_accept_length,
+                     stop_early=args.stop_early)
                 for seed in range(1 if args.random else args.seeds)
             ]  # fmt: skip
             runs_all += runs
@@ -413,7 +432,8 @@ def _print(space: Space, name: str, runs: Sequence[Run], seconds: float) -> None
         f"{space.name:5s} {name:24s} within {s.within_rate:.2f} "
         f"confirm {s.confirm_pct:4.1f}% frac med {s.fraction_median:.3f} "
         f"worst {s.fraction_worst:.3f} pred {s.prediction_error_pct:.2f}% "
-        f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} ({seconds:.1f}s)",
+        f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} "
+        f"launches {s.launches_median:.0f} ({seconds:.1f}s)",
         flush=True,
     )
 
