@@ -75,7 +75,7 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
-    """TPE (default), the cost-model-guided sampler (``physics``, see docs/search.md) or
+    """The cost-model-guided sampler (``physics``, the default; see docs/search.md), TPE or
     random search; grid and brute force enqueue every valid configuration and use a seeded
     random sampler only to break ties (see :mod:`sweep.runner`)."""
     if study.sampler == "tpe":

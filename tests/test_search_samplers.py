@@ -185,6 +185,7 @@ def test_physics_refuses_a_minimising_study() -> None:
     assert study.trials[-1].state is TrialState.RUNNING
 
 
-def test_the_study_file_selects_the_physics_sampler() -> None:
-    assert isinstance(sampler_for(small("physics")), PhysicsSampler)
+def test_the_physics_sampler_is_the_default() -> None:
+    unset = parse_study(SMALL.replace('sampler = "{sampler}"', "").format(), "t.toml")
+    assert unset.sampler == "physics" and isinstance(sampler_for(unset), PhysicsSampler)
     assert isinstance(sampler_for(small("tpe")), optuna.samplers.TPESampler)

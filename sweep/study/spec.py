@@ -152,7 +152,7 @@ class Study:
     description: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     storage: str = ""
-    sampler: str = "tpe"
+    sampler: str = "physics"
     seed: int = 0
     n_trials: int | None = None
     deadline: str | None = None  # "HH:MM" local time
@@ -238,7 +238,7 @@ def _study(
         description=r.string("description", ""),
         tags=tuple(sorted(r.string_map("tags").items())),
         storage=storage,
-        sampler=r.string("sampler", "tpe", choices=SAMPLERS),
+        sampler=r.string("sampler", "physics", choices=SAMPLERS),
         seed=r.integer("seed", 0),
         n_trials=n_trials,
         deadline=deadline,
