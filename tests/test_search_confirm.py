@@ -22,7 +22,7 @@ from sweep.search.confirm import (
     launch_variance,
     within_margin_probability,
 )
-from sweep.search.samplers import Prediction
+from sweep.search.guided import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
 TIGHT = LaunchVariance(0.002**2, 30.0)

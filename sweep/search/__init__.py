@@ -4,7 +4,8 @@ Pure library code (Optuna, NumPy, SciPy; no I/O):
 
 - :mod:`sweep.search.candidates`: the valid configurations with their features;
 - :mod:`sweep.search.physics`: the speculative-decoding cost model and its fit;
-- :mod:`sweep.search.samplers`: :class:`PhysicsSampler` (model-guided) and
+- :mod:`sweep.search.guided`: :class:`PhysicsSampler` (model-guided proposals);
+- :mod:`sweep.search.samplers`: the whole-configuration sampler base and
   :class:`ValidRandomSampler` (uniform over valid configurations);
 - :mod:`sweep.search.confirm`: launch variance, combined estimates, contenders and
   the winner's decision (:func:`decide`).
@@ -29,8 +30,9 @@ from sweep.search.confirm import (
     estimates,
     launch_variance,
 )
+from sweep.search.guided import PhysicsSampler, Prediction
 from sweep.search.history import History, Matcher, Measurement, history_of
-from sweep.search.samplers import PhysicsSampler, Prediction, ValidRandomSampler
+from sweep.search.samplers import ValidRandomSampler
 
 __all__ = [
     "Advantage",
