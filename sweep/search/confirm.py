@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 from scipy import stats
 
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
@@ -227,17 +228,15 @@ def contenders(estimates: Mapping[str, Estimate], options: ConfirmOptions) -> li
 def within_margin_probability(key: str, estimates: Mapping[str, Estimate], margin: float) -> float:
     """Lower bound on P(μ_key ≥ (1 − margin) · μ_i for every other i) (see the module)."""
     me = estimates[key]
-    probability = 1.0
-    for other in estimates.values():
-        if other.key == key:
-            continue
-        gap = me.mean - (1 - margin) * other.mean
-        se = math.hypot(me.stderr, (1 - margin) * other.stderr)
-        if se == 0:
-            probability *= 1.0 if gap >= 0 else 0.0
-        else:
-            probability *= float(stats.t.cdf(gap / se, min(me.dof, other.dof)))
-    return probability
+    others = [e for e in estimates.values() if e.key != key]
+    if not others:
+        return 1.0
+    gap = me.mean - (1 - margin) * np.array([e.mean for e in others])
+    se = np.hypot(me.stderr, (1 - margin) * np.array([e.stderr for e in others]))
+    dof = np.minimum(me.dof, np.array([e.dof for e in others]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap >= 0, np.inf, -np.inf))
+    return float(np.prod(stats.t.cdf(z, dof)))
 
 
 @dataclass(frozen=True)
