@@ -32,11 +32,21 @@ from sweep.search.confirm import (
 )
 from sweep.search.guided import PhysicsSampler, Prediction
 from sweep.search.history import History, Matcher, Measurement, history_of
-from sweep.search.samplers import ValidRandomSampler
+from sweep.search.samplers import (
+    PICK_ATTR,
+    PREDICTED_ATTR,
+    REPLICATE_ATTR,
+    ConfigSampler,
+    ValidRandomSampler,
+)
 
 __all__ = [
+    "PICK_ATTR",
+    "PREDICTED_ATTR",
+    "REPLICATE_ATTR",
     "Advantage",
     "Candidate",
+    "ConfigSampler",
     "ConfirmOptions",
     "Decision",
     "Estimate",

@@ -15,8 +15,9 @@ Figures: ``winner_within_1pct_rate`` (the decided winner is truly within 1 % of
 the optimum), ``confirm_extra_trials_pct`` (confirmation launches / search
 launches), ``grid_fraction_to_1pct`` (search launches until a configuration
 truly within 1 % was measured / valid configurations; median over seeds, and
-the worst seed), ``prediction_error_pct`` (median |predicted − measured| /
-measured of each configuration's first launch, predicted before it), and
+the worst seed; a run that never measured one counts (valid + 1) / valid),
+``prediction_error_pct`` (median |predicted − measured| / measured of each
+configuration's first launch, predicted before it), and
 ``launches_used_*_early_stop`` (launches when the search stops as soon as the
 winner is confidently decided).
 """
