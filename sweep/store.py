@@ -16,7 +16,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 import sqlalchemy as sa
@@ -29,16 +29,25 @@ from sweep.redact import redact_data, redact_text, redact_url
 from sweep.redact import redact_env as redact_env  # the runner imports it from here
 from sweep.study.spec import Study
 
+if TYPE_CHECKING:
+    from sweep.core.space import Rules
+
 SAMPLES_TABLE = "sweep_samples"
 CLAIMS_TABLE = "sweep_claims"
 OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
 
 
-def sampler_for(study: Study) -> optuna.samplers.BaseSampler:
-    """TPE (default) or random search; grid and brute force enqueue every valid configuration
-    and use a seeded random sampler only to break ties (see :mod:`sweep.loop.runner`)."""
+def sampler_for(study: Study, rules: Rules | None = None) -> optuna.samplers.BaseSampler:
+    """The cost-model-guided sampler (``physics``, the default; see docs/search.md), TPE or
+    random search; grid and brute force enqueue every valid configuration and use a seeded
+    random sampler only to break ties (see :mod:`sweep.loop.runner`)."""
     if study.sampler == "tpe":
         return optuna.samplers.TPESampler(seed=study.seed, n_startup_trials=5)
+    if study.sampler == "physics":
+        from sweep.engines import rules_for
+        from sweep.search import PhysicsSampler, candidates_for  # numpy/scipy only when used
+
+        return PhysicsSampler(candidates_for(study, rules or rules_for(study)), seed=study.seed)
     return optuna.samplers.RandomSampler(seed=study.seed)
 
 
@@ -151,7 +160,8 @@ def _create(study: Study, url: str, name: str | None, heartbeat: Heartbeat | Non
         study_name=name or study.name,
         storage=_storage(url, heartbeat),
         direction="maximize",
-        sampler=sampler_for(study),
+        # the companion study (baselines) needs no search
+        sampler=sampler_for(study) if name is None else optuna.samplers.RandomSampler(),
         load_if_exists=True,
     )
 

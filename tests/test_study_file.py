@@ -34,7 +34,7 @@ def test_shipped_studies_load() -> None:
 def test_defaults() -> None:
     study = parse_study(GOOD, "/tmp/x/t.toml")
     assert study.storage == "sqlite:////tmp/x/t.db"
-    assert study.sampler == "tpe" and study.engine.launcher[-1] == "sglang.launch_server"
+    assert study.sampler == "physics" and study.engine.launcher[-1] == "sglang.launch_server"
     assert study.workload.output_len == 500 and study.workload.concurrency == (1,)
     assert study.objective.metric == "decode_tok_s" and study.engine.ready_timeout_s == 900
     assert study.host.kind == "local" and study.space.eagle_topk == (1,)

@@ -18,7 +18,7 @@ from typing import Any
 from sweep.exceptions import StudyFileError
 from sweep.study.reader import TableReader, describe
 
-SAMPLERS = ("tpe", "grid", "random", "bruteforce")
+SAMPLERS = ("tpe", "grid", "random", "bruteforce", "physics")
 ENGINES = ("sglang", "vllm")
 METRICS = ("decode_tok_s", "output_tok_s")
 CONSTRAINT_METRICS = (
@@ -197,7 +197,7 @@ class Study:
     description: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     storage: str = ""
-    sampler: str = "tpe"
+    sampler: str = "physics"
     seed: int = 0
     n_trials: int | None = None
     deadline: str | None = None  # "HH:MM" local time
@@ -294,7 +294,7 @@ def _study(
         description=r.string("description", ""),
         tags=tuple(sorted(r.string_map("tags").items())),
         storage=storage,
-        sampler=r.string("sampler", "tpe", choices=SAMPLERS),
+        sampler=r.string("sampler", "physics", choices=SAMPLERS),
         seed=r.integer("seed", 0),
         n_trials=n_trials,
         deadline=deadline,

@@ -1,0 +1,283 @@
+"""The speculative-decoding cost model, fitted to measured launches (pure numpy/scipy).
+
+One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``)
+in family ``f`` (its draft TP and extra flags/environment)::
+
+    cycle = overhead[f] + s · draft_step[f] + s · (k − 1) · branch + (d − 1) · verify_token
+    throughput = accept_length(s, k, d) / cycle
+
+The accept length follows the EAGLE chain/tree rule: depth ``i`` (1-based) of
+the chain is accepted with ``min(cap, p · r^(i−1))`` given every shallower depth
+was; the verify tree keeps ``d − 1`` nodes, one per depth along the chain first
+(up to ``s``), then extra siblings at the shallowest depths (up to ``k − 1`` per
+depth), each catching a share ``g`` of the remaining misses; accept length =
+1 + Σ_i Π_{j≤i} P(depth j accepted).
+
+The constants are fitted by nonlinear least squares on log throughput (and log
+accept length when measured), with weak priors that keep the fit defined from
+the first launch: families share a mean overhead and draft step (hierarchical
+shrinkage), and every constant has a broad log-normal prior relative to the
+overhead. The Laplace approximation (the fit's Jacobian) gives each prediction
+an uncertainty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import least_squares
+
+from sweep.search.candidates import Candidate
+
+Array = NDArray[np.float64]
+
+CAP = 0.99  # a depth is never accepted for sure
+# Priors: (centre, sd) on the logit of p, r, g and on log ratios to the mean overhead.
+PRIOR_P = (math.log(0.65 / 0.35), 1.5)
+PRIOR_R = (math.log(0.85 / 0.15), 1.5)
+PRIOR_G = (math.log(0.2 / 0.8), 1.5)
+PRIOR_DRAFT_STEP = (math.log(0.1), 1.5)  # mean draft step / mean overhead
+PRIOR_BRANCH = (math.log(0.03), 2.0)  # each extra topk branch per step / mean overhead
+PRIOR_VERIFY_TOKEN = (math.log(0.015), 2.0)  # each extra verified token / mean overhead
+PRIOR_SCALE_SD = 3.0  # on log mean overhead around the first guess
+FAMILY_OVERHEAD_SD = 0.3  # families' overheads spread around their mean (log)
+FAMILY_DRAFT_SD = 1.0  # families' draft steps spread around their mean (log)
+STARTS = ((0.65, 0.85, 0.2), (0.85, 0.97, 0.2), (0.45, 0.7, 0.35))
+# Shared parameters, then (log overhead, log draft step) per family.
+P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT = range(7)
+SHARED = 7
+
+
+@dataclass(frozen=True)
+class Design:
+    """The candidates' features as arrays (one row per candidate)."""
+
+    steps: Array
+    branches: Array  # s · (k − 1)
+    extra_tokens: Array  # d − 1
+    family: NDArray[np.int64]
+    widths: Array  # (N, depth): nodes kept at each depth of the verify tree, 0 beyond it
+    families: tuple[tuple[int, str], ...]
+
+    @property
+    def n_params(self) -> int:
+        return SHARED + 2 * len(self.families)
+
+    def rows(self, index: NDArray[np.int64]) -> Design:
+        """The design of a subset of candidates."""
+        return Design(
+            self.steps[index],
+            self.branches[index],
+            self.extra_tokens[index],
+            self.family[index],
+            self.widths[index],
+            self.families,
+        )
+
+
+def design(candidates: Sequence[Candidate]) -> Design:
+    """Features of ``candidates`` (families are (draft TP, extras) pairs, in first-seen order)."""
+    families: dict[tuple[int, str], int] = {}
+    for c in candidates:
+        families.setdefault((c.draft_tp, c.extras), len(families))
+    depth = max((c.steps for c in candidates), default=1)
+    widths = np.array([tree_widths(c.steps, c.topk, c.draft_tokens, depth) for c in candidates])
+    return Design(
+        np.array([c.steps for c in candidates], dtype=float),
+        np.array([c.steps * (c.topk - 1) for c in candidates], dtype=float),
+        np.array([c.draft_tokens - 1 for c in candidates], dtype=float),
+        np.array([families[(c.draft_tp, c.extras)] for c in candidates], dtype=np.int64),
+        widths.reshape(len(candidates), depth).astype(float),
+        tuple(families),
+    )
+
+
+def tree_widths(steps: int, topk: int, draft_tokens: int, depth: int) -> list[int]:
+    """Nodes the verify tree keeps at each depth: the chain first, then shallow siblings."""
+    budget = draft_tokens - 1
+    chain = max(0, min(steps, budget))
+    widths = [1] * chain + [0] * (depth - chain)
+    spare = budget - chain
+    for i in range(chain):
+        extra = min(spare, max(0, topk - 1))
+        widths[i] += extra
+        spare -= extra
+    return widths
+
+
+def _sigmoid(x: float | Array) -> float | Array:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def accept_length(theta: Array, d: Design) -> Array:
+    """Expected tokens per verify cycle (bonus token included) of every row of ``d``."""
+    p, r, g = (float(_sigmoid(theta[i])) for i in (P, R, G))
+    depth = d.widths.shape[1]
+    chain = np.minimum(CAP, p * r ** np.arange(depth))
+    miss = (1.0 - chain)[None, :] * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
+    accepted = np.where(d.widths > 0, 1.0 - miss, 0.0)
+    return np.asarray(1.0 + np.cumprod(accepted, axis=1).sum(axis=1))
+
+
+def cycle(theta: Array, d: Design) -> Array:
+    """Cycle time (in the objective's inverse units) of every row of ``d``."""
+    fam = theta[SHARED:].reshape(-1, 2)
+    overhead = np.exp(fam[d.family, 0])
+    draft = np.exp(fam[d.family, 1])
+    return np.asarray(
+        overhead
+        + d.steps * draft
+        + d.branches * math.exp(theta[BRANCH])
+        + d.extra_tokens * math.exp(theta[TOKEN])
+    )
+
+
+def log_throughput(theta: Array, d: Design) -> Array:
+    """log(accept length / cycle) of every row of ``d``."""
+    return np.asarray(np.log(accept_length(theta, d)) - np.log(cycle(theta, d)))
+
+
+@dataclass(frozen=True)
+class Data:
+    """Launches to fit: candidate rows, log throughput, log accept length (NaN: unknown)."""
+
+    rows: NDArray[np.int64]
+    log_value: Array
+    log_accept: Array
+    value_sd: float  # relative launch-to-launch sd of the objective
+    accept_sd: float  # relative sd of a measured accept length
+
+
+def prior_residuals(theta: Array, n_families: int, scale: float) -> Array:
+    fam = theta[SHARED:].reshape(-1, 2)
+    mean_o, mean_d = theta[MEAN_OVERHEAD], theta[MEAN_DRAFT]
+    shared = [
+        (theta[P] - PRIOR_P[0]) / PRIOR_P[1],
+        (theta[R] - PRIOR_R[0]) / PRIOR_R[1],
+        (theta[G] - PRIOR_G[0]) / PRIOR_G[1],
+        (theta[BRANCH] - mean_o - PRIOR_BRANCH[0]) / PRIOR_BRANCH[1],
+        (theta[TOKEN] - mean_o - PRIOR_VERIFY_TOKEN[0]) / PRIOR_VERIFY_TOKEN[1],
+        (mean_o - scale) / PRIOR_SCALE_SD,
+        (mean_d - mean_o - PRIOR_DRAFT_STEP[0]) / PRIOR_DRAFT_STEP[1],
+    ]
+    return np.concatenate(
+        [
+            np.array(shared),
+            (fam[:, 0] - mean_o) / FAMILY_OVERHEAD_SD,
+            (fam[:, 1] - mean_d) / FAMILY_DRAFT_SD,
+        ]
+    )
+
+
+def _residuals(theta: Array, sub: Design, data: Data, scale: float) -> Array:
+    parts = [(log_throughput(theta, sub) - data.log_value) / data.value_sd]
+    known = ~np.isnan(data.log_accept)
+    if known.any():
+        predicted = np.log(accept_length(theta, sub))[known]
+        parts.append((predicted - data.log_accept[known]) / data.accept_sd)
+    parts.append(prior_residuals(theta, len(sub.families), scale))
+    return np.concatenate(parts)
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Fitted constants (``theta``), their covariance, and how well they fit.
+
+    Attributes:
+        theta: the parameter vector (see the module constants for its layout).
+        covariance: Laplace approximation of the posterior covariance.
+        rms: root mean square of the standardised throughput residuals (≈ 1 when the
+            model explains the data down to launch noise).
+        n_launches: launches fitted.
+        jac: the standardised residuals' Jacobian at ``theta`` (data rows, then priors).
+        residuals: the standardised residuals at ``theta``.
+        owners: the candidate row of each data residual (-1 for priors).
+    """
+
+    theta: Array
+    covariance: Array
+    rms: float
+    n_launches: int
+    jac: Array
+    residuals: Array
+    owners: NDArray[np.int64]
+
+    def gradient(self, d: Design) -> tuple[Array, Array]:
+        """log throughput of every row of ``d`` and its gradient in ``theta``."""
+        mean = log_throughput(self.theta, d)
+        grad = np.empty((len(mean), len(self.theta)))
+        for i in range(len(self.theta)):
+            step = np.zeros_like(self.theta)
+            step[i] = 1e-5
+            grad[:, i] = (log_throughput(self.theta + step, d) - mean) / 1e-5
+        return mean, grad
+
+    def predict(self, d: Design, model_sd: float = 0.0) -> tuple[Array, Array]:
+        """Mean and sd of log throughput for every row of ``d`` (``model_sd`` adds a floor
+        for what the model cannot represent)."""
+        mean, grad = self.gradient(d)
+        var = np.einsum("ij,jk,ik->i", grad, self.covariance, grad)
+        return mean, np.sqrt(np.maximum(var, 0.0) + model_sd**2)
+
+    def holdout(self, d: Design, row: int) -> tuple[float, float]:
+        """Mean and sd of log throughput of candidate ``row`` as if its own launches had
+        not been fitted (one Newton step from ``theta`` without them)."""
+        own = self.owners == row
+        jac_rest = self.jac[~own]
+        hessian = jac_rest.T @ jac_rest
+        covariance = np.linalg.pinv(hessian)
+        step = covariance @ (self.jac[own].T @ self.residuals[own])
+        mean, grad = self.gradient(d.rows(np.array([row])))
+        g = grad[0]
+        inflation = max(1.0, self.rms) ** 2 if self.n_launches > 2 else 1.0
+        var = float(g @ covariance @ g) * inflation
+        return float(mean[0] + g @ step), math.sqrt(max(var, 0.0))
+
+
+def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
+    """Fit the constants to ``data`` (launches of rows of ``d``) from a few starting points
+    (and ``start``, e.g. the previous fit), keeping the best."""
+    sub = d.rows(data.rows)
+    accept_guess = 2.0
+    scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0
+    best = None
+    for x0 in _starts(len(d.families), scale, start):
+        result = least_squares(_residuals, x0, args=(sub, data, scale), method="trf")
+        if best is None or result.cost < best.cost:
+            best = result
+    assert best is not None
+    jac = np.asarray(best.jac)
+    covariance = np.linalg.pinv(jac.T @ jac)
+    n = len(data.rows)
+    residuals = np.asarray(best.fun)
+    rms = float(np.sqrt(np.mean(residuals[:n] ** 2))) if n else 1.0
+    if n > 2 and rms > 1.0:
+        covariance = covariance * rms**2  # the data are noisier than assumed, or misfit
+    known = ~np.isnan(data.log_accept)
+    owners = np.concatenate(
+        [data.rows, data.rows[known], np.full(len(residuals) - n - int(known.sum()), -1)]
+    ).astype(np.int64)
+    return Fit(np.asarray(best.x), covariance, rms, n, jac, residuals, owners)
+
+
+def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
+    out = []
+    for p, r, g in STARTS:
+        mean_d = scale + PRIOR_DRAFT_STEP[0]
+        theta = [
+            math.log(p / (1 - p)),
+            math.log(r / (1 - r)),
+            math.log(g / (1 - g)),
+            scale + PRIOR_BRANCH[0],
+            scale + PRIOR_VERIFY_TOKEN[0],
+            scale,
+            mean_d,
+        ] + [scale, mean_d] * n_families
+        out.append(np.array(theta))
+    if start is not None and len(start) == SHARED + 2 * n_families:
+        out.insert(0, np.asarray(start, dtype=float))
+    return out

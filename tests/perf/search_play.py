@@ -1,0 +1,443 @@
+"""Play the whole search + confirmation policy against the simulator's truth, with noise.
+
+The driver calls exactly what the trial loop calls: a :class:`PhysicsSampler` (or
+another sampler) through an in-memory Optuna study with ask/tell —
+``suggest`` → the engine's resolution → a measurement → ``tell`` with the
+``sweep_feasible`` constraint and the accept length as user attributes — then
+:func:`sweep.search.confirm.decide` repeatedly, relaunching what it asks for
+(enqueued with the configuration's parameters, as the loop would) until it
+decides. Only the measurement is simulated: the noise-free truth
+(:func:`sweep.sim.model.predict`) times a per-launch factor (σ = 2 %) and a
+within-launch factor (σ = 0.5 %, reported as the launch's standard error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import optuna
+
+from sweep.core.space import suggest
+from sweep.engines import rules_for
+from sweep.search import (
+    Candidate,
+    ConfirmOptions,
+    Decision,
+    Launch,
+    PhysicsSampler,
+    Relaunch,
+    ValidRandomSampler,
+    decide,
+    history_of,
+    launch_variance,
+)
+from sweep.search.candidates import by_key
+from sweep.search.history import ACCEPT_LENGTH_ATTR, FEASIBLE, KIND_ATTR, STDERR_ATTR, Matcher
+from sweep.search.samplers import PREDICTED_ATTR, REPLICATE_ATTR
+from sweep.sim import model
+from sweep.sim.model import SimConfig
+from sweep.sim.profile import Profile, load_profile
+from sweep.study import parse_study
+from sweep.study.spec import Study
+from tests.search_helpers import valid_candidates
+
+LAUNCH_SD = 0.02
+WITHIN_SD = 0.005
+ACCEPT_SD = 0.01
+BASELINE = "baseline[]"
+BASELINE_EVERY = 10  # the loop's default [baseline] every_trials
+MAX_IDLE_PROPOSALS = 20  # sweep.loop.runner's: proposals that launch nothing before it picks one
+DEFAULT_OPTIONS = ConfirmOptions()
+
+HEAD = """
+[study]
+name = "play"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+"""
+SMALL = (
+    HEAD
+    + """
+[space]
+num_steps = { low = 1, high = 10 }
+draft_tp = [1, 8]
+"""
+)
+LARGE = (
+    HEAD
+    + """
+[space]
+num_steps = { low = 1, high = 10 }
+eagle_topk = [1, 2, 4]
+num_draft_tokens = { low = 2, high = 16 }
+draft_tp = [1, 8]
+[space.env]
+NCCL_PROTO = ["Simple", "LL"]
+"""
+)
+
+
+@dataclass(frozen=True)
+class Space:
+    name: str
+    study: Study
+    budget: int  # launches: search + confirmation
+
+    @classmethod
+    def of(cls, name: str, text: str, budget: int) -> Space:
+        return cls(name, parse_study(text, f"/tmp/{name}.toml"), budget)
+
+
+def spaces() -> tuple[Space, ...]:
+    return (Space.of("small", SMALL, 20), Space.of("large", LARGE, 60))
+
+
+def landscapes() -> dict[str, Profile]:
+    """The shipped profiles and three synthetic ones of the same physics."""
+    out = {name: load_profile(name) for name in ("default", "high-acceptance", "tree")}
+    default, high = out["default"], out["high-acceptance"]
+    out["synthetic-slow-draft"] = _perturb(
+        default,
+        acceptance={"first": 0.75, "decay": 0.9, "sibling_gain": 0.2},
+        draft={"compute_ms": 1.4, "allreduce_ms": {"1": 0.0, "2": 1.2, "4": 2.0, "8": 3.0}},
+        timing={"spec_overhead_ms": 2.0, "draft_tp_mismatch_ms": 0.8},
+    )
+    out["synthetic-costly-verify"] = _perturb(
+        high,
+        acceptance={"first": 0.8, "decay": 0.93, "sibling_gain": 0.25},
+        timing={"token_ms": 0.55, "spec_overhead_ms": 2.5},
+        draft={"topk_ms": 0.3},
+    )
+    out["synthetic-tp8-wins"] = _perturb(
+        default,
+        acceptance={"first": 0.7, "decay": 0.88, "sibling_gain": 0.15},
+        draft={"compute_ms": 0.9, "allreduce_ms": {"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2}},
+        timing={"draft_tp_mismatch_ms": 2.5, "spec_overhead_ms": 2.8},
+    )
+    return out
+
+
+def random_landscape(seed: int) -> Profile:
+    """A landscape of the same physics with every constant drawn at random (for seed)."""
+    rng = np.random.default_rng(5000 + seed)
+
+    def u(low: float, high: float) -> float:
+        return float(rng.uniform(low, high))
+
+    tp8 = u(0.2, 3.0)
+    return _perturb(
+        load_profile("default"),
+        acceptance={"first": u(0.4, 0.92), "decay": u(0.7, 0.98), "sibling_gain": u(0.05, 0.4)},
+        draft={
+            "compute_ms": u(0.3, 1.5),
+            "allreduce_ms": {"1": 0.0, "2": tp8 * 0.45, "4": tp8 * 0.7, "8": tp8},
+            "topk_ms": u(0.1, 0.5),
+        },
+        timing={
+            "base_ms": u(5.0, 10.0),
+            "spec_overhead_ms": u(1.0, 4.0),
+            "draft_tp_mismatch_ms": u(0.1, 2.0),
+            "token_ms": u(0.1, 0.6),
+        },
+    )
+
+
+def _perturb(profile: Profile, **sections: dict[str, object]) -> Profile:
+    changes = {
+        name: dataclasses.replace(getattr(profile, name), **values)
+        for name, values in sections.items()
+    }
+    return dataclasses.replace(profile, **changes)
+
+
+def truth(profile: Profile, c: Candidate | None) -> tuple[float, float]:
+    """Noise-free (decode tok/s, accept length) of a candidate (None: the baseline)."""
+    if c is None:
+        return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
+    env = dict(kv.split("=", 1) for kv in c.extras.split(",")) if c.extras else {}
+    sim = SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, c.target_tp, c.draft_tp)
+    p = model.predict(profile, sim, 1, env=env)
+    return p.decode_tok_s, p.accept_length
+
+
+@dataclass
+class Run:
+    """What one play measured."""
+
+    winner: str = ""
+    winner_ratio: float = 0.0  # truth(winner) / truth(optimum)
+    search_launches: int = 0
+    search_replicates: int = 0  # search launches that relaunched a measured configuration
+    confirm_launches: int = 0
+    first_within: int | None = None  # search launches until one within 1 % was measured
+    prediction_errors: list[float] = field(default_factory=list)
+    confident: bool = False
+    decision: Decision | None = None
+
+
+SamplerFactory = Callable[[Sequence[Candidate], int], optuna.samplers.BaseSampler]
+
+
+def physics_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    return PhysicsSampler(candidates, seed=seed)
+
+
+def random_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    return ValidRandomSampler(candidates, seed=seed)
+
+
+def tpe_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
+    """What ``sampler = "tpe"`` builds (sweep.store.sampler_for)."""
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
+
+
+SAMPLERS: dict[str, SamplerFactory] = {
+    "physics": physics_sampler,
+    "tpe": tpe_sampler,
+    "random-valid": random_sampler,
+}
+
+
+class Player:
+    """One play of a space on a landscape with one seed."""
+
+    def __init__(self, space: Space, profile: Profile, seed: int,
+                 options: ConfirmOptions, sampler: SamplerFactory,
+                 record_accept_length: bool = True, stop_early: bool = False) -> None:  # fmt: skip
+        self.space, self.profile, self.options = space, profile, options
+        self.candidates = valid_candidates(space.study)
+        self.keyed = by_key(self.candidates)
+        self.truths = {c.key: truth(profile, c) for c in self.candidates}
+        self.best = max(v for v, _ in self.truths.values())
+        self.rng = np.random.default_rng(1000 + seed)
+        self.rules = rules_for(space.study)
+        self.sampler = sampler(self.candidates, seed)
+        self.study = optuna.create_study(direction="maximize", sampler=self.sampler)
+        self.record_accept_length = record_accept_length
+        self.baselines: list[Launch] = []
+        self.measured: dict[str, float] = {}  # first value of each launched configuration
+        self.replicated: set[str] = set()
+        self.run = Run()
+        self.matcher = Matcher(self.candidates)
+        self.simplicity = {k: c.simplicity() for k, c in self.keyed.items()}
+        self.stop_early = stop_early
+
+    def measure(self, true_value: float, accept: float) -> tuple[float, float, float]:
+        launch = 1 + self.rng.normal(0, LAUNCH_SD)
+        within = 1 + self.rng.normal(0, WITHIN_SD)
+        value = true_value * launch * within
+        return value, WITHIN_SD * value, accept * (1 + self.rng.normal(0, ACCEPT_SD))
+
+    def launch(self, trial: optuna.trial.Trial, key: str, kind: str) -> None:
+        """Measure ``key`` on ``trial`` and tell Optuna, as the loop does."""
+        true_value, accept = self.truths[key]
+        value, stderr, measured_accept = self.measure(true_value, accept)
+        trial.set_user_attr(KIND_ATTR, kind)
+        trial.set_user_attr("sweep.key", key)
+        trial.set_user_attr(STDERR_ATTR, stderr)
+        if self.record_accept_length:
+            trial.set_user_attr(ACCEPT_LENGTH_ATTR, measured_accept)
+        trial.set_constraint(FEASIBLE, 0.0)
+        self.study.tell(trial, value)
+        predicted = self.system_attrs(trial).get(PREDICTED_ATTR)
+        if predicted and key not in self.measured:  # predicted before it was ever measured
+            self.run.prediction_errors.append(abs(predicted["mean"] - value) / value)
+        self.measured.setdefault(key, value)
+
+    def system_attrs(self, trial: optuna.trial.Trial) -> dict[str, object]:
+        return dict(self.study._storage.get_trial_system_attrs(trial._trial_id))
+
+    def propose(self) -> str | None:
+        """One search proposal, as the loop handles it: an invalid configuration is told
+        excluded, an already measured one is answered from storage unless the sampler asks
+        for a deliberate relaunch; anything else is launched. Returns the launched key."""
+        trial = self.study.ask()
+        config = suggest(trial, self.space.study)
+        if self.rules.violation(config):
+            trial.set_user_attr(KIND_ATTR, "excluded")
+            trial.set_constraint(FEASIBLE, 1.0)
+            self.study.tell(trial, 0.0)
+            return None
+        key = self.rules.resolve(config).key()
+        if key in self.measured and not self.system_attrs(trial).get(REPLICATE_ATTR):
+            trial.set_user_attr(KIND_ATTR, "duplicate")
+            trial.set_constraint(FEASIBLE, 0.0)
+            self.study.tell(trial, self.measured[key])
+            return None
+        if key in self.measured:
+            self.replicated.add(key)
+        self.launch(trial, key, "trial")
+        return key
+
+    def baseline(self) -> None:
+        value, stderr, _ = self.measure(truth(self.profile, None)[0], 1.0)
+        self.baselines.append(Launch(value, stderr))
+
+    def play(self) -> Run:
+        confirm_budget = self.options.confirmation_budget(self.space.budget)
+        search = self.space.budget - confirm_budget
+        self.baseline()
+        idle = 0
+        while self.run.search_launches < search:
+            if idle >= MAX_IDLE_PROPOSALS:  # the loop queues an unmeasured one itself
+                todo = [c for c in self.candidates if c.key not in self.measured]
+                pick = todo[int(self.rng.integers(len(todo)))]
+                self.study.enqueue_trial(dict(pick.params))
+                idle = 0
+            key = self.propose()
+            if key is None:
+                idle += 1
+                continue
+            idle = 0
+            self.run.search_launches += 1
+            self.run.search_replicates += key in self.replicated
+            if self.run.search_launches % BASELINE_EVERY == 0:
+                self.baseline()
+            if self.run.first_within is None and self.truths[key][0] >= 0.99 * self.best:
+                self.run.first_within = self.run.search_launches
+            if self.stop_early and self.confirmed():
+                break
+        self.confirm(confirm_budget)
+        return self.run
+
+    def decision(self, remaining: int) -> Relaunch | Decision:
+        """What the loop asks ``decide`` after each confirmation round."""
+        history = history_of(self.study.get_trials(deepcopy=False), self.matcher)
+        launches: dict[str, list[Launch]] = {
+            k: [Launch(m.value, m.stderr) for m in v] for k, v in history.measured.items()
+        }
+        launches[BASELINE] = list(self.baselines)
+        prior = None
+        if isinstance(self.sampler, PhysicsSampler):
+            prior = self.sampler.holdout_predictions(self.study)
+        return decide(launches, launch_variance(launches.values()), self.options,
+                      remaining=remaining, baseline=BASELINE, excluded=history.violating,
+                      simplicity=self.simplicity.__getitem__, prior=prior)  # fmt: skip
+
+    def confirmed(self) -> bool:
+        """Stop searching early: nothing untried can win and the winner is already clear."""
+        if not isinstance(self.sampler, PhysicsSampler) or not self.sampler.exhausted(self.study):
+            return False
+        result = self.decision(0)
+        return isinstance(result, Decision) and result.confident
+
+    def confirm(self, remaining: int) -> None:
+        while True:
+            result = self.decision(remaining)
+            if isinstance(result, Decision):
+                break
+            for key in result.order:
+                if key == BASELINE:
+                    self.baseline()
+                else:
+                    self.study.enqueue_trial(dict(self.keyed[key].params))
+                    trial = self.study.ask()
+                    resolved = self.rules.resolve(suggest(trial, self.space.study)).key()
+                    self.launch(trial, resolved, "replicate")
+                remaining -= 1
+                self.run.confirm_launches += 1
+        self.run.decision = result
+        self.run.winner = result.winner
+        self.run.winner_ratio = self.truths[result.winner][0] / self.best
+        self.run.confident = result.confident
+
+
+def play(
+    space: Space,
+    profile: Profile,
+    seed: int,
+    options: ConfirmOptions = DEFAULT_OPTIONS,
+    sampler: SamplerFactory = physics_sampler,
+    record_accept_length: bool = True,
+    stop_early: bool = False,
+) -> Run:
+    return Player(space, profile, seed, options, sampler, record_accept_length, stop_early).play()
+
+
+@dataclass(frozen=True)
+class Summary:
+    within_rate: float
+    confirm_pct: float
+    fraction_median: float
+    fraction_worst: float
+    prediction_error_pct: float
+    worst_ratio: float
+    confident_rate: float
+    launches_median: float  # search + confirmation launches (baselines of the schedule aside)
+
+
+def summarise(runs: Sequence[Run], n_valid: int) -> Summary:
+    fractions = [(r.first_within or n_valid + 1) / n_valid for r in runs]
+    errors = [e for r in runs for e in r.prediction_errors]
+    return Summary(
+        sum(r.winner_ratio >= 0.99 for r in runs) / len(runs),
+        100 * sum(r.confirm_launches for r in runs) / sum(r.search_launches for r in runs),
+        statistics.median(fractions),
+        max(fractions),
+        100 * statistics.median(errors) if errors else math.nan,
+        min(r.winner_ratio for r in runs),
+        sum(r.confident for r in runs) / len(runs),
+        statistics.median(r.search_launches + r.confirm_launches for r in runs),
+    )
+
+
+def main() -> None:
+    """Quick iteration: python -m tests.perf.search_play --seeds 3 --sampler tpe ..."""
+    import argparse
+    import time
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--landscapes", default="")
+    parser.add_argument("--spaces", default="")
+    parser.add_argument("--sampler", default="physics", choices=sorted(SAMPLERS))
+    parser.add_argument("--no-accept-length", action="store_true")
+    parser.add_argument("--stop-early", action="store_true")
+    parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
+    args = parser.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    chosen = landscapes()
+    if args.random:
+        chosen = {f"random-{i}": random_landscape(i) for i in range(args.random)}
+    for space in spaces():
+        if args.spaces and space.name not in args.spaces.split(","):
+            continue
+        runs_all = []
+        for name, profile in chosen.items():
+            if args.landscapes and name not in args.landscapes.split(","):
+                continue
+            started = time.monotonic()
+            runs = [
+                play(space, profile, seed, sampler=SAMPLERS[args.sampler],
+                     record_accept_length=not args.no_accept_length,
+                     stop_early=args.stop_early)
+                for seed in range(1 if args.random else args.seeds)
+            ]  # fmt: skip
+            runs_all += runs
+            if not args.random:
+                _print(space, name, runs, time.monotonic() - started)
+        if args.random:
+            _print(space, f"{args.random} random landscapes", runs_all, 0.0)
+
+
+def _print(space: Space, name: str, runs: Sequence[Run], seconds: float) -> None:
+    s = summarise(runs, len(valid_candidates(space.study)))
+    print(
+        f"{space.name:5s} {name:24s} within {s.within_rate:.2f} "
+        f"confirm {s.confirm_pct:4.1f}% frac med {s.fraction_median:.3f} "
+        f"worst {s.fraction_worst:.3f} pred {s.prediction_error_pct:.2f}% "
+        f"worst ratio {s.worst_ratio:.4f} confident {s.confident_rate:.2f} "
+        f"launches {s.launches_median:.0f} ({seconds:.1f}s)",
+        flush=True,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Confirmation statistics with literal values (pure)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sweep.search.confirm import (
+    ConfirmOptions,
+    Decision,
+    Estimate,
+    Launch,
+    LaunchVariance,
+    Relaunch,
+    advantage,
+    combine,
+    contenders,
+    decide,
+    estimate,
+    estimates,
+    launch_variance,
+    within_margin_probability,
+)
+from sweep.search.guided import Prediction
+
+TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
+TIGHT = LaunchVariance(0.002**2, 30.0)
+
+
+def test_with_no_replicate_the_prior_is_the_variance() -> None:
+    v = launch_variance([[100.0], [90.0]])  # single launches say nothing
+    assert v == LaunchVariance(0.0004, 4.0) and v.relative_sd == pytest.approx(0.02)
+
+
+def test_replicates_update_the_prior_with_their_degrees_of_freedom() -> None:
+    v = launch_variance([[100.0, 102.0], [50.0, 50.0, 50.0]])
+    # (4 · 0.02² + 2 · (1/101)²) / (4 + 1 + 2)
+    assert v.relative_var == pytest.approx((0.0016 + 2 / 101**2) / 7)
+    assert v.dof == 7.0
+    data_only = launch_variance([[100.0, 102.0]], prior_dof=0)
+    assert data_only == LaunchVariance(pytest.approx(2 / 101**2), 1.0)
+
+
+def test_within_launch_error_is_not_counted_as_launch_variance() -> None:
+    noisy = [Launch(100.0, 1.0), Launch(102.0, 1.0)]
+    v = launch_variance([noisy], prior_dof=0)
+    assert v.relative_var == pytest.approx(2 / 101**2 - (1 / 101) ** 2)
+    assert (
+        launch_variance([[Launch(100.0, 5.0), Launch(101.0, 5.0)]], prior_dof=0).relative_var == 0
+    )
+    with pytest.raises(ValueError, match="unknown"):
+        launch_variance([], prior_dof=0)
+
+
+def test_an_estimate_adds_launch_and_within_launch_variance() -> None:
+    e = estimate("a", [Launch(99.0, 1.0), Launch(101.0, 1.0)], TWO_PERCENT)
+    assert e.mean == 100.0 and e.n == 2 and e.dof == 4.0
+    assert e.stderr == pytest.approx(math.sqrt((2 * (0.0004 * 100**2) + 2 * 1.0) / 4))
+    low, high = e.bounds(0.95)
+    assert low < 100 < high and high - 100 == pytest.approx(2.776 * e.stderr, rel=1e-3)
+    assert estimate("b", [120.0], TWO_PERCENT).stderr == pytest.approx(2.4)
+    with pytest.raises(ValueError, match="no launches"):
+        estimate("c", [], TWO_PERCENT)
+
+
+def test_a_prior_is_combined_by_precision() -> None:
+    own = Estimate("a", 100.0, 2.0, 1, 4.0)
+    both = combine(own, Prediction(104.0, 2.0, 100.0, 108.0))
+    assert both.mean == pytest.approx(102.0) and both.stderr == pytest.approx(math.sqrt(2))
+    assert combine(own, None) is own
+
+
+def test_contenders_are_the_ranges_that_reach_the_leader_s() -> None:
+    est = {
+        "a": Estimate("a", 100.0, 1.0, 2, 30.0),
+        "b": Estimate("b", 98.0, 1.0, 2, 30.0),  # 98 + 1.70 ≥ 100 − 1.70
+        "c": Estimate("c", 95.0, 1.0, 2, 30.0),  # 96.7 < 98.3
+    }
+    assert contenders(est, ConfirmOptions()) == ["a", "b"]
+    assert contenders({}, ConfirmOptions()) == []
+
+
+def test_the_within_margin_probability_multiplies_the_comparisons() -> None:
+    est = {k: Estimate(k, m, 1.0, 3, 1e6) for k, m in (("a", 100.0), ("b", 100.0), ("c", 90.0))}
+    one = within_margin_probability("a", {k: est[k] for k in "ab"}, 0.01)
+    # (100 − 0.99 · 100) / √(1 + 0.99²) = 0.7107 → Φ = 0.7614
+    assert one == pytest.approx(0.7614, abs=1e-3)
+    assert within_margin_probability("a", est, 0.01) == pytest.approx(one, abs=1e-6)  # c is far
+    assert within_margin_probability("c", est, 0.01) < 1e-9
+
+
+def test_a_clear_winner_is_decided_without_more_launches() -> None:
+    launches = {"s3": [116.0, 117.0, 115.5], "s2": [104.0, 105.0], "s5": [90.0], "base": [89.0]}
+    result = decide(launches, TIGHT, baseline="base")
+    assert isinstance(result, Decision) and result.confident
+    assert result.winner == "s3" and result.replicates == (116.0, 117.0, 115.5)
+    assert result.tie == ("s3",) and result.probability > 0.95
+    runner_up = result.over_runner_up
+    assert runner_up is not None and runner_up.versus == "s2"
+    assert runner_up.low < 116.1667 / 104.5 < runner_up.high and runner_up.low > 1.05
+    base = result.over_baseline
+    assert base is not None and base.ratio == pytest.approx(116.1667 / 89.0, rel=1e-4)
+
+
+def test_close_configurations_are_relaunched_interleaved_with_the_baseline() -> None:
+    launches = {"a": [100.0], "b": [99.0], "c": [96.5], "d": [80.0], "base": [89.0]}
+    result = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(result, Relaunch)
+    assert result.order == ("a", "b", "c", "base") and result.contenders == ("a", "b", "c")
+    assert "relaunching 3" in result.reason
+    trimmed = decide(launches, TWO_PERCENT, baseline="base", remaining=2)
+    assert isinstance(trimmed, Relaunch) and trimmed.order == ("a", "b")
+
+
+def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> None:
+    launches = {"a": [100.0, 101.0], "b": [99.5], "c": [70.0]}
+    result = decide(launches, TWO_PERCENT, remaining=0)
+    assert isinstance(result, Decision) and not result.confident
+    assert result.winner == "a" and "budget spent" in result.reason
+    assert result.tie == ("a", "b")  # b's mean is within 1 % of a's
+    capped = decide(launches, TWO_PERCENT, ConfirmOptions(max_replicates=1))
+    assert isinstance(capped, Decision) and not capped.confident
+
+
+def test_a_tie_goes_to_the_simplest_configuration() -> None:
+    launches = {"s4": [100.2] * 4, "s3": [100.0] * 4, "s2": [95.0] * 4}
+    steps = {"s4": 4, "s3": 3, "s2": 2}
+    result = decide(launches, TIGHT, simplicity=steps.__getitem__)
+    assert isinstance(result, Decision) and result.confident
+    assert result.tie == ("s3", "s4") and result.winner == "s3"  # 0.2 % apart: s3 is simpler
+    loose = decide(launches, TIGHT, ConfirmOptions(tie_margin=0.0), simplicity=steps.__getitem__)
+    assert isinstance(loose, Decision) and loose.winner == "s4"  # no margin: the fastest
+
+
+def test_an_excluded_configuration_competes_but_never_wins() -> None:
+    launches = {"fast": [130.0] * 3, "ok": [100.0] * 3}
+    result = decide(launches, TIGHT, excluded={"fast"}, remaining=0)
+    assert isinstance(result, Decision) and result.winner == "ok" and not result.confident
+    with pytest.raises(ValueError, match="no measured"):
+        decide({"base": [90.0]}, TIGHT, baseline="base")
+
+
+def test_a_model_prior_settles_what_the_launches_alone_cannot() -> None:
+    launches = {"a": [100.0], "b": [101.0]}
+    alone = decide(launches, TWO_PERCENT)
+    assert isinstance(alone, Relaunch)
+    prior = {"a": Prediction(104.0, 0.4, 103.2, 104.8), "b": Prediction(98.0, 0.4, 97.2, 98.8)}
+    settled = decide(launches, TWO_PERCENT, prior=prior)
+    assert isinstance(settled, Decision) and settled.winner == "a" and settled.confident
+    assert estimates(launches, TWO_PERCENT, prior)["a"].mean == pytest.approx(
+        (100 / 4 + 104 / 0.16) / (1 / 4 + 1 / 0.16)
+    )
+
+
+def test_the_advantage_interval_is_on_the_ratio() -> None:
+    adv = advantage(Estimate("w", 110.0, 1.1, 4, 1e6), Estimate("o", 100.0, 1.0, 4, 1e6), 0.95)
+    assert adv.ratio == pytest.approx(1.1)
+    half = 1.96 * math.hypot(0.01, 0.01)
+    assert adv.low == pytest.approx(1.1 * math.exp(-half), rel=1e-4)
+    assert adv.high == pytest.approx(1.1 * math.exp(half), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("share", 1.0), ("max_replicates", 0), ("tie_margin", -0.01), ("confidence", 0.4)],
+)
+def test_options_are_checked(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        ConfirmOptions(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_confirmation_budget_is_the_share_of_the_whole() -> None:
+    assert ConfirmOptions().confirmation_budget(20) == 4
+    assert ConfirmOptions(share=0.25).confirmation_budget(60) == 15
