@@ -274,6 +274,8 @@ def run(
               f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
               f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
     out.print(f"best: {summary.best}", markup=False)
+    if summary.answer:
+        out.print(f"confirmed answer: {summary.answer}", markup=False)
     out.print(f"results: {_url(summary.storage)} (study {summary.study}); "
               f"see `sweep status {study_file}`", markup=False)  # fmt: skip
     _exit_for(summary)
@@ -422,6 +424,8 @@ def status(
         best = report.best
         out.print(f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
                   f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)")  # fmt: skip
+    if report.answer:
+        out.print(f"confirmed answer: {escape(report.answer)}")
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
 

@@ -14,7 +14,7 @@ import logging
 import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ import optuna
 import sqlalchemy as sa
 
 from sweep import __version__
-from sweep.core.records import SAMPLE_COLUMNS, StudyInfo, TrialRecord
+from sweep.core.records import ATTR, SAMPLE_COLUMNS, StudyInfo, TrialRecord
 from sweep.exceptions import StorageError
 from sweep.redact import REDACTED as REDACTED  # moved to sweep.redact; re-exported
 from sweep.redact import redact_data, redact_text, redact_url
@@ -207,6 +207,11 @@ def _record_study(optuna_study: optuna.Study, study: Study) -> None:
     for key, value in info.to_attrs().items():
         if attrs.get(key) != value:
             optuna_study.set_user_attr(key, value)
+
+
+def write_answer(optuna_study: optuna.Study, answer: Mapping[str, Any]) -> None:
+    """Store the confirmed answer on the study (see :func:`sweep.search.answer.answer_of`)."""
+    optuna_study.set_user_attr(ATTR.ANSWER, dict(answer))
 
 
 def write_record(trial: optuna.trial.Trial, record: TrialRecord) -> None:

@@ -20,8 +20,14 @@ def write_study(
     engine: str = "",
     profile: str = FAST_PROFILE,
     sections: str = "",
+    confirm: bool = False,
 ) -> Path:
-    """A study on `sweep sim` (fast profile) whose launches are recorded in launches.jsonl."""
+    """A study on `sweep sim` (fast profile) whose launches are recorded in launches.jsonl.
+
+    ``confirm``: keep the confirmation phase (off by default, so tests count the search's
+    launches; tests of the confirmation turn it on)."""
+    if not confirm and "[confirm]" not in sections:
+        sections += "\n[confirm]\nenabled = false\n"
     record = folder / "launches.jsonl"
     launcher = json.dumps([sys.executable, str(RECORDER), str(record)])
     text = f"""

@@ -55,6 +55,12 @@ class ATTR:
     REQUEUED_FROM = "sweep.requeued_from"  # on an enqueued trial: the trial it replaces
     REAPED_FROM = "sweep.reaped_from"  # on an enqueued trial: the stale trial it replaces
     REPLICATE_OF = "sweep.replicate_of"  # confirmation: the first trial of this configuration
+    STDERR = "sweep.stderr"  # within-launch standard error of the objective
+    ESTIMATE = "sweep.estimate"  # {mean, stderr, n}: the configuration's combined estimate
+    # trial system attributes the search's samplers write
+    SEARCH_PICK = "sweep.search.pick"  # the key the sampler proposed
+    SEARCH_REPLICATE = "sweep.search.replicate"  # True: the sampler asks for a relaunch
+    SEARCH_PREDICTED = "sweep.search.predicted"  # {"mean", "sd"} before the measurement
     # study level
     STUDY_FILE = "sweep.study_file"
     STUDY_PATH = "sweep.study_path"
@@ -210,6 +216,8 @@ class TrialRecord:
     requeued_from: int | None = None
     reaped_from: int | None = None
     replicate_of: int | None = None
+    stderr: float | None = None
+    estimate: Mapping[str, Any] = field(default_factory=dict)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -249,6 +257,8 @@ class TrialRecord:
             requeued_from=_opt_int(a.get(ATTR.REQUEUED_FROM)),
             reaped_from=_opt_int(a.get(ATTR.REAPED_FROM)),
             replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
+            stderr=_opt_float(a.get(ATTR.STDERR)),
+            estimate=dict(a.get(ATTR.ESTIMATE) or {}),
         )
         return record.redacted()  # a database written before redaction may hold secrets
 
@@ -362,7 +372,8 @@ _ATTR_OF = {
     "excluded": ATTR.EXCLUDED, "baseline": ATTR.BASELINE, "speedup": ATTR.SPEEDUP,
     "drift": ATTR.DRIFT, "started": ATTR.STARTED, "finished": ATTR.FINISHED,
     "requeued_from": ATTR.REQUEUED_FROM, "reaped_from": ATTR.REAPED_FROM,
-    "replicate_of": ATTR.REPLICATE_OF, "kind": ATTR.KIND, "config": ATTR.CONFIG,
+    "replicate_of": ATTR.REPLICATE_OF, "stderr": ATTR.STDERR, "estimate": ATTR.ESTIMATE,
+    "kind": ATTR.KIND, "config": ATTR.CONFIG,
     "failure": ATTR.FAILURE, "levels": ATTR.LEVELS, "warnings": ATTR.WARNINGS,
 }  # fmt: skip
 

@@ -40,5 +40,6 @@ class RunSummary:
     replicates: int = 0
     stop_reason: str = ""
     best: str = ""
+    answer: str = ""  # the confirmed winner, in one line (see sweep.search.answer)
     failed_run: bool = False
     warnings: list[str] = field(default_factory=list)

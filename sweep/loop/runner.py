@@ -32,7 +32,7 @@ from sweep.bench.result import BenchmarkResult
 from sweep.core import policy
 from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
-from sweep.core.space import TrialConfig, plan, suggest
+from sweep.core.space import TrialConfig, params_of, plan, suggest
 from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, fits
 from sweep.engines import rules_for
 from sweep.exceptions import Interrupted as InterruptedError
@@ -45,6 +45,10 @@ from sweep.loop.progress import Display
 from sweep.loop.resume import enqueue_grid, enqueue_unmeasured, requeue_unfinished
 from sweep.loop.worker import ask, beating, heartbeat_for, reap_stale
 from sweep.loop.worker import requeue_stale as stale_callback
+from sweep.search import answer
+from sweep.search.confirm import Decision, Launch
+from sweep.search.guided import PhysicsSampler, Prediction
+from sweep.search.samplers import asks_relaunch
 from sweep.server import deploy
 from sweep.server.engine_check import gate_study
 from sweep.server.executor import Executor
@@ -55,6 +59,7 @@ from sweep.store import (
     open_study,
     read_records,
     save_samples,
+    write_answer,
     write_record,
 )
 from sweep.study.spec import HostSpec, NotifySpec, Study
@@ -121,6 +126,8 @@ class Runner:
             self._prepare()
             try:
                 reason = self._loop()
+                if not self.summary.failed_run:
+                    self._confirm()
             finally:
                 self.display.close()
         self.summary.stop_reason = reason
@@ -181,9 +188,83 @@ class Runner:
             self.summary.failed_run = True
             return streak
         estimate = self._estimate(None)
-        if not fits(self.clock.now(), self.end, estimate):
-            return f"out of time: the next trial needs about {estimate:.0f} s"
+        if not fits(self.clock.now(), self._search_end(), estimate):
+            kept = " (the rest is kept to confirm the winner)" if self._search_end() != self.end \
+                else ""  # fmt: skip
+            return f"out of time: the next trial needs about {estimate:.0f} s{kept}"
+        sampler = self.optuna.sampler
+        if isinstance(sampler, PhysicsSampler) and len(settled) >= 3 and \
+                sampler.exhausted(self.optuna):  # fmt: skip
+            return "the search converged: no untried configuration can plausibly win"
         return ""
+
+    def _search_end(self) -> float | None:
+        """When the search must stop so the confirmation keeps its share of the time."""
+        if self.end is None or not self._confirming():
+            return self.end
+        return self.end - self.study.confirm.share * (self.end - self.started)
+
+    def _confirming(self) -> bool:
+        """Confirmation runs on a single host's run (a shared study: not yet, see docs)."""
+        return self.study.confirm.enabled and self.shared is None
+
+    # --- confirmation: contenders relaunched until the winner is decided ----------------------
+
+    def _confirm(self) -> None:
+        if not self._confirming():
+            return
+        options = answer.options_of(self.study.confirm)
+        objective = self.study.objective
+        search = sum(1 for t in self.trials if t.kind is Kind.TRIAL and t.state is not
+                     State.WAITING)  # fmt: skip
+        budget = answer.confirmation_budget(search, options.share)
+        used = 0
+        labels = answer.labels_of(self.trials)
+        while True:
+            self._refresh()
+            launches = answer.launches_of(self.trials, self.baselines, objective.metric,
+                                          objective.concurrency)  # fmt: skip
+            left = budget - used
+            if not fits(self.clock.now(), self.end, self._estimate(None)):
+                left = 0
+            step = answer.confirm_step(launches, options, left, self._simplicity, self._holdout(),
+                                       with_baseline=not objective.weights)  # fmt: skip
+            if step is None:
+                return
+            if isinstance(step, Decision):
+                stored = answer.answer_of(step, labels, options, used)
+                write_answer(self.optuna, stored)
+                self.summary.answer = answer.answer_text(stored)
+                self.display.message(f"answer: {self.summary.answer}")
+                return
+            self.display.message(f"confirming: {step.reason}")
+            for key in step.order[: max(1, budget - used)]:
+                self._relaunch(key)
+                used += 1
+
+    def _relaunch(self, key: str) -> None:
+        if key == answer.BASELINE_KEY:
+            self._launch(self.baseline_study, ask(self.baseline_study),
+                         TrialConfig.baseline(), Kind.BASELINE)  # fmt: skip
+            return
+        first = self._settled().get(key)
+        config = first.config if first is not None and first.config else self.valid[key]
+        self.optuna.enqueue_trial(params_of(config, self.study))
+        self._launch(self.optuna, ask(self.optuna), config, Kind.REPLICATE)
+
+    def _simplicity(self, key: str) -> tuple[int, int, int, str]:
+        """Fewer steps, then fewer draft tokens, then draft TP equal to the target's."""
+        first = self._settled().get(key)
+        c = first.config if first is not None and first.config else self.valid.get(key)
+        if c is None:
+            return (1 << 30, 1 << 30, 1, key)
+        return (c.num_steps, c.num_draft_tokens, int(c.draft_tp != self.study.engine.tp_size), key)
+
+    def _holdout(self) -> dict[str, Prediction] | None:
+        sampler = self.optuna.sampler
+        if isinstance(sampler, PhysicsSampler):
+            return sampler.holdout_predictions(self.optuna)
+        return None
 
     def _next_trial(self) -> None:
         if self.idle_proposals >= MAX_IDLE_PROPOSALS:
@@ -201,6 +282,11 @@ class Runner:
         resolved = self.rules.resolve(config)
         key = resolved.key()
         known = self._settled().get(key)
+        if known is not None and known.state is State.MEASURED and self.shared is None and \
+                asks_relaunch(self.optuna, trial):  # fmt: skip
+            self.idle_proposals = 0  # the sampler asks for a fresh start of a contender
+            self._launch(self.optuna, trial, resolved, Kind.REPLICATE)
+            return
         if known is not None:
             self._tell_duplicate(trial, resolved, known)
             return
@@ -263,7 +349,7 @@ class Runner:
             for name, violation in record.constraints.items():
                 trial.set_constraint(name, violation)
             trial.set_constraint(FEASIBLE, 0.0)
-            owner.tell(trial, outcome.value)
+            owner.tell(trial, self._told_value(record, outcome.value))
             self._count(record.kind, "measured")
             text = self._result_text(record, outcome.value)
             self.notifier.trial_finished(True)
@@ -287,6 +373,17 @@ class Runner:
                                      optuna_state=_state_name(outcome))  # fmt: skip
         self.launches.append(stored)
         self.display.trial_finished(text, self._best_text(), self._eta())
+
+    def _told_value(self, record: TrialRecord, value: float) -> float:
+        """A relaunched configuration tells Optuna its combined estimate over every launch."""
+        if record.kind is not Kind.REPLICATE or not record.key:
+            return value
+        self._refresh()
+        objective = self.study.objective
+        launches = answer.launches_of(self.trials, (), objective.metric, objective.concurrency)
+        mine = launches.setdefault(record.key, [])
+        mine.append(Launch(value))
+        return answer.combined(launches, record.key) or value
 
     def _with_baseline(self, record: TrialRecord, value: float) -> TrialRecord:
         """Speedup against the host's latest baseline, or the baseline's drift."""
@@ -337,6 +434,10 @@ class Runner:
         record = TrialRecord(kind=Kind.DUPLICATE, config=config, key=config.key(),
                              duplicate_of=known.number)  # fmt: skip
         value = known.value if known.state is State.MEASURED else 0.0
+        if known.state is State.MEASURED and value is not None:  # the combined estimate
+            objective = self.study.objective
+            launches = answer.launches_of(self.trials, (), objective.metric, objective.concurrency)
+            value = answer.combined(launches, config.key()) or value
         self._tell_proposal(trial, record, value, infeasible=not known.feasible
                             or known.state is not State.MEASURED)  # fmt: skip
         self.summary.duplicates += 1

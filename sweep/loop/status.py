@@ -9,9 +9,10 @@ import optuna
 import sqlalchemy as sa
 from optuna.trial import TrialState
 
-from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.search import answer
 from sweep.server import deploy
 from sweep.server.engine_check import gate_study
 from sweep.store import baseline_study_name, rdb_storage, read_records
@@ -43,12 +44,14 @@ class StatusReport:
     best: TrialRow | None
     baseline: TrialRow | None
     drift_warnings: tuple[str, ...]
+    answer: str = ""  # the confirmed winner in one line ("" before a confirmation)
 
 
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     """Every trial of ``study`` as a row, the best feasible measured trial and the baseline."""
     url = storage_url or study.storage
-    records = read_records(optuna.load_study(study_name=study.name, storage=rdb_storage(url)))
+    optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
+    records = read_records(optuna_study)
     records = [r for r in records if r.state is not State.WAITING]
     try:
         companion = optuna.load_study(
@@ -67,7 +70,10 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
         for r in rows
         if r.drift
     )
-    return StatusReport(study.name, url, rows, best, baselines[-1] if baselines else None, drift)
+    answer_text = answer.answer_text(StudyInfo.from_attrs(optuna_study.user_attrs).answer)
+    return StatusReport(
+        study.name, url, rows, best, baselines[-1] if baselines else None, drift, answer_text
+    )
 
 
 def _row(r: TrialRecord, study: Study) -> TrialRow:

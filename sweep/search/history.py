@@ -16,14 +16,14 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
+from sweep.core.records import ATTR, FEASIBLE
 from sweep.search.candidates import DRAFT_TOKENS_PARAM, Candidate
 
 # The names sweep.loop.runner / sweep.store write (this package does not import them).
-FEASIBLE = "sweep_feasible"
-KIND_ATTR = "sweep.kind"
-KEY_ATTR = "sweep.key"
-ACCEPT_LENGTH_ATTR = "sweep.accept_length"
-STDERR_ATTR = "sweep.stderr"  # within-launch standard error of the objective, when recorded
+KIND_ATTR = ATTR.KIND
+KEY_ATTR = ATTR.KEY
+ACCEPT_LENGTH_ATTR = ATTR.ACCEPT_LENGTH
+STDERR_ATTR = ATTR.STDERR  # within-launch standard error of the objective, when recorded
 NOT_LAUNCHES = frozenset({"duplicate", "excluded", "in_flight", "skipped", "baseline"})
 
 
@@ -134,7 +134,7 @@ def _note(out: History, key: str, t: FrozenTrial, accept_attr: str, stderr_attr:
         Measurement(
             key,
             t.number,
-            float(t.value),
+            float(t.user_attrs.get(ATTR.OBJECTIVE, t.value)),  # this launch's own value
             float(accept) if isinstance(accept, int | float) and accept > 0 else None,
             float(stderr) if isinstance(stderr, int | float) and stderr > 0 else 0.0,
         )

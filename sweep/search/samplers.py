@@ -17,14 +17,15 @@ import numpy as np
 from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import FrozenTrial, Trial, TrialState
 
+from sweep.core.records import ATTR
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.history import History, Matcher, history_of
 
-PICK_ATTR = "sweep.search.pick"  # trial system attr: the key the sampler proposed
-REPLICATE_ATTR = "sweep.search.replicate"  # trial system attr: True when it asks for a relaunch
-PREDICTED_ATTR = "sweep.search.predicted"  # trial system attr: {"mean", "sd"} at proposal
+PICK_ATTR = ATTR.SEARCH_PICK  # trial system attr: the key the sampler proposed
+REPLICATE_ATTR = ATTR.SEARCH_REPLICATE  # trial system attr: True when it asks for a relaunch
+PREDICTED_ATTR = ATTR.SEARCH_PREDICTED  # trial system attr: {"mean", "sd"} at proposal
 
 
 class ConfigSampler(BaseSampler):
@@ -128,3 +129,9 @@ class ValidRandomSampler(ConfigSampler):
         untried = self.untried(history)
         self.repeat = not untried
         return self.uniform(untried or self.candidates)
+
+
+def asks_relaunch(study: Study, trial: Trial) -> bool:
+    """Whether the sampler proposed ``trial`` as a fresh start of a measured configuration."""
+    attrs = study._storage.get_trial_system_attrs(trial._trial_id)
+    return bool(attrs.get(REPLICATE_ATTR))

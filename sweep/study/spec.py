@@ -47,6 +47,7 @@ _SECTIONS = frozenset(
         "benchmark",
         "objective",
         "baseline",
+        "confirm",
         "notify",
     }
 )
@@ -162,6 +163,25 @@ class BaselineSpec:
 
 
 @dataclass(frozen=True)
+class ConfirmSpec:
+    """``[confirm]``: how the winner is confirmed before the run ends (docs/search.md).
+
+    Attributes:
+        enabled: relaunch the contenders before reporting a winner.
+        share: share of the launch budget (and of a deadline or budget's time) kept for it.
+        max_replicates: most launches of one configuration.
+        tie_margin: configurations within this relative margin of the best are a tie.
+        confidence: how sure "within the margin of the best" must be.
+    """
+
+    enabled: bool = True
+    share: float = 0.2
+    max_replicates: int = 4
+    tie_margin: float = 0.01
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
 class NotifySpec:
     """Where events of a run go (``[notify]``); nothing is sent when neither is set.
 
@@ -208,6 +228,7 @@ class Study:
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
     notify: NotifySpec = field(default_factory=NotifySpec)
+    confirm: ConfirmSpec = field(default_factory=ConfirmSpec)
 
     @property
     def host(self) -> HostSpec:
@@ -255,11 +276,12 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     benchmark = _benchmark(top.sub("benchmark"))
     baseline = _baseline(top.sub("baseline"))
     notify = _notify(top.sub("notify"))
+    confirm = _confirm(top.sub("confirm"))
     study = _study(
         study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
     )
     top.done()
-    return replace(study, notify=notify)
+    return replace(study, notify=notify, confirm=confirm)
 
 
 def _study(
@@ -611,6 +633,18 @@ def _baseline(r: TableReader) -> BaselineSpec:
         every_trials=r.integer("every_trials", 10, minimum=1),
         every_hours=r.number("every_hours", 2.0, minimum=0.01),
         drift_threshold=r.number("drift_threshold", 0.03, minimum=0.0, maximum=1.0),
+    )
+    r.done()
+    return spec
+
+
+def _confirm(r: TableReader) -> ConfirmSpec:
+    spec = ConfirmSpec(
+        enabled=r.boolean("enabled", True),
+        share=r.number("share", 0.2, minimum=0.0, maximum=0.9),
+        max_replicates=r.integer("max_replicates", 4, minimum=1),
+        tie_margin=r.number("tie_margin", 0.01, minimum=0.0, maximum=0.5),
+        confidence=r.number("confidence", 0.95, minimum=0.5, maximum=0.999),
     )
     r.done()
     return spec

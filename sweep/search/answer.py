@@ -1,0 +1,160 @@
+"""From stored records to the confirmation's inputs, and from its decision to the answer.
+
+Pure. The loop reads its records, calls :func:`confirm_step`, launches what it is told, and
+stores :func:`answer_of` on the study when the decision is made.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.search.confirm import (
+    ConfirmOptions,
+    Decision,
+    Launch,
+    Relaunch,
+    decide,
+    estimate,
+    launch_variance,
+)
+from sweep.search.guided import Prediction
+from sweep.study.spec import ConfirmSpec
+
+BASELINE_KEY = TrialConfig.baseline().key()
+Z95 = 1.959963984540054  # a stored half-width is a 95 % interval
+
+
+def options_of(spec: ConfirmSpec) -> ConfirmOptions:
+    return ConfirmOptions(share=spec.share, max_replicates=spec.max_replicates,
+                          tie_margin=spec.tie_margin, confidence=spec.confidence)  # fmt: skip
+
+
+def launch_of(record: TrialRecord, metric: str, concurrency: int) -> Launch | None:
+    """One measured launch's own value and within-launch standard error."""
+    if not record.measured:
+        return None
+    value = record.objective if record.objective is not None else record.value
+    if value is None:
+        return None
+    stderr = record.stderr
+    if stderr is None:
+        half = record.half_width(metric, concurrency)
+        stderr = half / Z95 if half else 0.0
+    return Launch(float(value), float(stderr))
+
+
+def launches_of(trials: Iterable[TrialRecord], baselines: Iterable[TrialRecord], metric: str,
+                concurrency: int) -> dict[str, list[Launch]]:  # fmt: skip
+    """Every measured launch per configuration key (the baseline's under
+    :data:`BASELINE_KEY`), in launch order."""
+    out: dict[str, list[Launch]] = {}
+    for record in sorted(trials, key=lambda r: r.number):
+        if record.kind in (Kind.TRIAL, Kind.REPLICATE) and record.key:
+            launch = launch_of(record, metric, concurrency)
+            if launch is not None:
+                out.setdefault(record.key, []).append(launch)
+    for record in baselines:
+        launch = launch_of(record, metric, concurrency)
+        if launch is not None:
+            out.setdefault(BASELINE_KEY, []).append(launch)
+    return out
+
+
+def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None:
+    """A configuration's combined estimate over its launches (what Optuna is told for a
+    relaunched configuration)."""
+    if not launches.get(key):
+        return None
+    return estimate(key, launches[key], launch_variance(launches.values())).mean
+
+
+def confirm_step(
+    launches: Mapping[str, Sequence[Launch]],
+    options: ConfirmOptions,
+    remaining: int,
+    simplicity: Callable[[str], Any],
+    prior: Mapping[str, Prediction] | None = None,
+    *,
+    with_baseline: bool = True,
+) -> Relaunch | Decision | None:
+    """What the confirmation does next (``None``: nothing measured to decide between)."""
+    if not [k for k in launches if k != BASELINE_KEY]:
+        return None
+    given = launches if with_baseline else {k: v for k, v in launches.items()
+                                            if k != BASELINE_KEY}  # fmt: skip
+    baseline = BASELINE_KEY if BASELINE_KEY in given else None
+    return decide(given, launch_variance(given.values()), options, remaining=max(0, remaining),
+                  baseline=baseline, simplicity=simplicity, prior=prior)  # fmt: skip
+
+
+def confirmation_budget(search_launches: int, share: float) -> int:
+    """Launches kept for confirmation: ``share`` of the whole, so ``share / (1 - share)`` of
+    the search's (at least 2, so a close call can be settled)."""
+    if share <= 0:
+        return 0
+    return max(2, math.ceil(search_launches * share / (1 - share)))
+
+
+def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOptions,
+              confirmation_launches: int) -> dict[str, Any]:  # fmt: skip
+    """The stored answer: the winner, its replicates and intervals, the tie set."""
+    low, high = decision.estimate.bounds(options.confidence)
+
+    def advantage(a: Any) -> dict[str, Any] | None:
+        if a is None:
+            return None
+        return {"versus": a.versus, "versus_label": labels.get(a.versus, a.versus),
+                "ratio": a.ratio, "low": a.low, "high": a.high}  # fmt: skip
+
+    return {
+        "winner": decision.winner,
+        "label": labels.get(decision.winner, decision.winner),
+        "replicates": list(decision.replicates),
+        "mean": decision.estimate.mean,
+        "ci_low": low,
+        "ci_high": high,
+        "over_runner_up": advantage(decision.over_runner_up),
+        "over_baseline": advantage(decision.over_baseline),
+        "tie": [labels.get(k, k) for k in decision.tie],
+        "probability": decision.probability,
+        "confident": decision.confident,
+        "confidence": options.confidence,
+        "tie_margin": options.tie_margin,
+        "reason": decision.reason,
+        "confirmation_launches": confirmation_launches,
+    }
+
+
+def answer_text(answer: Mapping[str, Any]) -> str:
+    """One line: the answer a user acts on in the morning."""
+    if not answer:
+        return ""
+    text = f"{answer['label']}: {answer['mean']:.2f} ({len(answer['replicates'])} launches)"
+    base = answer.get("over_baseline")
+    if base:
+        text += (f", {100 * (base['ratio'] - 1):+.1f} % over no speculation "
+                 f"[{100 * (base['low'] - 1):+.1f}, {100 * (base['high'] - 1):+.1f}]")  # fmt: skip
+    runner_up = answer.get("over_runner_up")
+    if runner_up:
+        text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over the runner-up "
+                 f"({runner_up['versus_label']})")  # fmt: skip
+    if len(answer.get("tie") or ()) > 1:
+        text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
+    if not answer.get("confident"):
+        text += "; NOT confident (budget spent)"
+    return text
+
+
+def labels_of(records: Iterable[TrialRecord]) -> dict[str, str]:
+    out = {BASELINE_KEY: "no speculation"}
+    for r in records:
+        if r.key and r.config is not None:
+            out.setdefault(r.key, r.config.label())
+    return out
+
+
+__all__ = ["BASELINE_KEY", "State"]
