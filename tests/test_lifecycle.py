@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,9 @@ from sweep.clock import Clock
 from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
-from sweep.server.executor import Executor, LocalExecutor, ServerFiles, ServerProcess
-from sweep.server.executor.base import CommandResult, PortListeners, RunOwner, SocketHolder
+from sweep.server.executor import LocalExecutor, ServerFiles
+from sweep.server.executor.base import SocketHolder
+from sweep.server.executor.fake import FakeExecutor
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
 from tests.procs import group_members, kill_group, wait_until
@@ -47,80 +48,6 @@ class FakeClock:
 
     def clock(self) -> Clock:
         return Clock(now=lambda: self.t, sleep=self.sleep, wall=lambda: 1.7e9 + self.t)
-
-
-class FakeExecutor(Executor):
-    """A host in memory: the log grows by one scripted chunk per observation."""
-
-    def __init__(self, clock: Clock, chunks: list[bytes], *, exit_code: int | None = None) -> None:
-        super().__init__(clock)
-        self.chunks = list(chunks)
-        self.log = b""
-        self.exit_after_chunks = exit_code is not None
-        self.code = exit_code
-        self.running = False
-        self.signals: list[signal.Signals] = []
-        self.files: dict[str, str] = {}
-        self.intruder: SocketHolder | None = None  # another process holding the port
-        self.port_checks = 0
-
-    host = "fake-host"  # type: ignore[assignment]
-    address = "127.0.0.1"  # type: ignore[assignment]
-
-    def start(self, argv: Any, *, env: Mapping[str, str], files: ServerFiles) -> ServerProcess:
-        self.running = True
-        self.files[files.pgid] = "4242 1\n"
-        return ServerProcess(4242, 1, files, self.host)
-
-    def is_alive(self, process: ServerProcess) -> bool:
-        if self.chunks:
-            self.log += self.chunks.pop(0)
-        elif self.exit_after_chunks:
-            self.running = False
-        return self.running
-
-    def exit_code(self, process: ServerProcess) -> int | None:
-        return None if self.running else self.code
-
-    def read_log(self, path: str, offset: int, limit: int = 1 << 20) -> bytes:
-        return self.log[offset : offset + limit]
-
-    def group_alive(self, pgid: int) -> bool:
-        return self.running
-
-    def signal_group(self, pgid: int, sig: signal.Signals) -> bool:
-        self.signals.append(sig)
-        self.running = False
-        return True
-
-    def start_ticks(self, pid: int) -> int | None:
-        return 1 if self.running else None
-
-    def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
-        return True
-
-    def listening_processes(self, port: int) -> PortListeners:
-        self.port_checks += 1
-        if self.intruder is not None:
-            return PortListeners(port, frozenset({self.intruder.inode}), (self.intruder,))
-        if not self.running:
-            return PortListeners(port)
-        return PortListeners(port, frozenset({7}), (SocketHolder(4242, 4242, 7),))
-
-    def run_owner(self) -> RunOwner:
-        return RunOwner.this_run(1, 1)
-
-    def run(self, argv: Any, *, timeout: float = 30.0, env: Any = None) -> CommandResult:
-        return CommandResult(tuple(argv), 127, "", "not found")
-
-    def gpu_memory_used_mib(self) -> tuple[int, ...] | None:
-        return None
-
-    def read_text(self, path: str) -> str | None:
-        return self.files.get(path)
-
-    def remove(self, path: str) -> None:
-        self.files.pop(path, None)
 
 
 CONFIG = ServerConfig(model_path="sim-model", tp_size=8, port=30000)
