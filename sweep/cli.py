@@ -383,7 +383,15 @@ def plan(
     hours = report.total_s / 3600
     out.print(f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
               f"({report.estimated_from})")  # fmt: skip
-    out.print(f"storage: {_url(study.storage)}", markup=False)
+    c = study.confirm
+    if c.enabled and len(study.hosts) == 1:
+        out.print(f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
+                  f"contenders (at most {c.max_replicates} launches each) until the winner is "
+                  f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
+                  "ties go to fewer steps")  # fmt: skip
+    else:
+        out.print("confirmation: off (the winner is the best single measurement)")
+    out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
 
 
 @app.command()

@@ -109,7 +109,9 @@ def test_three_hosts_measure_every_configuration_exactly_once(
             assert t.user_attrs[ATTR.SPEEDUP] == pytest.approx(t.value / reference.value)
     lines = board.getvalue().splitlines()
     assert {line[:3] for line in lines} == {"[a]", "[b]", "[c]"}  # every host's progress
-    assert any(t.state is TrialState.COMPLETE for t in all_trials(path)
+    # the SSH host measured (its baseline at least: which host takes which configuration is
+    # a race between the workers)
+    assert any(t.state is TrialState.COMPLETE for t in [*all_trials(path), *baselines.values()]
                if t.user_attrs.get(ATTR.HOST) == "c"), "the SSH host measured"  # fmt: skip
     status = load_status(study)
     assert sum(1 for r in status.rows if r.kind == "trial" and r.state == "measured") == 6
