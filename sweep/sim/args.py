@@ -14,12 +14,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from sweep.sim import adaptive
 from sweep.sim.model import SimConfig, default_mem_fraction
 from sweep.sim.profile import Profile
 
 logger = logging.getLogger("sglang.server_args")
 
 DRAFT_TP_FLAG_ENV = "SWEEP_SIM_DRAFT_TP_FLAG"
+LAUNCH_SEED_ENV = "SWEEP_SIM_LAUNCH_SEED"
 KNOWN_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
 SIMULATED_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
 SPEC_DEFAULT_MAX_RUNNING = 48
@@ -59,6 +61,12 @@ def build_parser(profile: Profile) -> argparse.ArgumentParser:
     )
     sim.add_argument("--predict-concurrency", default="1", help="e.g. 1,4,16 (with --predict)")
     sim.add_argument("--predict-output-len", type=int, default=500, help="tokens per request")
+    sim.add_argument(
+        "--sim-launch-seed",
+        type=int,
+        default=None,
+        help=f"seed of this launch's speed factor (or ${LAUNCH_SEED_ENV}; default: random)",
+    )
     return parser
 
 
@@ -97,6 +105,7 @@ def _add_speculative_flags(parser: argparse.ArgumentParser, profile: Profile) ->
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     g.add_argument("--speculative-attention-mode", choices=["prefill", "decode"], default="prefill")
     g.add_argument("--speculative-adaptive", action="store_true")
+    g.add_argument("--speculative-adaptive-config", default=None)
     g.add_argument("--speculative-token-map", default=None)
     flag = draft_tp_flag(profile)
     if flag:
@@ -145,6 +154,23 @@ class Resolved:
 
     args: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    # The adaptive config's slots when --speculative-adaptive is honoured, else None.
+    adaptive_slots: dict[int, adaptive.SlotConfig] | None = None
+
+    @property
+    def adaptive(self) -> bool:
+        """True when ``--speculative-adaptive`` is on and SGLang honours it."""
+        return self.adaptive_slots is not None
+
+    def cuda_graph_bs(self) -> list[int] | None:
+        """The decode batch sizes SGLang captures graphs for; ``None`` without CUDA graphs."""
+        a = self.args
+        if a["disable_cuda_graph"]:
+            return None
+        limit = min(int(a["cuda_graph_max_bs_decode"]), int(a["max_running_requests"]))
+        if a["cuda_graph_bs_decode"]:
+            return sorted(bs for bs in set(a["cuda_graph_bs_decode"]) if bs <= limit) or None
+        return adaptive.default_cuda_graph_bs(limit)
 
     def sim_config(self) -> SimConfig:
         a = self.args
@@ -175,7 +201,9 @@ def resolve(ns: argparse.Namespace, profile: Profile) -> Resolved:
     """Apply SGLang 0.5.23's resolution rules to parsed flags.
 
     Raises:
-        ValueError: unknown speculative algorithm (SGLang exits 1).
+        ValueError: unknown speculative algorithm, a bad adaptive config, or
+            steps not among its candidates (SGLang exits 1).
+        OSError: the adaptive config file cannot be read (SGLang exits 1).
         AssertionError: topk or draft tokens given without steps (SGLang exits 1).
         TypeError: only steps given (SGLang exits 1).
     """
@@ -202,6 +230,8 @@ def _resolve_speculative(out: Resolved, profile: Profile) -> None:
     if algorithm is None:
         for key in _SPEC_KEYS:  # without an algorithm every speculative flag is ignored
             args[key] = None
+        if args["speculative_adaptive"]:
+            _resolve_adaptive(out)  # SGLang still checks it, and disables it with a warning
         return
     name = str(algorithm).upper()
     if name not in KNOWN_ALGORITHMS:
@@ -213,6 +243,8 @@ def _resolve_speculative(out: Resolved, profile: Profile) -> None:
         args["speculative_draft_model_revision"] = (
             args["speculative_draft_model_revision"] or "main"
         )
+    if args["speculative_adaptive"]:
+        _resolve_adaptive(out)
     steps, topk, draft = (
         args["speculative_num_steps"],
         args["speculative_eagle_topk"],
@@ -239,3 +271,30 @@ def _resolve_speculative(out: Resolved, profile: Profile) -> None:
             "decoding. You can override this by explicitly setting --max-running-requests."
         )
         args["max_running_requests"] = SPEC_DEFAULT_MAX_RUNNING
+
+
+def _resolve_adaptive(out: Resolved) -> None:
+    """SGLang's ``--speculative-adaptive`` resolution: before the static rules run."""
+    args = out.args
+    reason = adaptive.unsupported_reason(
+        args["speculative_algorithm"], args["speculative_eagle_topk"]
+    )
+    if reason is not None:
+        out.warnings.append(
+            f"speculative_adaptive disabled: {reason}. Falling back to static speculative params."
+        )
+        args["speculative_adaptive"] = False
+        return
+    slots = adaptive.parse_slots(adaptive.load_config(args["speculative_adaptive_config"]))
+    union = adaptive.candidate_union(slots)
+    if args["speculative_eagle_topk"] is None:
+        args["speculative_eagle_topk"] = 1
+    if args["speculative_num_steps"] is None:
+        args["speculative_num_steps"] = union[len(union) // 2]
+    if args["speculative_num_steps"] not in union:
+        raise ValueError(
+            f"--speculative-num-steps={args['speculative_num_steps']} is not in the adaptive "
+            f"config candidate_steps {union}. Pass one of those values."
+        )
+    args["speculative_num_draft_tokens"] = args["speculative_num_steps"] + 1
+    out.adaptive_slots = slots

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
+import os
 import shlex
 import sys
 import time
@@ -19,6 +21,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from sweep.sim.args import Resolved, version_tuple
+from sweep.sim.faults import FaultPlan
 from sweep.sim.model import MemoryPlan
 from sweep.sim.profile import Profile
 from sweep.sim.scheduler import Scheduler, SimRequest, token_text
@@ -54,6 +57,14 @@ SAMPLING_KEYS = frozenset(
 )
 
 
+@dataclass(frozen=True)
+class LaunchInfo:
+    """This process start's draw: the seed and the speed factor it gave."""
+
+    seed: int = 0
+    speed_factor: float = 1.0
+
+
 class ServerStatus(enum.Enum):
     STARTING = "Starting"
     UP = "Up"
@@ -70,6 +81,8 @@ class ServerState:
     memory: MemoryPlan
     max_total_num_tokens: int
     argv: list[str]
+    faults: FaultPlan = field(default_factory=FaultPlan)
+    launch: LaunchInfo = field(default_factory=LaunchInfo)
     status: ServerStatus = ServerStatus.STARTING
     shutting_down: bool = False
     startup_time: float = field(default_factory=time.time)
@@ -261,7 +274,7 @@ class _Api:
         if final:
             meta["e2e_latency"] = time.monotonic() - sim.created
             if self.scheduler.config.speculative:
-                meta.update(_spec_fields(sim, self.scheduler.config.num_draft_tokens))
+                meta.update(_spec_fields(sim))
         start = 0 if not self.args["incremental_streaming_output"] else max(0, n - 1)
         return {
             "text": self._text(sim, start, n),
@@ -356,8 +369,25 @@ class _Api:
                 "version": self.state.profile.build.version,
                 "frontend": "python",
                 "internal_states": [state],
+                "sim": self._sim_info(),
             }
         )
+
+    def _sim_info(self) -> dict[str, Any]:
+        """The simulator's own fields (not SGLang's), all under the top-level ``sim`` key."""
+        scheduler = self.scheduler
+        info: dict[str, Any] = {
+            "profile": self.state.profile.name,
+            "pid": os.getpid(),
+            "launch_seed": self.state.launch.seed,
+            "launch_speed_factor": self.state.launch.speed_factor,
+            "served_requests": scheduler.served_requests,
+            "current_steps": scheduler.last_steps,
+            "decode": dataclasses.asdict(scheduler.totals),
+        }
+        if scheduler.adaptive is not None:
+            info["adaptive"] = scheduler.adaptive.state()
+        return info
 
     async def flush_cache(self, request: Request) -> Response:
         if self.scheduler.flush():
@@ -402,13 +432,12 @@ def _prompt_text(body: dict[str, Any]) -> str:
     return text
 
 
-def _spec_fields(sim: SimRequest, draft_tokens: int) -> dict[str, Any]:
+def _spec_fields(sim: SimRequest) -> dict[str, Any]:
     verify = max(1, sim.verify_ct)
-    proposed = verify * max(1, draft_tokens - 1)
     return {
         "spec_verify_ct": sim.verify_ct,
         "spec_accept_length": sim.completion_tokens / verify,
-        "spec_accept_rate": sim.correct_drafts / proposed,
+        "spec_accept_rate": sim.correct_drafts / max(1, sim.proposed_drafts),
         "spec_num_correct_drafts": sim.correct_drafts,
         "spec_num_proposed_drafts": sim.proposed_drafts,
         "spec_correct_drafts_histogram": list(sim.histogram),
@@ -445,8 +474,14 @@ def _prometheus(scheduler: Scheduler, args: dict[str, Any]) -> str:
         rows += [
             ("sglang:spec_accept_length", "gauge", c.last_accept_length),
             ("sglang:spec_accept_rate", "gauge", c.last_accept_rate),
-            ("sglang:spec_num_steps", "gauge", scheduler.config.num_steps),
-            ("sglang:spec_num_draft_tokens", "gauge", scheduler.config.num_draft_tokens),
+            ("sglang:spec_num_steps", "gauge", scheduler.last_steps),
+            (
+                "sglang:spec_num_draft_tokens",
+                "gauge",
+                scheduler.last_steps + 1
+                if scheduler.adaptive
+                else scheduler.config.num_draft_tokens,
+            ),
             ("sglang:spec_verify_calls_total", "counter", c.verify_calls_total),
         ]
     lines = []

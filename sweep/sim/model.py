@@ -15,11 +15,13 @@ token costs ``forward(B)``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from sweep.sim import adaptive
 from sweep.sim.profile import FailureRule, Profile
 
 # Prompt multipliers are integrated on this many points of the uniform spread.
@@ -43,6 +45,12 @@ class SimConfig:
     @property
     def speculative(self) -> bool:
         return self.algorithm is not None
+
+    def at_steps(self, steps: int) -> SimConfig:
+        """This chain configuration run at ``steps`` (adaptive speculation; 0 = no drafting)."""
+        if steps == self.num_steps:
+            return self
+        return dataclasses.replace(self, num_steps=steps, num_draft_tokens=steps + 1)
 
     def tree_is_legal(self) -> bool:
         """SGLang's bound: draft tokens − 1 ≤ topk + (steps − 1)·topk²."""
@@ -104,7 +112,7 @@ def draft_step_ms(profile: Profile, config: SimConfig, batch: int, nccl: float =
 
 def cycle_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
     """Time of one decode iteration at ``batch`` running requests, noise-free."""
-    if not config.speculative:
+    if not config.speculative or config.num_steps == 0:  # 0 steps (adaptive): plain decode
         return forward_ms(profile, batch, batch, config.tp_size, nccl)
     t = profile.timing
     overhead = t.spec_overhead_ms
@@ -182,6 +190,37 @@ def accept_length(profile: Profile, config: SimConfig) -> float:
     return len(inverse) / sum(inverse)
 
 
+def mean_accepted_drafts(profile: Profile, config: SimConfig) -> float:
+    """Expected accepted drafts per request and verify, averaged over prompts."""
+    if not config.speculative or config.num_steps == 0:
+        return 0.0
+    lengths = [
+        expected_accept_length(depth_probabilities(profile, config, m))
+        for m in prompt_multipliers(profile)
+    ]
+    return sum(lengths) / len(lengths) - 1
+
+
+def adaptive_steps_at(
+    profile: Profile,
+    config: SimConfig,
+    slots: Mapping[int, adaptive.SlotConfig],
+    cuda_graph_bs: Sequence[int] | None,
+    concurrency: int,
+) -> int:
+    """The steps an adaptive server settles on at ``concurrency``, noise-free.
+
+    The batch is routed to its slot as SGLang routes it; the slot's controller is
+    fed the expected accepted drafts of whatever steps it runs (see
+    :func:`sweep.sim.adaptive.steady_steps`). A slot with one candidate is exact.
+    """
+    batch = max(1, min(concurrency, config.max_running_requests))
+    slot = slots[adaptive.route(list(slots), cuda_graph_bs, batch)]
+    return adaptive.steady_steps(
+        slot, config.num_steps, lambda s: mean_accepted_drafts(profile, config.at_steps(s))
+    )
+
+
 def predict(
     profile: Profile,
     config: SimConfig,
@@ -231,12 +270,17 @@ class MemoryPlan:
         return self.graph_gb > self.graph_budget_gb
 
 
-def memory_plan(profile: Profile, config: SimConfig) -> MemoryPlan:
+def memory_plan(
+    profile: Profile, config: SimConfig, graphs: Sequence[tuple[int, int]] | None = None
+) -> MemoryPlan:
     """Where each GPU's memory goes: weights, KV pool, CUDA graphs.
 
     The static fraction holds weights and the KV pool; CUDA graphs (which grow
     with captured batch size × verify/draft width) must fit in what is left
-    after activations.
+    after activations. ``graphs`` lists (steps, largest captured batch size)
+    per captured step count for an adaptive server (one set of graphs each);
+    by default the configuration's own steps are captured up to
+    ``min(cuda_graph_max_bs, max_running_requests)``.
     """
     m = profile.memory
     weights = m.target_weights_gb / config.tp_size
@@ -244,13 +288,28 @@ def memory_plan(profile: Profile, config: SimConfig) -> MemoryPlan:
         weights += m.draft_weights_gb / config.draft_tp_size
     static = m.gpu_gb * config.mem_fraction_static
     kv = static - weights - m.min_kv_gb
-    width = 1
-    if config.speculative:
-        width = config.num_draft_tokens + config.num_steps * config.eagle_topk
-    bs = min(config.cuda_graph_max_bs, config.max_running_requests)
-    graph = m.graph_gb_per_token * bs * width
+    if graphs is None:
+        graphs = [(config.num_steps, min(config.cuda_graph_max_bs, config.max_running_requests))]
+    graph = sum(
+        m.graph_gb_per_token
+        * bs
+        * _graph_width(config.at_steps(steps) if config.speculative else config)
+        for steps, bs in graphs
+    )
     budget = m.gpu_gb * (1 - config.mem_fraction_static) - m.activation_gb
     return MemoryPlan(weights, kv + m.min_kv_gb, graph, budget)
+
+
+def _graph_width(config: SimConfig) -> int:
+    if not config.speculative:
+        return 1
+    return config.num_draft_tokens + config.num_steps * config.eagle_topk
+
+
+def memory_need_gb(profile: Profile, plan: MemoryPlan) -> float:
+    """Per-GPU GB a configuration needs at least: weights, minimal KV, graphs, activations."""
+    m = profile.memory
+    return plan.weights_gb + m.min_kv_gb + plan.graph_gb + m.activation_gb
 
 
 def default_mem_fraction(profile: Profile, tp_size: int) -> float:

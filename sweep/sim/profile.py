@@ -96,6 +96,8 @@ class NoiseSection:
     # A slow drift factor, resampled every drift_period_s (thermal, clocks, neighbours).
     drift_cv: float = 0.005
     drift_period_s: float = 1.0
+    # One speed factor N(1, launch_cv) drawn per process start (launch-to-launch variation).
+    launch_cv: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,16 +131,37 @@ class MemorySection:
 class FailureRule:
     """A failure the profile injects when every ``match`` key equals the resolved value.
 
-    ``kind`` is one of ``hang_capture``, ``oom_capture``, ``crash_after_requests``,
-    ``nccl_init``.
+    ``kind`` is one of :data:`FAILURE_KINDS`; each kind reads only its own keys
+    (docs/simulator.md lists them): ``phase`` (``hang``), ``after_requests``
+    (``crash_after_requests``), ``limit_gb`` (``oom``), ``hold_s`` and ``holder``
+    (``hold_port_after_sigterm``), ``pid_file`` (``second_server``; relative to the
+    profile file).
     """
 
     kind: str
     match: dict[str, Any] = field(default_factory=dict)
     after_requests: int = 0
+    phase: str = ""
+    limit_gb: float = 0.0
+    hold_s: float = 0.0
+    holder: str = "child"
+    pid_file: str = ""
 
 
-FAILURE_KINDS = frozenset({"hang_capture", "oom_capture", "crash_after_requests", "nccl_init"})
+FAILURE_KINDS = frozenset(
+    {
+        "hang",
+        "hang_capture",
+        "oom",
+        "oom_capture",
+        "crash_after_requests",
+        "nccl_init",
+        "hold_port_after_sigterm",
+        "second_server",
+    }
+)
+HANG_PHASES = ("init", "load_weights", "capture", "warmup")
+PORT_HOLDERS = ("child", "main")
 
 
 @dataclass(frozen=True)
@@ -292,13 +315,31 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 
 def _failure(item: Any, index: int, source: str | None) -> FailureRule:
-    rule: FailureRule = _build(FailureRule, item, f"failure[{index}]", source)
+    key = f"failure[{index}]"
+    rule: FailureRule = _build(FailureRule, item, key, source)
     if rule.kind not in FAILURE_KINDS:
         raise ProfileError(
-            source,
-            f"failure[{index}].kind",
-            f"expected one of {sorted(FAILURE_KINDS)}, got {rule.kind!r}",
+            source, f"{key}.kind", f"expected one of {sorted(FAILURE_KINDS)}, got {rule.kind!r}"
         )
+    checks: dict[str, tuple[str, bool, str]] = {
+        "hang": ("phase", rule.phase in HANG_PHASES, f"one of {list(HANG_PHASES)}"),
+        "crash_after_requests": ("after_requests", rule.after_requests >= 1, ">= 1"),
+        "oom": ("limit_gb", rule.limit_gb > 0, "> 0 (GB per GPU)"),
+        "hold_port_after_sigterm": ("hold_s", rule.hold_s > 0, "> 0 (seconds)"),
+        "second_server": ("pid_file", bool(rule.pid_file), "a file path for the PID"),
+    }
+    if rule.kind in checks:
+        name, ok, expected = checks[rule.kind]
+        if not ok:
+            found = getattr(rule, name)
+            raise ProfileError(source, f"{key}.{name}", f"expected {expected}, got {found!r}")
+    if rule.holder not in PORT_HOLDERS:
+        raise ProfileError(
+            source, f"{key}.holder", f"expected one of {list(PORT_HOLDERS)}, got {rule.holder!r}"
+        )
+    if rule.pid_file and source and not source.startswith("profile:"):
+        pid_file = Path(source).parent / rule.pid_file  # an absolute pid_file stays as is
+        rule = dataclasses.replace(rule, pid_file=str(pid_file))
     return rule
 
 
@@ -358,6 +399,7 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
         ("acceptance.prompt_spread", 0 <= profile.acceptance.prompt_spread < 1, "in [0, 1)"),
         ("acceptance.auto_choice", len(profile.acceptance.auto_choice) == 3, "3 integers"),
         ("noise.cv", 0 <= profile.noise.cv < 0.5, "in [0, 0.5)"),
+        ("noise.launch_cv", 0 <= profile.noise.launch_cv < 0.2, "in [0, 0.2)"),
         ("timing.base_ms", profile.timing.base_ms > 0, "> 0"),
         ("startup.load_s", profile.startup.load_s >= 0, ">= 0"),
         ("memory.gpu_gb", profile.memory.gpu_gb > 0, "> 0"),

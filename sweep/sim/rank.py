@@ -27,6 +27,19 @@ logger = logging.getLogger("sglang.srt.managers.scheduler")
 _PR_SET_PDEATHSIG = 1
 
 
+STARTUP_FAILURES = (
+    "",
+    "nccl_init",
+    "hang_init",
+    "hang_load_weights",
+    "oom_load_weights",
+    "oom_kv_cache",
+    "hang_capture",
+    "oom_capture",
+    "bad_draft_tokens",
+)
+
+
 @dataclass(frozen=True)
 class StartupPlan:
     """What the rank does while starting, decided by the main process."""
@@ -36,17 +49,24 @@ class StartupPlan:
     capture_s: float
     speculative: bool
     memory: MemoryPlan
-    failure: str = ""  # "", "hang_capture", "oom_capture", "nccl_init", "bad_draft_tokens"
+    failure: str = ""  # one of STARTUP_FAILURES
     architecture: str = "DeepseekV3ForCausalLM"
     max_total_num_tokens: int = 0
+    gpu_gb: float = 141.0  # what the GPU (or an injected memory limit) offers
 
 
 class CudaOutOfMemoryError(RuntimeError):
-    """Stands for ``torch.OutOfMemoryError``."""
+    """Stands for ``torch.OutOfMemoryError`` (and prints as it in a traceback)."""
+
+
+CudaOutOfMemoryError.__module__, CudaOutOfMemoryError.__qualname__ = "torch", "OutOfMemoryError"
 
 
 class DistBackendError(RuntimeError):
-    """Stands for ``torch.distributed.DistBackendError``."""
+    """Stands for ``torch.distributed.DistBackendError`` (and prints as it)."""
+
+
+DistBackendError.__module__ = "torch.distributed"
 
 
 def die_with_parent() -> None:
@@ -75,13 +95,22 @@ def rank_main(conn: Connection, plan: StartupPlan, log_level: str) -> None:
 
 def _start(plan: StartupPlan) -> None:
     mem = plan.memory
-    avail = 141.0
+    avail = plan.gpu_gb
+    logger.info("Init torch distributed begin.")
     if plan.failure == "nccl_init":
         raise DistBackendError(
             "NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3690, "
             "unhandled system error (run with NCCL_DEBUG=INFO for details)"
         )
+    if plan.failure == "hang_init":
+        _wait_forever()
+    logger.info("Init torch distributed ends. mem usage=0.00 GB")
     logger.info("Load weight begin. avail mem=%.2f GB", avail)
+    if plan.failure == "hang_load_weights":
+        _wait_forever()
+    if plan.failure == "oom_load_weights":
+        time.sleep(plan.load_s / 2)
+        raise CudaOutOfMemoryError(_oom_text(max(0.5, mem.weights_gb - avail), avail, 0.0))
     time.sleep(plan.load_s)
     logger.info(
         "Load weight end. type=%s, dtype=torch.bfloat16, avail mem=%.2f GB, mem usage=%.2f GB.",
@@ -94,7 +123,7 @@ def _start(plan: StartupPlan) -> None:
         logger.info(
             "Load weight end (draft). type=Eagle3DeepseekV2ForCausalLM, dtype=torch.bfloat16"
         )
-    if mem.kv_too_small:
+    if mem.kv_too_small or plan.failure == "oom_kv_cache":
         raise RuntimeError("Not enough memory. Please try to increase --mem-fraction-static.")
     logger.info(
         "KV Cache is allocated. #tokens: %d, KV size: %.2f GB",
@@ -103,6 +132,13 @@ def _start(plan: StartupPlan) -> None:
     )
     logger.info("Memory pool end. avail mem=%.2f GB", avail - mem.weights_gb - mem.kv_gb)
     _capture(plan)
+
+
+def _oom_text(tried: float, total: float, free: float) -> str:
+    return (
+        f"CUDA out of memory. Tried to allocate {tried:.2f} GiB. GPU 0 has a total capacity of "
+        f"{total:.2f} GiB of which {max(0.0, free):.2f} GiB is free."
+    )
 
 
 def _capture(plan: StartupPlan) -> None:
@@ -138,10 +174,7 @@ def _capture(plan: StartupPlan) -> None:
 
 def _log_capture_oom(mem: MemoryPlan) -> None:
     tried = max(0.5, mem.graph_gb - mem.graph_budget_gb)
-    error = (
-        f"CUDA out of memory. Tried to allocate {tried:.2f} GiB. GPU 0 has a total capacity of "
-        f"139.81 GiB of which {max(0.0, mem.graph_budget_gb):.2f} GiB is free."
-    )
+    error = _oom_text(tried, 139.81, mem.graph_budget_gb)
     logger.error(
         "Capture cuda graph failed: %s\nPossible solutions:\n"
         "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
@@ -149,7 +182,7 @@ def _log_capture_oom(mem: MemoryPlan) -> None:
         "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled\n",
         error,
     )
-    raise CudaOutOfMemoryError(f"torch.OutOfMemoryError: {error}")
+    raise CudaOutOfMemoryError(error)
 
 
 def _wait_forever() -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sweep.sim import model
+from sweep.sim.adaptive import AdaptiveSteps
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile
 
@@ -118,6 +119,20 @@ class Counters:
     requests_total: int = 0
 
 
+@dataclass
+class DecodeTotals:
+    """Simulator bookkeeping of decode rounds (not SGLang's): what was run and how long.
+
+    ``cost_ms`` is the noise-free cost model; ``time_ms`` what the rounds really
+    lasted in the simulated timeline (noise and this launch's speed factor included).
+    """
+
+    rounds: int = 0
+    tokens: int = 0
+    cost_ms: float = 0.0
+    time_ms: float = 0.0
+
+
 class Scheduler:
     """Runs verify rounds for the running batch, in real time."""
 
@@ -130,7 +145,8 @@ class Scheduler:
         decode_log_interval: int,
         env: dict[str, str],
         on_fatal: Callable[[str], None],
-        crash_after_requests: int = 0,
+        adaptive: AdaptiveSteps | None = None,
+        speed_factor: float = 1.0,
     ) -> None:
         self.profile = profile
         self.config = config
@@ -138,19 +154,28 @@ class Scheduler:
         self.decode_log_interval = max(1, decode_log_interval)
         self.nccl = model.nccl_factor(profile, env)
         self.on_fatal = on_fatal
-        self.crash_after_requests = crash_after_requests
+        self.adaptive = adaptive
+        self.speed_factor = speed_factor  # this launch's speed: every duration is divided by it
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.counters = Counters()
+        self.totals = DecodeTotals()
         self.finished_requests = 0
+        self.served_requests = 0  # finished requests that count (not health checks)
+        self.crash_at_served = 0  # crash at the next forward once this many were served (0 = off)
         self.last_output_at = 0.0
+        self.last_steps = config.num_steps
         self._wake = asyncio.Event()
         self._noise = random.Random(_seed("noise", seed))
         self._drift = 1.0
         self._drift_until = 0.0
         self._next = 0.0
-        self._probs: dict[float, list[float]] = {}
+        self._probs: dict[tuple[float, int], list[float]] = {}
         self._rounds_done = 0
+
+    def arm_crash(self, after_requests: int) -> None:
+        """Crash (like a CUDA fault) at the next forward after ``after_requests`` more served."""
+        self.crash_at_served = self.served_requests + max(1, after_requests)
 
     @property
     def idle(self) -> bool:
@@ -211,7 +236,9 @@ class Scheduler:
         t = self.profile.timing
         tokens = sum(r.prompt_tokens for r in batch)
         ms = (t.prefill_ms + t.prefill_token_ms * tokens) * t.calibrated_tp / self.config.tp_size
-        await self._sleep_ms(ms * self._noise_factor())
+        await self._sleep_ms(ms * self._noise_factor() / self.speed_factor)
+        if self._crash_due():
+            return
         for request in batch:
             if request.finished:  # aborted while waiting for prefill
                 continue
@@ -226,10 +253,12 @@ class Scheduler:
 
     async def _decode_round(self) -> None:
         batch = len(self.running)
-        ms = model.cycle_ms(self.profile, self.config, batch, self.nccl)
-        await self._sleep_ms(ms * self._noise_factor())
-        if self.crash_after_requests and self.finished_requests >= self.crash_after_requests:
-            self._crash("RuntimeError: CUDA error: unspecified launch failure")
+        slot = self.adaptive.slot_for(batch) if self.adaptive else None
+        config = self.config.at_steps(slot.current_steps) if slot else self.config
+        cost = model.cycle_ms(self.profile, config, batch, self.nccl)
+        duration = cost * self._noise_factor() / self.speed_factor
+        await self._sleep_ms(duration)
+        if self._crash_due():
             return
         if self.config.speculative and not self.config.tree_is_legal():
             self._crash(
@@ -237,24 +266,48 @@ class Scheduler:
                 "CUDA kernel errors might be asynchronously reported at some other API call"
             )
             return
+        self.last_steps = config.num_steps
+        accepted: list[float] = []
+        emitted_total = 0
         for request in list(self.running):
             if request.finished:  # aborted
                 self.running.remove(request)
                 continue
-            emitted = self._advance(request)
-            self._count(request, emitted)
+            emitted = self._advance(request, config)
+            accepted.append(emitted - 1)
+            emitted_total += emitted
+            self._count(request, emitted, config)
             self._emit(request)
             if request.finished:
                 self.running.remove(request)
                 self._finish(request)
+        totals = self.totals
+        totals.rounds += 1
+        totals.tokens += emitted_total
+        totals.cost_ms += cost
+        totals.time_ms += duration
+        if slot is not None:
+            slot.verify_rounds += 1
+            slot.tokens += emitted_total
+            slot.cost_ms += cost
+            slot.rounds_by_steps[config.num_steps] = (
+                slot.rounds_by_steps.get(config.num_steps, 0) + 1
+            )
+            slot.update(accepted)
         self._end_iteration(batch)
 
-    def _advance(self, request: SimRequest) -> int:
-        if not self.config.speculative:
+    def _crash_due(self) -> bool:
+        if self.crash_at_served and self.served_requests >= self.crash_at_served:
+            self._crash("RuntimeError: CUDA error: unspecified launch failure")
+            return True
+        return False
+
+    def _advance(self, request: SimRequest, config: SimConfig) -> int:
+        if not config.speculative:
             request.add_tokens(1)
             return 1
         accepted = 0
-        for p in self._depth_probs(request):
+        for p in self._depth_probs(request, config):
             if request.accept_rng.random() >= p:
                 break
             accepted += 1
@@ -262,17 +315,18 @@ class Scheduler:
         request.add_tokens(1 + accepted)
         request.verify_ct += 1
         request.correct_drafts += accepted
-        request.proposed_drafts += self.config.num_draft_tokens - 1
+        request.proposed_drafts += config.num_draft_tokens - 1
         while len(request.histogram) <= accepted:
             request.histogram.append(0)
         request.histogram[accepted] += 1
         return request.completion_tokens - before
 
-    def _depth_probs(self, request: SimRequest) -> list[float]:
+    def _depth_probs(self, request: SimRequest, config: SimConfig) -> list[float]:
         m = self._multiplier(request)
-        if m not in self._probs:
-            self._probs[m] = model.depth_probabilities(self.profile, self.config, m)
-        return self._probs[m]
+        key = (m, config.num_steps)
+        if key not in self._probs:
+            self._probs[key] = model.depth_probabilities(self.profile, config, m)
+        return self._probs[key]
 
     def _multiplier(self, request: SimRequest) -> float:
         spread = self.profile.acceptance.prompt_spread
@@ -280,13 +334,13 @@ class Scheduler:
         sampled = 1 - 0.15 * min(request.temperature, 1.0)
         return round((1 - spread + 2 * spread * u) * sampled, 4)
 
-    def _count(self, request: SimRequest, emitted: int) -> None:
+    def _count(self, request: SimRequest, emitted: int, config: SimConfig) -> None:
         c = self.counters
         c.interval_tokens += emitted
         c.interval_verify += 1
-        if self.config.speculative:
+        if config.speculative:
             c.interval_correct += emitted - 1
-            c.interval_proposed += self.config.num_draft_tokens - 1
+            c.interval_proposed += config.num_draft_tokens - 1
 
     def _end_iteration(self, batch: int) -> None:
         c = self.counters
@@ -325,6 +379,7 @@ class Scheduler:
     def _finish(self, request: SimRequest) -> None:
         self.finished_requests += 1
         if request.log_metrics:
+            self.served_requests += 1
             c = self.counters
             c.generation_tokens_total += request.completion_tokens
             c.verify_calls_total += request.verify_ct

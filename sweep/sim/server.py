@@ -25,9 +25,17 @@ import httpx
 import uvicorn
 
 from sweep.exceptions import SweepError
-from sweep.sim import logs, model
-from sweep.sim.args import SIMULATED_ALGORITHMS, Resolved, build_parser, resolve
-from sweep.sim.http import ServerState, ServerStatus, build_app
+from sweep.sim import faults, logs, model
+from sweep.sim.adaptive import AdaptiveSteps
+from sweep.sim.args import (
+    LAUNCH_SEED_ENV,
+    SIMULATED_ALGORITHMS,
+    Resolved,
+    build_parser,
+    resolve,
+)
+from sweep.sim.faults import FaultPlan
+from sweep.sim.http import LaunchInfo, ServerState, ServerStatus, build_app
 from sweep.sim.profile import PROFILE_ENV, Profile, load_profile
 from sweep.sim.rank import StartupPlan, rank_main
 from sweep.sim.scheduler import Scheduler
@@ -45,11 +53,13 @@ def main(argv: Sequence[str]) -> int:
     except SweepError as exc:
         print(f"sweep sim: error: {exc}", file=sys.stderr)
         return 1
+    if faults.is_second_server():
+        profile = faults.as_second_server(profile)
     ns = build_parser(profile).parse_args(argv)  # exits 2 like SGLang on a bad flag
     logs.configure(ns.log_level, stream=sys.stderr if ns.predict else None)
     try:
         resolved = resolve(ns, profile)
-    except (ValueError, AssertionError, TypeError):
+    except (ValueError, AssertionError, TypeError, OSError):
         traceback.print_exc()
         return 1
     for warning in resolved.warnings:
@@ -64,7 +74,25 @@ def main(argv: Sequence[str]) -> int:
     if ns.predict:
         print(json.dumps(_prediction(profile, resolved, ns), indent=2))
         return 0
-    return _serve(profile, resolved, argv)
+    try:
+        seed = _launch_seed(ns)
+    except ValueError as exc:
+        print(f"sweep sim: error: {exc}", file=sys.stderr)
+        return 2
+    return _serve(profile, resolved, argv, seed)
+
+
+def _launch_seed(ns: argparse.Namespace) -> int | None:
+    """``--sim-launch-seed``, else ``$SWEEP_SIM_LAUNCH_SEED``, else ``None`` (random)."""
+    if ns.sim_launch_seed is not None:
+        return int(ns.sim_launch_seed)
+    raw = os.environ.get(LAUNCH_SEED_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{LAUNCH_SEED_ENV} must be an integer, got {raw!r}") from None
 
 
 def _profile_choice(argv: list[str]) -> str | None:
@@ -82,52 +110,102 @@ def _prediction(profile: Profile, resolved: Resolved, ns: argparse.Namespace) ->
         "profile": profile.name,
         "resolved": {k: v for k, v in resolved.args.items() if k.startswith("speculative_")},
         "accept_length": model.accept_length(profile, config),
+        "memory_need_gb": model.memory_need_gb(profile, _memory(profile, resolved)),
         "levels": {},
     }
     for level in levels:
-        p = model.predict(profile, config, level, output_len=ns.predict_output_len, env=os.environ)
-        out["levels"][str(level)] = {
-            "cycle_ms": p.cycle_ms,
-            "decode_tok_s": p.decode_tok_s,
-            "output_tok_s": p.output_tok_s,
-        }
+        at_level = config
+        entry: dict[str, Any] = {}
+        if resolved.adaptive_slots is not None:
+            steps = model.adaptive_steps_at(
+                profile, config, resolved.adaptive_slots, resolved.cuda_graph_bs(), level
+            )
+            at_level = config.at_steps(steps)
+            entry["adaptive_steps"] = steps
+            entry["accept_length"] = model.accept_length(profile, at_level)
+        p = model.predict(
+            profile, at_level, level, output_len=ns.predict_output_len, env=os.environ
+        )
+        entry.update(cycle_ms=p.cycle_ms, decode_tok_s=p.decode_tok_s, output_tok_s=p.output_tok_s)
+        out["levels"][str(level)] = entry
     return out
 
 
-def startup_plan(profile: Profile, resolved: Resolved) -> StartupPlan:
-    """Decide what the rank's start-up does: durations, memory, injected failure."""
+def _memory(profile: Profile, resolved: Resolved) -> model.MemoryPlan:
     config = resolved.sim_config()
-    memory = model.memory_plan(profile, config)
-    failure = ""
-    rules = {r.kind for r in model.matching_failures(profile, resolved.args)}
-    if "nccl_init" in rules:
-        failure = "nccl_init"
-    elif config.speculative and resolved.args["speculative_num_draft_tokens"] is None:
-        failure = "bad_draft_tokens"
-    elif memory.graph_oom or "oom_capture" in rules:
-        failure = "oom_capture"
-    elif "hang_capture" in rules:
-        failure = "hang_capture"
+    graphs = None
+    if resolved.adaptive_slots is not None:
+        graphs = _adaptive_steps(resolved, quiet=True).graph_sizes()
+    return model.memory_plan(profile, config, graphs)
+
+
+def _adaptive_steps(resolved: Resolved, *, quiet: bool = False) -> AdaptiveSteps:
+    assert resolved.adaptive_slots is not None
+    return AdaptiveSteps(
+        resolved.adaptive_slots,
+        int(resolved.args["speculative_num_steps"]),
+        resolved.cuda_graph_bs(),
+        quiet=quiet,
+    )
+
+
+def startup_plan(profile: Profile, resolved: Resolved, plan: FaultPlan) -> StartupPlan:
+    """Decide what the rank's start-up does: durations, memory, injected failure.
+
+    Of several failures the one in the earliest start-up phase happens.
+    """
+    config = resolved.sim_config()
+    memory = _memory(profile, resolved)
+    m = profile.memory
+    oom_phase = plan.oom_phase(
+        {
+            "load_weights": memory.weights_gb,
+            "kv_cache": memory.weights_gb + m.min_kv_gb,
+            "capture": model.memory_need_gb(profile, memory),
+        }
+    )
+    bad_draft = config.speculative and resolved.args["speculative_num_draft_tokens"] is None
+    candidates = [
+        ("nccl_init", plan.nccl_init),
+        ("hang_init", plan.hang_phase == "init"),
+        ("hang_load_weights", plan.hang_phase == "load_weights"),
+        ("oom_load_weights", oom_phase == "load_weights"),
+        ("oom_kv_cache", oom_phase == "kv_cache"),
+        ("bad_draft_tokens", bad_draft),
+        ("oom_capture", memory.graph_oom or plan.oom_capture or oom_phase == "capture"),
+        ("hang_capture", plan.hang_phase == "capture"),
+    ]
+    failure = next((name for name, due in candidates if due), "")
     s = profile.startup
-    capture = s.capture_s + s.capture_per_draft_token_s * config.num_draft_tokens
-    tokens = int(max(memory.kv_gb, 0) / max(profile.memory.kv_gb_per_token, 1e-9))
+    if resolved.adaptive_slots is not None:
+        widths = sum(steps + 1 for steps, _ in _adaptive_steps(resolved, quiet=True).graph_sizes())
+    else:
+        widths = config.num_draft_tokens
+    tokens = int(max(memory.kv_gb, 0) / max(m.kv_gb_per_token, 1e-9))
     return StartupPlan(
         load_s=s.load_s,
         draft_load_s=s.draft_load_s if config.speculative else 0.0,
-        capture_s=capture,
+        capture_s=s.capture_s + s.capture_per_draft_token_s * widths,
         speculative=config.speculative,
         memory=memory,
         failure=failure,
         max_total_num_tokens=tokens,
+        gpu_gb=plan.oom_limit_gb or m.gpu_gb,
     )
 
 
-def _serve(profile: Profile, resolved: Resolved, argv: list[str]) -> int:
-    plan = startup_plan(profile, resolved)
+def _serve(profile: Profile, resolved: Resolved, argv: list[str], seed: int | None) -> int:
+    plan = FaultPlan.of(profile, resolved.args)
+    adaptive = _adaptive_steps(resolved) if resolved.adaptive_slots is not None else None
+    startup = startup_plan(profile, resolved, plan)
+    launch_seed, speed = faults.launch_speed(profile.noise.launch_cv, seed)
+    second_pid = 0
+    if plan.second_server_pid_file:
+        second_pid = faults.spawn_second_server(plan.second_server_pid_file)
     ctx = multiprocessing.get_context("fork")
     parent_conn, child_conn = ctx.Pipe()
     rank = ctx.Process(
-        target=rank_main, args=(child_conn, plan, resolved.args["log_level"]), daemon=True
+        target=rank_main, args=(child_conn, startup, resolved.args["log_level"]), daemon=True
     )
     signal.signal(signal.SIGQUIT, lambda *_: _die_after_child_failure(rank.pid))
     rank.start()
@@ -141,22 +219,27 @@ def _serve(profile: Profile, resolved: Resolved, argv: list[str]) -> int:
             rank.exitcode,
         )
         return 1
+    if second_pid:  # the second server binds our port first, as if started during our load
+        args = resolved.args
+        faults.wait_until_listening(
+            args["host"], int(args["port"]), second_pid, faults.SECOND_SERVER_BIND_TIMEOUT_S
+        )
     state = ServerState(
         profile=profile,
         resolved=resolved,
-        scheduler=_scheduler(profile, resolved),
-        memory=plan.memory,
+        scheduler=_scheduler(profile, resolved, adaptive, speed),
+        memory=startup.memory,
         max_total_num_tokens=int(ready["max_total_num_tokens"]),
         argv=argv,
+        faults=plan,
+        launch=LaunchInfo(seed=launch_seed, speed_factor=speed),
     )
     return asyncio.run(_run_http(state, rank.pid))
 
 
-def _scheduler(profile: Profile, resolved: Resolved) -> Scheduler:
-    crash_after = 0
-    for rule in model.matching_failures(profile, resolved.args):
-        if rule.kind == "crash_after_requests":
-            crash_after = max(1, rule.after_requests)
+def _scheduler(
+    profile: Profile, resolved: Resolved, adaptive: AdaptiveSteps | None, speed: float
+) -> Scheduler:
     return Scheduler(
         profile,
         resolved.sim_config(),
@@ -164,7 +247,8 @@ def _scheduler(profile: Profile, resolved: Resolved) -> Scheduler:
         decode_log_interval=int(resolved.args["decode_log_interval"]),
         env=dict(os.environ),
         on_fatal=lambda error: _scheduler_crashed(error),
-        crash_after_requests=crash_after,
+        adaptive=adaptive,
+        speed_factor=speed,
     )
 
 
@@ -206,17 +290,28 @@ async def _warmup(state: ServerState, server: uvicorn.Server, rank_pid: int | No
     loop = asyncio.get_running_loop()
     while not server.started:
         await asyncio.sleep(0.01)
-    loop.add_signal_handler(signal.SIGTERM, lambda: asyncio.ensure_future(_drain(state, rank_pid)))
+    loop.add_signal_handler(
+        signal.SIGTERM, lambda: asyncio.ensure_future(_drain(state, server, rank_pid))
+    )
     host = "127.0.0.1" if args["host"] in ("0.0.0.0", "::") else args["host"]
     url = f"http://{host}:{args['port']}"
-    if args["skip_server_warmup"]:
-        state.status = ServerStatus.UP
-        logger.info("The server is fired up and ready to roll!")
-        return
+    if not args["skip_server_warmup"]:
+        await _warmup_request(state, url, rank_pid)
+    elif state.faults.hang_phase == "warmup":
+        await asyncio.Event().wait()
+    state.status = ServerStatus.UP
+    if state.faults.crash_after_requests:
+        state.scheduler.arm_crash(state.faults.crash_after_requests)
+    logger.info("The server is fired up and ready to roll!")
+
+
+async def _warmup_request(state: ServerState, url: str, rank_pid: int | None) -> None:
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         try:
             await asyncio.sleep(state.profile.startup.warmup_poll_s)
             (await client.get("/model_info")).raise_for_status()
+            if state.faults.hang_phase == "warmup":  # the warmup generation never returns
+                await asyncio.Event().wait()
             body = {
                 "text": WARMUP_PROMPT,
                 "sampling_params": {
@@ -228,11 +323,9 @@ async def _warmup(state: ServerState, server: uvicorn.Server, rank_pid: int | No
         except (httpx.HTTPError, OSError) as exc:
             logger.error("Initialization failed. warmup error: %s", exc)
             _kill_tree_and_self(rank_pid)
-    state.status = ServerStatus.UP
-    logger.info("The server is fired up and ready to roll!")
 
 
-async def _drain(state: ServerState, rank_pid: int | None) -> None:
+async def _drain(state: ServerState, server: uvicorn.Server, rank_pid: int | None) -> None:
     if state.shutting_down:
         return
     logger.info("SIGTERM received. signum=15 frame=None. Draining requests and shutting down...")
@@ -241,8 +334,15 @@ async def _drain(state: ServerState, rank_pid: int | None) -> None:
         await asyncio.sleep(state.profile.startup.drain_poll_s)
     logger.info("Gracefully exiting... Remaining number of requests 0.")
     if rank_pid:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
             os.kill(rank_pid, signal.SIGKILL)
+            os.waitpid(rank_pid, 0)  # gone before we exit: only a port holder may outlive us
+    hold = state.faults.hold_port_s
+    if hold > 0 and state.faults.port_holder == "child":
+        fds = [sock.fileno() for listener in server.servers for sock in listener.sockets]
+        faults.hand_port_to_child(fds, hold)
+    elif hold > 0:
+        await asyncio.sleep(hold)  # the main process keeps the listening socket
     sys.stdout.flush()
     os._exit(0)
 
