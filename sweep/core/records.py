@@ -53,6 +53,7 @@ class ATTR:
     REQUEUED_FROM = "sweep.requeued_from"  # on an enqueued trial: the trial it replaces
     REAPED_FROM = "sweep.reaped_from"  # on an enqueued trial: the stale trial it replaces
     REPLICATE_OF = "sweep.replicate_of"  # confirmation: the first trial of this configuration
+    SCHEDULE = "sweep.schedule"  # a schedule launch: which schedule, its steps per batch size
     # study level
     STUDY_FILE = "sweep.study_file"
     STUDY_PATH = "sweep.study_path"
@@ -68,6 +69,7 @@ class Kind(enum.StrEnum):
     TRIAL = "trial"  # a configuration measured for the search
     BASELINE = "baseline"  # no speculation (in the companion study)
     REPLICATE = "replicate"  # a fresh server start of a configuration, to confirm the answer
+    SCHEDULE = "schedule"  # a per-concurrency schedule (the engine's adaptive mode), verified
     EXCLUDED = "excluded"  # proposed, but the validity rules say it cannot work
     DUPLICATE = "duplicate"  # proposed again: answered from storage
     IN_FLIGHT = "in_flight"  # proposed while another worker measured it
@@ -84,7 +86,7 @@ class Kind(enum.StrEnum):
     @property
     def launches(self) -> bool:
         """A kind that starts a server."""
-        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE)
+        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE, Kind.SCHEDULE)
 
 
 class State(enum.StrEnum):
@@ -199,6 +201,7 @@ class TrialRecord:
     requeued_from: int | None = None
     reaped_from: int | None = None
     replicate_of: int | None = None
+    schedule: Mapping[str, Any] = field(default_factory=dict)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class TrialRecord:
             requeued_from=_opt_int(a.get(ATTR.REQUEUED_FROM)),
             reaped_from=_opt_int(a.get(ATTR.REAPED_FROM)),
             replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
+            schedule=dict(a.get(ATTR.SCHEDULE) or {}),
         )
 
     @property
@@ -335,6 +339,7 @@ _ATTR_OF = {
     "requeued_from": ATTR.REQUEUED_FROM, "reaped_from": ATTR.REAPED_FROM,
     "replicate_of": ATTR.REPLICATE_OF, "kind": ATTR.KIND, "config": ATTR.CONFIG,
     "failure": ATTR.FAILURE, "levels": ATTR.LEVELS, "warnings": ATTR.WARNINGS,
+    "schedule": ATTR.SCHEDULE,
 }  # fmt: skip
 
 

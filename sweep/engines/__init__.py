@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sweep.engines.base import (
+    Adaptive,
     Diagnosis,
     EngineAdapter,
     LaunchCommand,
@@ -14,6 +15,7 @@ from sweep.engines.base import (
 from sweep.engines.sglang import SGLangAdapter
 
 __all__ = [
+    "Adaptive",
     "Diagnosis",
     "EngineAdapter",
     "LaunchCommand",

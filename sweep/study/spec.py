@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,9 @@ DEFAULT_LAUNCHERS = {
     "vllm": ("python", "-m", "vllm.entrypoints.openai.api_server"),
 }
 _SECTIONS = frozenset(
-    {"study", "engine", "host", "hosts", "space", "workload", "benchmark", "objective", "baseline"}
-)
+    {"study", "engine", "host", "hosts", "space", "workload", "benchmark", "objective", "baseline",
+     "schedule"}
+)  # fmt: skip
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?")
@@ -140,6 +141,21 @@ class BaselineSpec:
 
 
 @dataclass(frozen=True)
+class ScheduleSpec:
+    """The per-concurrency schedule (``sweep schedule``; docs/schedule.md).
+
+    Attributes:
+        verify: relaunch the schedule at the end of ``sweep run`` and measure every level.
+        verify_builtin: also relaunch the engine's built-in schedule (SGLang's defaults).
+        metric: the figure each level's winner is chosen by; ``None`` = the objective's.
+    """
+
+    verify: bool = False
+    verify_builtin: bool = True
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
 class Study:
     """A whole study file, validated."""
 
@@ -162,6 +178,7 @@ class Study:
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
 
     @property
     def host(self) -> HostSpec:
@@ -202,8 +219,9 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     study = _study(
         study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
     )
+    schedule = _schedule(top.sub("schedule"))
     top.done()
-    return study
+    return replace(study, schedule=schedule)
 
 
 def _study(
@@ -501,6 +519,16 @@ def _baseline(r: TableReader) -> BaselineSpec:
         every_trials=r.integer("every_trials", 10, minimum=1),
         every_hours=r.number("every_hours", 2.0, minimum=0.01),
         drift_threshold=r.number("drift_threshold", 0.03, minimum=0.0, maximum=1.0),
+    )
+    r.done()
+    return spec
+
+
+def _schedule(r: TableReader) -> ScheduleSpec:
+    spec = ScheduleSpec(
+        verify=r.boolean("verify", False),
+        verify_builtin=r.boolean("verify_builtin", True),
+        metric=r.string("metric", None, choices=METRICS),
     )
     r.done()
     return spec
