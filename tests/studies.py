@@ -20,6 +20,7 @@ def write_study(
     engine: str = "",
     profile: str = FAST_PROFILE,
     sections: str = "",
+    workload: str = "output_len = 48",
 ) -> Path:
     """A study on `sweep sim` (fast profile) whose launches are recorded in launches.jsonl."""
     record = folder / "launches.jsonl"
@@ -47,7 +48,7 @@ workdir = "{folder / "servers"}"
 {space}
 
 [workload]
-output_len = 48
+{workload}
 
 [benchmark]
 min_rounds = 2

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sweep.exceptions import ExecutorError
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
 from sweep.server.executor.base import ProcStat
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
@@ -189,3 +190,23 @@ def test_read_text_and_remove(executor: Executor, tmp_path: Path) -> None:
     executor.remove(str(path))
     executor.remove(str(path))
     assert not path.exists()
+
+
+def test_write_text_creates_the_folder_and_writes_the_text_exactly(
+    executor: Executor, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "deep" / "er" / "adaptive.json")
+    text = '{"1": {"candidate_steps": [4]}}\n$HOME `date` \'q\' "d" %s \\n\n'
+    executor.write_text(path, text)
+    assert executor.read_text(path) == text
+    executor.write_text(path, "again")
+    assert executor.read_text(path) == "again"
+
+
+def test_write_text_where_it_cannot_is_an_executor_error(
+    executor: Executor, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ExecutorError, match="cannot write"):
+        executor.write_text(str(blocker / "a.json"), "{}")
