@@ -24,10 +24,10 @@ from analysis.rows import StudyContext, trial_rows
 from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
 from sweep.core.records import StudyInfo as StoredInfo
-from sweep.store import baseline_study_name, quiet_optuna, rdb_storage
+from sweep.store import baseline_study_name, quiet_optuna, rdb_storage, schedule_study_name
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
-from sweep.study.spec import BaselineSpec
+from sweep.study.spec import BaselineSpec, Constraint
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,11 @@ class StudyRef:
     def baselines(self) -> StudyRef:
         """The companion study holding this study's no-speculation baselines."""
         return StudyRef(self.storage, baseline_study_name(self.name))
+
+    @property
+    def schedules(self) -> StudyRef:
+        """The companion study holding this study's verified schedules (``sweep schedule``)."""
+        return StudyRef(self.storage, schedule_study_name(self.name))
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class StudyInfo:
     objective_concurrency: int = 1
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
     target_tp: int | None = None
+    constraints: tuple[Constraint, ...] = ()
+    schedule_metric: str = "decode_tok_s"  # what ``sweep schedule`` decides each level by
 
     def context(self, name: str | None = None) -> StudyContext:
         """What the rows of this study (or its companion ``name``) share."""
@@ -114,6 +121,8 @@ def _with_objective(info: StudyInfo) -> StudyInfo:
             "objective_concurrency": objective.concurrency,
             "baseline": spec.baseline,
             "target_tp": spec.engine.tp_size,
+            "constraints": spec.objective.constraints,
+            "schedule_metric": spec.schedule.metric or objective.metric,
         }
     )
 
@@ -159,6 +168,17 @@ def load_baselines(study: StudyLike | StudyInfo) -> pd.DataFrame:
     except AnalysisError:
         return _frame([], info.context())
     return _frame(_trials(info.ref.baselines, companion), info.context())
+
+
+def load_schedules(study: StudyLike | StudyInfo) -> pd.DataFrame:
+    """The verified schedules of a study (``sweep schedule --verify``), in the trial frame's
+    shape, ``schedule`` naming each (``schedule`` or ``builtin``); empty if none."""
+    info = study if isinstance(study, StudyInfo) else load_study_info(study)
+    try:
+        companion = _open(info.ref.schedules)
+    except AnalysisError:
+        return _frame([], info.context())
+    return _frame(_trials(info.ref.schedules, companion), info.context())
 
 
 def load_samples(
