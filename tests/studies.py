@@ -21,6 +21,7 @@ def write_study(
     profile: str = FAST_PROFILE,
     sections: str = "",
     workload: str = "output_len = 48",
+    benchmark: str = "min_rounds = 2\nmax_rounds = 3\ntarget_rel_ci = 0.5",
 ) -> Path:
     """A study on `sweep sim` (fast profile) whose launches are recorded in launches.jsonl."""
     record = folder / "launches.jsonl"
@@ -51,9 +52,7 @@ workdir = "{folder / "servers"}"
 {workload}
 
 [benchmark]
-min_rounds = 2
-max_rounds = 3
-target_rel_ci = 0.5
+{benchmark}
 warmup_tokens = 4
 {sections}
 """
