@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from sweep.engines.sglang import (
 )
 from sweep.engines.vllm import VLLMAdapter, check_per_batch_size_ranges, per_batch_size_ranges
 from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
+from sweep.loop.schedule import export
+from sweep.server import deploy
 from sweep.sim import adaptive as sim_adaptive
-from sweep.study.spec import Constraint, parse_study
+from sweep.study.spec import Constraint, Study, parse_study
 
 METRIC = "output_tok_s"
 
@@ -408,3 +411,59 @@ def test_schedule_section_defaults_and_keys() -> None:
 def test_schedule_section_errors_name_the_key(body: str, key: str) -> None:
     with pytest.raises(StudyFileError, match=key.replace(".", "\\.")):
         parse_study(STUDY + f"[schedule]\n{body}\n")
+
+
+# --- the exported files ---
+
+
+def study_of(engine: str) -> Study:
+    return parse_study(f"""
+[study]
+name = "x"
+[engine]
+{engine}
+[space]
+num_steps = [1, 2, 4]
+[workload]
+concurrency = [1, 16, 64]
+""")
+
+
+def test_sglang_export_writes_the_config_its_command_and_the_table(tmp_path: Path) -> None:
+    study = study_of('model_path = "m"\ntp_size = 8\ndraft_model_path = "d"')
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    names = sorted(p.name for p in out.files)
+    assert names == ["launch.sh", "schedule.json", "schedule.md", "sglang-adaptive-config.json"]
+    config = tmp_path / "o" / "sglang-adaptive-config.json"
+    assert json.loads(config.read_text()) == adaptive_config(((1, 4), (16, 2), (64, 0)))
+    argv = shlex.split(out.command)
+    assert argv[argv.index("--speculative-adaptive-config") + 1] == str(config.resolve())
+    assert argv[argv.index("--speculative-num-steps") + 1] == "4"
+    assert argv[argv.index("--max-running-requests") + 1] == "64"
+    assert out.command in (tmp_path / "o" / "launch.sh").read_text()
+    assert "| 16 | 2 |" in (tmp_path / "o" / "schedule.md").read_text()
+
+
+def test_vllm_export_writes_its_speculative_config_and_command(tmp_path: Path) -> None:
+    study = study_of('name = "vllm"\nmodel_path = "m"\nalgorithm = "DRAFT_MODEL"\n'
+                     'draft_model_path = "d"')  # fmt: skip
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    assert sorted(p.name for p in out.files) == [
+        "launch.sh", "schedule.json", "schedule.md", "vllm-speculative-config.json"]  # fmt: skip
+    spec = json.loads((tmp_path / "o" / "vllm-speculative-config.json").read_text())
+    assert spec["num_speculative_tokens"] == 4
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 15, 4], [16, 63, 2], [64, 64, 0]]
+    argv = shlex.split(out.command)
+    assert json.loads(argv[argv.index("--speculative-config") + 1]) == spec
+    assert argv[argv.index("--max-num-seqs") + 1] == "64"
+
+
+def test_a_schedule_without_speculation_exports_the_plain_command(tmp_path: Path) -> None:
+    study = study_of('model_path = "m"\ntp_size = 8')
+    slow = [trial(1, {1: 80, 16: 800, 64: 1000}, number=0)]
+    s = decide_schedule(slow, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    assert "--speculative" not in out.command and "deploy without it" in out.table
+    assert not (tmp_path / "o" / "sglang-adaptive-config.json").exists()

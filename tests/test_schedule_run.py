@@ -11,14 +11,19 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import create_trial
 
 from sweep.core.records import Kind, TrialRecord
 from sweep.loop.progress import Display
 from sweep.loop.run import run_study
-from sweep.store import read_records, schedule_study_name
+from sweep.loop.schedule import make_schedule
+from sweep.store import baseline_study_name, read_records, schedule_study_name
 from sweep.study import load_study
+from sweep.study.spec import Study
 from tests.simproc import PROFILES
+from tests.sshd import Sshd
 from tests.studies import flag, launches, write_study
+from tests.test_schedule import baseline, trial
 
 pytestmark = pytest.mark.slow
 
@@ -121,3 +126,38 @@ def test_schedule_without_results_is_a_clear_error(tmp_path: Path) -> None:
     path = write_study(tmp_path, name="empty")
     done = sweep_cli("schedule", str(path), cwd=tmp_path)
     assert done.returncode == 1 and "no results" in done.stderr
+
+
+@pytest.mark.ssh
+def test_verify_over_ssh_writes_the_config_through_the_executor(sshd: Sshd, tmp_path: Path) -> None:
+    """Stored records (no search needed) → the schedule is relaunched on an SSH host."""
+    path = write_study(
+        tmp_path, name="remote", profile=PROFILE, workload="output_len = 24\nconcurrency = [1, 16]",
+        sections="[schedule]\nverify_builtin = false\n",
+    )  # fmt: skip
+    text = path.read_text().replace(
+        f'[host]\nworkdir = "{tmp_path / "servers"}"\n',
+        f'[host]\nkind = "ssh"\naddress = "127.0.0.1"\nport = {sshd.port}\nuser = "{sshd.user}"\n'
+        f'key = "{sshd.key}"\nstrict_host_key = false\nworkdir = "{tmp_path / "remote-work"}"\n',
+    )
+    path.write_text(text)
+    study = load_study(path)
+    store(study, [trial(1, {1: 130, 16: 1120}, number=0), trial(4, {1: 182, 16: 1010}, number=1)],
+          [baseline({1: 89, 16: 870})])  # fmt: skip
+    result = make_schedule(study, out=tmp_path / "out", verify=True, display=QUIET)
+    assert result.schedule.steps_by_batch == ((1, 4), (16, 1))
+    [record] = result.verified
+    assert_every_level_measured(record, [1, 16])
+    assert record.host == study.host.name and "127.0.0.1" in study.host.name
+    config = flag(launches(tmp_path)[-1], "--speculative-adaptive-config") or ""
+    assert Path(config).parent == tmp_path / "remote-work"  # written by the SSH executor
+    assert json.loads(Path(config).read_text()) == {"1": {"candidate_steps": [4]},
+                                                     "16": {"candidate_steps": [1]}}  # fmt: skip
+
+
+def store(study: Study, trials: list[TrialRecord], baselines: list[TrialRecord]) -> None:
+    for name, records in ((study.name, trials), (baseline_study_name(study.name), baselines)):
+        owner = optuna.create_study(study_name=name, storage=study.storage, direction="maximize")
+        for r in records:
+            owner.add_trial(create_trial(value=1.0, user_attrs=r.to_attrs(),
+                                         constraints={"sweep_feasible": 0.0}))  # fmt: skip

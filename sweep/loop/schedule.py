@@ -187,8 +187,9 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
     config = deploy.server_config(study)
     probe = schedule_params(schedule, "")
     documents = adapter.schedule_documents(config, probe) if probe.adaptive else {}
-    path = next((str((folder / n).resolve()) for n in documents if n.endswith(".json")), None)
-    params = schedule_params(schedule, path)
+    text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
+    name = next((n for n, t in documents.items() if text is not None and t == text), None)
+    params = schedule_params(schedule, str((folder / name).resolve()) if name else None)
     command = adapter.command(config, params).shell()
     table = render_table(schedule)
     if not schedule.speculative:
