@@ -161,3 +161,18 @@ def store(study: Study, trials: list[TrialRecord], baselines: list[TrialRecord])
         for r in records:
             owner.add_trial(create_trial(value=1.0, user_attrs=r.to_attrs(),
                                          constraints={"sweep_feasible": 0.0}))  # fmt: skip
+
+
+def test_the_hook_says_why_when_no_schedule_can_be_made_and_the_run_stands(
+    tmp_path: Path,
+) -> None:
+    path = write_study(
+        tmp_path, name="trees", space="num_steps = [1]\neagle_topk = [2]\nnum_draft_tokens = [3]",
+        sections="[schedule]\nverify = true\n",
+    )  # fmt: skip
+    summary = run_study(load_study(path), display=QUIET)
+    assert summary.measured == 1 and not summary.failed_run
+    assert [w for w in summary.warnings if w.startswith("schedule not verified")] == [
+        summary.warnings[-1]
+    ] and "topk 1" in summary.warnings[-1]
+    assert all("--speculative-adaptive" not in argv for argv in launches(tmp_path))

@@ -40,8 +40,8 @@ from sweep.core.schedule import (
 )
 from sweep.core.space import TrialConfig
 from sweep.engines.base import Adaptive, EngineAdapter, SpecParams
+from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
 from sweep.exceptions import Interrupted as InterruptedError
-from sweep.exceptions import ScheduleError
 from sweep.loop.measure import Bench, measure, start_record
 from sweep.loop.progress import Display
 from sweep.loop.worker import ask
@@ -418,13 +418,13 @@ def verify_at_end(
     try:
         trials, baselines = stored_records(study, storage)
         schedule = decide(study, trials, baselines)
-    except ScheduleError as exc:
+        launches = len(_launches(study, schedule, bench.adapter, bench.lifecycle.workdir))
+        if seconds_left is not None and launches * per_launch_s > seconds_left:
+            return [f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
+                    f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
+                    f"{study.path} --verify`"]  # fmt: skip
+        verified = verify_with(bench, schedule, storage=storage, host=host)
+    except (ScheduleError, ConfigError, ExecutorError) as exc:  # the search's results stand
         return [f"schedule not verified: {exc}"]
-    launches = len(_launches(study, schedule, bench.adapter, bench.lifecycle.workdir))
-    if seconds_left is not None and launches * per_launch_s > seconds_left:
-        return [f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s do "
-                f"not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
-                f"{study.path} --verify`"]  # fmt: skip
-    verified = verify_with(bench, schedule, storage=storage, host=host)
     result = judge(study, verified, trials, baselines)
     return [result.text] if result is not None else ["schedule verified; nothing to compare"]
