@@ -4,7 +4,7 @@
 built-in one) in the companion study ``<study>.schedules``. Here, per concurrency level, the
 schedule is set beside the best static configuration at that level, the single best static
 configuration over all levels (the highest sum), the engine's built-in schedule and no
-speculation, each with its 95 % interval. The verdict is :func:`sweep.core.schedule.verdict`,
+speculation, each with its 95 % interval. The verdict is :func:`sweep.core.verdict.verdict`,
 the same rule ``sweep schedule`` prints.
 """
 
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from sweep.core.schedule import Estimate, Verdict, verdict
+from sweep.core.schedule import Estimate
+from sweep.core.verdict import Verdict, verdict
 
 SCHEDULE = "schedule"
 BUILTIN = "builtin"

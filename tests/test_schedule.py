@@ -16,13 +16,12 @@ from sweep.core.schedule import (
     Estimate,
     Family,
     beats,
-    best_static,
     choose,
     decide_schedule,
     render_table,
-    verdict,
 )
 from sweep.core.space import TrialConfig
+from sweep.core.verdict import best_static, verdict
 from sweep.engines.base import Adaptive, ServerConfig, SpecParams
 from sweep.engines.sglang import (
     BUILTIN_ADAPTIVE,

@@ -29,16 +29,9 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import policy
 from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Kind, TrialRecord
-from sweep.core.schedule import (
-    Schedule,
-    Verdict,
-    best_static,
-    decide_schedule,
-    figures_of,
-    render_table,
-    verdict,
-)
+from sweep.core.schedule import Schedule, decide_schedule, render_table
 from sweep.core.space import TrialConfig
+from sweep.core.verdict import Verdict, best_static, figures_of, verdict
 from sweep.engines.base import Adaptive, EngineAdapter, SpecParams
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
 from sweep.exceptions import Interrupted as InterruptedError
