@@ -64,6 +64,14 @@ def figures() -> Iterator[Figure]:
         f"{METRIC} summed over concurrency {list(LEVELS)}, batch-dependent profile",
         ">= 0; > 0 where levels disagree",
     )
+    mine_by_level = figures_of(mine, METRIC)
+    for level in LEVELS:
+        yield Figure(
+            f"schedule_gain_pct_c{level}",
+            100 * (total(mine_by_level, [level]) / total(static.figures, [level]) - 1),
+            "%",
+            f"the same at concurrency {level} alone (schedule {steps.get(str(level))} steps)",
+        )
     yield Figure(
         "schedule_gain_vs_builtin_pct",
         100 * (schedule_total / builtin_total - 1),
