@@ -13,6 +13,7 @@ from analysis import formatting as fmt
 from analysis.best import BestSchedule, best_per_level, overall_best
 from analysis.content_costmodel import cost_model_section, model_summary
 from analysis.content_health import drift_section, failures_section, provenance_section
+from analysis.content_schedule import schedule_comparison, schedule_section
 from analysis.costmodel import CostModel, fit_cost_model
 from analysis.document import Block, Code, Document, Section, table
 from analysis.errors import CostModelError
@@ -23,6 +24,7 @@ from analysis.plots import (
     plot_speedup_heatmap,
     plot_throughput_vs_steps,
 )
+from analysis.schedule import ScheduleComparison
 from analysis.sections import FigureSet, ReportContent, StudyData
 from analysis.transform import default_level, levels, measured
 from sweep.redact import redact_url
@@ -34,9 +36,11 @@ def study_report(data: StudyData) -> ReportContent:
     numbers = slim(data.trials)
     schedule = best_per_level(data.trials)
     model, model_error = _fit(numbers)
+    verified = schedule_comparison(data)
     sections = [
         _summary(data),
         _best(data, schedule),
+        schedule_section(data, verified, figures),
         _curves(numbers, figures),
         cost_model_section(numbers, model, model_error, figures),
         _progress(numbers, figures),
@@ -49,6 +53,7 @@ def study_report(data: StudyData) -> ReportContent:
         "study": data.info.ref.name,
         "best": _json_best(data.trials),
         "best_per_level": schedule.as_dict(),
+        "schedule": _json_schedule(verified),
         "cost_model": model_summary(model, model_error),
     }
     return ReportContent(Document(title, tuple(sections)), figures.figures, summary)
@@ -261,3 +266,23 @@ def _json_best(df: pd.DataFrame) -> dict[str, object] | None:
 
 def _plain(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
+
+
+def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
+    """The verified schedule's verdict and per-level figures, for summary.json."""
+    if comparison.table.empty:
+        return None
+    v = comparison.verdict
+    return {
+        "metric": comparison.metric,
+        "won": None if v is None else v.won,
+        "gain_vs_single_best_static": None if v is None else v.gain_vs_static,
+        "gain_vs_builtin": None if v is None else v.gain_vs_builtin,
+        "verdict": None if v is None else v.text,
+        "single_best_static": comparison.single_best,
+        "levels": [
+            {k: _plain(r[k]) for k in ("concurrency", "series", "config", "steps", "value",
+                                       "ci_low", "ci_high") if not fmt.missing(r[k])}
+            for _, r in comparison.table.iterrows()
+        ],
+    }  # fmt: skip

@@ -25,10 +25,10 @@ from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
 from sweep.core.records import StudyInfo as StoredInfo
 from sweep.redact import redact_data, redact_text, redact_url
-from sweep.store import baseline_study_name, quiet_optuna, rdb_storage
+from sweep.store import baseline_study_name, quiet_optuna, rdb_storage, schedule_study_name
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
-from sweep.study.spec import BaselineSpec
+from sweep.study.spec import BaselineSpec, Constraint
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,11 @@ class StudyRef:
     def baselines(self) -> StudyRef:
         """The companion study holding this study's no-speculation baselines."""
         return StudyRef(self.storage, baseline_study_name(self.name))
+
+    @property
+    def schedules(self) -> StudyRef:
+        """The companion study holding this study's verified schedules (``sweep schedule``)."""
+        return StudyRef(self.storage, schedule_study_name(self.name))
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ class StudyInfo:
     objective_concurrency: int = 1
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
     target_tp: int | None = None
+    constraints: tuple[Constraint, ...] = ()
+    schedule_metric: str = "decode_tok_s"  # what ``sweep schedule`` decides each level by
 
     def context(self, name: str | None = None) -> StudyContext:
         """What the rows of this study (or its companion ``name``) share."""
@@ -115,6 +122,8 @@ def _with_objective(info: StudyInfo) -> StudyInfo:
             "objective_concurrency": objective.concurrency,
             "baseline": spec.baseline,
             "target_tp": spec.engine.tp_size,
+            "constraints": spec.objective.constraints,
+            "schedule_metric": spec.schedule.metric or objective.metric,
         }
     )
 
@@ -160,6 +169,17 @@ def load_baselines(study: StudyLike | StudyInfo) -> pd.DataFrame:
     except AnalysisError:
         return _frame([], info.context())
     return _frame(_trials(info.ref.baselines, companion), info.context())
+
+
+def load_schedules(study: StudyLike | StudyInfo) -> pd.DataFrame:
+    """The verified schedules of a study (``sweep schedule --verify``), in the trial frame's
+    shape, ``schedule`` naming each (``schedule`` or ``builtin``); empty if none."""
+    info = study if isinstance(study, StudyInfo) else load_study_info(study)
+    try:
+        companion = _open(info.ref.schedules)
+    except AnalysisError:
+        return _frame([], info.context())
+    return _frame(_trials(info.ref.schedules, companion), info.context())
 
 
 def load_samples(

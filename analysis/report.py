@@ -6,7 +6,7 @@ and writes into one folder::
     report.html          self-contained (figures embedded as base64 PNG)
     report.md            Markdown, figures beside it
     figures/NAME.png     (≥ 150 dpi), .svg, .pdf — as many formats as asked
-    trials.csv, trials.parquet, baselines.csv
+    trials.csv, trials.parquet, baselines.csv, schedules.csv (verified schedules, if any)
     summary.json         best configuration, best per level, cost-model constants
 """
 
@@ -29,7 +29,7 @@ from analysis.content import study_report
 from analysis.content_compare import comparison_report
 from analysis.document import to_html, to_markdown
 from analysis.errors import AnalysisError
-from analysis.load import StudyLike, load_study_data, load_trials, study_ref
+from analysis.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
 from analysis.sections import ReportContent, StudyData
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
@@ -79,12 +79,14 @@ def write_report(
     """
     chosen = check_formats(formats)
     info, trials, baselines = load_study_data(study_ref(study, storage))
-    content = study_report(StudyData(info, trials, baselines))
+    schedules = load_schedules(info)
+    content = study_report(StudyData(info, trials, baselines, schedules))
     out = Path(folder)
     data = (
         export_frame(trials, out / "trials.csv"),
         export_frame(trials, out / "trials.parquet"),
         export_frame(baselines, out / "baselines.csv"),
+        *((export_frame(schedules, out / "schedules.csv"),) if not schedules.empty else ()),
     )
     return _write(content, out, chosen, data)
 

@@ -39,7 +39,10 @@ def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     levels: Sequence[Mapping[str, Any]] = record.levels
     if not levels:
         return [base]
-    return [{**base, **level_columns(level, context.metric)} for level in levels]
+    return [
+        {**base, **level_columns(level, context.metric), **_schedule_steps(record, level)}
+        for level in levels
+    ]
 
 
 def trial_state(trial: FrozenTrial) -> str:
@@ -120,7 +123,15 @@ def _outcome(r: TrialRecord) -> Row:
         "engine_version": r.engine_version,
         "gpus": len(r.gpu.get("memory_used_mib") or []) or None,
         "drift": r.drift,
+        "schedule": r.schedule.get("name") if r.schedule else None,
     }
+
+
+def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
+    steps = record.schedule.get("steps_by_batch") if record.schedule else None
+    if not isinstance(steps, Mapping):
+        return {}
+    return {"schedule_steps": steps.get(str(level.get("concurrency")))}
 
 
 def failure_columns(failure: Failure | None) -> Row:

@@ -99,6 +99,8 @@ OUTCOME = {
     "engine_version": STR,
     "gpus": INT,
     "drift": FLOAT,
+    "schedule": STR,  # a verified schedule: "schedule" (sweep's) or "builtin" (the engine's)
+    "schedule_steps": INT,  # the steps that schedule runs at the row's level
 }
 BASELINE = {
     "baseline_trial": INT,

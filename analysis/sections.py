@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from analysis.document import Document, FigureRef
 from analysis.errors import CostModelError
 from analysis.load import StudyInfo
+from analysis.schema import empty_frame
 
 CAPTIONS = {
     "throughput_vs_steps": "Throughput vs speculative steps, one line per (draft TP, topk, draft "
@@ -30,16 +31,24 @@ CAPTIONS = {
     "best_so_far": "Best value found so far vs trial number (left) and vs wall-clock time "
     "(right); red crosses are failed or infeasible trials.",
     "failures": "Failed and infeasible configurations, and why.",
+    "schedule": "Per concurrency level: the verified schedule, the best static configuration at "
+    "that level, the single best static configuration over all levels, the engine's built-in "
+    "schedule and no speculation, as ratios to no speculation; error bars are 95 % intervals.",
+    "pareto": "Per-request decode speed against total output throughput, one line through the "
+    "concurrency levels for every measured configuration (grey), no speculation (dashed) and "
+    "the verified schedules (numbers: concurrency); red lines and crosses are the study's "
+    "constraints.",
 }
 
 
 @dataclass(frozen=True)
 class StudyData:
-    """Everything a study report is built from."""
+    """Everything a study report is built from (``schedules``: verified schedule launches)."""
 
     info: StudyInfo
     trials: pd.DataFrame
     baselines: pd.DataFrame
+    schedules: pd.DataFrame = field(default_factory=empty_frame)
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,41 @@ def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
 
 
 @app.command()
+def schedule(
+    study_file: str = typer.Argument(..., help="The study file (TOML)."),
+    out: str = typer.Option("", help="Output folder (default: ./<study name>-schedule)."),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Relaunch the schedule (and the engine's built-in one) and store "
+        "every level's figures in the study.",
+    ),
+    storage: str = typer.Option("", help="Storage URL instead of the study's."),
+) -> None:
+    """Export the per-concurrency schedule in the engine's own format; --verify relaunches it.
+
+    From the measured levels: per level the confirmed best steps (ties go to fewer steps;
+    0 where no speculation wins), as SGLang's adaptive config or vLLM's speculative config.
+
+    Example: sweep schedule studies/schedule-sim.toml --verify
+    """
+    from sweep.loop.schedule import make_schedule
+    from sweep.study import load_study
+
+    result = make_schedule(load_study(study_file), out=out or None, verify=verify,
+                           storage_url=storage or None)  # fmt: skip
+    print(result.export.table)
+    print(f"launch command:\n  {result.export.command}\n")
+    for path in result.export.files:
+        print(f"wrote {path}")
+    for record in result.verified:
+        name = record.schedule.get("name", "schedule")
+        print(f"verified {name}: trial {record.number} of the companion study, {record.state}")
+    if result.verdict is not None:
+        print(result.verdict.text)
+
+
+@app.command()
 def plan(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     commands: bool = typer.Option(False, "--commands", help="Print every launch command."),

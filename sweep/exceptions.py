@@ -17,6 +17,7 @@ escaping is a bug. The tree::
     ├── StorageError           the study database cannot be opened or written
     │   └── StudyBusy          another live run holds the study (its lease)
     ├── WorkerFailed           a worker of a multi-host run ended with an error
+    ├── ScheduleError          no per-concurrency schedule can be made from what was measured
     ├── AnalysisError          (analysis/errors.py) a study cannot be loaded or analysed
     │   └── CostModelError     too little data to fit the cost model
     └── Interrupted            the user stopped a sweep (Ctrl-C); what was measured is kept
@@ -244,6 +245,18 @@ class StorageError(SweepError):
 
 class StudyBusy(StorageError):
     """Another live ``sweep run`` holds this study's lease (one runner per study and host)."""
+
+
+class ScheduleError(SweepError):
+    """No deployable schedule can be made from the study's measurements (or verified).
+
+    Attributes:
+        study: the study's name.
+    """
+
+    def __init__(self, study: str, message: str) -> None:
+        super().__init__(f"study {study!r}: {message}")
+        self.study = study
 
 
 class Interrupted(SweepError):

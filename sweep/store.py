@@ -56,6 +56,15 @@ def baseline_study_name(name: str) -> str:
     return f"{name}.baselines"
 
 
+def schedule_study_name(name: str) -> str:
+    """The companion study holding a study's verified schedules (``sweep schedule --verify``).
+
+    Kept apart from the search's study so that the sampler, the loop and ``sweep status``
+    see only the configurations the search proposed.
+    """
+    return f"{name}.schedules"
+
+
 StaleCallback = Callable[[optuna.Study, optuna.trial.FrozenTrial], None]
 
 

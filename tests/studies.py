@@ -20,6 +20,8 @@ def write_study(
     engine: str = "",
     profile: str = FAST_PROFILE,
     sections: str = "",
+    workload: str = "output_len = 48",
+    benchmark: str = "min_rounds = 2\nmax_rounds = 3\ntarget_rel_ci = 0.5",
     confirm: bool = False,
 ) -> Path:
     """A study on `sweep sim` (fast profile) whose launches are recorded in launches.jsonl.
@@ -53,12 +55,10 @@ workdir = "{folder / "servers"}"
 {space}
 
 [workload]
-output_len = 48
+{workload}
 
 [benchmark]
-min_rounds = 2
-max_rounds = 3
-target_rel_ci = 0.5
+{benchmark}
 warmup_tokens = 4
 {sections}
 """

@@ -149,6 +149,7 @@ def test_report_files_in_every_format(study: Path, tmp_path: Path) -> None:
         "cycle_breakdown",
         "best_so_far",
         "failures",
+        "pareto",
     ):
         assert {f"{name}.png", f"{name}.svg", f"{name}.pdf"} <= names, name
     for path in files.figures:
@@ -159,7 +160,7 @@ def test_report_files_in_every_format(study: Path, tmp_path: Path) -> None:
     assert (tmp_path / "figures" / "cycle_breakdown.pdf").read_bytes().startswith(b"%PDF")
     assert "<svg" in (tmp_path / "figures" / "failures.svg").read_text()
     html = files.html.read_text()
-    assert html.count("data:image/png;base64,") == 7 and 'src="figures/' not in html
+    assert html.count("data:image/png;base64,") == 8 and 'src="figures/' not in html
     markdown = files.markdown.read_text()
     for link in re.findall(r"\]\((figures/[^)]+)\)", markdown):
         assert (tmp_path / link).exists()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from sweep.exceptions import ExecutorError
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
 from sweep.server.executor.base import ProcStat, RunOwner
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
@@ -220,3 +221,23 @@ def test_a_run_owner_is_alive_while_its_run_is_and_a_made_up_one_is_not(
     assert owner == executor.run_owner()  # stable while the connection lasts
     reused = RunOwner(owner.token, owner.alive_pid, (owner.alive_ticks or 0) + 1, 1, "h")
     assert not executor.owner_alive(reused)  # same PID, other start time: another process
+
+
+def test_write_text_creates_the_folder_and_writes_the_text_exactly(
+    executor: Executor, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "deep" / "er" / "adaptive.json")
+    text = '{"1": {"candidate_steps": [4]}}\n$HOME `date` \'q\' "d" %s \\n\n'
+    executor.write_text(path, text)
+    assert executor.read_text(path) == text
+    executor.write_text(path, "again")
+    assert executor.read_text(path) == "again"
+
+
+def test_write_text_where_it_cannot_is_an_executor_error(
+    executor: Executor, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ExecutorError, match="cannot write"):
+        executor.write_text(str(blocker / "a.json"), "{}")

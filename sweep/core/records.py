@@ -61,6 +61,7 @@ class ATTR:
     SEARCH_PICK = "sweep.search.pick"  # the key the sampler proposed
     SEARCH_REPLICATE = "sweep.search.replicate"  # True: the sampler asks for a relaunch
     SEARCH_PREDICTED = "sweep.search.predicted"  # {"mean", "sd"} before the measurement
+    SCHEDULE = "sweep.schedule"  # a schedule launch: which schedule, its steps per batch size
     # study level
     STUDY_FILE = "sweep.study_file"
     STUDY_PATH = "sweep.study_path"
@@ -76,6 +77,7 @@ class Kind(enum.StrEnum):
     TRIAL = "trial"  # a configuration measured for the search
     BASELINE = "baseline"  # no speculation (in the companion study)
     REPLICATE = "replicate"  # a fresh server start of a configuration, to confirm the answer
+    SCHEDULE = "schedule"  # a per-concurrency schedule (the engine's adaptive mode), verified
     EXCLUDED = "excluded"  # proposed, but the validity rules say it cannot work
     DUPLICATE = "duplicate"  # proposed again: answered from storage
     IN_FLIGHT = "in_flight"  # proposed while another worker measured it
@@ -92,7 +94,7 @@ class Kind(enum.StrEnum):
     @property
     def launches(self) -> bool:
         """A kind that starts a server."""
-        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE)
+        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE, Kind.SCHEDULE)
 
 
 class State(enum.StrEnum):
@@ -218,6 +220,7 @@ class TrialRecord:
     replicate_of: int | None = None
     stderr: float | None = None
     estimate: Mapping[str, Any] = field(default_factory=dict)
+    schedule: Mapping[str, Any] = field(default_factory=dict)
 
     # --- reading -------------------------------------------------------------------------
 
@@ -259,6 +262,7 @@ class TrialRecord:
             replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
             stderr=_opt_float(a.get(ATTR.STDERR)),
             estimate=dict(a.get(ATTR.ESTIMATE) or {}),
+            schedule=dict(a.get(ATTR.SCHEDULE) or {}),
         )
         return record.redacted()  # a database written before redaction may hold secrets
 
@@ -375,6 +379,7 @@ _ATTR_OF = {
     "replicate_of": ATTR.REPLICATE_OF, "stderr": ATTR.STDERR, "estimate": ATTR.ESTIMATE,
     "kind": ATTR.KIND, "config": ATTR.CONFIG,
     "failure": ATTR.FAILURE, "levels": ATTR.LEVELS, "warnings": ATTR.WARNINGS,
+    "schedule": ATTR.SCHEDULE,
 }  # fmt: skip
 
 

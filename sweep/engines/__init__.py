@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sweep.core.space import Rules
 from sweep.engines.base import (
+    Adaptive,
     Diagnosis,
     EngineAdapter,
     LaunchCommand,
@@ -37,6 +38,7 @@ def rules_for(study: Study) -> Rules:
 
 
 __all__ = [
+    "Adaptive",
     "Diagnosis",
     "EngineAdapter",
     "LaunchCommand",

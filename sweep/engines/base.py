@@ -71,6 +71,34 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class Adaptive:
+    """The engine's own per-batch-size schedule of speculative steps.
+
+    SGLang runs it with ``--speculative-adaptive`` (and ``--speculative-adaptive-config
+    FILE``), vLLM with ``num_speculative_tokens_per_batch_size`` in its speculative config.
+
+    Attributes:
+        steps_by_batch: ``(batch size, steps)`` pairs, ascending by batch size: from that
+            running batch size up to the next one, run that many draft steps (0 = no
+            drafting). Empty: the engine's built-in schedule (SGLang's defaults).
+        config_path: where the engine reads the schedule on its host (SGLang's JSON file);
+            `sweep` writes :meth:`EngineAdapter.adaptive_file` there before the launch.
+    """
+
+    steps_by_batch: tuple[tuple[int, int], ...] = ()
+    config_path: str | None = None
+
+    @property
+    def builtin(self) -> bool:
+        """True for the engine's built-in schedule (no steps given)."""
+        return not self.steps_by_batch
+
+    @property
+    def max_steps(self) -> int:
+        return max((steps for _, steps in self.steps_by_batch), default=0)
+
+
+@dataclass(frozen=True)
 class SpecParams:
     """One trial's speculative-decoding parameters.
 
@@ -81,6 +109,9 @@ class SpecParams:
         draft_tp: the draft's tensor-parallel size; ``None`` = the target's.
         extra_flags: engine flags for this trial only (full names).
         env: environment variables for this trial only (override the deployment's).
+        adaptive: run the engine's per-batch-size schedule; ``num_steps`` is then the
+            schedule's largest steps (SGLang's initial steps, vLLM's
+            ``num_speculative_tokens``).
     """
 
     num_steps: int
@@ -89,6 +120,7 @@ class SpecParams:
     draft_tp: int | None = None
     extra_flags: tuple[str, ...] = ()
     env: Env = ()
+    adaptive: Adaptive | None = None
 
     @classmethod
     def baseline(cls, *, extra_flags: Sequence[str] = (), env: Env = ()) -> SpecParams:
@@ -233,6 +265,7 @@ class ResolvedServer:
     version: str | None = None
     memory_usage: tuple[tuple[str, float], ...] = ()
     launch_command: str | None = None
+    adaptive: bool | None = None  # the engine runs a per-batch-size schedule
 
     def as_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in vars(self).items() if k != "memory_usage"}
@@ -305,6 +338,27 @@ class EngineAdapter(abc.ABC):
     folded_flags: ClassVar[Mapping[str, str]] = {}
     """Flags accepted in the study's flags and folded into a :class:`ServerConfig` field
     (an integer): e.g. ``--max-running-requests`` → ``max_running_requests``."""
+
+    # --- per-batch-size schedules (see Adaptive) ---------------------------------------------
+
+    @property
+    def builtin_adaptive_steps(self) -> int | None:
+        """The initial steps to launch the engine's built-in schedule with; ``None`` when the
+        engine has no built-in schedule."""
+        return None
+
+    def adaptive_file(self, params: SpecParams) -> str | None:
+        """The text of the file the engine reads ``params.adaptive`` from (to be written at
+        ``params.adaptive.config_path`` on the host), or ``None`` when it needs no file."""
+        return None
+
+    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
+        """The engine's own schedule documents for ``params.adaptive``, by file name.
+
+        Raises:
+            EngineConfigError: the engine cannot run this schedule.
+        """
+        return {}
 
     @property
     @abc.abstractmethod

@@ -13,11 +13,13 @@ there); no draft-TP flag in any release. The per-algorithm rules are in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sweep.engines.base import (
+    Adaptive,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
@@ -68,6 +70,18 @@ SIGNATURES = (
     ),
 )
 
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # NEXTN resolves to EAGLE
+"""The algorithms SGLang 0.5.23 honours ``--speculative-adaptive`` for (others fall back to
+static steps with a warning)."""
+BUILTIN_ADAPTIVE: dict[str, Any] = {
+    "1": {"candidate_steps": [1, 3, 5, 7], "down_hysteresis": -0.25},
+    "8": {"candidate_steps": [0, 1, 3], "down_hysteresis": 0.0},
+    "32": {"candidate_steps": [0, 1], "down_hysteresis": 0.0},
+    "64": {"candidate_steps": [0], "down_hysteresis": 0.0},
+}
+"""SGLang 0.5.23's built-in adaptive config (``--speculative-adaptive`` without a file)."""
+ADAPTIVE_CONFIG_NAME = "sglang-adaptive-config.json"
+
 
 @dataclass(frozen=True)
 class SGLangAdapter(EngineAdapter):
@@ -104,6 +118,8 @@ class SGLangAdapter(EngineAdapter):
         "--speculative-num-draft-tokens": "[space] num_draft_tokens",
         "--speculative-draft-model-path": "[engine] draft_model_path",
         "--speculative-draft-model": "[engine] draft_model_path",
+        "--speculative-adaptive": "`sweep schedule` (docs/schedule.md)",
+        "--speculative-adaptive-config": "`sweep schedule` (docs/schedule.md)",
     }  # fmt: skip
     folded_flags: ClassVar[Mapping[str, str]] = {
         "--max-running-requests": "max_running_requests",
@@ -153,7 +169,7 @@ class SGLangAdapter(EngineAdapter):
         )  # fmt: skip
         if config.draft_model_path:
             flags += ("--speculative-draft-model-path", config.draft_model_path)
-        return flags + self._draft_tp_flags(config, params)
+        return flags + self._draft_tp_flags(config, params) + _adaptive_flags(config, params)
 
     def _draft_tp_flags(self, config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
         if params.draft_tp is None:
@@ -192,6 +208,24 @@ class SGLangAdapter(EngineAdapter):
     def known_flags(self) -> FlagTable:
         return sglang_flags(self.effective_version, new_flags=self.new_flags)
 
+    # --- per-batch-size schedules -----------------------------------------------------------
+
+    @property
+    def builtin_adaptive_steps(self) -> int | None:
+        union = check_adaptive_config(BUILTIN_ADAPTIVE, None)
+        return union[len(union) // 2]  # what SGLang picks when no steps are given
+
+    def adaptive_file(self, params: SpecParams) -> str | None:
+        adaptive = params.adaptive
+        if adaptive is None or adaptive.builtin:
+            return None
+        return json.dumps(adaptive_config(adaptive.steps_by_batch), indent=2) + "\n"
+
+    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
+        check_adaptive(config, params)  # the same checks as the launch
+        text = self.adaptive_file(params)
+        return {ADAPTIVE_CONFIG_NAME: text} if text else {}
+
     # --- readiness, readback, version -------------------------------------------------------
 
     def readiness(self) -> Readiness:
@@ -225,12 +259,110 @@ class SGLangAdapter(EngineAdapter):
                 (str(k), float(v)) for k, v in memory.items() if isinstance(v, int | float)
             ),
             launch_command=_opt(info.get("launch_command"), str),
+            adaptive=_opt(info.get("speculative_adaptive"), bool),
         )
 
     @property
     def interpreter(self) -> str:
         """The python that should import ``sglang`` on the host."""
         return interpreter_for(self.launcher, self.python)
+
+
+# --- SGLang's adaptive config (--speculative-adaptive-config) ---------------------------------
+
+
+def adaptive_config(steps_by_batch: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """The adaptive-config JSON object of a fixed schedule: one candidate per batch-size slot,
+    so no slot's controller ever moves (``reference/schedules.md``)."""
+    return {str(batch): {"candidate_steps": [steps]} for batch, steps in sorted(steps_by_batch)}
+
+
+def check_adaptive_config(config: object, num_steps: int | None) -> list[int]:
+    """Apply the rules SGLang 0.5.23's loader applies to an adaptive config; return the union
+    of every slot's candidate steps (sorted).
+
+    Args:
+        config: the parsed JSON.
+        num_steps: ``--speculative-num-steps``, if given (it must be a candidate).
+
+    Raises:
+        EngineConfigError: with SGLang's reason: not a JSON object, a slot whose
+            ``candidate_steps`` is not a non-empty list of non-negative ints, no batch-size
+            key, or ``num_steps`` not among the candidates (SGLang exits 1 on each).
+    """
+    if not isinstance(config, dict):
+        raise EngineConfigError(
+            f"speculative adaptive config must be a JSON object, got {type(config).__name__}"
+        )
+    union: set[int] = set()
+    for key, entry in config.items():
+        if not str(key).isdigit():
+            continue  # a top-level default, merged under every slot
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if not isinstance(steps, list) or not steps or not all(_step(s) for s in steps):
+            raise EngineConfigError(
+                f"BS {key}: candidate_steps must be a list of non-negative ints, got {steps!r}"
+            )
+        union.update(steps)
+    if not union:
+        raise EngineConfigError(
+            "speculative_adaptive_config must contain at least one integer-string BS key, "
+            f'e.g. {{"1": {{"candidate_steps": [1,3,7]}}}}. Got keys: {list(config)}'
+        )
+    ordered = sorted(union)
+    if num_steps is not None and num_steps not in union:
+        raise EngineConfigError(
+            f"--speculative-num-steps={num_steps} is not in the adaptive config candidate_steps "
+            f"{ordered}. Pass one of those values."
+        )
+    return ordered
+
+
+def adaptive_refusal(algorithm: str, eagle_topk: int) -> str | None:
+    """Why SGLang would ignore ``--speculative-adaptive`` (and run static steps), or ``None``."""
+    if algorithm.upper() not in ADAPTIVE_ALGORITHMS:
+        return f"speculative_algorithm={algorithm} (only EAGLE/EAGLE3 are supported)"
+    if eagle_topk != 1:
+        return f"speculative_eagle_topk={eagle_topk} (only topk=1 is supported)"
+    return None
+
+
+def check_adaptive(config: ServerConfig, params: SpecParams) -> None:
+    """Everything SGLang checks before it runs ``params.adaptive``.
+
+    Raises:
+        EngineConfigError: SGLang would ignore the schedule (algorithm, topk) or refuse it
+            (its loader's rules, :func:`check_adaptive_config`).
+    """
+    adaptive = params.adaptive
+    if adaptive is None:
+        return
+    reason = adaptive_refusal(config.algorithm, params.eagle_topk)
+    if reason is not None:
+        raise EngineConfigError(
+            f"SGLang would ignore --speculative-adaptive for {reason} and run static steps "
+            "instead; a schedule needs EAGLE or EAGLE3 with topk 1"
+        )
+    document = BUILTIN_ADAPTIVE if adaptive.builtin else adaptive_config(adaptive.steps_by_batch)
+    check_adaptive_config(document, params.num_steps)
+
+
+def _adaptive_flags(config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
+    adaptive: Adaptive | None = params.adaptive
+    if adaptive is None or not params.speculative:
+        return ()
+    check_adaptive(config, params)
+    if adaptive.builtin:
+        return ("--speculative-adaptive",)
+    if not adaptive.config_path:
+        raise EngineConfigError(
+            "SGLang reads a schedule from a file (--speculative-adaptive-config): no path given"
+        )
+    return ("--speculative-adaptive", "--speculative-adaptive-config", adaptive.config_path)
+
+
+def _step(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _opt(value: Any, kind: type[Any]) -> Any:

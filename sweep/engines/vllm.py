@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sweep.engines.base import (
+    Adaptive,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
@@ -48,6 +49,9 @@ METHODS = {
     "MTP": "mtp",
 }
 """A study's ``engine.algorithm`` (case-insensitive) → vLLM's ``method``."""
+PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
+"""vLLM 0.32's per-batch-size schedule: ``[[first, last, k], ...]`` over inclusive ranges."""
+SPEC_CONFIG_NAME = "vllm-speculative-config.json"
 DRAFTLESS = frozenset({"ngram", "mtp"})
 """Methods without a separate draft model (no ``model``, no draft TP)."""
 ARGS_LINE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
@@ -149,6 +153,11 @@ class VLLMAdapter(EngineAdapter):
         spec = speculative_config(config, params, overrides)
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
+    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
+        overrides, _ = split_spec_flags((*config.extra_flags, *params.extra_flags))
+        spec = speculative_config(config, params, overrides)
+        return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
+
     # --- readiness, readback, version -------------------------------------------------------
 
     def readiness(self) -> Readiness:
@@ -172,7 +181,9 @@ class VLLMAdapter(EngineAdapter):
         version = m.group("version") if (m := CONFIG_LINE.search(line)) else None
         spec = SPEC_CONFIG.search(line)
         k = int(spec.group("k")) if spec else None
+        per_batch = spec_args.get(PER_BATCH_KEY) if isinstance(spec_args, dict) else None
         return ResolvedServer(
+            adaptive=bool(per_batch) if isinstance(spec_args, dict) else None,
             algorithm=spec.group("method") if spec else ("none" if line else None),
             num_steps=k,
             eagle_topk=1 if k else None,
@@ -247,17 +258,18 @@ def speculative_config(
     """The ``--speculative-config`` object for one speculative trial.
 
     ``num_steps`` → ``num_speculative_tokens``; ``draft_tp`` →
-    ``draft_tensor_parallel_size`` (methods with a draft model only); ``overrides``
-    (from ``--speculative-config.KEY`` flags) add keys such as ``model`` or ngram's
-    ``prompt_lookup_max``.
+    ``draft_tensor_parallel_size`` (methods with a draft model only); ``params.adaptive``
+    → ``num_speculative_tokens_per_batch_size`` (:func:`per_batch_size_ranges`);
+    ``overrides`` (from ``--speculative-config.KEY`` flags) add keys such as ``model`` or
+    ngram's ``prompt_lookup_max``.
 
     Raises:
-        EngineConfigError: the method is unknown, a draft model is missing, or the
-            overrides set a key sweep manages.
+        EngineConfigError: the method is unknown, a draft model is missing, the
+            overrides set a key sweep manages, or the schedule cannot be expressed.
     """
     method = method_of(config.algorithm)
     overrides = overrides or {}
-    managed = {"method", "num_speculative_tokens", "draft_tensor_parallel_size"}
+    managed = {"method", "num_speculative_tokens", "draft_tensor_parallel_size", PER_BATCH_KEY}
     clash = sorted(managed & set(overrides))
     if clash:
         raise EngineConfigError(
@@ -275,7 +287,69 @@ def speculative_config(
         spec["model"] = model
         if params.draft_tp is not None:
             spec["draft_tensor_parallel_size"] = params.draft_tp
+    if params.adaptive is not None:
+        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, config)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
+
+
+def _schedule(adaptive: Adaptive, num_steps: int, config: ServerConfig) -> list[list[int]]:
+    if adaptive.builtin:
+        raise EngineConfigError(
+            "vLLM 0.32 ships no built-in speculative schedule: give the steps per batch size "
+            f"({PER_BATCH_KEY})"
+        )
+    ranges = per_batch_size_ranges(adaptive.steps_by_batch, config.max_running_requests)
+    check_per_batch_size_ranges(ranges, num_steps)
+    return ranges
+
+
+def per_batch_size_ranges(
+    steps_by_batch: Sequence[tuple[int, int]], max_batch: int
+) -> list[list[int]]:
+    """``num_speculative_tokens_per_batch_size`` for a schedule: inclusive ``[first, last, k]``.
+
+    Each batch size runs its own steps up to the next batch size minus one; the first range
+    starts at 1 and the last ends at ``max_batch`` (the server's ``--max-num-seqs``), so every
+    running batch size is covered, as SGLang routes sizes below its smallest key to it.
+    """
+    ordered = sorted(steps_by_batch)
+    ends = [batch - 1 for batch, _ in ordered[1:]] + [max(max_batch, ordered[-1][0])]
+    starts = [1] + [batch for batch, _ in ordered[1:]]
+    return [[a, b, k] for a, b, (_, k) in zip(starts, ends, ordered, strict=True)]
+
+
+def check_per_batch_size_ranges(
+    ranges: Sequence[Sequence[int]], num_speculative_tokens: int
+) -> None:
+    """Check a per-batch-size schedule before vLLM sees it.
+
+    The ranges must be ``[first, last, k]`` integers, ascending, contiguous from 1, with
+    ``0 <= k <= num_speculative_tokens`` (a range cannot draft more than the drafter was
+    built for). These are `sweep`'s own checks; vLLM 0.32's validator was not read.
+
+    Raises:
+        EngineConfigError: what is wrong and where.
+    """
+    expected_start = 1
+    for entry in ranges:
+        if len(entry) != 3 or not all(
+            isinstance(x, int) and not isinstance(x, bool) for x in entry
+        ):
+            raise EngineConfigError(f"{PER_BATCH_KEY}: expected [first, last, k], got {entry!r}")
+        first, last, k = entry
+        if first != expected_start or last < first:
+            raise EngineConfigError(
+                f"{PER_BATCH_KEY}: ranges must be contiguous from 1 and ascending; expected "
+                f"a range starting at {expected_start}, got {list(entry)}"
+            )
+        if not 0 <= k <= num_speculative_tokens:
+            raise EngineConfigError(
+                f"{PER_BATCH_KEY}: k = {k} in {list(entry)} must be between 0 and "
+                f"num_speculative_tokens = {num_speculative_tokens}"
+            )
+        expected_start = last + 1
+    if not ranges:
+        raise EngineConfigError(f"{PER_BATCH_KEY}: no range given")
 
 
 def violation(

@@ -128,6 +128,7 @@ class Runner:
                 reason = self._loop()
                 if not self.summary.failed_run:
                     self._confirm()
+                    self._verify_schedule()  # [schedule] verify = true
             finally:
                 self.display.close()
         self.summary.stop_reason = reason
@@ -535,6 +536,24 @@ class Runner:
             self.waiting = True
         assert self.shared is not None
         self.clock.sleep(self.shared.poll_s)
+
+    # --- schedule hook: [schedule] verify = true (sweep.loop.schedule) --------------------------
+
+    def _verify_schedule(self) -> None:
+        """Relaunch the per-concurrency schedule after the search, when the study asks for it.
+
+        Single-host runs only (several workers would each verify it); not after a run that
+        had to stop. Its lines join the run summary's warnings.
+        """
+        if not self.study.schedule.verify or self.shared is not None or self.summary.failed_run:
+            return
+        from sweep.loop.schedule import verify_at_end
+
+        left = None if self.end is None else self.end - self.clock.now()
+        self.summary.warnings += verify_at_end(
+            self.bench, storage=self.summary.storage, host=self.host.name, seconds_left=left,
+            per_launch_s=self._estimate(None),
+        )  # fmt: skip
 
     # --- engine check ---------------------------------------------------------------------------
 

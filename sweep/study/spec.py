@@ -48,6 +48,7 @@ _SECTIONS = frozenset(
         "objective",
         "baseline",
         "confirm",
+        "schedule",
         "notify",
     }
 )
@@ -205,6 +206,21 @@ class NotifySpec:
 
 
 @dataclass(frozen=True)
+class ScheduleSpec:
+    """The per-concurrency schedule (``sweep schedule``; docs/schedule.md).
+
+    Attributes:
+        verify: relaunch the schedule at the end of ``sweep run`` and measure every level.
+        verify_builtin: also relaunch the engine's built-in schedule (SGLang's defaults).
+        metric: the figure each level's winner is chosen by; ``None`` = the objective's.
+    """
+
+    verify: bool = False
+    verify_builtin: bool = True
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
 class Study:
     """A whole study file, validated."""
 
@@ -229,6 +245,7 @@ class Study:
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
     notify: NotifySpec = field(default_factory=NotifySpec)
     confirm: ConfirmSpec = field(default_factory=ConfirmSpec)
+    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
 
     @property
     def host(self) -> HostSpec:
@@ -280,8 +297,9 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     study = _study(
         study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
     )
+    schedule = _schedule(top.sub("schedule"))
     top.done()
-    return replace(study, notify=notify, confirm=confirm)
+    return replace(study, notify=notify, confirm=confirm, schedule=schedule)
 
 
 def _study(
@@ -633,6 +651,16 @@ def _baseline(r: TableReader) -> BaselineSpec:
         every_trials=r.integer("every_trials", 10, minimum=1),
         every_hours=r.number("every_hours", 2.0, minimum=0.01),
         drift_threshold=r.number("drift_threshold", 0.03, minimum=0.0, maximum=1.0),
+    )
+    r.done()
+    return spec
+
+
+def _schedule(r: TableReader) -> ScheduleSpec:
+    spec = ScheduleSpec(
+        verify=r.boolean("verify", False),
+        verify_builtin=r.boolean("verify_builtin", True),
+        metric=r.string("metric", None, choices=METRICS),
     )
     r.done()
     return spec

@@ -33,6 +33,7 @@ from pathlib import PurePosixPath
 from types import TracebackType
 
 from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.exceptions import ExecutorError
 
 LOG_CHUNK_BYTES = 1 << 20
 """At most this many log bytes are read per call; the rest comes on the next call."""
@@ -472,6 +473,20 @@ class Executor(abc.ABC):
         """Release connections; the servers started keep running."""
 
     # --- built on the primitives ---------------------------------------------------------
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a small text file on the host (its folder is created), e.g. an engine's config.
+
+        One shell command through :meth:`run`, so it works the same here and over SSH.
+
+        Raises:
+            ExecutorError: the file could not be written.
+        """
+        script = 'mkdir -p "$(dirname "$2")" && printf %s "$1" > "$2"'
+        result = self.run(["sh", "-c", script, "sh", text, path])
+        if not result.ok:
+            detail = (result.stderr or result.stdout).strip() or f"exit {result.exit_code}"
+            raise ExecutorError(self.host, f"cannot write {path}: {detail}")
 
     def observe(self, process: ServerProcess, log_offset: int) -> Observation:
         """Liveness, exit code and new log bytes in one call (SSH does one round trip).

@@ -1,0 +1,87 @@
+"""The report's schedule section: the verified per-concurrency schedule against static settings,
+and the Pareto view of every configuration across the levels."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis import formatting as fmt
+from analysis.document import Block, Code, Section, Table, table
+from analysis.plots_schedule import plot_pareto, plot_schedule
+from analysis.schedule import SERIES, ScheduleComparison, compare_schedule
+from analysis.sections import FigureSet, StudyData
+from analysis.transform import levels
+
+COLUMN_ORDER = ("schedule", "best_here", "single_best", "builtin", "none")
+
+
+def schedule_comparison(data: StudyData) -> ScheduleComparison:
+    return compare_schedule(data.trials, data.baselines, data.schedules, data.info.schedule_metric)
+
+
+def schedule_section(data: StudyData, comparison: ScheduleComparison, figures: FigureSet
+                     ) -> Section:  # fmt: skip
+    """The verdict in plain words, the table per level, the command, and both figures."""
+    blocks: list[Block] = []
+    if comparison.table.empty:
+        blocks.append(
+            "No schedule was verified yet. `sweep schedule STUDY --verify` (or "
+            "`[schedule] verify = true` in the study) relaunches the per-concurrency schedule "
+            "and the engine's built-in one, and measures every level."
+        )
+    else:
+        blocks += _verified(comparison, figures)
+    if len(levels(data.trials)) > 1:
+        frame = pd.concat([data.trials, data.baselines, data.schedules], ignore_index=True)
+        blocks.append(figures.draw(
+            "pareto", lambda: plot_pareto(frame, constraints=data.info.constraints)))  # fmt: skip
+    return Section("Per-concurrency schedule", tuple(blocks))
+
+
+def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]:
+    blocks: list[Block] = []
+    if comparison.verdict is not None:
+        blocks.append(f"**{comparison.verdict.text}**")
+    else:
+        blocks.append("No static configuration was measured at every level of the schedule, "
+                      "so there is no single best one to compare with.")  # fmt: skip
+    metric = comparison.metric
+    blocks.append(
+        f"{metric} per level, mean [95 % interval]. The schedules were measured on their own "
+        "server starts, so launch-to-launch differences are part of what is compared."
+    )
+    blocks.append(_table(comparison))
+    row = comparison.schedule
+    if row is not None:
+        blocks += ["Exact launch command of the verified schedule:", Code(_command(row))]
+        if not fmt.missing(row["warnings"]):
+            blocks.append(f"Warnings: {row['warnings']}")
+    blocks.append(figures.draw("schedule", lambda: plot_schedule(comparison.table, metric=metric)))
+    return blocks
+
+
+def _table(comparison: ScheduleComparison) -> Table:
+    t = comparison.table
+    present = [s for s in COLUMN_ORDER if s in set(t["series"])]
+    rows = []
+    for level in sorted(t["concurrency"].unique()):
+        at = t[t["concurrency"] == level].set_index("series")
+        steps = at["steps"].get("schedule")
+        cells = [_cell(at, s) for s in present]
+        rows.append((level, "" if fmt.missing(steps) else steps, *cells))
+    return table(("concurrency", "schedule steps", *(SERIES[s] for s in present)), rows)
+
+
+def _cell(at: pd.DataFrame, series: str) -> str:
+    if series not in at.index:
+        return ""
+    r = at.loc[series]
+    value = fmt.with_ci(r["value"], r["ci_low"], r["ci_high"])
+    if series in ("best_here", "single_best"):
+        return f"{value} ({r['config']})"
+    return value
+
+
+def _command(row: pd.Series) -> str:
+    env = fmt.text(row["env"])
+    return f"{env} {fmt.text(row['command']) or '(not recorded)'}".strip()

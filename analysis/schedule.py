@@ -1,0 +1,205 @@
+"""The verified schedule against static configurations, level by level: pure, on tidy frames.
+
+``sweep schedule --verify`` stores each relaunch (the exported schedule and the engine's
+built-in one) in the companion study ``<study>.schedules``. Here, per concurrency level, the
+schedule is set beside the best static configuration at that level, the single best static
+configuration over all levels (the highest sum), the engine's built-in schedule and no
+speculation, each with its 95 % interval. The verdict is :func:`sweep.core.verdict.verdict`,
+the same rule ``sweep schedule`` prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from sweep.core.schedule import Estimate
+from sweep.core.verdict import Verdict, verdict
+
+SCHEDULE = "schedule"
+BUILTIN = "builtin"
+SERIES = {
+    "schedule": "the schedule (verified)",
+    "best_here": "best static configuration at this level",
+    "single_best": "single best static configuration",
+    "builtin": "engine's built-in schedule (verified)",
+    "none": "no speculation",
+}
+"""The compared series, in drawing order: key → legend text."""
+COLUMNS = ("concurrency", "series", "config", "steps", "value", "ci_low", "ci_high", "trials")
+
+
+@dataclass(frozen=True)
+class ScheduleComparison:
+    """Per level and series, the figure compared; the verdict; the schedule's launch row."""
+
+    metric: str
+    table: pd.DataFrame  # COLUMNS, one row per level and series
+    verdict: Verdict | None
+    schedule: pd.Series | None  # one row of the verified schedule's trial (command, warnings)
+    single_best: str | None
+
+    def wide(self) -> pd.DataFrame:
+        """One row per level, one column per series (its value)."""
+        if self.table.empty:
+            return pd.DataFrame()
+        return self.table.pivot_table(index="concurrency", columns="series", values="value")
+
+
+def latest(schedules: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows (one per level) of the latest measured schedule launch called ``name``."""
+    if schedules.empty:
+        return schedules
+    mask = (schedules["schedule"] == name) & (schedules["state"] == "measured")
+    rows = schedules[mask.fillna(False).astype(bool)]
+    if rows.empty:
+        return rows
+    return rows[rows["trial"] == rows["trial"].max()]
+
+
+def static_launches(trials: pd.DataFrame, baselines: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Every measured static launch at every level: key, config, steps, trial and the figure."""
+    frames = []
+    for frame in (trials, baselines):
+        mask = frame["state"] == "measured"
+        mask &= frame["kind"].isin(["trial", "replicate", "baseline"])
+        mask &= frame[metric].notna() & frame["concurrency"].notna()
+        frames.append(frame[mask.fillna(False).astype(bool)])
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if rows.empty:
+        return pd.DataFrame(columns=["key", "config", "steps", "trial", "concurrency", "value",
+                                     "ci_low", "ci_high"])  # fmt: skip
+    steps = rows["num_steps"].where(rows["speculative"].fillna(False).astype(bool), 0)
+    return pd.DataFrame(
+        {
+            "key": rows["key"].fillna(rows["config"]),
+            "config": rows["config"],
+            "steps": steps.astype("Int64"),
+            "trial": rows["trial"],
+            "concurrency": rows["concurrency"].astype(int),
+            "value": rows[metric],
+            "ci_low": rows[f"{metric}_ci_low"].fillna(rows[metric]),
+            "ci_high": rows[f"{metric}_ci_high"].fillna(rows[metric]),
+        }
+    )
+
+
+def compare_schedule(
+    trials: pd.DataFrame, baselines: pd.DataFrame, schedules: pd.DataFrame, metric: str
+) -> ScheduleComparison:
+    """The comparison for the latest verified schedule (an empty table when there is none)."""
+    mine = latest(schedules, SCHEDULE)
+    if mine.empty:
+        return ScheduleComparison(metric, pd.DataFrame(columns=COLUMNS), None, None, None)
+    levels = sorted(int(c) for c in mine["concurrency"].dropna())
+    launches = static_launches(trials, baselines, metric)
+    pooled = _pooled(launches)
+    single = _single_best(pooled, levels)
+    rows = [*_series_rows("schedule", mine, metric)]
+    rows += _series_rows("builtin", latest(schedules, BUILTIN), metric)
+    for level in levels:
+        here = pooled[pooled["concurrency"] == level]
+        if not here.empty:
+            rows.append(_row(level, "best_here", here.loc[here["value"].idxmax()]))
+            none = here[here["steps"] == 0]
+            if not none.empty:
+                rows.append(_row(level, "none", none.iloc[0]))
+        if single is not None:
+            match = here[here["key"] == single]
+            if not match.empty:
+                rows.append(_row(level, "single_best", match.iloc[0]))
+    table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["concurrency", "series"])
+    label = None if single is None else str(pooled[pooled["key"] == single]["config"].iloc[0])
+    result = _verdict(mine, launches, latest(schedules, BUILTIN), single, label, metric)
+    return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label)
+
+
+def _pooled(launches: pd.DataFrame) -> pd.DataFrame:
+    """One row per (configuration, level): means of repeated launches (as ``beats`` pools)."""
+    if launches.empty:
+        return launches.assign(trials=pd.Series(dtype="Int64"))
+    return (
+        launches.groupby(["key", "config", "steps", "concurrency"], dropna=False)
+        .agg(
+            value=("value", "mean"),
+            ci_low=("ci_low", "mean"),
+            ci_high=("ci_high", "mean"),
+            trials=("trial", "count"),
+        )
+        .reset_index()
+    )
+
+
+def _single_best(pooled: pd.DataFrame, levels: Sequence[int]) -> str | None:
+    """The configuration with the highest sum over ``levels`` (measured at all of them)."""
+    at = pooled[pooled["concurrency"].isin(levels)]
+    counts = at.groupby("key")["concurrency"].nunique()
+    full = counts[counts == len(levels)].index
+    if len(full) == 0:
+        return None
+    sums = at[at["key"].isin(full)].groupby("key")["value"].sum()
+    return str(sums.idxmax())
+
+
+def _row(level: int, series: str, source: pd.Series) -> dict[str, object]:
+    return {
+        "concurrency": level,
+        "series": series,
+        "config": source["config"],
+        "steps": source["steps"],
+        "value": source["value"],
+        "ci_low": source["ci_low"],
+        "ci_high": source["ci_high"],
+        "trials": source.get("trials", 1),
+    }
+
+
+def _series_rows(series: str, rows: pd.DataFrame, metric: str) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for _, r in rows.iterrows():
+        if pd.isna(r[metric]) or pd.isna(r["concurrency"]):
+            continue
+        out.append(
+            {
+                "concurrency": int(r["concurrency"]),
+                "series": series,
+                "config": SERIES[series],
+                "steps": r["schedule_steps"],
+                "value": r[metric],
+                "ci_low": r[f"{metric}_ci_low"],
+                "ci_high": r[f"{metric}_ci_high"],
+                "trials": 1,
+            }
+        )
+    return out
+
+
+def _estimates(rows: pd.DataFrame, value: str, low: str, high: str) -> dict[int, list[Estimate]]:
+    out: dict[int, list[Estimate]] = {}
+    for _, r in rows.iterrows():
+        mean = float(r[value])
+        estimate = Estimate(mean, _or(r[low], mean), _or(r[high], mean))
+        out.setdefault(int(r["concurrency"]), []).append(estimate)
+    return out
+
+
+def _or(value: object, default: float) -> float:
+    return default if value is None or pd.isna(value) else float(value)  # type: ignore[arg-type]
+
+
+def _verdict(
+    mine: pd.DataFrame,
+    launches: pd.DataFrame,
+    builtin: pd.DataFrame,
+    single: str | None,
+    label: str | None,
+    metric: str,
+) -> Verdict | None:
+    if single is None or label is None:
+        return None
+    bounds = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
+    static = _estimates(launches[launches["key"] == single], "value", "ci_low", "ci_high")
+    theirs = _estimates(builtin, *bounds) if not builtin.empty else None
+    return verdict(_estimates(mine, *bounds), static, label, theirs, metric=metric)

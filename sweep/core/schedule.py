@@ -1,0 +1,380 @@
+"""A deployable schedule: per concurrency level, the confirmed best number of speculative steps.
+
+Pure. The best speculative setting depends on load (more steps pay at batch 1, fewer or none
+at batch 64), and a study measures every concurrency level on each server start. From those
+records :func:`decide_schedule` picks, for one *family* (draft TP, extra flags and environment;
+topk 1, as both engines' schedules are chains), the steps to run at each level:
+
+* the candidates at a level are the family's measured configurations and no speculation
+  (the baseline, steps 0), minus those breaking an ``[objective.constraints]`` entry at that
+  level;
+* a speculative configuration is *eligible* only if it beats no speculation with confidence
+  (:func:`beats`); when none is, the level gets steps 0 (the speculation-off threshold);
+* among the eligible ones, every configuration the best one does not beat with confidence is
+  tied with it, and the tie goes to the fewest steps.
+
+The family whose schedule comes closest to the best measured figure at every level wins.
+:func:`beats` is the one place the confidence rule lives (per-level 95 % CIs plus a
+launch-to-launch allowance); a confirmation module can replace it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sweep.core.objective import by_level, metric_value
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.space import Flags, TrialConfig
+from sweep.exceptions import ScheduleError
+from sweep.study.spec import Constraint
+
+LAUNCH_ALLOWANCE = 0.02
+"""Relative spread between two server starts of one configuration, which a CI measured within
+one start cannot see: one configuration beats another only by more than both CIs plus this."""
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One launch's figure at one level: its mean and 95 % confidence interval."""
+
+    mean: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def of(cls, level: Mapping[str, Any], metric: str) -> Estimate | None:
+        """From one stored level (``decode_tok_s``/``output_tok_s`` summaries carry a CI)."""
+        value = metric_value(level, metric)
+        if value is None:
+            return None
+        summary = level.get(metric)
+        low = high = None
+        if isinstance(summary, Mapping):
+            low, high = summary.get("ci_low"), summary.get("ci_high")
+        return cls(
+            value, value if low is None else float(low), value if high is None else float(high)
+        )
+
+
+def beats(
+    a: Sequence[Estimate], b: Sequence[Estimate], allowance: float = LAUNCH_ALLOWANCE
+) -> bool:
+    """True when ``a`` is better than ``b`` with confidence.
+
+    Each side's launches are pooled (the means of their CI bounds); ``a`` beats ``b`` when
+    its lower bound is above ``b``'s upper bound by more than ``allowance`` (relative).
+    """
+    if not a or not b:
+        return False
+    low = statistics.fmean(e.ci_low for e in a)
+    high = statistics.fmean(e.ci_high for e in b)
+    return low > high * (1 + allowance)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration at one level: every launch that measured it there."""
+
+    key: str
+    label: str
+    steps: int  # 0 = no speculation
+    estimates: tuple[Estimate, ...]
+    trials: tuple[int, ...] = ()
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(e.mean for e in self.estimates)
+
+    @property
+    def ci_low(self) -> float:
+        return statistics.fmean(e.ci_low for e in self.estimates)
+
+    @property
+    def ci_high(self) -> float:
+        return statistics.fmean(e.ci_high for e in self.estimates)
+
+
+@dataclass(frozen=True, order=True)
+class Family:
+    """What a schedule keeps fixed across batch sizes: the draft's TP, extra flags and env."""
+
+    draft_tp: int
+    flags: Flags = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, config: TrialConfig) -> Family:
+        return cls(config.draft_tp, config.flags, config.env)
+
+    def config(self, steps: int) -> TrialConfig:
+        """The static configuration of this family at ``steps`` (topk 1, chain)."""
+        if steps == 0:
+            return TrialConfig.baseline(self.flags, self.env)
+        return TrialConfig(steps, 1, steps + 1, self.draft_tp, self.flags, self.env)
+
+    def label(self) -> str:
+        extras = " ".join(f"{k}={v}" for k, v in self.flags + self.env)
+        return f"topk 1, draft TP {self.draft_tp} {extras}".strip()
+
+
+@dataclass(frozen=True)
+class LevelChoice:
+    """The steps a schedule runs at one concurrency level, and why."""
+
+    concurrency: int
+    chosen: Candidate
+    best: Candidate  # the highest mean among the candidates at this level
+    reason: str
+
+    @property
+    def steps(self) -> int:
+        return self.chosen.steps
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Per concurrency level, the steps to run (0 = no speculation), for one family."""
+
+    metric: str
+    family: Family
+    levels: tuple[LevelChoice, ...]
+    notes: tuple[str, ...] = ()
+    allowance: float = LAUNCH_ALLOWANCE
+
+    @property
+    def steps_by_batch(self) -> tuple[tuple[int, int], ...]:
+        """``(batch size, steps)`` pairs, ascending: what the engines' schedules take."""
+        return tuple((c.concurrency, c.steps) for c in self.levels)
+
+    @property
+    def speculative(self) -> bool:
+        """False when no level speculates: deploy without speculation."""
+        return any(c.steps > 0 for c in self.levels)
+
+    @property
+    def max_steps(self) -> int:
+        return max((c.steps for c in self.levels), default=0)
+
+    def launch_config(self) -> TrialConfig:
+        """The configuration a schedule launch records: the family at its largest steps."""
+        return self.family.config(self.max_steps)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The stored form (on a schedule trial; see :mod:`sweep.loop.schedule`)."""
+        return {
+            "metric": self.metric,
+            "family": self.family.label(),
+            "steps_by_batch": {str(b): s for b, s in self.steps_by_batch},
+            "allowance": self.allowance,
+            "levels": [
+                {"concurrency": c.concurrency, "steps": c.steps, "key": c.chosen.key,
+                 "mean": c.chosen.mean, "best_key": c.best.key, "best_mean": c.best.mean,
+                 "reason": c.reason}
+                for c in self.levels
+            ],
+            "notes": list(self.notes),
+        }  # fmt: skip
+
+
+def decide_schedule(
+    trials: Iterable[TrialRecord],
+    baselines: Iterable[TrialRecord],
+    *,
+    metric: str,
+    levels: Sequence[int],
+    constraints: Sequence[Constraint] = (),
+    allowance: float = LAUNCH_ALLOWANCE,
+    study: str = "",
+) -> Schedule:
+    """The schedule the measurements support (see the module docstring).
+
+    Args:
+        trials: the search's records (search trials and confirmation replicates count).
+        baselines: the no-speculation records.
+        metric: the figure each level is decided by (``decode_tok_s`` or ``output_tok_s``).
+        levels: the concurrency levels to schedule (the study's).
+        constraints: ``[objective.constraints]``; each rules candidates out at its level.
+        allowance: the launch-to-launch allowance of :func:`beats`.
+        study: the study's name, for messages.
+
+    Raises:
+        ScheduleError: no measured chain (topk 1) configuration, or no level with a figure.
+    """
+    table = _candidates(trials, baselines, metric, levels, constraints)
+    families = sorted({f for f, _ in table if f is not None})
+    if not families:
+        raise ScheduleError(
+            study,
+            "no measured speculative configuration with topk 1 (the engines' schedules run "
+            "chains): measure some with `sweep run` first",
+        )
+    schedules = [_schedule(f, table, metric, levels, allowance) for f in families]
+    reference = _reference(table, levels)
+    best = max(schedules, key=lambda s: (_closeness(s, reference), -s.max_steps))
+    if not best.levels:
+        raise ScheduleError(study, f"no level of {list(levels)} has a measured {metric}")
+    return best
+
+
+Table = Mapping[tuple[Family | None, int], Mapping[str, Candidate]]  # (family, level) → by key
+
+
+def _candidates(
+    trials: Iterable[TrialRecord],
+    baselines: Iterable[TrialRecord],
+    metric: str,
+    levels: Sequence[int],
+    constraints: Sequence[Constraint],
+) -> dict[tuple[Family | None, int], dict[str, Candidate]]:
+    """Every usable launch as a candidate, grouped by family (None: no speculation) and level."""
+    out: dict[tuple[Family | None, int], dict[str, Candidate]] = {}
+    records = [*(t for t in trials if _chain(t)), *(b for b in baselines if _baseline(b))]
+    for record in records:
+        assert record.config is not None
+        family = Family.of(record.config) if record.config.speculative else None
+        figures = by_level(record.levels)
+        for level in levels:
+            if level not in figures or _breaks(figures[level], level, constraints):
+                continue
+            estimate = Estimate.of(figures[level], metric)
+            if estimate is None:
+                continue
+            group = out.setdefault((family, level), {})
+            key = record.key or record.config.key()
+            known = group.get(key)
+            group[key] = _add(known, record, key, estimate)
+    return out
+
+
+def _add(known: Candidate | None, record: TrialRecord, key: str, estimate: Estimate) -> Candidate:
+    assert record.config is not None
+    if known is not None:
+        return replace(known, estimates=(*known.estimates, estimate),
+                       trials=(*known.trials, record.number))  # fmt: skip
+    steps = record.config.num_steps if record.config.speculative else 0
+    return Candidate(key, record.config.label(), steps, (estimate,), (record.number,))
+
+
+def _chain(record: TrialRecord) -> bool:
+    """A search launch of a topk-1 speculative configuration with figures."""
+    return (
+        record.kind in (Kind.TRIAL, Kind.REPLICATE)
+        and record.state in (State.MEASURED, State.INFEASIBLE)  # infeasible: a constraint
+        and bool(record.levels)
+        and record.config is not None
+        and record.config.speculative
+        and record.config.eagle_topk == 1
+    )
+
+
+def _baseline(record: TrialRecord) -> bool:
+    return (
+        record.state is State.MEASURED
+        and bool(record.levels)
+        and record.config is not None
+        and not record.config.speculative
+    )
+
+
+def _breaks(level: Mapping[str, Any], concurrency: int, constraints: Sequence[Constraint]) -> bool:
+    for c in constraints:
+        if c.concurrency != concurrency:
+            continue
+        value = metric_value(level, c.metric)
+        if value is None:
+            return True
+        if (c.maximum is not None and value > c.maximum) or (
+            c.minimum is not None and value < c.minimum
+        ):
+            return True
+    return False
+
+
+def _schedule(
+    family: Family, table: Table, metric: str, levels: Sequence[int], allowance: float
+) -> Schedule:
+    choices, notes = [], []
+    for level in levels:
+        spec = list(table.get((family, level), {}).values())
+        base = list(table.get((None, level), {}).values())
+        if not spec and not base:
+            notes.append(f"concurrency {level}: nothing measured; batches there run the "
+                         "steps of the level below")  # fmt: skip
+            continue
+        choices.append(choose(level, spec, base[0] if base else None, allowance))
+    return Schedule(metric, family, tuple(choices), tuple(notes), allowance)
+
+
+def choose(
+    level: int,
+    speculative: Sequence[Candidate],
+    baseline: Candidate | None,
+    allowance: float = LAUNCH_ALLOWANCE,
+) -> LevelChoice:
+    """The steps to run at one level: the speculation-off threshold, then ties → fewer steps."""
+    everyone = [*speculative, *([baseline] if baseline else [])]
+    best = max(everyone, key=lambda c: c.mean)
+    eligible = [
+        c
+        for c in speculative
+        if baseline is None or beats(c.estimates, baseline.estimates, allowance)
+    ]
+    if not eligible:
+        assert baseline is not None
+        return LevelChoice(level, baseline, best, _off_reason(best, baseline))
+    top = max(eligible, key=lambda c: c.mean)
+    tied = [c for c in eligible if not beats(top.estimates, c.estimates, allowance)]
+    chosen = min(tied, key=lambda c: (c.steps, -c.mean))
+    if chosen.key == top.key:
+        reason = "best" if top.key == best.key else "best of those beating no speculation"
+    else:
+        reason = (f"within confidence of the best ({top.steps} steps, {top.mean:.1f}); "
+                  "fewer steps")  # fmt: skip
+    return LevelChoice(level, chosen, best, reason)
+
+
+def _off_reason(best: Candidate, baseline: Candidate) -> str:
+    if best.key == baseline.key:
+        return "no speculation is best"
+    gain = best.mean / baseline.mean - 1 if baseline.mean else 0.0
+    return (
+        f"no speculative configuration beats no speculation with confidence (best: "
+        f"{best.steps} steps, {gain:+.1%}, within the CIs and the launch allowance)"
+    )
+
+
+def _reference(table: Table, levels: Sequence[int]) -> dict[int, float]:
+    """The best mean measured at each level, by any family or none."""
+    out: dict[int, float] = {}
+    for (_, level), group in table.items():
+        for c in group.values():
+            out[level] = max(out.get(level, 0.0), c.mean)
+    return out
+
+
+def _closeness(schedule: Schedule, reference: Mapping[int, float]) -> float:
+    """Σ over levels of the chosen mean / the best mean there (levels count alike)."""
+    return sum(c.chosen.mean / reference[c.concurrency] for c in schedule.levels if
+               reference.get(c.concurrency))  # fmt: skip
+
+
+def render_table(schedule: Schedule) -> str:
+    """The schedule as a Markdown table (readable as plain text too)."""
+    rows = [
+        "| concurrency | steps | configuration | "
+        f"{schedule.metric} (95 % CI) | best measured there | why |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in schedule.levels:
+        x = c.chosen
+        rows.append(
+            f"| {c.concurrency} | {c.steps} | {x.label} | {x.mean:.1f} [{x.ci_low:.1f}, "
+            f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |"
+        )
+    notes = [f"\n{n}" for n in schedule.notes]
+    head = (f"Schedule for {schedule.family.label()}, chosen by {schedule.metric} "
+            f"(launch allowance {schedule.allowance:.0%}):\n\n")  # fmt: skip
+    return head + "\n".join(rows) + "".join(notes) + "\n"
