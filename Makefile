@@ -31,7 +31,7 @@ test-fast: $(STAMP) ## run the tests not marked slow
 perf: $(STAMP) ## run the benchmarks; prints figures and writes perf-results.json
 	$(BIN)/python -m tests.perf
 
-perf-engine: $(STAMP) ## sweep run vs vllm bench sweep on 4 real vLLM-CPU configs (~10 min); merges into perf-results.json
+perf-engine: $(STAMP) ## sweep run vs vllm bench sweep on 4 real vLLM-CPU configs (~4 min); merges into perf-results.json
 	tests/engine/prepare.sh
 	$(BIN)/python -m tests.perf.engine_side_by_side
 

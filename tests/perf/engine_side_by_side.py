@@ -391,7 +391,7 @@ def vllm_configs(lines: Sequence[Line], names: Sequence[str], out: Path, metrics
     for path in out.glob("*/*/run=0.json"):
         data = json.loads(path.read_text())
         results[str(data.get("_benchmark_name"))] = data
-    launches = [x.t for x in lines if x.text.startswith("Server command:")]
+    launches = [x.t for x in lines if "Server command: [" in x.text]
     counters = _after_bench_blocks(metrics)
     configs = []
     for n, (name, launched) in enumerate(zip(names, launches, strict=False)):

@@ -147,14 +147,16 @@ def breakdown(run: ToolRun) -> dict[str, float]:
     """Where the wall time went, in seconds: consecutive segments that add up to the wall.
 
     Per configuration: engine start-up (launcher started → ready line), readiness lag
-    (→ the tool starts benchmarking), measured benchmark, benchmark overhead (the rest
-    of benchmarking: client start, warm-up, counters, cache resets), teardown (→ the tool
-    considers the server stopped), and between servers (→ the next launcher started).
+    (→ the tool starts benchmarking), client start (→ the server logs the first
+    completion request), measured benchmark, benchmark overhead (the rest of
+    benchmarking: warm-up, counters, cache resets), teardown (→ the tool considers the
+    server stopped), and between servers (→ the next launcher started).
     Before the first launch and after the last stop are their own items.
     """
     out = dict.fromkeys(
-        ("before first launch", "engine start-up", "readiness lag", "measured benchmark",
-         "benchmark overhead", "teardown", "between configurations", "after last stop"),
+        ("before first launch", "engine start-up", "readiness lag", "client start",
+         "measured benchmark", "benchmark overhead", "teardown", "between configurations",
+         "after last stop"),
         0.0,
     )  # fmt: skip
     previous_stop = run.started
@@ -165,8 +167,13 @@ def breakdown(run: ToolRun) -> dict[str, float]:
         ready = life.ready if life.ready is not None else config.bench_start
         out["engine start-up"] += ready - life.launched
         out["readiness lag"] += config.bench_start - ready
+        first = life.first_completion
+        client = first - config.bench_start if first and first >= config.bench_start else 0.0
+        out["client start"] += client
         out["measured benchmark"] += config.measured_s
-        out["benchmark overhead"] += config.bench_end - config.bench_start - config.measured_s
+        out["benchmark overhead"] += (
+            config.bench_end - config.bench_start - config.measured_s - client
+        )
         out["teardown"] += config.stopped - config.bench_end
         previous_stop = config.stopped
     out["after last stop"] += run.ended - previous_stop
