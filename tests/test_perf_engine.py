@@ -244,3 +244,14 @@ def test_vllm_configs_come_from_its_lines_results_and_counters(tmp_path: Path) -
     assert (c.measured_s, c.accept_length, c.output_tok_s) == (4.5, 1.8, 200.0)
     assert c.accept_length_server == pytest.approx(1.8)
     assert (c.bench_start, c.bench_end, c.stopped) == (31.0, 45.0, 45.1)
+
+
+def test_the_sweep_study_is_a_valid_study_file(tmp_path: Path) -> None:
+    from sweep.study.spec import load_study
+
+    engine = harness.Engine(Path("/venv/bin/python"), Path("/models"))
+    study = load_study(harness.sweep_study(tmp_path, engine, tmp_path / "prompts.jsonl"))
+    assert study.engine.version == harness.VLLM_VERSION  # pinned: no version probe needed
+    assert dict(study.engine.env)["OMP_NUM_THREADS"] == "1"
+    assert (study.benchmark.min_rounds, study.benchmark.max_rounds) == (16, 16)
+    assert study.benchmark.warmup_tokens == study.workload.output_len == harness.OUTPUT_LEN

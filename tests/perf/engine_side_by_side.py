@@ -200,10 +200,11 @@ def sweep_study(folder: Path, engine: Engine, prompts: Path) -> Path:
     """The study: the no-speculation baseline, then draft_model at each k, once each."""
     flags = ", ".join(f'"{k}" = "{v}"' for k, v in ENGINE_FLAGS.items())
     env = ", ".join(f'{k} = "{v}"' for k, v in ENGINE_ENV.items())
+    storage = f"sqlite:///{folder / 'sweep.db'}"
     text = f"""\
 [study]
 name = "perf-engine"
-storage = "sqlite:///{folder / "sweep.db"}"
+storage = {_toml(storage)}
 sampler = "grid"
 seed = 0
 budget = "60m"
@@ -212,7 +213,7 @@ transient_retries = 0
 [engine]
 name = "vllm"
 launcher = {json.dumps(engine.launcher(folder / "sweep-stamps"))}
-model_path = "{engine.target}"
+model_path = {_toml(engine.target)}
 algorithm = "draft_model"
 version = "{VLLM_VERSION}"
 tp_size = 1
@@ -224,15 +225,15 @@ env = {{ {env} }}
 
 [host]
 kind = "local"
-workdir = "{folder / "sweep-servers"}"
+workdir = {_toml(folder / "sweep-servers")}
 
 [space]
 num_steps = {list(STEPS)}
 [space.flags]
-"--speculative-config.model" = ["{engine.draft}"]
+"--speculative-config.model" = [{_toml(engine.draft)}]
 
 [workload]
-prompts = "{prompts}"
+prompts = {_toml(prompts)}
 output_len = {OUTPUT_LEN}
 concurrency = [1]
 
@@ -253,6 +254,19 @@ every_trials = 100
     path = folder / "perf-engine.toml"
     path.write_text(text)
     return path
+
+
+def _toml(value: object) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(str(value))
+
+
+def _life(lives: Sequence[ServerLife], start: float, end: float) -> ServerLife:
+    """The one stamped server launched between ``start`` and ``end``."""
+    found = [x for x in lives if start <= x.launched <= end]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} stamped servers launched in [{start:.3f}, {end:.3f}]")
+    return found[0]
 
 
 def sweep_records(folder: Path) -> list[TrialRecord]:
@@ -302,7 +316,7 @@ def sweep_config(record: TrialRecord, lines: Sequence[Line], lives: Sequence[Ser
                  ) -> ConfigRun:  # fmt: skip
     """One measured sweep trial: its stored timings and figures, its server, its lines."""
     started, finished = record.started or 0.0, record.finished or float("inf")
-    life = next(x for x in lives if started <= x.launched <= finished)
+    life = _life(lives, started, finished)
     bench_start = _between(lines, life.launched, finished, "benchmarking") or finished
     bench_end = _between(lines, bench_start, finished, "teardown") or finished
     stopped = _between(lines, bench_end, float("inf"), "stopped on") or finished
@@ -402,7 +416,7 @@ def vllm_configs(lines: Sequence[Line], names: Sequence[str], out: Path, metrics
         bench_start = _between(lines, launched, next_launch, "[BEGIN BENCHMARK]") or launched
         bench_end = _between(lines, bench_start, next_launch, "[END BENCHMARK]") or bench_start
         stopped = _between(lines, bench_end, next_launch, "[END SERVER]") or bench_end
-        life = next(x for x in lives if launched <= x.launched <= bench_start)
+        life = _life(lives, launched, bench_start)
         k = int(name.removeprefix("k=")) if name.startswith("k=") else None
         configs.append(ConfigRun(
             label=name, k=k, server=life, startup_s=bench_start - launched,
