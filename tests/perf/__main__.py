@@ -2,7 +2,8 @@
 
 Each module exposes ``figures() -> Iterable[Figure]``. Every figure is printed
 as ``<figure_id> <value> <unit>  # <what it measures>`` and all of them are
-written to ``perf-results.json`` at the repository root. Pass module names
+written to ``perf-results.json`` at the repository root, keeping the ``engine_*``
+figures ``make perf-engine`` merged into it. Pass module names
 (e.g. ``bench_sim``) to run only those.
 """
 
@@ -36,9 +37,20 @@ def main(argv: list[str]) -> int:
             traceback.print_exc()
         print(f"# {name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
     out = ROOT / "perf-results.json"
-    out.write_text(json.dumps([f.as_dict() for f in results], indent=2) + "\n")
+    out.write_text(json.dumps(_kept(out) + [f.as_dict() for f in results], indent=2) + "\n")
     print(f"# wrote {len(results)} figures to {out.name}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _kept(out: Path) -> list[dict[str, object]]:
+    """The ``engine_*`` figures already in ``out`` (``make perf-engine`` wrote them)."""
+    if not out.exists():
+        return []
+    try:
+        existing = json.loads(out.read_text())
+    except ValueError:
+        return []
+    return [f for f in existing if str(f.get("figure_id", "")).startswith("engine_")]
 
 
 if __name__ == "__main__":
