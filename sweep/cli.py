@@ -273,7 +273,7 @@ def run(
     out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
               f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
               f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
-    out.print(f"best: {summary.best}", markup=False)
+    out.print(f"best single measurement: {summary.best}", markup=False)
     if summary.answer:
         out.print(f"confirmed answer: {summary.answer}", markup=False)
     out.print(f"results: {_url(summary.storage)} (study {summary.study}); "
