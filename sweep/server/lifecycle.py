@@ -235,7 +235,9 @@ class RunningServer:
             kind, reason = failed.kind, failed.reason
         else:
             diagnosis = self._ctx.adapter.classify(code, watch.flagged, phase, watch.tail)
-            kind, reason = at_phase(diagnosis.kind, phase), diagnosis.reason
+            kind, reason = diagnosis.kind, diagnosis.reason
+            if not (diagnosis.signature and kind.deterministic):  # the engine said: never works
+                kind = at_phase(kind, phase)
         return ServerFailure(
             kind,
             f"{_what_happened(code, failed)} {_when(phase)}: {reason}",
