@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 
 from analysis import formatting as fmt
 from analysis.best import BestSchedule, best_per_level, overall_best
+from analysis.content_answer import answer_section, prediction_error_pct, prediction_table
 from analysis.content_costmodel import cost_model_section, model_summary
 from analysis.content_health import drift_section, failures_section, provenance_section
 from analysis.content_schedule import schedule_comparison, schedule_section
@@ -39,6 +40,7 @@ def study_report(data: StudyData) -> ReportContent:
     verified = schedule_comparison(data)
     sections = [
         _summary(data),
+        answer_section(data),
         _best(data, schedule),
         schedule_section(data, verified, figures),
         _curves(numbers, figures),
@@ -55,8 +57,15 @@ def study_report(data: StudyData) -> ReportContent:
         "best_per_level": schedule.as_dict(),
         "schedule": _json_schedule(verified),
         "cost_model": model_summary(model, model_error),
+        "answer": dict(data.info.answer) or None,
+        "prediction_error_pct": _prediction_error(data.trials),
     }
     return ReportContent(Document(title, tuple(sections)), figures.figures, summary)
+
+
+def _prediction_error(trials: pd.DataFrame) -> float | None:
+    predicted = prediction_table(trials)
+    return None if predicted.empty else prediction_error_pct(predicted)
 
 
 TEXT_ONLY = ("command", "env", "failure_message", "failure_log_tail", "failure_phase", "warnings",

@@ -65,6 +65,7 @@ class StudyInfo:
     target_tp: int | None = None
     constraints: tuple[Constraint, ...] = ()
     schedule_metric: str = "decode_tok_s"  # what ``sweep schedule`` decides each level by
+    answer: Mapping[str, Any] = field(default_factory=dict)  # the confirmed answer, if any
 
     def context(self, name: str | None = None) -> StudyContext:
         """What the rows of this study (or its companion ``name``) share."""
@@ -103,6 +104,7 @@ def load_study_info(study: StudyLike) -> StudyInfo:
         sweep_version=stored.sweep_version,
         study_file=redact_text(stored.study_file),  # older databases: unredacted
         study_path=stored.study_path,
+        answer=dict(stored.answer),
     )
     return _with_objective(info)
 

@@ -68,6 +68,8 @@ def trial_columns(record: TrialRecord, context: StudyContext) -> Row:
     row.update(_resolved(record.resolved))
     row.update(_outcome(record))
     row.update(failure_columns(record.failure))
+    row["predicted_mean"] = record.predicted.get("mean")
+    row["predicted_sd"] = record.predicted.get("sd")
     return row
 
 

@@ -99,6 +99,8 @@ OUTCOME = {
     "engine_version": STR,
     "gpus": INT,
     "drift": FLOAT,
+    "predicted_mean": FLOAT,  # the physics sampler's prediction before measuring
+    "predicted_sd": FLOAT,
     "schedule": STR,  # a verified schedule: "schedule" (sweep's) or "builtin" (the engine's)
     "schedule_steps": INT,  # the steps that schedule runs at the row's level
 }

@@ -220,6 +220,7 @@ class TrialRecord:
     replicate_of: int | None = None
     stderr: float | None = None
     estimate: Mapping[str, Any] = field(default_factory=dict)
+    predicted: Mapping[str, Any] = field(default_factory=dict)  # the sampler's, before measuring
     schedule: Mapping[str, Any] = field(default_factory=dict)
 
     # --- reading -------------------------------------------------------------------------
@@ -262,6 +263,7 @@ class TrialRecord:
             replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
             stderr=_opt_float(a.get(ATTR.STDERR)),
             estimate=dict(a.get(ATTR.ESTIMATE) or {}),
+            predicted=dict(trial.system_attrs.get(ATTR.SEARCH_PREDICTED) or {}),
             schedule=dict(a.get(ATTR.SCHEDULE) or {}),
         )
         return record.redacted()  # a database written before redaction may hold secrets

@@ -1,0 +1,75 @@
+"""The report's "Confirmed answer" section: the winner, its launches, its intervals, the tie
+set, and how well the cost model predicted configurations before they were measured."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from analysis.document import Block, Section, table
+from analysis.sections import StudyData
+from sweep.search.answer import answer_text
+
+
+def answer_section(data: StudyData) -> Section:
+    answer = data.info.answer
+    blocks: list[Block] = []
+    if not answer:
+        blocks.append(
+            "No confirmed answer: the run ended before the confirmation (or it is off); the "
+            "best single measurement below is not confirmed by a relaunch."
+        )
+    else:
+        blocks.append(f"**{answer_text(answer)}**")
+        blocks.append(table(("", ""), _answer_rows(answer)))
+        blocks.append(str(answer.get("reason", "")))
+    predicted = prediction_table(data.trials)
+    if not predicted.empty:
+        error = prediction_error_pct(predicted)
+        blocks.append(
+            f"Predicted before measuring, by the physics sampler's cost model: median absolute "
+            f"error {error:.1f} % over {len(predicted)} configurations."
+        )
+        rows = [(r.config, f"{r.predicted_mean:.2f} ± {r.predicted_sd:.2f}", f"{r.value:.2f}",
+                 f"{r.error_pct:+.1f} %") for r in predicted.head(12).itertuples()]  # fmt: skip
+        blocks.append(table(("configuration", "predicted", "measured", "error"), rows))
+    return Section("Confirmed answer", tuple(blocks))
+
+
+def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
+    level = round(100 * float(answer.get("confidence", 0.95)))
+    rows = [
+        ("winner", str(answer["label"])),
+        ("launches", ", ".join(f"{v:.2f}" for v in answer["replicates"])),
+        (f"estimate ({level} % interval)",
+         f"{answer['mean']:.2f} [{answer['ci_low']:.2f}, {answer['ci_high']:.2f}]"),
+    ]  # fmt: skip
+    for name, key in (("over the runner-up", "over_runner_up"),
+                      ("over no speculation", "over_baseline")):  # fmt: skip
+        a = answer.get(key)
+        if a:
+            rows.append((f"{name} ({a['versus_label']})",
+                         f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]"))  # fmt: skip
+    rows.append((f"tie within {100 * float(answer['tie_margin']):.0f} %",
+                 "; ".join(answer.get("tie") or []) or "none"))  # fmt: skip
+    rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
+    rows.append(("confirmation launches", str(answer.get("confirmation_launches", 0))))
+    return rows
+
+
+def prediction_table(trials: pd.DataFrame) -> pd.DataFrame:
+    """Configurations with a prediction made before their first launch, and its error."""
+    needed = {"predicted_mean", "predicted_sd", "value", "config", "kind"}
+    if trials.empty or not needed <= set(trials.columns):
+        return pd.DataFrame()
+    df = trials[(trials["kind"] == "trial") & trials["predicted_mean"].notna()
+                & trials["value"].notna()].drop_duplicates("trial")  # fmt: skip
+    df = df[["trial", "config", "predicted_mean", "predicted_sd", "value"]].copy()
+    df["error_pct"] = 100 * (df["predicted_mean"] - df["value"]) / df["value"]
+    return df.sort_values("trial").reset_index(drop=True)
+
+
+def prediction_error_pct(predicted: pd.DataFrame) -> float:
+    return float(predicted["error_pct"].abs().median()) if not predicted.empty else float("nan")
