@@ -86,8 +86,9 @@ class Scripted:
 def test_close_contenders_and_the_baseline_are_relaunched_and_optuna_told_the_estimate(
     tmp_path: Path,
 ) -> None:
+    confirm = "[confirm]\nmax_replicates = 3\nshare = 0.5\n"
     path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
-                       confirm=True, sections="[confirm]\nmax_replicates = 3\nshare = 0.5\n")  # fmt: skip
+                       confirm=True, sections=confirm)  # fmt: skip
     study = load_study(path)
     keys = {s: TrialConfig(s, 1, s + 1, 8).key() for s in (1, 2, 3)}
     scripted = Scripted({"baseline": [90.0, 89.5, 90.3], keys[1]: [80.0],
