@@ -10,8 +10,10 @@ import io
 from pathlib import Path
 
 import optuna
+import pytest
 
 from sweep.core.records import ATTR
+from sweep.exceptions import StudyFileError
 from sweep.loop.progress import Display
 from sweep.loop.run import run_study
 from sweep.study import load_study
@@ -42,3 +44,34 @@ def test_rejected_configurations_are_excluded_and_never_launched(tmp_path: Path)
     for reason in excluded:
         assert "invalid float value: 'high'" in reason
         assert "[SGLang 0.5.23's argument parser]" in reason
+
+
+def _gated_study(tmp_path: Path, space: str, engine: str) -> tuple[Path, Path]:
+    standin = install(tmp_path / "engine")
+    path = write_study(tmp_path, study='sampler = "grid"', space=space, engine=engine)
+    text = path.read_text().replace("[host]\n", f'[host]\npython = "{interpreter(standin)}"\n', 1)
+    path.write_text(text)
+    return path, standin
+
+
+def test_with_a_pinned_version_the_gate_runs_while_the_baseline_loads(tmp_path: Path) -> None:
+    space = 'num_steps = [1]\n[space.flags]\n"--mem-fraction-static" = ["0.8", "high"]'
+    path, standin = _gated_study(tmp_path, space, 'version = "0.5.23"')
+    out = io.StringIO()
+    summary = run_study(load_study(path), display=Display(out, live=False))
+    lines = out.getvalue().splitlines()
+    first_launch = next(i for i, line in enumerate(lines) if "started process group" in line)
+    note = next(i for i, line in enumerate(lines) if "its own parser checked all 2" in line)
+    assert first_launch < note  # the baseline started before the gate's verdict was applied
+    assert any("trial baseline" in line for line in lines[:first_launch])
+    values = [flag(argv, "--mem-fraction-static") for argv in launches(tmp_path)]
+    assert values == [None, "0.8"]  # the baseline, then the one configuration the parser passed
+    assert summary.measured == 1 and imports(standin) == 1
+
+
+def test_a_baseline_flag_sweep_refuses_stops_the_run_before_any_launch(tmp_path: Path) -> None:
+    engine = 'version = "0.5.23"\nflags = { "--mem-fraction" = "0.8" }'  # an abbreviation
+    path, _ = _gated_study(tmp_path, "num_steps = [1]", engine)
+    with pytest.raises(StudyFileError, match=r'engine\.flags\."--mem-fraction"'):
+        run_study(load_study(path), display=Display(io.StringIO(), live=False))
+    assert launches(tmp_path) == []

@@ -37,6 +37,7 @@ from sweep.core.timing import TrialTime, deadline_from_clock, estimate_trial_s, 
 from sweep.engines import rules_for
 from sweep.exceptions import Interrupted as InterruptedError
 from sweep.exceptions import SweepError
+from sweep.loop.background import Background
 from sweep.loop.claims import Claims, Lease
 from sweep.loop.measure import Bench, Measurer, failure_of, measure, start_record
 from sweep.loop.notify import Notifier
@@ -50,7 +51,7 @@ from sweep.search.confirm import Decision, Launch
 from sweep.search.guided import PhysicsSampler, Prediction
 from sweep.search.samplers import asks_relaunch
 from sweep.server import deploy
-from sweep.server.engine_check import gate_study
+from sweep.server.engine_check import EngineCheck, can_overlap, gate_study
 from sweep.server.executor import Executor
 from sweep.server.readiness import Event, EventKind
 from sweep.store import (
@@ -112,6 +113,7 @@ class Runner:
         self.waiting = False
         self.launches: list[TrialRecord] = []  # this run's launches, in order
         self.picker = random.Random(study.seed)
+        self.engine_check: Background[EngineCheck | None] | None = None  # the parser gate, running
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -126,6 +128,7 @@ class Runner:
             self._prepare()
             try:
                 reason = self._loop()
+                self._finish_engine_check()
                 if not self.summary.failed_run:
                     self._confirm()
                     self._verify_schedule()  # [schedule] verify = true
@@ -150,8 +153,7 @@ class Runner:
         requeue_unfinished(self.optuna, self.study, self.host.name, self.display.message,
                            self._once, shared=self.shared is not None)  # fmt: skip
         self._refresh()
-        self._check_engine()
-        enqueue_grid(self.optuna, self.study, self.valid, self._settled(), self._once)
+        self.engine_check = self._start_engine_check()
 
     def _loop(self) -> str:
         while True:
@@ -171,6 +173,8 @@ class Runner:
             if decision.action is BaselineAction.DUE:
                 self._launch(self.baseline_study, ask(self.baseline_study),
                              TrialConfig.baseline(), Kind.BASELINE)  # fmt: skip
+            elif self._finish_engine_check():
+                continue  # the plan may have shrunk: decide again
             elif self._all_busy():
                 self._wait_for_others()
             else:
@@ -557,19 +561,56 @@ class Runner:
 
     # --- engine check ---------------------------------------------------------------------------
 
-    def _check_engine(self) -> None:
-        # The parser gate: every planned command through the engine's own parser in one
-        # process; rejected configurations leave the plan, and the gated rules exclude them
-        # whenever Optuna proposes them again, so none is ever launched.
+    def _start_engine_check(self) -> Background[EngineCheck | None] | None:
+        """Start the parser gate; it may run alongside the first (baseline) launch.
+
+        Unpinned, the launch needs the version the check reads (flags and readiness depend
+        on it), so the check finishes first (one process for version and gate). Pinned, and
+        with the baseline's flags all in sweep's own list for that version
+        (:func:`~sweep.server.engine_check.can_overlap`), nothing the baseline launch needs
+        comes from it: the engine's import (seconds for vLLM) overlaps the baseline server's
+        start-up, and :meth:`_finish_engine_check` joins it before any configuration is
+        proposed, so a configuration the parser rejects is still never launched.
+        """
+        pending = Background(self._check_engine, name="sweep-engine-check")
+        if not can_overlap(self.study, self.bench.adapter):
+            self._finish_engine_check(pending)
+            return None
+        return pending
+
+    def _finish_engine_check(self, pending: Background[EngineCheck | None] | None = None) -> bool:
+        """Apply the parser gate's verdicts (rejected configurations leave the plan, and the
+        gated rules exclude them whenever Optuna proposes them again) and queue the grid.
+
+        Returns:
+            Whether a check was pending (and is now applied).
+
+        Raises:
+            StudyFileError: the engine's option list refuses a flag of the study.
+        """
+        pending = pending or self.engine_check
+        if pending is None:
+            return False
+        self.engine_check = None
+        check = pending.result()
+        if check is not None:
+            self._apply(check)
+        enqueue_grid(self.optuna, self.study, self.valid, self._settled(), self._once)
+        return True
+
+    def _check_engine(self) -> EngineCheck | None:
+        """The parser gate on this host (:func:`~sweep.server.engine_check.gate_study`)."""
         bench = self.bench
-        check = gate_study(bench.executor, self.study, bench.adapter, self.valid)
+        return gate_study(bench.executor, self.study, bench.adapter, self.valid)
+
+    def _apply(self, check: EngineCheck) -> None:
         self.display.message(check.note)
         for rejection in check.rejected:
             self.display.message(f"  excluded, refused by {rejection.rule}: {rejection.message}")
         self.rules = check.gate(self.rules)
         self.valid = {k: c for k, c in self.valid.items() if k not in check.rejected_keys}
-        adapter = dataclasses.replace(bench.adapter, version=check.version)
-        self.bench = dataclasses.replace(bench, adapter=adapter)
+        adapter = dataclasses.replace(self.bench.adapter, version=check.version)
+        self.bench = dataclasses.replace(self.bench, adapter=adapter)
 
     # --- time ---------------------------------------------------------------------------------
 

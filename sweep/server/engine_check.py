@@ -165,6 +165,20 @@ def gate_study(
     return check
 
 
+def can_overlap(study: Study, adapter: EngineAdapter) -> bool:
+    """Whether the gate may run alongside the first (baseline) launch.
+
+    Only with a pinned version (the launch needs none read on the host) and when every
+    ``[engine] flags`` entry — the only flags of the baseline's command — passes sweep's own
+    list for that version, so the baseline's command is one the gate would not refuse.
+    """
+    if not adapter.version:
+        return False
+    uses = [u for u in study_flag_uses(study) if u.key.startswith("engine.")]
+    return not flag_problems(uses, adapter.known_flags(), adapter.managed_flags,
+                             folded=adapter.folded_flags)  # fmt: skip
+
+
 def study_flag_uses(study: Study) -> list[FlagUse]:
     """Every flag the study sets: ``[engine] flags`` and each ``[space.flags]`` dimension."""
     uses = [FlagUse(f'engine.flags."{f}"', f, (v,)) for f, v in study.engine.flags]
