@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection
 
 from analysis.schedule import BUILTIN, SCHEDULE, SERIES
 from analysis.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
@@ -92,13 +93,10 @@ def plot_pareto(
     if rows.empty:
         return empty(ax, title, "Nothing measured at any level yet.")
     plain = rows[rows["schedule"].isna()]
-    for _, group in plain.groupby(plain["key"].fillna(plain["config"]), sort=True):
-        speculative = bool(group["speculative"].fillna(False).iloc[0])
-        _line(ax, group, OTHER_COLOR if speculative else BASELINE_COLOR,
-              None if speculative else "no speculation", "--" if not speculative else "-",
-              width=1.0 if speculative else 1.5)  # fmt: skip
-    if not plain[plain["speculative"].fillna(False).astype(bool)].empty:
-        ax.plot([], [], color=OTHER_COLOR, marker=".", label="static configurations")
+    speculative = plain["speculative"].fillna(False).astype(bool)
+    for _, group in plain[~speculative].groupby(plain["key"].fillna(plain["config"]), sort=True):
+        _line(ax, group, BASELINE_COLOR, "no speculation", "--", width=1.5)
+    _static_lines(ax, plain[speculative])
     for name, label in ((SCHEDULE, SERIES["schedule"]), (BUILTIN, SERIES["builtin"])):
         mine = rows[(rows["schedule"] == name).fillna(False).astype(bool)]
         if not mine.empty:
@@ -110,6 +108,23 @@ def plot_pareto(
     ax.set_title(title)
     legend_outside(ax)
     return ax
+
+
+def _static_lines(ax: Axes, rows: pd.DataFrame) -> None:
+    """Every static configuration's line across the levels, drawn as one collection (a study
+    of thousands of configurations stays quick to draw)."""
+    if rows.empty:
+        return
+    keys = rows["key"].fillna(rows["config"]).astype(str)
+    ordered = rows.assign(_key=keys).sort_values(["_key", "concurrency"])
+    points = ordered[["output_tok_s", "decode_tok_s"]].to_numpy(dtype=float)
+    _, starts = np.unique(ordered["_key"].to_numpy(), return_index=True)
+    segments = np.split(points, np.sort(starts)[1:])
+    ax.add_collection(LineCollection(segments, colors=OTHER_COLOR, linewidths=1.0, zorder=2))
+    ax.scatter(ordered["output_tok_s"], ordered["decode_tok_s"], color=OTHER_COLOR, marker=".",
+               s=20, zorder=2)  # fmt: skip
+    ax.plot([], [], color=OTHER_COLOR, marker=".", label="static configurations")
+    ax.autoscale_view()
 
 
 def _line(ax: Axes, group: pd.DataFrame, colour: str, label: str | None, style: str, *,

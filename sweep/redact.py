@@ -21,6 +21,7 @@ Every function returns a new value and never raises on odd input.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -105,6 +106,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=4096)  # pure: a report redacts thousands of similar records
 def redact_command(command: str) -> str:
     """A shell command line with secret values hidden (see :func:`redact_argv`).
 
@@ -121,6 +123,7 @@ def redact_command(command: str) -> str:
     return " ".join(_quote(w) for w in redacted)
 
 
+@functools.lru_cache(maxsize=4096)
 def redact_text(text: str) -> str:
     """Free text (a study file, a message, log lines) with secrets hidden.
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as scipy_stats
+from scipy import special
 
 from sweep.exceptions import ConfigError
 
@@ -79,7 +79,7 @@ def std(values: Sequence[float]) -> float | None:
 
 def t_quantile(confidence: float, dof: int) -> float:
     """Two-sided Student t quantile, e.g. 2.776 for 95 % with 4 degrees of freedom."""
-    return float(scipy_stats.t.ppf(0.5 + confidence / 2, dof))
+    return float(special.stdtrit(dof, 0.5 + confidence / 2))
 
 
 def ci_half_width(values: Sequence[float], confidence: float = CONFIDENCE) -> float | None:

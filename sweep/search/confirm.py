@@ -1,6 +1,6 @@
 """Confirmation statistics: is the best measured configuration really the best?
 
-Pure functions over replicate launches (scipy.stats). A configuration's value
+Pure functions over replicate launches (Student's t from scipy.special). A configuration's value
 varies from one server start to the next (launch-to-launch noise, about 2 % σ
 on a real box) more than within one benchmark, so:
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import stats
+from scipy import special
 
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
 PRIOR_DOF = 4.0  # how many degrees of freedom that assumption is worth
@@ -155,7 +155,7 @@ class Estimate:
 
     def bounds(self, confidence: float) -> tuple[float, float]:
         """Two-sided interval at ``confidence`` (t with the variance's degrees of freedom)."""
-        half = stats.t.ppf(0.5 + confidence / 2, self.dof) * self.stderr
+        half = special.stdtrit(self.dof, 0.5 + confidence / 2) * self.stderr
         return self.mean - half, self.mean + half
 
 
@@ -206,7 +206,7 @@ def estimates(
 
 
 def _one_sided(confidence: float, dof: float) -> float:
-    return float(stats.t.ppf(confidence, dof))
+    return float(special.stdtrit(dof, confidence))
 
 
 def contenders(estimates: Mapping[str, Estimate], options: ConfirmOptions) -> list[str]:
@@ -236,7 +236,7 @@ def within_margin_probability(key: str, estimates: Mapping[str, Estimate], margi
     dof = np.minimum(me.dof, np.array([e.dof for e in others]))
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap >= 0, np.inf, -np.inf))
-    return float(np.prod(stats.t.cdf(z, dof)))
+    return float(np.prod(special.stdtr(dof, z)))
 
 
 @dataclass(frozen=True)
@@ -423,7 +423,7 @@ def advantage(winner: Estimate, other: Estimate, confidence: float) -> Advantage
     ratio, t with the smaller degrees of freedom)."""
     ratio = winner.mean / other.mean
     se = math.hypot(winner.stderr / winner.mean, other.stderr / other.mean)
-    half = float(stats.t.ppf(0.5 + confidence / 2, min(winner.dof, other.dof))) * se
+    half = float(special.stdtrit(min(winner.dof, other.dof), 0.5 + confidence / 2)) * se
     return Advantage(other.key, ratio, ratio * math.exp(-half), ratio * math.exp(half))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
-from scipy import stats
+from scipy import special
 
 from sweep.search import physics
 from sweep.search.candidates import Candidate
@@ -165,7 +165,7 @@ class PhysicsSampler(ConfigSampler):
         """The cost model's prediction for every valid configuration (measured ones too),
         fitted to everything measured so far; for the report's predicted-vs-measured."""
         _, mean, sd = self.predict(self.history(study))
-        z = float(stats.norm.ppf(0.975))
+        z = float(special.ndtri(0.975))
         return {
             c.key: Prediction(
                 float(math.exp(m)),
@@ -262,7 +262,7 @@ class PhysicsSampler(ConfigSampler):
         if len(squares) >= CALIBRATION_MIN:
             inflation = math.sqrt(max(1.0, float(np.mean(squares))))
         floor = physics_floor(result)
-        z = float(stats.norm.ppf(0.975))
+        z = float(special.ndtri(0.975))
         out = {}
         for k in keys if keys is not None else list(held):
             if k not in held:
