@@ -250,6 +250,9 @@ concurrency = 1
 
 [baseline]
 every_trials = 100
+
+[confirm]
+enabled = false  # like for like: vllm bench sweep measures each configuration once
 """
     path = folder / "perf-engine.toml"
     path.write_text(text)
