@@ -6,6 +6,8 @@ processes on this machine and the test can check them through ``/proc``.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import subprocess
@@ -241,3 +243,58 @@ def test_write_text_where_it_cannot_is_an_executor_error(
     blocker.write_text("x")
     with pytest.raises(ExecutorError, match="cannot write"):
         executor.write_text(str(blocker / "a.json"), "{}")
+
+
+GROUP_CTRL_C_CHILD = """
+import signal
+from sweep.server.executor import LocalExecutor
+signal.signal(signal.SIGINT, lambda *_: print("sweep saw Ctrl-C", flush=True))
+print("ready", flush=True)
+result = LocalExecutor().run(["sh", "-c", "sleep 1; echo finished"])
+print(result.exit_code, result.stdout.strip(), flush=True)
+"""
+
+
+def test_a_ctrl_c_to_the_caller_s_group_reaches_sweep_not_the_commands_it_runs() -> None:
+    """A terminal's Ctrl-C goes to the whole foreground group (a fleet forwards one to a
+    worker's group): a start script killed halfway would leave a server nobody recorded."""
+    child = subprocess.Popen([PY, "-c", GROUP_CTRL_C_CHILD], stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        wait_until(lambda: bool(children_of(child.pid)), timeout=10, what="the command")
+        assert not set(children_of(child.pid)) & set(group_members(child.pid))  # own session
+        os.killpg(child.pid, signal.SIGINT)
+        out, _ = child.communicate(timeout=20)
+    finally:
+        if child.poll() is None:
+            kill_group(child.pid)
+            child.wait()
+    assert out.splitlines() == ["sweep saw Ctrl-C", "0 finished"]
+
+
+def children_of(parent: int) -> list[int]:
+    children = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int((proc / "stat").read_text().rpartition(") ")[2].split()[1]) == parent:
+                children.append(int(proc.name))
+    return children
+
+
+def test_a_command_that_times_out_is_killed_with_everything_it_started(tmp_path: Path) -> None:
+    pid_file = tmp_path / "bg.pid"
+    script = f"sleep 30 & echo $! > {pid_file}; wait"
+    with pytest.raises(ExecutorError, match="did not finish in 0.5 s"):
+        LocalExecutor().run(["sh", "-c", script], timeout=0.5)
+    background = int(pid_file.read_text())
+    wait_until(lambda: dead(background), timeout=5,
+               what="the background sleep to be killed")  # fmt: skip
+
+
+def dead(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(") ")[2].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")

@@ -142,21 +142,32 @@ class LocalExecutor(Executor):
     def run(
         self, argv: Sequence[str], *, timeout: float = 30.0, env: Mapping[str, str] | None = None
     ) -> CommandResult:
+        # In a session of its own: a Ctrl-C at the terminal (sent to the whole foreground
+        # group), or one a fleet forwards to this worker's group, reaches sweep alone, which
+        # decides what to stop. A start script killed halfway would leave a detached server
+        # that nobody recorded. On a timeout or an interrupt the command's group is killed,
+        # so nothing it started is left behind.
         try:
-            done = subprocess.run(
+            process = subprocess.Popen(
                 list(argv),
-                capture_output=True,
-                text=True,
-                timeout=timeout,
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
                 env={**os.environ, **(env or {})},
-                check=False,
+                start_new_session=True,
             )
         except FileNotFoundError as exc:
             return CommandResult(tuple(argv), 127, "", str(exc))
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired as exc:
+            _kill_session(process)
             raise ExecutorError(self.host, f"{argv[0]} did not finish in {timeout} s") from exc
-        return CommandResult(tuple(argv), done.returncode, done.stdout, done.stderr)
+        except BaseException:
+            _kill_session(process)
+            raise
+        return CommandResult(tuple(argv), process.returncode, stdout, stderr)
 
     def gpu_memory_used_mib(self) -> tuple[int, ...] | None:
         program = shutil.which(self.nvidia_smi)
@@ -176,6 +187,16 @@ class LocalExecutor(Executor):
 
     def remove(self, path: str) -> None:
         Path(path).unlink(missing_ok=True)
+
+
+def _kill_session(process: subprocess.Popen[str]) -> None:
+    """SIGKILL a command run by :meth:`LocalExecutor.run` and its group; reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 def _stat(pid: int) -> ProcStat | None:
