@@ -285,7 +285,7 @@ def children_of(parent: int) -> list[int]:
 def test_a_command_that_times_out_is_killed_with_everything_it_started(tmp_path: Path) -> None:
     pid_file = tmp_path / "bg.pid"
     script = f"sleep 30 & echo $! > {pid_file}; wait"
-    with pytest.raises(ExecutorError, match="did not finish in 0.5 s"):
+    with pytest.raises(ExecutorError, match=r"did not finish in 0\.5 s"):
         LocalExecutor().run(["sh", "-c", script], timeout=0.5)
     background = int(pid_file.read_text())
     wait_until(lambda: dead(background), timeout=5,
