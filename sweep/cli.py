@@ -7,9 +7,13 @@ exit code 1 in :func:`main`; usage errors exit 2.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
+import os
 import shlex
 import sys
+import threading
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -565,6 +569,14 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 def main() -> None:
     """Console entry point: turns SweepError into one clean message (secrets redacted) and
     exit code 1; usage errors exit 2 (typer), Ctrl-C 130."""
+    try:
+        _run_app()
+    except SystemExit as exc:
+        _exit_now(exc.code)
+    _exit_now(EXIT_OK)
+
+
+def _run_app() -> None:
     from sweep.redact import redact_text
 
     try:
@@ -575,3 +587,31 @@ def main() -> None:
     except SweepError as exc:
         err.print(f"[red]error:[/red] {escape(redact_text(str(exc)))}", soft_wrap=True)
         sys.exit(EXIT_ERROR)
+
+
+def _exit_now(code: object) -> None:
+    """End the process as ``sys.exit(code)`` would, without the interpreter's teardown.
+
+    Everything a command does is finished by then (records committed, servers stopped,
+    files closed); what is left is freeing the imported modules (optuna, SQLAlchemy, numpy,
+    scipy), which takes 0.4–0.9 s of CPU at every exit, for every `sweep` process: each run,
+    worker and simulated server. Threads, exit handlers and output are finished first, in
+    the order the interpreter finishes them.
+    """
+    if code is None:
+        status = EXIT_OK
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): print it, exit 1, as the interpreter does
+        print(code, file=sys.stderr)
+        status = EXIT_ERROR
+    main_thread = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main_thread and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)

@@ -220,8 +220,11 @@ class Runner:
             return
         options = answer.options_of(self.study.confirm)
         objective = self.study.objective
-        search = sum(1 for t in self.trials if t.kind is Kind.TRIAL and t.state is not
-                     State.WAITING)  # fmt: skip
+        # every server start of the search, baselines included (the confirmation's count
+        # includes the baselines it relaunches)
+        starts = (Kind.TRIAL, Kind.BASELINE)
+        search = sum(1 for t in [*self.trials, *self.baselines]
+                     if t.kind in starts and t.state is not State.WAITING)  # fmt: skip
         budget = answer.confirmation_budget(search, options.share)
         used = 0
         labels = answer.labels_of(self.trials)

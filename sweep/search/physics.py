@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import least_squares
 
 from sweep.search.candidates import Candidate
 
@@ -241,6 +240,9 @@ class Fit:
 def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
     """Fit the constants to ``data`` (launches of rows of ``d``) from a few starting points
     (and ``start``, e.g. the previous fit), keeping the best."""
+    # imported here: scipy.optimize costs ~0.5 s at start-up, and only this sampler needs it
+    from scipy.optimize import least_squares
+
     sub = d.rows(data.rows)
     accept_guess = 2.0
     scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0

@@ -24,7 +24,7 @@ from pathlib import Path
 import optuna
 
 from sweep.core.policy import Measured, Outcome
-from sweep.core.records import Kind, StudyInfo, TrialRecord
+from sweep.core.records import StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.loop.measure import Bench, Measurer, SaveSamples
@@ -33,7 +33,7 @@ from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
 from sweep.server.executor import LocalExecutor
 from sweep.sim.profile import Profile, load_profile
-from sweep.store import quiet_optuna, read_records
+from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
 from tests.perf.bench_search import truth
 from tests.perf.figures import Figure
@@ -101,7 +101,9 @@ def one_run(space: str, profile_name: str, seed: int, folder: Path) -> tuple[flo
     winner = by_key[answer["winner"]] if answer else None
     ratio = truth(profile, winner) / best if winner else 0.0
     confirm = int(answer.get("confirmation_launches", 0)) if answer else 0
-    launches = sum(1 for r in records if r.kind in (Kind.TRIAL, Kind.REPLICATE) and r.measured)
+    baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
+    records += read_records(baselines)
+    launches = sum(1 for r in records if r.kind.launches and r.measured)
     return ratio, confirm, launches - confirm
 
 
@@ -122,7 +124,8 @@ def figures() -> Iterator[Figure]:
             )  # fmt: skip
             yield Figure(
                 f"confirm_extra_trials_pct_loop_{space}", extra, "%",
-                f"the real loop, {space} space: confirmation launches / search launches",
+                f"the real loop, {space} space: confirmation launches / search launches (server "
+                "starts, baselines included on both sides)",
                 "≤ 25",
             )  # fmt: skip
             yield Figure(
