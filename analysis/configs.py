@@ -1,4 +1,6 @@
-"""Speculative configurations as values, and the groups curves are drawn by (pure).
+"""The groups curves are drawn by, and a tidy row's configuration (pure).
+
+A configuration is the one type of the whole package, :class:`sweep.core.space.TrialConfig`.
 
 A *group* is what one curve of "throughput vs steps" follows: draft TP, topk,
 the draft-token rule (``steps+1`` for a chain, else a fixed count) and any
@@ -7,33 +9,11 @@ extra flags or environment. Steps vary along the curve.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
+from sweep.core.space import TrialConfig
+
 CHAIN = "steps+1"
-
-
-@dataclass(frozen=True, order=True)
-class SpecConfig:
-    """The four speculative settings the cost model and the plots reason about."""
-
-    num_steps: int
-    eagle_topk: int
-    num_draft_tokens: int
-    draft_tp: int
-
-    @property
-    def is_chain(self) -> bool:
-        """Draft tokens = steps + 1: the proposals plus the bonus slot, no tree."""
-        return self.num_draft_tokens == self.num_steps + 1
-
-    def label(self) -> str:
-        """Short text, e.g. ``steps 3, topk 1, draft 4, draft TP 1``."""
-        return (
-            f"steps {self.num_steps}, topk {self.eagle_topk}, "
-            f"draft {self.num_draft_tokens}, draft TP {self.draft_tp}"
-        )
 
 
 def draft_rule(num_steps: int, num_draft_tokens: int) -> str:
@@ -63,9 +43,9 @@ def with_groups(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def spec_config(row: pd.Series) -> SpecConfig:
+def spec_config(row: pd.Series) -> TrialConfig:
     """The configuration of one tidy row (a speculative one)."""
-    return SpecConfig(
+    return TrialConfig(
         int(row["num_steps"]),
         int(row["eagle_topk"]),
         int(row["num_draft_tokens"]),

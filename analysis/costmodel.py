@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from analysis.configs import SpecConfig
 from analysis.errors import CostModelError
 from analysis.transform import default_level, measured
+from sweep.core.space import TrialConfig
 
 VERIFY_BASE = "verify_base"
 VERIFY_SLOPE = "verify_slope"
@@ -67,7 +67,7 @@ class Structure:
             return (*names, OVERHEAD)
         return (*names, *(overhead_name(tp) for tp in self.draft_tps))
 
-    def row(self, c: SpecConfig) -> list[float] | None:
+    def row(self, c: TrialConfig) -> list[float] | None:
         """The design row of ``c`` (its coefficient on each constant), or None if out of reach."""
         if c.draft_tp not in self.draft_tps or (not self.branch and c.eagle_topk != self.topk):
             return None
@@ -98,7 +98,7 @@ class Constant:
 class Observation:
     """One measured configuration: its accept length and decode speed (tok/s)."""
 
-    config: SpecConfig
+    config: TrialConfig
     trial: int
     accept_length: float
     decode_tok_s: float
@@ -113,7 +113,7 @@ class Observation:
 class Residual:
     """Measured versus predicted decode speed of one trial."""
 
-    config: SpecConfig
+    config: TrialConfig
     trial: int
     measured_tok_s: float
     predicted_tok_s: float
@@ -175,12 +175,12 @@ class CostModel:
                 return c
         raise KeyError(f"{name} (the model has {', '.join(self.names)})")
 
-    def cycle_ms(self, config: SpecConfig) -> float | None:
+    def cycle_ms(self, config: TrialConfig) -> float | None:
         """Predicted cycle time, or None for a configuration the fit cannot reach."""
         row = self.structure.row(config)
         return None if row is None else float(np.dot(row, self.values))
 
-    def cycle_std_ms(self, config: SpecConfig) -> float | None:
+    def cycle_std_ms(self, config: TrialConfig) -> float | None:
         """Standard error of the predicted cycle (from the constants' covariance)."""
         row = self.structure.row(config)
         if row is None:
@@ -188,7 +188,7 @@ class CostModel:
         x = np.array(row)
         return float(math.sqrt(max(0.0, x @ np.array(self.covariance) @ x)))
 
-    def breakdown(self, config: SpecConfig) -> CycleBreakdown | None:
+    def breakdown(self, config: TrialConfig) -> CycleBreakdown | None:
         """The cycle split into draft, verify and overhead time."""
         row = self.structure.row(config)
         if row is None:
@@ -198,7 +198,7 @@ class CostModel:
             parts[_part(name)] += x * v
         return CycleBreakdown(parts["draft"], parts["verify"], parts["overhead"])
 
-    def throughput(self, config: SpecConfig, accept_length: float) -> float | None:
+    def throughput(self, config: TrialConfig, accept_length: float) -> float | None:
         """Predicted decode speed (tok/s) = accept length / cycle."""
         cycle = self.cycle_ms(config)
         return None if cycle is None or cycle <= 0 else 1000.0 * accept_length / cycle
@@ -242,7 +242,7 @@ def observations(df: pd.DataFrame, concurrency: int, extras: str = "") -> list[O
     rows = rows[(rows["accept_length"] > 0) & (rows["decode_tok_s"] > 0)]
     return [
         Observation(
-            SpecConfig(
+            TrialConfig(
                 int(r.num_steps), int(r.eagle_topk), int(r.num_draft_tokens), int(r.draft_tp)
             ),
             int(r.trial),

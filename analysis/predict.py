@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis.acceptance import AcceptCurve, fit_accept_curve
-from analysis.configs import CHAIN, SpecConfig, draft_rule
+from analysis.configs import CHAIN, draft_rule
 from analysis.costmodel import CostModel
 from analysis.transform import measured
+from sweep.core.space import TrialConfig
 
 EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate
 
@@ -26,7 +27,7 @@ EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate
 class Prediction:
     """Predicted decode speed of one configuration, with 1-σ uncertainties."""
 
-    config: SpecConfig
+    config: TrialConfig
     accept_length: float
     accept_length_std: float
     accept_source: str  # "measured" (at some draft TP) or "curve"
@@ -114,17 +115,17 @@ def best_untried(model: CostModel, df: pd.DataFrame) -> Prediction | None:
     return next((p for p in predict_configs(model, df) if not p.tried), None)
 
 
-def _tried(df: pd.DataFrame, model: CostModel) -> set[SpecConfig]:
+def _tried(df: pd.DataFrame, model: CostModel) -> set[TrialConfig]:
     rows = df[(df["kind"] == "trial") & df["speculative"].fillna(False).astype(bool)]
     rows = rows[(rows["extras"].fillna("") == model.extras).to_numpy()]
     rows = rows.dropna(subset=["num_steps", "eagle_topk", "num_draft_tokens", "draft_tp"])
     return {
-        SpecConfig(int(r.num_steps), int(r.eagle_topk), int(r.num_draft_tokens), int(r.draft_tp))
+        TrialConfig(int(r.num_steps), int(r.eagle_topk), int(r.num_draft_tokens), int(r.draft_tp))
         for r in rows.itertuples()
     }
 
 
-def _candidates(model: CostModel, rows: pd.DataFrame, extra_steps: int) -> Iterator[SpecConfig]:
+def _candidates(model: CostModel, rows: pd.DataFrame, extra_steps: int) -> Iterator[TrialConfig]:
     for (topk, rule), group in _by_rule(rows):
         top = int(group["num_steps"].max()) + extra_steps
         for steps in range(1, top + 1):
@@ -132,7 +133,7 @@ def _candidates(model: CostModel, rows: pd.DataFrame, extra_steps: int) -> Itera
             if not _legal(steps, topk, tokens):
                 continue
             for tp in model.structure.draft_tps:
-                yield SpecConfig(steps, topk, tokens, tp)
+                yield TrialConfig(steps, topk, tokens, tp)
 
 
 def _legal(steps: int, topk: int, tokens: int) -> bool:

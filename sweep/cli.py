@@ -170,13 +170,14 @@ def launch(
 
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
-    from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+    from sweep.core.space import TrialConfig
+    from sweep.engines import ServerConfig, SGLangAdapter
     from sweep.loop.launch import launch_study
 
     if study_file:
         from sweep.study import load_study
 
-        report = launch_study(load_study(study_file), SpecParams.parse(params), on_event=_show)
+        report = launch_study(load_study(study_file), TrialConfig.parse(params), on_event=_show)
         _render_launch(report)
         return
     if not model_path or not tp:
@@ -217,7 +218,7 @@ def launch(
     options = LifecycleOptions(workdir=workdir, startup_timeout_s=timeout)
     with open_executor(target) as executor:
         report = launch_once(
-            executor, adapter, config, SpecParams.parse(params), options=options, on_event=_show
+            executor, adapter, config, TrialConfig.parse(params), options=options, on_event=_show
         )
     _render_launch(report)
 

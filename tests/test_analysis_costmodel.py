@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 
 from analysis.acceptance import fit_accept_curve
-from analysis.configs import SpecConfig
 from analysis.costmodel import fit_cost_model
 from analysis.errors import CostModelError
 from analysis.load import load_trials
 from analysis.predict import best_untried, predict_configs
 from analysis.speedup import with_speedup
+from sweep.core.space import TrialConfig
 from sweep.sim.model import SimConfig, accept_length, predict
 from sweep.sim.profile import load_profile
 from tests.analysis_studies import Config, Synth, chain_configs, write_study
@@ -82,12 +82,12 @@ def test_chains_only_fold_the_verify_slope_into_the_draft_step(chains: pd.DataFr
 
 def test_breakdown_adds_up_to_the_cycle(full: pd.DataFrame) -> None:
     model = fit_cost_model(full)
-    config = SpecConfig(3, 2, 5, 8)
+    config = TrialConfig(3, 2, 5, 8)
     split = model.breakdown(config)
     assert split is not None and model.cycle_ms(config) == pytest.approx(split.total_ms)
     assert split.draft_ms == pytest.approx(3 * (TRUTH["draft_step@tp8"] + TRUTH["draft_branch"]))
     assert split.verify_ms == pytest.approx(TRUTH["verify_base"] + 4 * TRUTH["verify_slope"])
-    assert model.breakdown(SpecConfig(3, 1, 4, 4)) is None  # draft TP 4 never measured
+    assert model.breakdown(TrialConfig(3, 1, 4, 4)) is None  # draft TP 4 never measured
 
 
 def test_predicts_untried_configurations_and_names_the_best(tmp_path: Path) -> None:
@@ -97,16 +97,16 @@ def test_predicts_untried_configurations_and_names_the_best(tmp_path: Path) -> N
     model = fit_cost_model(df)
     predictions = {p.config: p for p in predict_configs(model, df)}
     truth = predict(PROFILE, SimConfig("EAGLE3", 2, 1, 3, 8, 1), 1, output_len=200)
-    two = predictions[SpecConfig(2, 1, 3, 1)]  # accept length from draft TP 8, timing fitted
+    two = predictions[TrialConfig(2, 1, 3, 1)]  # accept length from draft TP 8, timing fitted
     assert not two.tried and two.accept_source == "measured"
     assert two.throughput == pytest.approx(truth.decode_tok_s, rel=0.02)
-    five = predictions[SpecConfig(5, 1, 6, 1)]  # accept length extrapolated by the curve
+    five = predictions[TrialConfig(5, 1, 6, 1)]  # accept length extrapolated by the curve
     assert five.accept_source == "curve"
     assert five.accept_length == pytest.approx(
         accept_length(PROFILE, SimConfig("EAGLE3", 5, 1, 6)), rel=0.02
     )
     best = best_untried(model, df)
-    assert best is not None and best.config == SpecConfig(2, 1, 3, 1)  # the simulator's optimum
+    assert best is not None and best.config == TrialConfig(2, 1, 3, 1)  # the simulator's optimum
 
 
 def test_refuses_too_little_data_with_a_clear_message(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.core.space import plan
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams, rules_for
+from sweep.core.space import TrialConfig, plan
+from sweep.engines import ServerConfig, SGLangAdapter, rules_for
 from sweep.engines.base import LaunchCommand
 from sweep.engines.gate import payloads
 from sweep.exceptions import StudyFileError
@@ -26,11 +26,12 @@ from sweep.server.executor import LocalExecutor
 from sweep.server.executor.base import CommandResult
 from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget
 from sweep.study import parse_study
+from tests.flagwords import flags_of
 from tests.sshd import Sshd, free_port
 from tests.standin_sglang import imports, install, interpreter
 
 CONFIG = ServerConfig(model_path="m", tp_size=1, port=30000)
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 SWEEP = Path(sys.executable).with_name("sweep")
 
 
@@ -54,13 +55,13 @@ def adapter_in(folder: Path, **options: str) -> SGLangAdapter:
 
 def with_flags(adapter: SGLangAdapter, *words: str, algorithm: str = "EAGLE3") -> LaunchCommand:
     config = dataclasses.replace(CONFIG, algorithm=algorithm)
-    return adapter.command(config, dataclasses.replace(PARAMS, extra_flags=words))
+    return adapter.command(config, dataclasses.replace(PARAMS, flags=flags_of(*words)))
 
 
 def test_every_planned_command_is_parsed_in_one_process_with_one_import(tmp_path: Path) -> None:
     folder = install(tmp_path)
     adapter = adapter_in(folder)
-    good = {f"good-{s}": adapter.command(CONFIG, SpecParams(s, 1, s + 1)) for s in range(1, 61)}
+    good = {f"good-{s}": adapter.command(CONFIG, TrialConfig(s, 1, s + 1)) for s in range(1, 61)}
     good["nextn"] = with_flags(adapter, algorithm="NEXTN")
     good["bs-list"] = with_flags(adapter, "--cuda-graph-bs-decode", "1", "2", "4", "8")
     bad = {
@@ -233,7 +234,7 @@ num_steps = [1, 2, 3]
 
 def test_a_long_plan_is_split_into_few_payloads_all_checked(tmp_path: Path) -> None:
     adapter = adapter_in(install(tmp_path))
-    commands = [adapter.command(CONFIG, SpecParams(s, 1, s + 1)).server_args for s in range(300)]
+    commands = [adapter.command(CONFIG, TrialConfig(s, 1, s + 1)).server_args for s in range(300)]
     words = payloads(commands, ("sglang",), "sglang serve", max_chars=2_000)
     assert 1 < len(words) < 30 and all(len(w) <= 2_000 for w in words)
     assert len(payloads(commands, ("sglang",), "sglang serve")) == 1  # the default limit

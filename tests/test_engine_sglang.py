@@ -6,12 +6,14 @@ import re
 
 import pytest
 
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.exceptions import ConfigError, EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
+from tests.flagwords import flags_of
 
 CONFIG = ServerConfig(model_path="kimi", tp_size=8, port=30000)
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 
 
 def flag_value(argv: tuple[str, ...], flag: str) -> str:
@@ -33,10 +35,10 @@ def test_command_has_the_four_speculative_flags_and_max_running_requests() -> No
 
 
 def test_the_baseline_passes_no_speculative_flag() -> None:
-    argv = SGLangAdapter().command(CONFIG, SpecParams.baseline()).argv
+    argv = SGLangAdapter().command(CONFIG, TrialConfig.baseline()).argv
     assert not [word for word in argv if word.startswith("--speculative")]
     assert flag_value(argv, "--max-running-requests") == "48"
-    assert SpecParams.parse("baseline") == SpecParams.baseline()
+    assert TrialConfig.parse("baseline") == TrialConfig.baseline()
 
 
 def test_every_flag_is_a_full_name() -> None:
@@ -75,19 +77,19 @@ def test_cuda_graph_flag_follows_the_version(version: str | None, flag: str) -> 
 
 
 def test_draft_tp_different_from_target_is_refused_without_a_flag() -> None:
-    params = SpecParams(2, 1, 3, draft_tp=1)
+    params = TrialConfig(2, 1, 3, draft_tp=1)
     with pytest.raises(EngineConfigError, match="no flag for a draft tensor-parallel size"):
         SGLangAdapter().command(CONFIG, params)
 
 
 def test_draft_tp_equal_to_target_needs_no_flag() -> None:
-    argv = SGLangAdapter().command(CONFIG, SpecParams(2, 1, 3, draft_tp=8)).argv
+    argv = SGLangAdapter().command(CONFIG, TrialConfig(2, 1, 3, draft_tp=8)).argv
     assert not [w for w in argv if "draft-tp" in w]
 
 
 def test_draft_tp_maps_to_the_patched_builds_flag() -> None:
     adapter = SGLangAdapter(draft_tp_flag="--speculative-draft-tp-size")
-    argv = adapter.command(CONFIG, SpecParams(2, 1, 3, draft_tp=1)).argv
+    argv = adapter.command(CONFIG, TrialConfig(2, 1, 3, draft_tp=1)).argv
     assert flag_value(argv, "--speculative-draft-tp-size") == "1"
 
 
@@ -103,7 +105,7 @@ def test_draft_tp_maps_to_the_patched_builds_flag() -> None:
     ],
 )
 def test_managed_or_abbreviated_extra_flags_are_refused(flag: str, message: str) -> None:
-    params = SpecParams(2, 1, 3, extra_flags=(flag, "1"))
+    params = TrialConfig(2, 1, 3, flags=flags_of(flag, "1"))
     with pytest.raises(EngineConfigError, match=re.escape(message)):
         SGLangAdapter().command(CONFIG, params)
 
@@ -117,7 +119,7 @@ def test_managed_or_abbreviated_extra_flags_are_refused(flag: str, message: str)
     ],
 )
 def test_batch_limits_given_as_flags_are_folded_in(version: str, flag: str, emitted: str) -> None:
-    params = SpecParams(2, 1, 3, extra_flags=(flag, "64", "--max-running-requests=16"))
+    params = TrialConfig(2, 1, 3, flags=flags_of(flag, "64", "--max-running-requests=16"))
     argv = SGLangAdapter(version=version).command(CONFIG, params).argv
     assert flag_value(argv, emitted) == "64" and argv.count(emitted) == 1
     assert flag_value(argv, "--max-running-requests") == "16"
@@ -126,7 +128,7 @@ def test_batch_limits_given_as_flags_are_folded_in(version: str, flag: str, emit
 
 def test_ngram_passes_draft_tokens_and_lets_sglang_derive_steps_and_topk() -> None:
     config = ServerConfig("m", 1, 1, algorithm="NGRAM", draft_model_path="unused")
-    params = SpecParams(1, 10, 12, extra_flags=("--speculative-ngram-max-bfs-breadth", "10"))
+    params = TrialConfig(1, 10, 12, flags=flags_of("--speculative-ngram-max-bfs-breadth", "10"))
     argv = SGLangAdapter().command(config, params).argv
     assert flag_value(argv, "--speculative-algorithm") == "NGRAM"
     assert flag_value(argv, "--speculative-num-draft-tokens") == "12"
@@ -147,8 +149,8 @@ def test_extra_flags_and_env_are_passed_with_trial_env_winning() -> None:
         extra_flags=("--mem-fraction-static", "0.8"),
         env=(("NCCL_PROTO", "Simple"), ("A", "1")),
     )
-    params = SpecParams(
-        2, 1, 3, extra_flags=("--disable-radix-cache",), env=(("NCCL_PROTO", "LL"),)
+    params = TrialConfig(
+        2, 1, 3, flags=flags_of("--disable-radix-cache"), env=(("NCCL_PROTO", "LL"),)
     )
     command = SGLangAdapter().command(config, params)
     assert command.argv[-3:] == ("--mem-fraction-static", "0.8", "--disable-radix-cache")
@@ -271,16 +273,16 @@ def test_identity_by_launch_command_or_resolved_args() -> None:
     ours = adapter.command(CONFIG, PARAMS)
     info = {"launch_command": "/x/sglang/launch_server.py " + " ".join(ours.server_args)}
     assert adapter.launched_by(info, ours)
-    other = adapter.command(CONFIG, SpecParams(3, 1, 4))
+    other = adapter.command(CONFIG, TrialConfig(3, 1, 4))
     assert not adapter.launched_by(info, other)
     assert adapter.launched_by({"model_path": "kimi", "port": 30000, "tp_size": 8}, ours)
     assert not adapter.launched_by({"model_path": "kimi", "port": 30001, "tp_size": 8}, ours)
 
 
 def test_spec_params_parse() -> None:
-    assert SpecParams.parse("num_steps=2,eagle_topk=1,num_draft_tokens=3") == PARAMS
+    assert TrialConfig.parse("num_steps=2,eagle_topk=1,num_draft_tokens=3") == PARAMS
     assert (
-        SpecParams.parse("num_steps=2, eagle_topk=4, num_draft_tokens=8, draft_tp=1").draft_tp == 1
+        TrialConfig.parse("num_steps=2, eagle_topk=4, num_draft_tokens=8, draft_tp=1").draft_tp == 1
     )
     bad_texts = [
         "num_steps=2,eagle_topk=1",
@@ -290,4 +292,4 @@ def test_spec_params_parse() -> None:
     ]
     for bad in bad_texts:
         with pytest.raises(ConfigError):
-            SpecParams.parse(bad)
+            TrialConfig.parse(bad)

@@ -22,12 +22,13 @@ from sweep.bench.openai import (
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
 from sweep.core.space import TrialConfig
-from sweep.engines.base import ServerConfig, SpecParams
+from sweep.engines.base import ServerConfig
 from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm import VLLMAdapter, speculative_config, split_spec_flags, violation
 from sweep.engines.vllm_rules import VLLMRules
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
+from tests.flagwords import flags_of
 
 CONFIG = ServerConfig(
     model_path="/m/target", tp_size=1, port=30217, algorithm="DRAFT_MODEL",
@@ -41,7 +42,7 @@ def _spec(argv: tuple[str, ...]) -> dict[str, object]:
 
 
 def test_command_passes_one_speculative_config_json() -> None:
-    command = VLLMAdapter(launcher=LAUNCHER).command(CONFIG, SpecParams(3, 1, 4, 1))
+    command = VLLMAdapter(launcher=LAUNCHER).command(CONFIG, TrialConfig(3, 1, 4, 1))
     assert command.argv[:3] == LAUNCHER
     assert command.server_args[:10] == (
         "--model", "/m/target", "--tensor-parallel-size", "1", "--host", "127.0.0.1",
@@ -56,16 +57,14 @@ def test_command_passes_one_speculative_config_json() -> None:
 
 
 def test_the_baseline_passes_no_speculative_config_and_drops_dotted_keys() -> None:
-    params = SpecParams.baseline(
-        extra_flags=("--speculative-config.model", "/m/x", "--dtype", "bf16")
-    )
+    params = TrialConfig.baseline(flags_of("--speculative-config.model", "/m/x", "--dtype", "bf16"))
     command = VLLMAdapter().command(CONFIG, params)
     assert "--speculative-config" not in command.argv
     assert command.server_args[-2:] == ("--dtype", "bf16")
 
 
 def test_dotted_flags_become_keys_of_the_json() -> None:
-    params = SpecParams(2, 1, 3, None, ("--speculative-config.model=/m/noisy",))
+    params = TrialConfig(2, 1, 3, 0, flags_of("--speculative-config.model=/m/noisy"))
     assert _spec(VLLMAdapter().command(CONFIG, params).argv)["model"] == "/m/noisy"
     ngram = ServerConfig("/m/t", 1, 1, algorithm="NGRAM")
     extra = (
@@ -74,7 +73,7 @@ def test_dotted_flags_become_keys_of_the_json() -> None:
         "--speculative-config.prompt_lookup_min",
         "2",
     )
-    spec = _spec(VLLMAdapter().command(ngram, SpecParams(5, 1, 6, 1, extra)).argv)
+    spec = _spec(VLLMAdapter().command(ngram, TrialConfig(5, 1, 6, 1, flags_of(*extra))).argv)
     assert spec == {
         "method": "ngram",
         "num_speculative_tokens": 5,
@@ -96,14 +95,14 @@ REJECTED, OOM = FailureKind.REJECTED_FLAGS, FailureKind.OUT_OF_MEMORY
 @pytest.mark.parametrize(
     ("config", "params", "message"),
     [
-        (ServerConfig("/m", 1, 1, algorithm="MEDUSA2"), SpecParams(2, 1, 3), "no vLLM method"),
-        (ServerConfig("/m", 1, 1, algorithm="EAGLE3"), SpecParams(2, 1, 3), "needs a draft"),
-        (CONFIG, SpecParams(2, 1, 3, None, (K_FLAG, "2")), "set by sweep"),
-        (CONFIG, SpecParams(2, 1, 3, None, ("--port", "1")), "set by sweep"),
+        (ServerConfig("/m", 1, 1, algorithm="MEDUSA2"), TrialConfig(2, 1, 3), "no vLLM method"),
+        (ServerConfig("/m", 1, 1, algorithm="EAGLE3"), TrialConfig(2, 1, 3), "needs a draft"),
+        (CONFIG, TrialConfig(2, 1, 3, 0, flags_of(K_FLAG, "2")), "set by sweep"),
+        (CONFIG, TrialConfig(2, 1, 3, 0, flags_of("--port", "1")), "set by sweep"),
     ],
 )  # fmt: skip
 def test_inexpressible_parameters_are_refused(
-    config: ServerConfig, params: SpecParams, message: str
+    config: ServerConfig, params: TrialConfig, message: str
 ) -> None:
     with pytest.raises(EngineConfigError, match=message):
         VLLMAdapter().command(config, params)
@@ -111,7 +110,7 @@ def test_inexpressible_parameters_are_refused(
 
 def test_speculative_config_for_eagle3_uses_the_draft_path() -> None:
     config = ServerConfig("/m", 8, 1, algorithm="eagle3", draft_model_path="/d")
-    assert speculative_config(config, SpecParams(4, 1, 5, 8)) == {
+    assert speculative_config(config, TrialConfig(4, 1, 5, 8)) == {
         "method": "eagle3",
         "num_speculative_tokens": 4,
         "model": "/d",
@@ -159,11 +158,11 @@ def test_vllm_draftless_methods_have_no_draft_tp() -> None:
 
 
 def test_vllm_batch_limit_flag_is_folded_and_identity_flags_point_to_settings() -> None:
-    params = SpecParams(3, 1, 4, 1, ("--max-num-seqs", "4"))
+    params = TrialConfig(3, 1, 4, 1, flags_of("--max-num-seqs", "4"))
     argv = VLLMAdapter().command(CONFIG, params).argv
     assert argv.count("--max-num-seqs") == 1 and argv[argv.index("--max-num-seqs") + 1] == "4"
     with pytest.raises(EngineConfigError, match=re.escape("use [engine] model_path")):
-        VLLMAdapter().command(CONFIG, SpecParams(3, 1, 4, 1, ("--model", "/x")))
+        VLLMAdapter().command(CONFIG, TrialConfig(3, 1, 4, 1, flags_of("--model", "/x")))
 
 
 ENGINE_LINE = (
@@ -198,7 +197,7 @@ def test_resolved_reads_the_engine_config_line_and_v1_models() -> None:
 
 def test_launched_by_compares_the_served_model() -> None:
     adapter = VLLMAdapter()
-    command = adapter.command(CONFIG, SpecParams.baseline())
+    command = adapter.command(CONFIG, TrialConfig.baseline())
     assert adapter.launched_by(MODELS, command)
     assert not adapter.launched_by({"data": [{"id": "other", "root": "/other"}]}, command)
     assert adapter.info_paths == ("/v1/models",)

@@ -27,7 +27,8 @@ from typing import Any
 import httpx
 import pytest
 
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.engines.base import LaunchCommand, argv_in_launch_command
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase, at_phase
@@ -44,7 +45,7 @@ from tests.sshd import Sshd
 PY = sys.executable
 SIM = (PY, "-m", "sweep", "sim")
 FAKE = (PY, str(Path(__file__).parent / "fake_sglang.py"))
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 MODEL_WITH_SPACES = "/models/Llama 3.1 8B Instruct"
 JSON_VALUE = '{"name": "x y", "levels": [1, 2], "quote": "it\'s"}'
 
@@ -180,7 +181,7 @@ def launch(
     on_event: Callable[[Event], None],
     *,
     launcher: tuple[str, ...] = SIM,
-    params: SpecParams = PARAMS,
+    params: TrialConfig = PARAMS,
     **options: Any,
 ) -> contextlib.AbstractContextManager[RunningServer]:
     stack = contextlib.ExitStack()
@@ -417,7 +418,8 @@ def test_a_sim_crash_during_the_benchmark_is_crashed_while_serving(
 
 ORCHESTRATOR = """
 import json, sys, time
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.server.executor import LocalExecutor
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.lifecycle import LifecycleOptions, http_client, server
@@ -432,7 +434,7 @@ config = ServerConfig("sim-model", 8, spec["port"], extra_flags=("--sim-profile"
 adapter = SGLangAdapter(launcher=(sys.executable, "-m", "sweep", "sim"), version="0.5.23")
 options = LifecycleOptions(workdir=spec["workdir"])
 with http_client() as client, server(
-    executor, adapter, config, SpecParams(2, 1, 3), client=client, options=options
+    executor, adapter, config, TrialConfig(2, 1, 3), client=client, options=options
 ) as running:
     with open(spec["ready"] + ".tmp", "w") as out:
         out.write(str(running.process.pgid))

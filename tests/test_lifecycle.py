@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from sweep.clock import Clock
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor import LocalExecutor, ServerFiles
@@ -23,12 +24,13 @@ from sweep.server.executor.base import SocketHolder
 from sweep.server.executor.fake import FakeExecutor
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
+from tests.flagwords import flags_of
 from tests.procs import group_members, kill_group, wait_until
 
 PY = sys.executable
 FAST = Path(__file__).parent / "profiles" / "fast.toml"
 SIM = (PY, "-m", "sweep", "sim")
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 FIRED_UP = b"[2026-11-29 10:00:00.000] The server is fired up and ready to roll!\n"
 
 
@@ -53,7 +55,7 @@ class FakeClock:
 CONFIG = ServerConfig(model_path="sim-model", tp_size=8, port=30000)
 
 
-def server_info_for(adapter: SGLangAdapter, params: SpecParams = PARAMS) -> dict[str, Any]:
+def server_info_for(adapter: SGLangAdapter, params: TrialConfig = PARAMS) -> dict[str, Any]:
     command = adapter.command(CONFIG, params)
     return {
         "launch_command": " ".join(["/x/launch_server.py", *command.server_args]),
@@ -171,7 +173,7 @@ def test_a_server_that_is_not_ours_is_a_stale_server() -> None:
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/server_info":
-            return httpx.Response(200, json=server_info_for(adapter, SpecParams(5, 1, 6)))
+            return httpx.Response(200, json=server_info_for(adapter, TrialConfig(5, 1, 6)))
         return httpx.Response(200)
 
     executor = FakeExecutor(fake.clock(), [])
@@ -262,7 +264,7 @@ def test_process_exit_is_classified_from_its_exit_code() -> None:
 def test_draft_tp_without_a_flag_is_refused_before_anything_starts() -> None:
     fake = FakeClock()
     executor = FakeExecutor(fake.clock(), [])
-    params = SpecParams(2, 1, 3, draft_tp=1)
+    params = TrialConfig(2, 1, 3, draft_tp=1)
     with (
         pytest.raises(EngineConfigError),
         mock_client(lambda r: httpx.Response(200)) as client,
@@ -321,7 +323,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     events: list[Event] = []
     client = http_client()
 
-    def run(config: ServerConfig, params: SpecParams = PARAMS, **options: Any) -> Any:
+    def run(config: ServerConfig, params: TrialConfig = PARAMS, **options: Any) -> Any:
         adapter = SGLangAdapter(launcher=SIM, version=options.pop("version", None))
         opts = LifecycleOptions(workdir=str(tmp_path / "work"), **options)
         return server(
@@ -351,7 +353,7 @@ def test_sim_ready_resolved_and_stopped_without_leftovers(
     launch: Any, sim_config: Callable[..., ServerConfig]
 ) -> None:
     config = sim_config()
-    with launch(config, SpecParams(3, 1, 8)) as running:
+    with launch(config, TrialConfig(3, 1, 8)) as running:
         pgid = running.process.pgid
         assert group_members(pgid)
         assert httpx.get(running.url + "/ready").status_code == 200
@@ -370,7 +372,7 @@ def test_sim_ready_resolved_and_stopped_without_leftovers(
 def test_sim_baseline_runs_without_speculation(
     launch: Any, sim_config: Callable[..., ServerConfig]
 ) -> None:
-    with launch(sim_config(), SpecParams.baseline()) as running:
+    with launch(sim_config(), TrialConfig.baseline()) as running:
         assert running.resolved.algorithm is None and running.resolved.num_steps is None
         assert running.resolved.max_running_requests == 48
 
@@ -382,7 +384,7 @@ def test_sim_oom_at_capture_is_deterministic_with_log_tail(
     config = sim_config(
         '[[failure]]\nkind = "oom_capture"\nmatch = { speculative_num_steps = 3 }\n'
     )
-    with pytest.raises(ServerFailure) as caught, launch(config, SpecParams(3, 1, 4)):
+    with pytest.raises(ServerFailure) as caught, launch(config, TrialConfig(3, 1, 4)):
         pytest.fail("an OOM server must never be yielded")
     failure = caught.value
     assert failure.kind is FailureKind.OUT_OF_MEMORY and failure.kind.deterministic
@@ -398,7 +400,7 @@ def test_sim_oom_from_a_large_graph_budget(
     launch: Any, sim_config: Callable[..., ServerConfig]
 ) -> None:
     config = sim_config(max_running_requests=512, cuda_graph_max_bs=512)
-    with pytest.raises(ServerFailure) as caught, launch(config, SpecParams(4, 8, 64)):
+    with pytest.raises(ServerFailure) as caught, launch(config, TrialConfig(4, 8, 64)):
         pass
     assert caught.value.kind is FailureKind.OUT_OF_MEMORY
 
@@ -497,7 +499,7 @@ def test_rejected_flags_exit_2_and_validation_exit_1_are_deterministic(
     launch: Any, sim_config: Callable[..., ServerConfig], tweak: dict[str, Any], code: int
 ) -> None:
     config = sim_config(algorithm=tweak.get("algorithm", "EAGLE3"))
-    params = SpecParams(2, 1, 3, extra_flags=tweak.get("extra", ()))
+    params = TrialConfig(2, 1, 3, flags=flags_of(*tweak.get("extra", ())))
     started = time.monotonic()
     with pytest.raises(ServerFailure) as caught, launch(config, params, startup_timeout_s=60):
         pass
@@ -511,7 +513,7 @@ def test_rejected_flags_exit_2_and_validation_exit_1_are_deterministic(
 def test_illegal_tree_and_nccl_init_are_classified(
     launch: Any, sim_config: Callable[..., ServerConfig]
 ) -> None:
-    with pytest.raises(ServerFailure) as caught, launch(sim_config(), SpecParams(2, 2, 16)):
+    with pytest.raises(ServerFailure) as caught, launch(sim_config(), TrialConfig(2, 2, 16)):
         pass
     assert caught.value.kind is FailureKind.ILLEGAL_TREE
     nccl = sim_config('[[failure]]\nkind = "nccl_init"\nmatch = { speculative_num_steps = 2 }\n')

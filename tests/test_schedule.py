@@ -20,9 +20,9 @@ from sweep.core.schedule import (
     decide_schedule,
     render_table,
 )
-from sweep.core.space import TrialConfig
+from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import best_static, verdict
-from sweep.engines.base import Adaptive, ServerConfig, SpecParams
+from sweep.engines.base import ServerConfig
 from sweep.engines.sglang import (
     BUILTIN_ADAPTIVE,
     SGLangAdapter,
@@ -267,8 +267,8 @@ def test_builtin_default_is_sglangs_and_launches_at_its_middle_candidate() -> No
 CONFIG = ServerConfig("m", 8, 30000, max_running_requests=64, draft_model_path="d")
 
 
-def params(adaptive: Adaptive | None, steps: int = 4, topk: int = 1) -> SpecParams:
-    return SpecParams(steps, topk, steps + 1, adaptive=adaptive)
+def params(adaptive: Adaptive | None, steps: int = 4, topk: int = 1) -> TrialConfig:
+    return TrialConfig(steps, topk, steps + 1, adaptive=adaptive)
 
 
 def test_sglang_command_runs_the_schedule_from_its_file() -> None:
@@ -292,7 +292,7 @@ def test_sglang_command_runs_the_schedule_from_its_file() -> None:
     ],
 )  # fmt: skip
 def test_sglang_refuses_what_it_would_ignore_or_reject(
-    config: ServerConfig, p: SpecParams, message: str
+    config: ServerConfig, p: TrialConfig, message: str
 ) -> None:
     with pytest.raises(EngineConfigError, match=message):
         SGLangAdapter().command(config, p)

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from sweep.clock import Clock
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.exceptions import ExecutorError, TransientSSHError
 from sweep.failures import Phase
 from sweep.server.executor import RecordedGroup, ServerFiles
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.ssh
 
 PY = sys.executable
 FAST = Path(__file__).parent / "profiles" / "fast.toml"
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 
 
 def target(sshd: Sshd, **options: Any) -> SSHTarget:

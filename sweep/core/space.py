@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sweep.exceptions import ConfigError
 from sweep.study.spec import FlagValue, SpaceSpec, Study
 
 FLAG_PARAM = "flag:"
@@ -33,11 +34,52 @@ def value_text(value: FlagValue) -> str:
 
 
 @dataclass(frozen=True)
-class TrialConfig:
-    """One configuration: speculative settings (or none, for the baseline) plus extras.
+class Adaptive:
+    """The engine's own per-batch-size schedule of speculative steps.
 
-    ``flags`` values are one word, or a tuple of words for a flag that takes several
-    (``--cuda-graph-bs-decode 1 2 4 8``).
+    SGLang runs it with ``--speculative-adaptive`` (and ``--speculative-adaptive-config
+    FILE``), vLLM with ``num_speculative_tokens_per_batch_size`` in its speculative config.
+
+    Attributes:
+        steps_by_batch: ``(batch size, steps)`` pairs, ascending by batch size: from that
+            running batch size up to the next one, run that many draft steps (0 = no
+            drafting). Empty: the engine's built-in schedule (SGLang's defaults).
+        config_path: where the engine reads the schedule on its host (SGLang's JSON file);
+            `sweep` writes :meth:`EngineAdapter.adaptive_file` there before the launch.
+    """
+
+    steps_by_batch: tuple[tuple[int, int], ...] = ()
+    config_path: str | None = None
+
+    @property
+    def builtin(self) -> bool:
+        """True for the engine's built-in schedule (no steps given)."""
+        return not self.steps_by_batch
+
+    @property
+    def max_steps(self) -> int:
+        return max((steps for _, steps in self.steps_by_batch), default=0)
+
+
+@dataclass(frozen=True)
+class TrialConfig:
+    """One configuration, the one type from the space to the launch argv, the stored record
+    and the plots: speculative settings (or none, for the baseline) plus extras.
+
+    Attributes:
+        num_steps: draft depth.
+        eagle_topk: branching per draft step.
+        num_draft_tokens: verify-tree tokens, root included.
+        draft_tp: the draft's tensor-parallel size; 0 = the target's.
+        flags: engine flags for this configuration only (full names); a value is one word,
+            or a tuple of words for a flag that takes several (``--cuda-graph-bs-decode 1 2
+            4 8``), ``"true"``/``"false"`` for a switch.
+        env: environment variables for this configuration only (override the deployment's).
+        speculative: False for the no-speculation baseline.
+        adaptive: run the engine's per-batch-size schedule; ``num_steps`` is then the
+            schedule's largest steps (SGLang's initial steps, vLLM's
+            ``num_speculative_tokens``). Not part of :meth:`key` or :meth:`as_dict`: a
+            schedule launch is stored as its own kind, with its schedule beside it.
     """
 
     num_steps: int = 0
@@ -47,11 +89,43 @@ class TrialConfig:
     flags: Flags = ()
     env: Env = ()
     speculative: bool = True
+    adaptive: Adaptive | None = None
 
     @classmethod
     def baseline(cls, flags: Flags = (), env: Env = ()) -> TrialConfig:
         """No speculation (extra flags and environment kept, so drift is comparable)."""
         return cls(flags=flags, env=env, speculative=False)
+
+    @classmethod
+    def parse(cls, text: str) -> TrialConfig:
+        """``"num_steps=2,eagle_topk=1,num_draft_tokens=3[,draft_tp=1]"`` or ``"baseline"``
+        (``sweep launch --params``).
+
+        Raises:
+            ConfigError: a key is unknown or missing, or a value is not a positive integer.
+        """
+        if text.strip().lower() in ("baseline", "none"):
+            return cls.baseline()
+        known = ("num_steps", "eagle_topk", "num_draft_tokens", "draft_tp")
+        values: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, sep, raw = item.partition("=")
+            key = key.strip()
+            if not sep or key not in known:
+                raise ConfigError(f"--params: expected KEY=INT with KEY in {known}, got {item!r}")
+            if not raw.strip().isdigit() or int(raw) < 1:
+                raise ConfigError(f"--params: {key} must be a positive integer, got {raw!r}")
+            values[key] = int(raw)
+        missing = [k for k in known[:3] if k not in values]
+        if missing:
+            raise ConfigError(f"--params: missing {', '.join(missing)} in {text!r}")
+        return cls(values["num_steps"], values["eagle_topk"], values["num_draft_tokens"],
+                   values.get("draft_tp", 0))  # fmt: skip
+
+    @property
+    def is_chain(self) -> bool:
+        """Draft tokens = steps + 1: the proposals plus the bonus slot, no tree."""
+        return self.num_draft_tokens == self.num_steps + 1
 
     def extras(self) -> list[tuple[str, str]]:
         """Flags and environment as ``(name, text)``, sorted by name."""

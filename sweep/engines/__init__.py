@@ -1,18 +1,17 @@
-"""Engine adapters: parameters → launch command, readiness, failure signatures, readback,
-the per-algorithm rules of the search space, and the options the engine's parser knows."""
+"""Engine adapters: a configuration (:class:`~sweep.core.space.TrialConfig`) → launch
+command, readiness, failure signatures, readback, the per-algorithm rules of the search
+space, and the options the engine's parser knows."""
 
 from __future__ import annotations
 
-from sweep.core.space import Rules
+from sweep.core.space import Adaptive, Rules
 from sweep.engines.base import (
-    Adaptive,
     Diagnosis,
     EngineAdapter,
     LaunchCommand,
     Readiness,
     ResolvedServer,
     ServerConfig,
-    SpecParams,
 )
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.sglang_rules import SGLangRules
@@ -46,6 +45,5 @@ __all__ = [
     "ResolvedServer",
     "SGLangAdapter",
     "ServerConfig",
-    "SpecParams",
     "rules_for",
 ]

@@ -1,7 +1,7 @@
 """The engine seam: what differs between inference engines, as data.
 
 An :class:`EngineAdapter` turns a deployment (:class:`ServerConfig`) and a
-trial's parameters (:class:`SpecParams`) into a :class:`LaunchCommand`, and
+trial's configuration (:class:`~sweep.core.space.TrialConfig`) into a :class:`LaunchCommand`, and
 knows the engine's readiness signals, the log lines that mark its start-up
 phases and its fatal errors, and how to read the resolved arguments back.
 The lifecycle (``sweep.server.lifecycle``) has one control flow for every engine;
@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from sweep.core.space import TrialConfig
 from sweep.engines import gate
 from sweep.engines.flags import FlagTable
-from sweep.exceptions import ConfigError, EngineConfigError
+from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
 Env = tuple[tuple[str, str], ...]
@@ -68,98 +69,6 @@ class ServerConfig:
         if name == "cuda_graph_max_bs":
             return dataclasses.replace(self, cuda_graph_max_bs=value)
         raise ValueError(f"not a folded setting: {name}")
-
-
-@dataclass(frozen=True)
-class Adaptive:
-    """The engine's own per-batch-size schedule of speculative steps.
-
-    SGLang runs it with ``--speculative-adaptive`` (and ``--speculative-adaptive-config
-    FILE``), vLLM with ``num_speculative_tokens_per_batch_size`` in its speculative config.
-
-    Attributes:
-        steps_by_batch: ``(batch size, steps)`` pairs, ascending by batch size: from that
-            running batch size up to the next one, run that many draft steps (0 = no
-            drafting). Empty: the engine's built-in schedule (SGLang's defaults).
-        config_path: where the engine reads the schedule on its host (SGLang's JSON file);
-            `sweep` writes :meth:`EngineAdapter.adaptive_file` there before the launch.
-    """
-
-    steps_by_batch: tuple[tuple[int, int], ...] = ()
-    config_path: str | None = None
-
-    @property
-    def builtin(self) -> bool:
-        """True for the engine's built-in schedule (no steps given)."""
-        return not self.steps_by_batch
-
-    @property
-    def max_steps(self) -> int:
-        return max((steps for _, steps in self.steps_by_batch), default=0)
-
-
-@dataclass(frozen=True)
-class SpecParams:
-    """One trial's speculative-decoding parameters.
-
-    Attributes:
-        num_steps: draft depth.
-        eagle_topk: branching per draft step.
-        num_draft_tokens: verify-tree tokens, root included.
-        draft_tp: the draft's tensor-parallel size; ``None`` = the target's.
-        extra_flags: engine flags for this trial only (full names).
-        env: environment variables for this trial only (override the deployment's).
-        adaptive: run the engine's per-batch-size schedule; ``num_steps`` is then the
-            schedule's largest steps (SGLang's initial steps, vLLM's
-            ``num_speculative_tokens``).
-    """
-
-    num_steps: int
-    eagle_topk: int
-    num_draft_tokens: int
-    draft_tp: int | None = None
-    extra_flags: tuple[str, ...] = ()
-    env: Env = ()
-    adaptive: Adaptive | None = None
-
-    @classmethod
-    def baseline(cls, *, extra_flags: Sequence[str] = (), env: Env = ()) -> SpecParams:
-        """No speculative decoding: the reference every speedup is measured against."""
-        return cls(0, 0, 0, None, tuple(extra_flags), tuple(env))
-
-    @property
-    def speculative(self) -> bool:
-        """False for :meth:`baseline` (no speculative flags are passed)."""
-        return self.num_steps > 0
-
-    @classmethod
-    def parse(cls, text: str) -> SpecParams:
-        """``"num_steps=2,eagle_topk=1,num_draft_tokens=3[,draft_tp=1]"`` or ``"baseline"``.
-
-        Raises:
-            ConfigError: a key is unknown or missing, or a value is not a positive integer.
-        """
-        if text.strip().lower() in ("baseline", "none"):
-            return cls.baseline()
-        known = ("num_steps", "eagle_topk", "num_draft_tokens", "draft_tp")
-        values: dict[str, int] = {}
-        for item in filter(None, (p.strip() for p in text.split(","))):
-            key, sep, raw = item.partition("=")
-            key = key.strip()
-            if not sep or key not in known:
-                raise ConfigError(f"--params: expected KEY=INT with KEY in {known}, got {item!r}")
-            if not raw.strip().isdigit() or int(raw) < 1:
-                raise ConfigError(f"--params: {key} must be a positive integer, got {raw!r}")
-            values[key] = int(raw)
-        missing = [k for k in known[:3] if k not in values]
-        if missing:
-            raise ConfigError(f"--params: missing {', '.join(missing)} in {text!r}")
-        return cls(
-            num_steps=values["num_steps"],
-            eagle_topk=values["eagle_topk"],
-            num_draft_tokens=values["num_draft_tokens"],
-            draft_tp=values.get("draft_tp"),
-        )
 
 
 @dataclass(frozen=True)
@@ -304,7 +213,7 @@ class EngineAdapter(abc.ABC):
     """Where the server describes itself after ready; the first JSON object answering wins."""
 
     @abc.abstractmethod
-    def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
+    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
         """The launch command for one trial.
 
         Raises:
@@ -348,12 +257,12 @@ class EngineAdapter(abc.ABC):
         engine has no built-in schedule."""
         return None
 
-    def adaptive_file(self, params: SpecParams) -> str | None:
+    def adaptive_file(self, params: TrialConfig) -> str | None:
         """The text of the file the engine reads ``params.adaptive`` from (to be written at
         ``params.adaptive.config_path`` on the host), or ``None`` when it needs no file."""
         return None
 
-    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
+    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
         """The engine's own schedule documents for ``params.adaptive``, by file name.
 
         Raises:

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
-    Adaptive,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
@@ -27,11 +27,10 @@ from sweep.engines.base import (
     ResolvedServer,
     ServerConfig,
     Signature,
-    SpecParams,
     interpreter_for,
     parse_version,
 )
-from sweep.engines.flags import FlagTable
+from sweep.engines.flags import FlagTable, flag_words
 from sweep.engines.sglang_flags import sglang_flags
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
@@ -138,8 +137,8 @@ class SGLangAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
-        config, extra = self.fold(config, (*config.extra_flags, *params.extra_flags))
+    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
+        config, extra = self.fold(config, (*config.extra_flags, *flag_words(params.flags)))
         self._refuse_abbreviated(extra)
         server_args = (
             "--model-path", config.model_path,
@@ -154,7 +153,7 @@ class SGLangAdapter(EngineAdapter):
         env = dict(config.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
-    def _speculative_flags(self, config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
+    def _speculative_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
         if not params.speculative:
             return ()
         algorithm = ("--speculative-algorithm", config.algorithm)
@@ -171,8 +170,8 @@ class SGLangAdapter(EngineAdapter):
             flags += ("--speculative-draft-model-path", config.draft_model_path)
         return flags + self._draft_tp_flags(config, params) + _adaptive_flags(config, params)
 
-    def _draft_tp_flags(self, config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
-        if params.draft_tp is None:
+    def _draft_tp_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+        if not params.draft_tp:  # 0: the target's
             return ()
         if self.draft_tp_flag:
             return (self.draft_tp_flag, str(params.draft_tp))
@@ -215,13 +214,13 @@ class SGLangAdapter(EngineAdapter):
         union = check_adaptive_config(BUILTIN_ADAPTIVE, None)
         return union[len(union) // 2]  # what SGLang picks when no steps are given
 
-    def adaptive_file(self, params: SpecParams) -> str | None:
+    def adaptive_file(self, params: TrialConfig) -> str | None:
         adaptive = params.adaptive
         if adaptive is None or adaptive.builtin:
             return None
         return json.dumps(adaptive_config(adaptive.steps_by_batch), indent=2) + "\n"
 
-    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
+    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
         check_adaptive(config, params)  # the same checks as the launch
         text = self.adaptive_file(params)
         return {ADAPTIVE_CONFIG_NAME: text} if text else {}
@@ -327,7 +326,7 @@ def adaptive_refusal(algorithm: str, eagle_topk: int) -> str | None:
     return None
 
 
-def check_adaptive(config: ServerConfig, params: SpecParams) -> None:
+def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
     """Everything SGLang checks before it runs ``params.adaptive``.
 
     Raises:
@@ -347,7 +346,7 @@ def check_adaptive(config: ServerConfig, params: SpecParams) -> None:
     check_adaptive_config(document, params.num_steps)
 
 
-def _adaptive_flags(config: ServerConfig, params: SpecParams) -> tuple[str, ...]:
+def _adaptive_flags(config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
     adaptive: Adaptive | None = params.adaptive
     if adaptive is None or not params.speculative:
         return ()

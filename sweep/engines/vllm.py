@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
-    Adaptive,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
@@ -29,10 +29,9 @@ from sweep.engines.base import (
     ResolvedServer,
     ServerConfig,
     Signature,
-    SpecParams,
     interpreter_for,
 )
-from sweep.engines.flags import FlagTable
+from sweep.engines.flags import FlagTable, flag_words
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -130,8 +129,8 @@ class VLLMAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: SpecParams) -> LaunchCommand:
-        overrides, words = split_spec_flags((*config.extra_flags, *params.extra_flags))
+    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
+        overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
         config, extra = self.fold(config, words)
         server_args = (
             "--model", config.model_path,
@@ -146,15 +145,15 @@ class VLLMAdapter(EngineAdapter):
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
     def _speculative_flags(
-        self, config: ServerConfig, params: SpecParams, overrides: Mapping[str, Any]
+        self, config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any]
     ) -> tuple[str, ...]:
         if not params.speculative:
             return ()
         spec = speculative_config(config, params, overrides)
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
-    def schedule_documents(self, config: ServerConfig, params: SpecParams) -> dict[str, str]:
-        overrides, _ = split_spec_flags((*config.extra_flags, *params.extra_flags))
+    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
+        overrides, _ = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
         spec = speculative_config(config, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
 
@@ -253,7 +252,7 @@ def method_of(algorithm: str) -> str:
 
 
 def speculative_config(
-    config: ServerConfig, params: SpecParams, overrides: Mapping[str, Any] | None = None
+    config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``--speculative-config`` object for one speculative trial.
 
@@ -285,7 +284,7 @@ def speculative_config(
                 f'or a space flag "{SPEC_PREFIX}model"'
             )
         spec["model"] = model
-        if params.draft_tp is not None:
+        if params.draft_tp:  # 0: the target's (vLLM's default)
             spec["draft_tensor_parallel_size"] = params.draft_tp
     if params.adaptive is not None:
         spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, config)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sweep.clock import SYSTEM_CLOCK, Clock
-from sweep.engines.base import EngineAdapter, ResolvedServer, ServerConfig, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines.base import EngineAdapter, ResolvedServer, ServerConfig
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.engine_check import EngineCheck, check_engine
@@ -44,7 +45,7 @@ def launch_once(
     executor: Executor,
     adapter: EngineAdapter,
     config: ServerConfig,
-    params: SpecParams,
+    params: TrialConfig,
     *,
     options: LifecycleOptions | None = None,
     clock: Clock = SYSTEM_CLOCK,
@@ -105,7 +106,7 @@ def launch_once(
     )
 
 
-def launch_study(study: Study, params: SpecParams, *, on_event: EventSink | None = None,
+def launch_study(study: Study, params: TrialConfig, *, on_event: EventSink | None = None,
                  host: HostSpec | None = None) -> LaunchReport:  # fmt: skip
     """:func:`launch_once` with the engine, model, flags and host of a study file."""
     from sweep.server import deploy

@@ -25,7 +25,7 @@ from sweep.core.objective import score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.engines.base import EngineAdapter, SpecParams
+from sweep.engines.base import EngineAdapter
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
 from sweep.loop.progress import Display
 from sweep.server import deploy
@@ -63,13 +63,11 @@ def measure(
     start: TrialRecord,
     baselines: Mapping[int, float],
     save_samples: SaveSamples,
-    *,
-    params: SpecParams | None = None,
 ) -> Outcome:
     """One attempt at ``config``; ``start`` is the record written when the trial began.
 
-    ``params`` launches more than ``config`` says (an engine's per-batch-size schedule, see
-    :mod:`sweep.loop.schedule`); by default the launch parameters come from ``config``.
+    ``config.adaptive`` launches the engine's per-batch-size schedule (see
+    :mod:`sweep.loop.schedule`).
 
     Raises:
         BenchmarkError: the workload itself is wrong (rejected requests): no configuration
@@ -77,8 +75,7 @@ def measure(
     """
     started = bench.clock.now()
     try:
-        launch = params or deploy.spec_params(config)
-        return _measure(bench, config, launch, start, baselines, save_samples, started)
+        return _measure(bench, config, start, baselines, save_samples, started)
     except KeyboardInterrupt as exc:
         failure = Failure("interrupted", str(exc) or "Ctrl-C")
         return Interrupted(_finished(bench, start, failure=failure))
@@ -99,7 +96,6 @@ def measure(
 def _measure(
     bench: Bench,
     config: TrialConfig,
-    params: SpecParams,
     start: TrialRecord,
     baselines: Mapping[int, float],
     save_samples: SaveSamples,
@@ -112,7 +108,7 @@ def _measure(
             bench.executor,
             bench.adapter,
             deploy.server_config(study),
-            params,
+            config,
             client=client,
             options=bench.lifecycle,
             clock=bench.clock,

@@ -30,9 +30,9 @@ from sweep.core import policy
 from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Kind, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, render_table
-from sweep.core.space import TrialConfig
+from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import Verdict, best_static, figures_of, verdict
-from sweep.engines.base import Adaptive, EngineAdapter, SpecParams
+from sweep.engines.base import EngineAdapter
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
 from sweep.exceptions import Interrupted as InterruptedError
 from sweep.loop.measure import Bench, measure, start_record
@@ -151,20 +151,20 @@ def _records(storage: str, name: str) -> list[TrialRecord] | None:
 # --- the engine's own documents -------------------------------------------------------------------
 
 
-def schedule_params(schedule: Schedule, config_path: str | None) -> SpecParams:
-    """The launch parameters of ``schedule`` (no speculation at all when no level drafts)."""
-    params = deploy.spec_params(schedule.launch_config())
+def schedule_params(schedule: Schedule, config_path: str | None) -> TrialConfig:
+    """The launch configuration of ``schedule`` (no speculation at all when no level drafts)."""
+    params = schedule.launch_config()
     if not schedule.speculative:
         return params
     return dataclasses.replace(params, adaptive=Adaptive(schedule.steps_by_batch, config_path))
 
 
-def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> SpecParams | None:
+def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | None:
     """The engine's built-in schedule in the schedule's family, or ``None`` if it has none."""
     steps = adapter.builtin_adaptive_steps
     if steps is None:
         return None
-    params = deploy.spec_params(schedule.family.config(steps))
+    params = schedule.family.config(steps)
     return dataclasses.replace(params, adaptive=Adaptive())
 
 
@@ -257,7 +257,7 @@ def verify_with(
 
 
 def _launches(study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
-              ) -> list[tuple[str, SpecParams]]:  # fmt: skip
+              ) -> list[tuple[str, TrialConfig]]:  # fmt: skip
     """(name, parameters) of each verification launch; SGLang's file lives in ``workdir``."""
     params = schedule_params(schedule, None)
     text = adapter.adaptive_file(params)
@@ -279,12 +279,12 @@ def _verify_one(
     owner: optuna.Study,
     schedule: Schedule,
     name: str,
-    params: SpecParams,
+    params: TrialConfig,
     baselines: dict[int, float],
     storage: str,
     host: str,
 ) -> TrialRecord:
-    config = schedule.launch_config() if name == SCHEDULE else _config_of(schedule, params)
+    config = params  # the schedule (or the engine's built-in one) rides on the configuration
     text = bench.adapter.adaptive_file(params)
     if text is not None and params.adaptive is not None and params.adaptive.config_path:
         bench.executor.write_text(params.adaptive.config_path, text)  # on the server's host
@@ -303,7 +303,7 @@ def _verify_one(
 
     attempt = 1
     while True:
-        outcome = measure(bench, config, start, baselines, save, params=params)
+        outcome = measure(bench, config, start, baselines, save)
         if not policy.should_retry(outcome, attempt, bench.study.transient_retries):
             break
         attempt += 1
@@ -319,17 +319,13 @@ def _verify_one(
     return record
 
 
-def _config_of(schedule: Schedule, params: SpecParams) -> TrialConfig:
-    return schedule.family.config(params.num_steps)
-
-
-def _described(schedule: Schedule, name: str, params: SpecParams) -> dict[str, object]:
+def _described(schedule: Schedule, name: str, params: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
     return {"family": schedule.family.label(), "initial_steps": params.num_steps}
 
 
-def _label(name: str, schedule: Schedule, params: SpecParams) -> str:
+def _label(name: str, schedule: Schedule, params: TrialConfig) -> str:
     if name == SCHEDULE:
         steps = ", ".join(f"{b}: {s}" for b, s in schedule.steps_by_batch)
         return f"schedule (steps by batch size {steps}) {schedule.family.label()}"
@@ -338,7 +334,7 @@ def _label(name: str, schedule: Schedule, params: SpecParams) -> str:
     )
 
 
-def _checked(outcome: Outcome, params: SpecParams) -> Outcome:
+def _checked(outcome: Outcome, params: TrialConfig) -> Outcome:
     """Flag a launch whose server did not run the schedule (e.g. SGLang fell back to static)."""
     record = outcome.record
     if params.adaptive is None or record.resolved.get("adaptive") is not False:

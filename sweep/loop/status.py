@@ -129,7 +129,7 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
             check = gate_study(executor, study, adapter, {c.key(): c for c in result.valid})
         result, note = plan(study, check.gate(rules)), check.note
     config = deploy.server_config(study)
-    commands = tuple(adapter.command(config, deploy.spec_params(c)).shell() for c in result.valid)
+    commands = tuple(adapter.command(config, c).shell() for c in result.valid)
     per_trial, source = _per_trial_estimate(study)
     excluded = tuple(
         (e.requested, e.reason + (f" (same as {e.same_as})" if e.same_as else "")

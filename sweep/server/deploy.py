@@ -15,8 +15,7 @@ from typing import Any
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
-from sweep.core.space import TrialConfig
-from sweep.engines.base import EngineAdapter, ServerConfig, SpecParams
+from sweep.engines.base import EngineAdapter, ServerConfig
 from sweep.engines.flags import flag_words
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.vllm import VLLMAdapter
@@ -85,21 +84,6 @@ def server_config(study: Study) -> ServerConfig:
         max_running_requests=e.max_running_requests or max(study.workload.concurrency),
         extra_flags=flag_words(e.flags),
         env=e.env,
-    )
-
-
-def spec_params(config: TrialConfig) -> SpecParams:
-    """The lifecycle's parameters for a trial (the baseline runs without speculation)."""
-    extra = flag_words(config.flags)
-    if not config.speculative:
-        return SpecParams.baseline(extra_flags=extra, env=config.env)
-    return SpecParams(
-        config.num_steps,
-        config.eagle_topk,
-        config.num_draft_tokens,
-        config.draft_tp,
-        extra,
-        config.env,
     )
 
 

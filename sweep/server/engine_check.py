@@ -158,7 +158,7 @@ def gate_study(
     _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
     _raise(study, _conflicts(study, adapter, uses))
     server = deploy.server_config(study)
-    commands = {key: adapter.command(server, deploy.spec_params(c)) for key, c in configs.items()}
+    commands = {key: adapter.command(server, c) for key, c in configs.items()}
     check = check_engine(executor, adapter, commands)
     table = check.options or adapter.known_flags()
     _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))

@@ -29,13 +29,13 @@ from typing import TypeVar
 import httpx
 
 from sweep.clock import SYSTEM_CLOCK, Clock
+from sweep.core.space import TrialConfig
 from sweep.engines.base import (
     EngineAdapter,
     LaunchCommand,
     Readiness,
     ResolvedServer,
     ServerConfig,
-    SpecParams,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
 from sweep.failures import FailureKind, Phase, at_phase
@@ -266,7 +266,7 @@ def server(
     executor: Executor,
     adapter: EngineAdapter,
     config: ServerConfig,
-    params: SpecParams,
+    params: TrialConfig,
     *,
     client: httpx.Client,
     options: LifecycleOptions | None = None,
@@ -280,7 +280,7 @@ def server(
         adapter: the engine (its version settled, see
             :func:`~sweep.server.engine_check.check_engine`).
         config: the deployment.
-        params: this trial's parameters.
+        params: this trial's configuration.
         client: HTTP client for readiness and ``/server_info``.
         options: timeouts and places.
         clock: time source (tests inject a fake one).
@@ -309,7 +309,7 @@ def _context(
     executor: Executor,
     adapter: EngineAdapter,
     config: ServerConfig,
-    params: SpecParams,
+    params: TrialConfig,
     client: httpx.Client,
     options: LifecycleOptions | None,
     clock: Clock,

@@ -26,7 +26,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 
-from sweep.engines import ServerConfig, SGLangAdapter, SpecParams
+from sweep.core.space import TrialConfig
+from sweep.engines import ServerConfig, SGLangAdapter
 from sweep.exceptions import ServerFailure
 from sweep.failures import Phase
 from sweep.server.executor import Executor, LocalExecutor
@@ -39,7 +40,7 @@ from tests.sshd import SshdUnavailable, throwaway_sshd
 RUNS = 5
 FAST = Path(__file__).resolve().parents[1] / "profiles" / "fast.toml"
 SIM = (sys.executable, "-m", "sweep", "sim")
-PARAMS = SpecParams(num_steps=2, eagle_topk=1, num_draft_tokens=3)
+PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (.*)$")
 
 
