@@ -22,6 +22,7 @@ from sweep.search.confirm import (
     launch_variance,
     within_margin_probability,
 )
+from sweep.search.answer import confirmation_budget
 from sweep.search.guided import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
@@ -173,3 +174,16 @@ def test_options_are_checked(field: str, value: float) -> None:
 def test_the_confirmation_budget_is_the_share_of_the_whole() -> None:
     assert ConfirmOptions().confirmation_budget(20) == 4
     assert ConfirmOptions(share=0.25).confirmation_budget(60) == 15
+
+
+@pytest.mark.parametrize(("search", "share", "budget"),
+                         [(8, 0.2, 2), (7, 0.2, 1), (3, 0.2, 1), (20, 0.3, 8), (5, 0.0, 0)])  # fmt: skip
+def test_the_loop_s_confirmation_adds_at_most_its_share_and_at_least_one_launch(
+    search: int, share: float, budget: int
+) -> None:
+    """After a search of ``search`` launches the loop keeps ``share`` of the whole for the
+    confirmation: never more than share / (1 - share) of the search's launches (a 7-launch
+    search gets 1, not 2 = 29 %), but one at least, so the best can be relaunched."""
+    assert confirmation_budget(search, share) == budget
+    if share and search * share / (1 - share) >= 1:
+        assert budget <= search * share / (1 - share)

@@ -92,11 +92,11 @@ def confirm_step(
 
 
 def confirmation_budget(search_launches: int, share: float) -> int:
-    """Launches kept for confirmation: ``share`` of the whole, so ``share / (1 - share)`` of
-    the search's (at least 2, so a close call can be settled)."""
+    """Launches kept for confirmation: ``share`` of the whole, so at most ``share / (1 -
+    share)`` of the search's, and at least 1 (a single launch cannot be confirmed at all)."""
     if share <= 0:
         return 0
-    return max(2, math.ceil(search_launches * share / (1 - share)))
+    return max(1, math.floor(search_launches * share / (1 - share) + 1e-9))
 
 
 def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOptions,
