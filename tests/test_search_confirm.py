@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from sweep.search.answer import confirmation_budget
 from sweep.search.confirm import (
     ConfirmOptions,
     Decision,
@@ -22,7 +23,6 @@ from sweep.search.confirm import (
     launch_variance,
     within_margin_probability,
 )
-from sweep.search.answer import confirmation_budget
 from sweep.search.guided import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
