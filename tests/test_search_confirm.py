@@ -176,8 +176,10 @@ def test_the_confirmation_budget_is_the_share_of_the_whole() -> None:
     assert ConfirmOptions(share=0.25).confirmation_budget(60) == 15
 
 
-@pytest.mark.parametrize(("search", "share", "budget"),
-                         [(8, 0.2, 2), (7, 0.2, 1), (3, 0.2, 1), (20, 0.3, 8), (5, 0.0, 0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("search", "share", "budget"),
+    [(8, 0.2, 2), (7, 0.2, 1), (3, 0.2, 1), (20, 0.3, 8), (5, 0.0, 0)],
+)
 def test_the_loop_s_confirmation_adds_at_most_its_share_and_at_least_one_launch(
     search: int, share: float, budget: int
 ) -> None:
