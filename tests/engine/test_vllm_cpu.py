@@ -9,6 +9,7 @@ paths pointed at the cache and its storage, port and logs in a temp folder.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -234,3 +235,55 @@ def test_sweep_plan_runs_vllms_own_parser_over_every_command(
     assert "its own parser checked all 12 planned commands in one process; 6 rejected" in out
     assert "6 valid configurations" in out
     assert "invalid human_readable_int_or_auto value: 'huge' [vLLM 0.32.0's argument parser]" in out
+
+
+def schedule_study(cache: Path, folder: Path) -> Path:
+    """Levels 1 and 8 (16 requests each), the exact-copy draft: a schedule's own study."""
+    text = study_copy(cache, folder).read_text()
+    text = text.replace('name = "vllm-cpu-tiny"', 'name = "vllm-cpu-schedule"')
+    text = text.replace("num_steps = [1, 2, 4]", "num_steps = [4]")
+    text = re.sub(
+        r'(?m)^"--speculative-config.model" = .*$',
+        f'"--speculative-config.model" = ["{cache}/models/draft-noise-0"]',
+        text,
+    )
+    text = text.replace("concurrency = [1]", "concurrency = [1, 8]")
+    text = text.replace("min_rounds = 3\nmax_rounds = 4", "min_rounds = 2\nmax_rounds = 2")
+    path = folder / "vllm-cpu-schedule.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.timeout(600)
+def test_a_schedule_runs_on_vllm_cpu_as_the_counters_show(prepared: Path, tmp_path: Path) -> None:
+    """`sweep schedule --verify`'s relaunch on the real CPU build honours the schedule: 4
+    draft tokens per step at concurrency 1 and 1 at concurrency 8, by vLLM's own counters
+    over each measured level."""
+    from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
+    from sweep.loop.progress import Display
+    from sweep.loop.schedule import verify_schedule
+    from sweep.study import load_study
+
+    study = load_study(schedule_study(prepared, tmp_path))
+    draft = (("--speculative-config.model", f"{prepared}/models/draft-noise-0"),)
+    family = Family(0, draft)
+
+    def level(concurrency: int, steps: int) -> LevelChoice:
+        chosen = Candidate(f"k{steps}", f"k = {steps}", steps, (Estimate(1.0, 0.9, 1.1),))
+        return LevelChoice(concurrency, chosen, chosen, "chosen by this test")
+
+    # batch 1: 4 draft tokens; batch 2 and up: 1 (as reference/schedules.md measured by hand)
+    schedule = Schedule("output_tok_s", family, (level(1, 4), level(2, 1)))
+    out = io.StringIO()
+    (record,) = verify_schedule(study, schedule, storage=study.storage,
+                                display=Display(out, live=False))  # fmt: skip
+    print(out.getvalue()[-3000:])
+    assert record.state.value == "measured", record.failure
+    assert '"num_speculative_tokens_per_batch_size":[[1,1,4],[2,8,1]]' in record.command
+    per_step = {}
+    for stored in record.levels:
+        acceptance = stored["acceptance"]
+        per_step[stored["concurrency"]] = acceptance["draft_tokens"] / acceptance["drafts"]
+    print("draft tokens per step by concurrency:", per_step)
+    assert per_step[1] == pytest.approx(4.0, abs=0.05)
+    assert per_step[8] < 1.5  # 1, but for a step with a single request still running
