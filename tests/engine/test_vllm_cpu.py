@@ -186,20 +186,28 @@ def test_report_is_generated(finished_study: dict[str, Any]) -> None:
     assert any(out.rglob("*.html")) or any(out.rglob("*.md"))
 
 
-def unsupported_study(cache: Path, folder: Path) -> Path:
-    """One trial whose draft has head_dim 16: /health answers, the first request kills vLLM."""
+def study_variant(cache: Path, folder: Path, name: str, steps: str, draft: str,
+                  *edits: tuple[str, str]) -> Path:  # fmt: skip
+    """The committed study as ``name``: one draft model, ``steps``, and ``edits`` (old → new)."""
     text = study_copy(cache, folder).read_text()
-    text = text.replace('name = "vllm-cpu-tiny"', 'name = "vllm-cpu-unsupported"')
-    text = text.replace("num_steps = [1, 2, 4]", "num_steps = [1]")
+    text = text.replace('name = "vllm-cpu-tiny"', f'name = "{name}"')
+    text = text.replace("num_steps = [1, 2, 4]", f"num_steps = {steps}")
     text = re.sub(
         r'(?m)^"--speculative-config.model" = .*$',
-        f'"--speculative-config.model" = ["{cache}/models/draft-headdim-16"]',
+        f'"--speculative-config.model" = ["{cache}/models/{draft}"]',
         text,
     )
-    text = text.replace("every_trials = 100", "enabled = false")
-    path = folder / "vllm-cpu-unsupported.toml"
+    for old, new in edits:
+        text = text.replace(old, new)
+    path = folder / f"{name}.toml"
     path.write_text(text)
     return path
+
+
+def unsupported_study(cache: Path, folder: Path) -> Path:
+    """One trial whose draft has head_dim 16: /health answers, the first request kills vLLM."""
+    return study_variant(cache, folder, "vllm-cpu-unsupported", "[1]", "draft-headdim-16",
+                         ("every_trials = 100", "enabled = false"))  # fmt: skip
 
 
 @pytest.mark.timeout(600)
@@ -238,20 +246,10 @@ def test_sweep_plan_runs_vllms_own_parser_over_every_command(
 
 
 def schedule_study(cache: Path, folder: Path) -> Path:
-    """Levels 1 and 8 (16 requests each), the exact-copy draft: a schedule's own study."""
-    text = study_copy(cache, folder).read_text()
-    text = text.replace('name = "vllm-cpu-tiny"', 'name = "vllm-cpu-schedule"')
-    text = text.replace("num_steps = [1, 2, 4]", "num_steps = [4]")
-    text = re.sub(
-        r'(?m)^"--speculative-config.model" = .*$',
-        f'"--speculative-config.model" = ["{cache}/models/draft-noise-0"]',
-        text,
-    )
-    text = text.replace("concurrency = [1]", "concurrency = [1, 8]")
-    text = text.replace("min_rounds = 3\nmax_rounds = 4", "min_rounds = 2\nmax_rounds = 2")
-    path = folder / "vllm-cpu-schedule.toml"
-    path.write_text(text)
-    return path
+    """Levels 1 and 8 (2 rounds each), the exact-copy draft: a schedule's own study."""
+    rounds = ("min_rounds = 3\nmax_rounds = 4", "min_rounds = 2\nmax_rounds = 2")
+    levels = ("concurrency = [1]", "concurrency = [1, 8]")
+    return study_variant(cache, folder, "vllm-cpu-schedule", "[4]", "draft-noise-0", levels, rounds)
 
 
 @pytest.mark.timeout(600)
