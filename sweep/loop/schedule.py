@@ -279,23 +279,23 @@ def _verify_one(
     owner: optuna.Study,
     schedule: Schedule,
     name: str,
-    params: TrialConfig,
+    config: TrialConfig,
     baselines: dict[int, float],
     storage: str,
     host: str,
 ) -> TrialRecord:
-    config = params  # the schedule (or the engine's built-in one) rides on the configuration
-    text = bench.adapter.adaptive_file(params)
-    if text is not None and params.adaptive is not None and params.adaptive.config_path:
-        bench.executor.write_text(params.adaptive.config_path, text)  # on the server's host
+    # the schedule (or the engine's built-in one) rides on the configuration: config.adaptive
+    text = bench.adapter.adaptive_file(config)
+    if text is not None and config.adaptive is not None and config.adaptive.config_path:
+        bench.executor.write_text(config.adaptive.config_path, text)  # on the server's host
     trial = ask(owner)
-    stored = {"name": name, "engine": bench.adapter.name, **_described(schedule, name, params)}
+    stored = {"name": name, "engine": bench.adapter.name, **_described(schedule, name, config)}
     start = dataclasses.replace(
         start_record(config, Kind.SCHEDULE, host, bench.clock.wall()),
         key=f"{name}:{config.key()}", schedule=stored,
     )  # fmt: skip
     write_record(trial, start)
-    bench.display.trial_started(name, f"#{trial.number} {_label(name, schedule, params)}")
+    bench.display.trial_started(name, f"#{trial.number} {_label(name, schedule, config)}")
 
     def save(result: BenchmarkResult) -> None:
         rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
@@ -309,7 +309,7 @@ def _verify_one(
         attempt += 1
         start = dataclasses.replace(start, attempt=attempt)
         write_record(trial, start)
-    record = _tell(owner, trial, _checked(outcome, params))
+    record = _tell(owner, trial, _checked(outcome, config))
     bench.display.trial_finished(_result_text(record))
     if isinstance(outcome, Interrupted):
         raise InterruptedError(

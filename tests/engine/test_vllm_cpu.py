@@ -30,7 +30,7 @@ pytestmark = pytest.mark.engine
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "studies" / "vllm-cpu-tiny.toml"
 CACHE = Path(os.environ.get("SWEEP_ENGINE_CACHE", Path.home() / ".cache" / "sweep-test-engine"))
-PLACEHOLDER = "/tmp/sweep-vllm-cpu"
+PLACEHOLDER = "sweep-vllm-cpu"  # the study's paths: relative, to a link to the cache
 RUN_TIMEOUT_S = 1200
 SWEEP = Path(sys.executable).with_name("sweep")
 
@@ -48,8 +48,9 @@ def prepared() -> Path:
 
 def study_copy(cache: Path, folder: Path) -> Path:
     """The committed study with its paths in the cache and its state in ``folder``."""
-    text = STUDY.read_text().replace(f"{PLACEHOLDER}/servers", str(folder / "servers"))
-    text = text.replace(PLACEHOLDER, str(cache)).replace("port = 30217", f"port = {free_port()}")
+    text = STUDY.read_text().replace(f'"{PLACEHOLDER}/servers"', f'"{folder / "servers"}"')
+    text = text.replace(f'"{PLACEHOLDER}/', f'"{cache}/')
+    text = text.replace("port = 30217", f"port = {free_port()}")
     text = text.replace("[study]\n", f'[study]\nstorage = "sqlite:///{folder / "s.db"}"\n', 1)
     path = folder / "vllm-cpu-tiny.toml"
     path.write_text(text)
