@@ -21,7 +21,7 @@ def skip_or_fail(reason: str) -> None:
 import contextlib  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 
-from tests.sshd import Sshd, SshdUnavailable, throwaway_sshd  # noqa: E402
+from tests.support.sshd import Sshd, SshdUnavailable, throwaway_sshd  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +40,7 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from tests.pg import Postgres, PostgresUnavailable, throwaway_postgres  # noqa: E402
+from tests.support.pg import Postgres, PostgresUnavailable, throwaway_postgres  # noqa: E402
 
 
 @pytest.fixture(scope="session")

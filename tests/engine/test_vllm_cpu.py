@@ -23,7 +23,7 @@ import pytest
 
 from sweep.core.records import ATTR
 from tests.conftest import skip_or_fail
-from tests.simproc import free_port
+from tests.support.simproc import free_port
 
 pytestmark = pytest.mark.engine
 

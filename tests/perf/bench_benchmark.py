@@ -28,7 +28,7 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from tests.perf.figures import Figure
-from tests.simproc import running_sim, spec_flags
+from tests.support.simproc import running_sim, spec_flags
 
 LEVELS = (1, 4, 16)
 

@@ -30,9 +30,9 @@ from sweep.loop.progress import Display, HostBoard
 from sweep.loop.run import RunOptions, RunSummary, run_study
 from sweep.store import baseline_study_name, rdb_storage
 from sweep.study import Study, load_study
-from tests.hosts import shared_study
 from tests.perf.figures import Figure
-from tests.pg import Postgres, PostgresUnavailable, throwaway_postgres
+from tests.support.hosts import shared_study
+from tests.support.pg import Postgres, PostgresUnavailable, throwaway_postgres
 
 SPACE = "num_steps = { low = 1, high = 24 }"
 

@@ -35,10 +35,10 @@ from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import Event, EventSink
 from tests.perf.figures import Figure
-from tests.sshd import SshdUnavailable, throwaway_sshd
+from tests.support.sshd import SshdUnavailable, throwaway_sshd
 
 RUNS = 5
-FAST = Path(__file__).resolve().parents[1] / "profiles" / "fast.toml"
+FAST = Path(__file__).resolve().parents[1] / "support" / "profiles" / "fast.toml"
 SIM = (sys.executable, "-m", "sweep", "sim")
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (.*)$")

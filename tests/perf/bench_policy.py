@@ -41,7 +41,7 @@ from tests.perf.search_play import (
     spaces,
     summarise,
 )
-from tests.search_helpers import valid_candidates
+from tests.support.search_helpers import valid_candidates
 
 SEEDS = range(10)
 SHIPPED = ("default", "high-acceptance", "tree")

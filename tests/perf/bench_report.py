@@ -18,8 +18,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.analysis_studies import Config, Synth, write_study
 from tests.perf.figures import Figure
+from tests.support.frames import Config, Synth, write_study
 
 TRIALS = 2000
 CACHE = Path(tempfile.gettempdir()) / "sweep-perf-report-v1"

@@ -26,8 +26,8 @@ from sweep.loop.run import run_study
 from sweep.store import baseline_study_name, quiet_optuna, read_records, schedule_study_name
 from sweep.study import load_study
 from tests.perf.figures import Figure
-from tests.simproc import PROFILES
-from tests.studies import write_study
+from tests.support.simproc import PROFILES
+from tests.support.studies import write_study
 
 LEVELS = (1, 16, 64)
 METRIC = "output_tok_s"

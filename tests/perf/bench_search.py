@@ -41,7 +41,7 @@ from sweep.sim.profile import Profile, load_profile
 from sweep.store import quiet_optuna
 from sweep.study import load_study, parse_study
 from tests.perf.figures import Figure
-from tests.studies import write_study
+from tests.support.studies import write_study
 
 SPACE = """
 [study]

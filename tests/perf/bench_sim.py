@@ -22,7 +22,7 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from tests.perf.figures import Figure
-from tests.simproc import running_sim, spec_flags
+from tests.support.simproc import running_sim, spec_flags
 
 TOKENS = 300
 REQUESTS_PER_SLOT = {1: 8, 4: 6, 16: 4}

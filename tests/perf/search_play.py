@@ -44,7 +44,7 @@ from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
 from sweep.study import parse_study
 from sweep.study.spec import Study
-from tests.search_helpers import valid_candidates
+from tests.support.search_helpers import valid_candidates
 
 LAUNCH_SD = 0.02
 WITHIN_SD = 0.005

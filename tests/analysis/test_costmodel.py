@@ -1,0 +1,163 @@
+"""Cost model: recovers the simulator's constants, predicts untried settings, refuses too little."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.acceptance import fit_accept_curve
+from analysis.costmodel import fit_cost_model
+from analysis.errors import CostModelError
+from analysis.load import load_trials
+from analysis.predict import best_untried, predict_configs
+from analysis.speedup import with_speedup
+from sweep.core.space import TrialConfig
+from sweep.sim.model import SimConfig, accept_length, predict
+from sweep.sim.profile import load_profile
+from tests.support.frames import Config, Synth, chain_configs, write_study
+
+PROFILE = load_profile("default")
+# The default profile's constants at batch 1, target TP 8 (sweep/sim/profiles/default.toml).
+T = PROFILE.timing
+D = PROFILE.draft
+TRUTH = {
+    "verify_base": T.base_ms + T.allreduce_ms["8"],  # one decode step: 11.2 ms
+    "verify_slope": T.token_ms,  # 0.2 ms per extra draft token
+    "draft_step@tp1": D.compute_ms + D.allreduce_ms["1"],  # 0.7 ms
+    "draft_step@tp8": D.compute_ms + D.allreduce_ms["8"],  # 2.77 ms
+    "draft_branch": D.topk_ms,  # 0.4 ms per extra branch
+    "overhead@tp1": T.spec_overhead_ms + T.draft_tp_mismatch_ms,  # 3.7 ms
+    "overhead@tp8": T.spec_overhead_ms,  # 3.4 ms
+}
+TREES = [Config(s, 2, n, tp) for tp in (1, 8) for s in (2, 3) for n in (3, 5, 7)]
+
+
+def frame(folder: Path, configs: list[Config], name: str = "cm", **kw: object) -> pd.DataFrame:
+    return load_trials(write_study(folder, Synth(name, configs, baseline_every=100, **kw)))
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """Noise-free chains and trees at draft TP 1 and 8, and a baseline."""
+    return frame(tmp_path_factory.mktemp("full"), chain_configs([1, 2, 3, 4], [1, 8]) + TREES)
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """What the demo measures: topk-1 chains, steps 1–4, draft TP 1 and 8."""
+    return frame(tmp_path_factory.mktemp("chains"), chain_configs([1, 2, 3, 4], [1, 8]))
+
+
+def test_recovers_the_simulators_constants_within_5_percent(full: pd.DataFrame) -> None:
+    model = fit_cost_model(full)
+    assert model.notes == ()
+    for name, value in TRUTH.items():
+        assert model.constant(name).value_ms == pytest.approx(value, rel=0.05), name
+    assert model.decode_ms == pytest.approx(TRUTH["verify_base"], rel=1e-3)
+    assert all(abs(r.relative) < 1e-3 for r in model.residuals) and model.r_squared > 0.999
+
+
+def test_constants_come_with_uncertainties_from_noisy_data(tmp_path: Path) -> None:
+    configs = chain_configs([1, 2, 3, 4], [1, 8]) + TREES
+    model = fit_cost_model(frame(tmp_path, configs, noise=0.01))
+    draft = model.constant("draft_step@tp8")
+    assert (
+        0 < draft.std_ms < 0.5 and abs(draft.value_ms - TRUTH["draft_step@tp8"]) < 4 * draft.std_ms
+    )
+    assert max(abs(r.relative) for r in model.residuals) < 0.05
+
+
+def test_chains_only_fold_the_verify_slope_into_the_draft_step(chains: pd.DataFrame) -> None:
+    model = fit_cost_model(chains)
+    assert any("cannot be told apart" in note for note in model.notes)
+    with pytest.raises(KeyError):
+        model.constant("verify_slope")
+    for tp in (1, 8):  # each draft step now carries one extra verify token
+        expected = TRUTH[f"draft_step@tp{tp}"] + TRUTH["verify_slope"]
+        assert model.constant(f"draft_step@tp{tp}").value_ms == pytest.approx(expected, rel=0.05)
+    assert model.constant("verify_base").value_ms == pytest.approx(TRUTH["verify_base"], rel=0.05)
+
+
+def test_breakdown_adds_up_to_the_cycle(full: pd.DataFrame) -> None:
+    model = fit_cost_model(full)
+    config = TrialConfig(3, 2, 5, 8)
+    split = model.breakdown(config)
+    assert split is not None and model.cycle_ms(config) == pytest.approx(split.total_ms)
+    assert split.draft_ms == pytest.approx(3 * (TRUTH["draft_step@tp8"] + TRUTH["draft_branch"]))
+    assert split.verify_ms == pytest.approx(TRUTH["verify_base"] + 4 * TRUTH["verify_slope"])
+    assert model.breakdown(TrialConfig(3, 1, 4, 4)) is None  # draft TP 4 never measured
+
+
+def test_predicts_untried_configurations_and_names_the_best(tmp_path: Path) -> None:
+    df = frame(
+        tmp_path, [*chain_configs([1, 2, 3], [8]), Config(1, draft_tp=1), Config(3, draft_tp=1)]
+    )
+    model = fit_cost_model(df)
+    predictions = {p.config: p for p in predict_configs(model, df)}
+    truth = predict(PROFILE, SimConfig("EAGLE3", 2, 1, 3, 8, 1), 1, output_len=200)
+    two = predictions[TrialConfig(2, 1, 3, 1)]  # accept length from draft TP 8, timing fitted
+    assert not two.tried and two.accept_source == "measured"
+    assert two.throughput == pytest.approx(truth.decode_tok_s, rel=0.02)
+    five = predictions[TrialConfig(5, 1, 6, 1)]  # accept length extrapolated by the curve
+    assert five.accept_source == "curve"
+    assert five.accept_length == pytest.approx(
+        accept_length(PROFILE, SimConfig("EAGLE3", 5, 1, 6)), rel=0.02
+    )
+    best = best_untried(model, df)
+    assert best is not None and best.config == TrialConfig(2, 1, 3, 1)  # the simulator's optimum
+
+
+def test_refuses_too_little_data_with_a_clear_message(tmp_path: Path) -> None:
+    one = frame(tmp_path / "one", [Config(2, draft_tp=8)], name="one")
+    with pytest.raises(
+        CostModelError,
+        match=r"3 constants .* need at least 4 measurements, found 2 \(1 trials \+ 1 baselines\)",
+    ):
+        fit_cost_model(one)
+    repeats = [Config(2, draft_tp=8), Config(2, draft_tp=1)] * 2  # enough rows, one step count
+    same_steps = frame(tmp_path / "same", repeats, name="s")
+    with pytest.raises(
+        CostModelError,
+        match=r"draft TP 1: steps 2; draft TP 8: steps 2.*two "
+        "different step counts",
+    ):
+        fit_cost_model(same_steps)
+
+
+def test_refuses_without_a_baseline(chains: pd.DataFrame) -> None:
+    no_baseline = chains.assign(baseline_trial=pd.NA, baseline_decode_tok_s=float("nan"))
+    with pytest.raises(CostModelError, match=r"no baseline .* verify time cannot be separated"):
+        fit_cost_model(no_baseline)
+    with pytest.raises(CostModelError, match="no measured speculative trials at concurrency 16"):
+        fit_cost_model(chains, concurrency=16)
+
+
+def test_accept_curve_recovers_the_acceptance_profile() -> None:
+    steps = [1, 2, 3, 4, 5, 6]
+    lengths = [accept_length(PROFILE, SimConfig("EAGLE3", s, 1, s + 1)) for s in steps]
+    curve = fit_accept_curve(steps, lengths)
+    assert curve is not None
+    assert curve.first == pytest.approx(PROFILE.acceptance.first, rel=0.05)
+    assert curve.decay == pytest.approx(PROFILE.acceptance.decay, rel=0.05)
+    assert curve.std(8) < 0.01
+    assert fit_accept_curve([3, 3], [2.0, 2.1]) is None  # one step count: no curve
+
+
+def test_speedup_interval_combines_both_relative_half_widths() -> None:
+    row = pd.DataFrame(
+        {
+            "value": [120.0],
+            "value_ci_low": [117.0],
+            "value_ci_high": [123.0],
+            "baseline_value": [100.0],
+            "baseline_ci_low": [96.0],
+            "baseline_ci_high": [104.0],
+        }
+    )
+    out = with_speedup(row).iloc[0]
+    rel = (0.025**2 + 0.04**2) ** 0.5
+    assert out["speedup"] == pytest.approx(1.2)
+    assert out["speedup_ci_low"] == pytest.approx(1.2 * (1 - rel))
+    assert out["speedup_ci_high"] == pytest.approx(1.2 * (1 + rel))

@@ -1,0 +1,155 @@
+"""The report's schedule section: the comparison per level, the verdict, both figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from matplotlib.collections import LineCollection
+from matplotlib.container import ErrorbarContainer
+from optuna.trial import create_trial
+
+from analysis.load import load_schedules, load_study_data
+from analysis.plots_schedule import plot_pareto, plot_schedule
+from analysis.report import write_report
+from analysis.schedule import compare_schedule
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.store import schedule_study_name
+from sweep.study import load_study
+from sweep.study.spec import Constraint
+from tests.support.frames import Synth, chain_configs, write_study
+
+LEVELS = (1, 16, 64)
+BEST_STEPS = {1: 4, 16: 2, 64: 0}  # the batch-dependent profile's optimum per level
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    synth = Synth("sched", chain_configs([1, 2, 3, 4, 5], [8]), levels=LEVELS,
+                  profile="batch-dependent", baseline_every=10)  # fmt: skip
+    path = write_study(tmp_path_factory.mktemp("sched"), synth)
+    add_schedules(path)
+    return path
+
+
+def add_schedules(path: Path) -> None:
+    """A verified schedule running each level's best steps, and a built-in one at 3 steps."""
+    spec = load_study(path)
+    stored = optuna.load_study(study_name=spec.name, storage=spec.storage)
+    base = optuna.load_study(study_name=f"{spec.name}.baselines", storage=spec.storage)
+    by_steps = {t.user_attrs["sweep.config"]["num_steps"]: t for t in stored.get_trials()}
+    by_steps[0] = base.get_trials()[0]
+
+    def levels(steps: dict[int, int]) -> tuple[dict[str, object], ...]:
+        out = []
+        for level, s in steps.items():
+            figures = by_steps[s].user_attrs["sweep.levels"]
+            out.append(next(f for f in figures if f["concurrency"] == level))
+        return tuple(out)
+
+    owner = optuna.create_study(study_name=schedule_study_name(spec.name), storage=spec.storage,
+                                direction="maximize")  # fmt: skip
+    for name, steps in (("schedule", BEST_STEPS), ("builtin", {1: 3, 16: 3, 64: 0})):
+        config = TrialConfig(max(steps.values()), 1, max(steps.values()) + 1, 8)
+        record = TrialRecord(
+            kind=Kind.SCHEDULE, config=config, key=f"{name}:{config.key()}", host="gpu-a",
+            levels=levels(steps), command=f"python -m sglang.launch_server --{name}",
+            resolved={"adaptive": True},
+            schedule={"name": name, "steps_by_batch": {str(k): v for k, v in steps.items()}},
+        )  # fmt: skip
+        owner.add_trial(create_trial(value=1.0, user_attrs=record.to_attrs(),
+                                     constraints={"sweep_feasible": 0.0}))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def frames(study: Path) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    info, trials, baselines = load_study_data(study)
+    return trials, baselines, load_schedules(info)
+
+
+def test_schedules_load_with_their_name_and_steps_per_level(
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+) -> None:
+    schedules = frames[2]
+    mine = schedules[schedules["schedule"] == "schedule"]
+    assert list(mine["concurrency"]) == list(LEVELS)
+    assert list(mine["schedule_steps"]) == [4, 2, 0] and set(mine["kind"]) == {"schedule"}
+
+
+def test_the_comparison_has_every_series_per_level_and_says_the_schedule_won(
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+) -> None:
+    c = compare_schedule(*frames, "output_tok_s")
+    assert set(c.table["series"]) == {"schedule", "best_here", "single_best", "builtin", "none"}
+    wide = c.wide()
+    assert list(wide.index) == list(LEVELS)
+    # the schedule is the best static configuration at every level (same figures here)
+    assert (wide["schedule"] - wide["best_here"]).abs().max() < 1e-9
+    assert c.single_best is not None and c.single_best.startswith("steps 2")
+    assert c.verdict is not None and c.verdict.won
+    assert c.verdict.gain_vs_static is not None and c.verdict.gain_vs_static > 0.03
+    assert c.verdict.gain_vs_builtin is not None and c.verdict.gain_vs_builtin > 0
+    assert c.verdict.text.startswith("The schedule won")
+
+
+def test_without_a_verified_schedule_the_comparison_is_empty(
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+) -> None:
+    trials, baselines, schedules = frames
+    c = compare_schedule(trials, baselines, schedules.iloc[0:0], "output_tok_s")
+    assert c.table.empty and c.verdict is None
+
+
+def test_plot_schedule_draws_each_series_as_ratios_to_no_speculation(
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+) -> None:
+    ax = plot_schedule(compare_schedule(*frames, "output_tok_s").table)
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 5 and "no speculation" in ax.get_ylabel()
+    none = next(b for b in bars if b.get_label() == "no speculation")
+    assert list(none.lines[0].get_ydata()) == pytest.approx([1.0, 1.0, 1.0])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "16", "64"]
+
+
+def test_plot_pareto_has_a_line_per_configuration_the_schedules_and_the_limits(
+    frames: tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame],
+) -> None:
+    frame = pd.concat(frames, ignore_index=True)
+    limits = [Constraint("decode_tok_s", 1, minimum=150.0),
+              Constraint("itl_p90_ms", 16, maximum=10.0)]  # fmt: skip
+    ax = plot_pareto(frame, constraints=limits)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "the schedule (verified)" in labels and "no speculation" in labels
+    assert "decode_tok_s ≥ 150 at concurrency 1" in labels
+    assert "breaks itl_p90_ms ≤ 10 at concurrency 16" in labels  # every itl p90 is 17 ms
+    drawn = [line for line in ax.get_lines() if len(line.get_xdata()) == len(LEVELS)]
+    assert len(drawn) == 1 + 2  # no speculation, two schedules
+    (static,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+    paths = static.get_segments()
+    assert len(paths) == 5 and all(len(p) == len(LEVELS) for p in paths)  # one per configuration
+    schedule = next(
+        line for line in ax.get_lines() if line.get_label() == "the schedule (verified)"
+    )
+    assert list(schedule.get_ydata()) == sorted(schedule.get_ydata(), reverse=True)
+
+
+def test_report_has_the_schedule_section_figures_and_summary(study: Path, tmp_path: Path) -> None:
+    files = write_report(study, tmp_path / "r", formats=["png"])
+    markdown = files.markdown.read_text()
+    section = markdown.split("## Per-concurrency schedule")[1].split("\n## ")[0]
+    assert "**The schedule won" in section and "--schedule" in section
+    assert "figures/schedule.png" in section and "figures/pareto.png" in section
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())["schedule"]
+    assert summary["won"] is True and summary["gain_vs_single_best_static"] > 0
+    assert (tmp_path / "r" / "schedules.csv").exists()
+
+
+def test_report_without_schedules_says_how_to_verify_one(tmp_path: Path) -> None:
+    synth = Synth("plain", chain_configs([1, 2], [8]), levels=(1, 4))
+    files = write_report(write_study(tmp_path, synth), tmp_path / "r", formats=["png"])
+    section = files.markdown.read_text().split("## Per-concurrency schedule")[1].split("\n## ")[0]
+    assert "No schedule was verified yet" in section and "figures/pareto.png" in section

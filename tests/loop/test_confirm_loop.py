@@ -1,0 +1,118 @@
+"""The confirmation phase through the real loop on `sweep sim` with launch-to-launch noise."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweep.core.policy import Measured, Outcome
+from sweep.core.records import Kind, State, StudyInfo, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.loop.measure import Bench, SaveSamples
+from sweep.loop.options import RunOptions
+from sweep.loop.progress import Display
+from sweep.loop.run import run_study
+from sweep.loop.runner import Runner
+from sweep.loop.status import load_status
+from sweep.server.executor import LocalExecutor
+from sweep.store import read_records
+from sweep.study import load_study
+from tests.support.simproc import write_profile
+from tests.support.studies import write_study
+
+pytestmark = pytest.mark.slow
+
+
+def test_contenders_are_relaunched_and_the_answer_states_its_confidence(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, "[noise]\nlaunch_cv = 0.02\n")
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
+                       profile=profile, confirm=True,
+                       sections="[confirm]\nmax_replicates = 3\n")  # fmt: skip
+    summary = run_study(load_study(path), display=Display(io.StringIO(), live=False))
+    study = load_study(path)
+    optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
+    records = read_records(optuna_study)
+    replicates = [r for r in records if r.kind is Kind.REPLICATE]
+    assert all(r.state is State.MEASURED and r.key for r in replicates)
+    answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
+    assert answer["winner"] in {r.key for r in records if r.kind is Kind.TRIAL}
+    assert len(answer["replicates"]) >= 1 and answer["ci_low"] <= answer["mean"]
+    assert answer["mean"] <= answer["ci_high"]
+    assert answer["over_baseline"] is not None and answer["tie"]
+    assert summary.answer and summary.answer.startswith(answer["label"])
+    assert load_status(study).answer == summary.answer
+    # the answer counts toward nothing the search needs: every configuration settled once
+    settled = [r for r in records if r.kind is Kind.TRIAL and r.state is State.MEASURED]
+    assert len({r.key for r in settled}) == 3
+
+
+def test_the_report_states_the_confirmed_answer(tmp_path: Path) -> None:
+    from analysis.report import write_report
+
+    profile = write_profile(tmp_path, "[noise]\nlaunch_cv = 0.02\n")
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", profile=profile, confirm=True)
+    summary = run_study(load_study(path), display=Display(io.StringIO(), live=False))
+    files = write_report(path, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Confirmed answer" in text and summary.answer.split(":")[0] in text
+    data = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert data["answer"]["winner"] and files.html.exists()
+
+
+class Scripted:
+    """The measurement seam with scripted values: each configuration's launches in turn."""
+
+    def __init__(self, values: dict[str, list[float]]) -> None:
+        self.values = values
+        self.order: list[str] = []
+
+    def __call__(self, bench: Bench, config: TrialConfig, start: TrialRecord,
+                 baselines: Mapping[int, float], save: SaveSamples) -> Outcome:  # fmt: skip
+        key = config.key() if config.speculative else "baseline"
+        self.order.append(key if start.kind is not Kind.BASELINE else "baseline")
+        value = self.values[key].pop(0) if len(self.values[key]) > 1 else self.values[key][0]
+        level = {"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": 0.2}}
+        record = dataclasses.replace(start, levels=(level,), objective=value,
+                                     timings={"total": 1.0})  # fmt: skip
+        return Measured(record, value)
+
+
+def test_close_contenders_and_the_baseline_are_relaunched_and_optuna_told_the_estimate(
+    tmp_path: Path,
+) -> None:
+    confirm = "[confirm]\nmax_replicates = 3\nshare = 0.5\n"
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
+                       confirm=True, sections=confirm)  # fmt: skip
+    study = load_study(path)
+    keys = {s: TrialConfig(s, 1, s + 1, 8).key() for s in (1, 2, 3)}
+    scripted = Scripted({"baseline": [90.0, 89.5, 90.3], keys[1]: [80.0],
+                         keys[2]: [100.0, 99.6, 100.2], keys[3]: [100.3, 99.9, 100.1]})  # fmt: skip
+
+    class Quiet(Runner):
+        def _check_engine(self) -> None:
+            pass
+
+    with LocalExecutor() as executor:
+        runner = Quiet(study, RunOptions(), Display(io.StringIO(), live=False), executor,
+                       measurer=scripted)  # fmt: skip
+        summary = runner.run()
+    optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
+    records = read_records(optuna_study)
+    replicates = [r for r in records if r.kind is Kind.REPLICATE]
+    assert {r.key for r in replicates} == {keys[2], keys[3]}  # steps 1 is no contender
+    assert "baseline" in scripted.order[4:]  # the baseline is relaunched among them
+    told = next(r for r in replicates if r.key == keys[2])
+    assert told.value != told.objective  # Optuna: the combined estimate; record: this launch
+    answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
+    # 0.2 % apart after 3 launches each, under a 2 % launch-noise prior: one of the two, and
+    # when the statistics are confident of a tie it goes to fewer steps
+    assert answer["winner"] in (keys[2], keys[3]) and answer["tie"]
+    assert not answer["confident"] or answer["winner"] == keys[2]
+    assert answer["over_baseline"]["ratio"] > 1.05
+    assert summary.replicates == len(replicates)

@@ -1,0 +1,181 @@
+"""Fault matrix, the loop's rows: each fault through the real loop on `sweep sim`.
+
+Each test asserts what was recorded, that the run went on (or stopped with the documented
+reason), that nothing measured earlier was lost, and that no process or port was left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.exceptions import StorageError, StudyBusy
+from sweep.loop.claims import Claims, Lease
+from sweep.loop.progress import Display
+from sweep.loop.run import RunOptions, run_study
+from sweep.server.hygiene import HostLimits
+from sweep.store import baseline_study_name, read_records
+from sweep.study import load_study
+from tests.support.procs import wait_until
+from tests.support.simproc import write_profile
+from tests.support.studies import launches, write_study
+
+pytestmark = pytest.mark.slow
+
+
+class Recording(Display):
+    def __init__(self) -> None:
+        super().__init__(io.StringIO(), live=False)
+        self.messages: list[str] = []
+        self.started: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+
+    def trial_started(self, index: str, label: str) -> None:
+        self.started.append(index)
+        super().trial_started(index, label)
+
+
+def records(path: Path, baselines: bool = False) -> list[TrialRecord]:
+    study = load_study(path)
+    name = baseline_study_name(study.name) if baselines else study.name
+    return read_records(optuna.load_study(study_name=name, storage=study.storage))
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_a_baseline_that_meets_a_held_port_stops_the_run_once(tmp_path: Path) -> None:
+    """Round 1 restarted such a baseline 34 times in 11.5 minutes; now: one trial, one reason."""
+    path = write_study(tmp_path, space="num_steps = [1, 2]")
+    study = load_study(path)
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("127.0.0.1", study.engine.port))
+        holder.listen()
+        options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+        summary = run_study(study, options, display=Recording())
+    assert summary.failed_run and "baseline failed" in summary.stop_reason
+    assert "port_in_use" in summary.stop_reason
+    baselines = records(path, baselines=True)
+    assert [b.state for b in baselines] == [State.FAILED]
+    assert baselines[0].attempt == 2  # 1 + transient_retries, then the decision
+    assert records(path) == [] and launches(tmp_path) == []
+
+
+def test_a_baseline_that_hangs_is_bounded_too(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, '[[failure]]\nkind = "hang_capture"\n')
+    path = write_study(tmp_path, space="num_steps = [1]", profile=profile)
+    path.write_text(path.read_text().replace("ready_timeout_s = 30", "ready_timeout_s = 1"))
+    summary = run_study(load_study(path), display=Recording())
+    baselines = records(path, baselines=True)
+    assert len(baselines) == 1 and baselines[0].failure is not None
+    assert baselines[0].failure.kind == "startup_timeout"
+    assert summary.failed_run and "baseline failed" in summary.stop_reason
+    assert records(path) == [] and port_free(load_study(path).engine.port)
+
+
+def test_progress_counter_counts_settled_configurations_across_a_resume(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"')
+    first = Recording()
+    run_study(load_study(path), RunOptions(n_trials=1), display=first)
+    assert first.started == ["baseline", "1/1"]
+    second = Recording()
+    run_study(load_study(path), display=second)
+    assert second.started == ["2/3", "3/3"]  # round 1 restarted at 1 and repeated numbers
+
+
+def test_a_second_run_of_the_same_study_refuses_and_names_the_holder(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1]")
+    study = load_study(path)
+    claims = Claims(study.storage, study.name)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        claims._insert("lease:local", f"{socket.gethostname()}:{holder.pid}", holder.pid)
+        with pytest.raises(StudyBusy, match=f"pid {holder.pid}"):
+            run_study(study, display=Recording())
+        assert launches(tmp_path) == []  # nothing was launched, nothing of the holder killed
+        assert holder.poll() is None
+    finally:
+        holder.kill()
+        holder.wait(10)
+    # the holder is dead now: its lease is taken over at once
+    summary = run_study(study, display=Recording())
+    assert summary.measured == 1
+
+
+def test_a_lease_is_released_and_refused_while_held(tmp_path: Path) -> None:
+    path = write_study(tmp_path)
+    study = load_study(path)
+    claims = Claims(study.storage, study.name)
+    lease = Lease(claims, "local", beat_s=0.05)
+    lease.acquire()
+    other = Lease(Claims(study.storage, study.name), "local")
+    other.me = "elsewhere:1"  # another machine whose lease was just renewed
+    with pytest.raises(StudyBusy):
+        other.acquire()
+    lease.release()
+    other.acquire()
+    other.release()
+
+
+def test_a_read_only_database_is_one_clear_error(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1, 2]")
+    run_study(load_study(path), RunOptions(n_trials=1), display=Recording())
+    db = tmp_path / "t.db"
+    before = db.read_bytes()
+    read_only = f"sqlite:///file:{db}?mode=ro&uri=true"
+    with pytest.raises(StorageError, match="cannot"):
+        run_study(load_study(path), RunOptions(storage_url=read_only), display=Recording())
+    assert db.read_bytes() == before
+
+
+def test_measured_kinds_are_named_the_same_everywhere(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1]")
+    run_study(load_study(path), display=Recording())
+    (trial,) = records(path)
+    (baseline,) = records(path, baselines=True)
+    assert trial.kind is Kind.TRIAL and baseline.kind is Kind.BASELINE
+    assert trial.speedup is not None and trial.baseline["trial"] == baseline.number
+
+
+def test_a_second_server_on_the_port_during_load_is_never_measured(tmp_path: Path) -> None:
+    """Round 1 stored an intruder's figures as trial 0 (94.6 tok/s)."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "second_server"\npid_file = "intruder.pid"\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, space="num_steps = [2]", profile=profile)
+    pid_file = tmp_path / "intruder.pid"
+    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+    try:
+        run_study(load_study(path), options, display=Recording())
+        (trial,) = records(path)
+        assert trial.state is State.FAILED and trial.levels == ()
+        assert trial.failure is not None and trial.failure.kind in ("stale_server", "port_in_use")
+        assert records(path, baselines=True)[0].state is State.MEASURED
+    finally:
+        if pid_file.exists():
+            pid = int(pid_file.read_text().split()[0])
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)

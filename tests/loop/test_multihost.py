@@ -1,0 +1,243 @@
+"""Several workers on one shared PostgreSQL study: three simulated hosts (one over real SSH),
+every configuration measured exactly once, a killed worker's trial reaped and re-run,
+SQLite refused."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweep.core.records import ATTR
+from sweep.core.space import plan
+from sweep.engines import rules_for  # [engines] the rules come from the adapter
+from sweep.exceptions import ConfigError
+from sweep.loop.claims import Claims
+from sweep.loop.fleet import run_hosts
+from sweep.loop.progress import Display, HostBoard
+from sweep.loop.resume import enqueue_grid
+from sweep.loop.run import RunOptions, run_study, run_worker
+from sweep.loop.status import load_status
+from sweep.store import baseline_study_name, open_study, quiet_optuna, rdb_storage
+from sweep.study import load_study
+from tests.support.hosts import shared_study
+from tests.support.pg import Postgres
+from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.sshd import Sshd
+from tests.support.studies import flag
+
+pytestmark = pytest.mark.slow
+
+QUIET = Display(io.StringIO(), live=False)
+
+
+def all_trials(path: Path, baselines: bool = False) -> list[optuna.trial.FrozenTrial]:
+    study = load_study(path)
+    name = baseline_study_name(study.name) if baselines else study.name
+    try:
+        return optuna.load_study(study_name=name, storage=rdb_storage(study.storage)).get_trials()
+    except KeyError:  # not created yet
+        return []
+
+
+def launched_steps(folder: Path) -> list[str]:
+    lines = (folder / "launches.jsonl").read_text().splitlines()
+    runs = [json.loads(line) for line in lines]
+    return [
+        flag(a, "--speculative-num-steps") or "" for a in runs if "--speculative-algorithm" in a
+    ]
+
+
+def measured_keys(path: Path) -> Counter[str]:
+    return Counter(
+        t.user_attrs[ATTR.KEY]
+        for t in all_trials(path)
+        if t.state is TrialState.COMPLETE and t.user_attrs.get(ATTR.KIND) == "trial"
+    )
+
+
+def sweep_run(path: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path)], stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+
+
+def interrupt_when_measuring(path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Ctrl-C (SIGINT to `sweep run` only) once a trial runs: every worker must stop."""
+    try:
+        wait_until(lambda: any(running_trial(path, h) for h in "abc"), timeout=60,
+                   what="a trial running")  # fmt: skip
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()
+    finally:
+        if proc.poll() is None:
+            kill_group(proc.pid)
+            proc.wait()
+
+
+def test_three_hosts_measure_every_configuration_exactly_once(
+    tmp_path: Path, postgres: Postgres, sshd: Sshd
+) -> None:
+    path = shared_study(tmp_path, postgres.new_database(), sshd)
+    interrupt_when_measuring(path, sweep_run(path, tmp_path / "run.log"), tmp_path / "run.log")
+    assert not [g for g in server_groups(tmp_path) if group_members(g)], "a server survived"
+    assert "interrupted" in (tmp_path / "run.log").read_text()
+    failed = [t for t in all_trials(path) if t.state is TrialState.FAIL]
+    assert all(t.user_attrs[ATTR.FAILURE]["kind"] == "interrupted" for t in failed)
+    before = sum(measured_keys(path).values())
+    board = io.StringIO()
+    study = load_study(path)
+    summary = run_hosts(study, RunOptions(), HostBoard(list("abc"), board, live=False))
+    valid = {c.key() for c in plan(study, rules_for(study)).valid}
+    assert measured_keys(path) == Counter({key: 1 for key in valid})
+    assert summary.measured == 6 - before
+    baselines = {t.number: t for t in all_trials(path, baselines=True)}
+    assert {t.user_attrs[ATTR.HOST] for t in baselines.values()} == {"a", "b", "c"}
+    for t in all_trials(path):
+        if t.state is TrialState.COMPLETE and t.user_attrs.get(ATTR.KIND) == "trial":
+            reference = baselines[t.user_attrs[ATTR.BASELINE]["trial"]]
+            assert reference.user_attrs[ATTR.HOST] == t.user_attrs[ATTR.HOST]  # same host
+            assert t.user_attrs[ATTR.SPEEDUP] == pytest.approx(t.value / reference.value)
+    lines = board.getvalue().splitlines()
+    assert {line[:3] for line in lines} == {"[a]", "[b]", "[c]"}  # every host's progress
+    # the SSH host measured (its baseline at least: which host takes which configuration is
+    # a race between the workers)
+    assert any(t.state is TrialState.COMPLETE for t in [*all_trials(path), *baselines.values()]
+               if t.user_attrs.get(ATTR.HOST) == "c"), "the SSH host measured"  # fmt: skip
+    status = load_status(study)
+    assert sum(1 for r in status.rows if r.kind == "trial" and r.state == "measured") == 6
+    assert status.best is not None and status.best.host in ("a", "b", "c")
+
+
+def worker_process(path: Path, host: str, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "sweep", "worker", str(path), "--host", host,
+            "--heartbeat", "1", "--grace", "3"]  # fmt: skip
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+
+def running_trial(path: Path, host: str) -> optuna.trial.FrozenTrial | None:
+    for t in all_trials(path):
+        attrs = t.user_attrs
+        mine = attrs.get(ATTR.HOST) == host and attrs.get(ATTR.KIND) == "trial"
+        if t.state is TrialState.RUNNING and mine:
+            return t
+    return None
+
+
+def kill_mid_trial(path: Path, proc: subprocess.Popen[bytes]) -> optuna.trial.FrozenTrial:
+    """SIGKILL host b's worker while it measures: frozen first (SIGSTOP), so its trial
+    cannot finish between looking and killing. Its server is left behind, as in real life."""
+    while True:
+        wait_until(lambda: running_trial(path, "b") is not None, timeout=90, what="b measuring")
+        os.kill(proc.pid, signal.SIGSTOP)
+        victim = running_trial(path, "b")
+        if victim is not None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return victim
+        os.kill(proc.pid, signal.SIGCONT)  # it had just finished: wait for its next trial
+
+
+def server_groups(folder: Path) -> list[int]:
+    return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
+
+
+def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    path = shared_study(tmp_path, postgres.new_database(), output_len=80, sampler="random")
+    quiet_optuna()
+    open_study(load_study(path))  # create the schema once, as `sweep run` does
+    procs = {h: worker_process(path, h, tmp_path / f"{h}.log") for h in ("a", "b", "c")}
+    try:
+        victim = kill_mid_trial(path, procs["b"])
+        for host in ("a", "c"):
+            assert procs[host].wait(timeout=120) == 0, (tmp_path / f"{host}.log").read_text()
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                kill_group(proc.pid)
+                proc.wait()
+        for pgid in server_groups(tmp_path):
+            if group_members(pgid):
+                kill_group(pgid)
+    by_number = {t.number: t for t in all_trials(path)}
+    assert by_number[victim.number].state is TrialState.FAIL  # reaped: no heartbeat
+    key = victim.user_attrs[ATTR.KEY]
+    redo = [t for t in by_number.values() if t.user_attrs.get(ATTR.REAPED_FROM) == victim.number]
+    assert redo, "the reaped configuration was re-queued"
+    assert measured_keys(path) == Counter(
+        {c.key(): 1 for c in plan(load_study(path), rules_for(load_study(path))).valid}
+    )
+    remeasured = [t for t in by_number.values()
+                  if t.user_attrs.get(ATTR.KEY) == key and t.state is TrialState.COMPLETE
+                  and t.user_attrs.get(ATTR.KIND) == "trial"]  # fmt: skip
+    assert len(remeasured) == 1 and remeasured[0].user_attrs[ATTR.HOST] in ("a", "c")
+    logs = (tmp_path / "a.log").read_text() + (tmp_path / "c.log").read_text()
+    assert f"trial {victim.number} on b: its worker stopped sending heartbeats" in logs
+
+
+def test_sqlite_with_several_hosts_is_refused(tmp_path: Path) -> None:
+    sqlite = f"sqlite:///{tmp_path / 'study.db'}"
+    study = load_study(shared_study(tmp_path, sqlite))
+    with pytest.raises(ConfigError, match=r"SQLite.*race.*PostgreSQL") as caught:
+        run_study(study, display=QUIET)
+    assert "4621" in str(caught.value)
+    with pytest.raises(ConfigError, match="several workers cannot share the SQLite"):
+        run_worker(study, "a", RunOptions(), QUIET)
+    assert not (tmp_path / "study.db").exists()  # refused before anything was created
+
+
+def test_an_unknown_host_names_the_hosts(tmp_path: Path, postgres: Postgres) -> None:
+    study = load_study(shared_study(tmp_path, postgres.new_database()))
+    with pytest.raises(ConfigError, match=r"no host named 'z'.*a, b, c"):
+        run_worker(study, "z", RunOptions(), QUIET)
+
+
+def test_a_claim_is_atomic_and_a_stale_one_is_taken_over(postgres: Postgres) -> None:
+    url = postgres.new_database()
+    first, second = Claims(url, "s"), Claims(url, "s")
+    assert first.claim("k", "a", 1, stale=lambda owner: False) is None
+    assert second.claim("k", "b", 2, stale=lambda owner: False) == 1  # in flight elsewhere
+    assert second.claim("k", "b", 2, stale=lambda owner: owner == 1) is None  # owner died
+    assert first.owner("k") == 2 and Claims(url, "other").owner("k") is None
+    assert [first.once("grid"), second.once("grid")] == [True, False]
+    assert first.held() == {"k": 2}
+
+
+def test_two_workers_enqueue_the_grid_once(tmp_path: Path, postgres: Postgres) -> None:
+    study = load_study(shared_study(tmp_path, postgres.new_database()))
+    quiet_optuna()
+    valid = {c.key(): c for c in plan(study, rules_for(study)).valid}
+    for _ in range(2):  # as two workers starting together would
+        handle = open_study(study)
+        enqueue_grid(handle, study, valid, {}, Claims(study.storage, study.name).once)
+    waiting = open_study(study).get_trials(states=(TrialState.WAITING,))
+    assert len(waiting) == len(valid) == 6
+
+
+def test_the_board_prefixes_lines_and_keeps_each_host_s_state() -> None:
+    stream = io.StringIO()
+    board = HostBoard(["gpu-1", "b"], stream, live=False)
+    board.line("gpu-1", "trial 1/6: #0 steps=2 topk=1 draft=3 draft_tp=8")
+    board.line("b", "  benchmarking")
+    board.line("gpu-1", "")
+    assert stream.getvalue().splitlines()[:2] == [
+        "[gpu-1] trial 1/6: #0 steps=2 topk=1 draft=3 draft_tp=8",
+        "[b    ]   benchmarking",
+    ]
+    assert board.state_lines() == [
+        "gpu-1  trial 1/6: #0 steps=2 topk=1 draft=3 draft_tp=8",
+        "b      benchmarking",
+    ]

@@ -1,0 +1,310 @@
+"""The overnight loop end to end on `sweep sim` with SQLite in a temporary folder."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweep.clock import Clock
+from sweep.core.records import ATTR
+from sweep.core.space import TrialConfig
+from sweep.loop.progress import Display
+from sweep.loop.run import RunOptions, run_study
+from sweep.server.hygiene import HostLimits
+from sweep.store import baseline_study_name, load_samples
+from sweep.study import load_study
+from tests.support.simproc import write_profile
+from tests.support.studies import flag, launches, write_study
+
+QUIET = Display(io.StringIO(), live=False)
+
+
+def trials(path: Path, baselines: bool = False) -> list[optuna.trial.FrozenTrial]:
+    study = load_study(path)
+    name = baseline_study_name(study.name) if baselines else study.name
+    return optuna.load_study(study_name=name, storage=study.storage).get_trials()
+
+
+def spec_launches(folder: Path) -> list[list[str]]:
+    return [argv for argv in launches(folder) if "--speculative-algorithm" in argv]
+
+
+def test_baseline_first_then_every_valid_configuration_once(tmp_path: Path) -> None:
+    path = write_study(tmp_path, study='sampler = "grid"')
+    summary = run_study(load_study(path), display=QUIET)
+    runs = launches(tmp_path)
+    assert "--speculative-algorithm" not in runs[0]  # the baseline comes first
+    assert sorted(flag(a, "--speculative-num-steps") for a in runs[1:]) == ["1", "2", "3"]
+    assert summary.measured == 3 and summary.baselines == 1
+    assert summary.stop_reason.startswith("every valid configuration")
+    measured = trials(path)
+    assert all(t.state is TrialState.COMPLETE for t in measured)
+    first = measured[0]
+    assert (
+        first.user_attrs[ATTR.RESOLVED]["num_draft_tokens"]
+        == int(flag(runs[1], "--speculative-num-steps") or 0) + 1
+    )
+    assert first.user_attrs[ATTR.SPEEDUP] > 0 and first.user_attrs[ATTR.COMMAND].endswith(
+        "--max-running-requests 1"
+    )
+    assert first.user_attrs[ATTR.LEVELS][0]["decode_tok_s"]["ci_low"] is not None
+    samples = load_samples(load_study(path).storage, "t", first.number)
+    assert samples and all(s["completion_tokens"] == 48 for s in samples)
+    assert trials(path, baselines=True)[0].value == pytest.approx(89, rel=0.1)
+
+
+def test_invalid_and_duplicate_configurations_are_never_launched(tmp_path: Path) -> None:
+    space = "num_steps = [1, 2]\neagle_topk = [1, 2]\nnum_draft_tokens = [2, 3, 4, 8]"
+    path = write_study(tmp_path, study='sampler = "random"', space=space)
+    summary = run_study(load_study(path), display=QUIET)
+    runs = spec_launches(tmp_path)
+    keys = [
+        tuple(
+            flag(a, f)
+            for f in (
+                "--speculative-num-steps",
+                "--speculative-eagle-topk",
+                "--speculative-num-draft-tokens",
+            )
+        )
+        for a in runs
+    ]
+    assert len(keys) == len(set(keys)), "a configuration was launched twice"
+    for steps, topk, draft in ((int(s or 0), int(k or 0), int(d or 0)) for s, k, d in keys):
+        if topk == 1:
+            assert draft == steps + 1
+        else:
+            assert draft - 1 <= topk + (steps - 1) * topk * topk
+    # valid: topk 1 -> 2 chains; topk 2 -> steps 1: d 2, 3; steps 2: d 2, 3, 4 -> 7 in all
+    assert len(keys) == 7 == summary.measured
+    assert summary.excluded > 0 and summary.duplicates > 0
+    by_number = {t.number: t for t in trials(path)}
+    for t in by_number.values():
+        if t.user_attrs.get(ATTR.KIND) == "duplicate":
+            original = by_number[t.user_attrs[ATTR.DUPLICATE_OF]]
+            assert t.value == original.value and original.user_attrs[ATTR.KIND] == "trial"
+        if t.user_attrs.get(ATTR.KIND) == "excluded":
+            assert "illegal tree" in t.user_attrs[ATTR.EXCLUDED]
+
+
+def test_oom_is_infeasible_and_never_retried(tmp_path: Path) -> None:
+    profile = write_profile(
+        tmp_path, '[[failure]]\nkind = "oom_capture"\nmatch = { speculative_num_steps = 2 }\n'
+    )
+    path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
+    summary = run_study(load_study(path), display=QUIET)
+    steps = [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+    assert steps.count("2") == 1 and summary.infeasible == 1 and summary.measured == 2
+    oom = next(t for t in trials(path) if t.user_attrs[ATTR.CONFIG]["num_steps"] == 2)
+    assert oom.state is TrialState.COMPLETE and oom.constraints["sweep_feasible"] > 0
+    failure = oom.user_attrs[ATTR.FAILURE]
+    assert failure["kind"] == "out_of_memory" and failure["deterministic"]
+    assert failure["exit_code"] == -9
+    assert any("CUDA out of memory" in line for line in failure["log_tail"])
+
+
+def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "crash_after_requests"\n'
+        "after_requests = 1\nmatch = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
+    summary = run_study(load_study(path), display=QUIET)
+    steps = [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+    assert steps.count("2") == 2  # the first attempt and one retry (transient_retries = 1)
+    assert summary.failed == 1 and summary.measured == 2
+    failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
+    assert failed.user_attrs[ATTR.FAILURE]["kind"] == "crashed_while_serving"
+    assert failed.user_attrs[ATTR.ATTEMPT] == 2
+
+
+class ReleaseOnRetry(Display):
+    """Closes a socket that holds the server's port once the first attempt has failed."""
+
+    def __init__(self, holder: socket.socket) -> None:
+        super().__init__(io.StringIO(), live=False)
+        self.holder = holder
+        self.messages: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.messages.append(text)
+        if "attempt 1 failed" in text:
+            self.holder.close()
+
+
+def test_port_held_is_transient_and_the_retry_succeeds(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [2]")
+    study = load_study(path)
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", study.engine.port))
+    holder.listen()
+    display = ReleaseOnRetry(holder)
+    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.3)})
+    summary = run_study(study, options, display=display)
+    assert any("port_in_use" in m or "port" in m for m in display.messages if "attempt 1" in m)
+    assert summary.baselines == 1 and summary.measured == 1 and summary.failed == 0
+
+
+def test_shell_metacharacters_stay_one_argument(tmp_path: Path) -> None:
+    nasty = "x; touch PWNED $(touch PWNED2) `touch PWNED3` 'q\" | cat"
+    engine = f'flags = {{ "--served-model-name" = """{nasty}""" }}'
+    path = write_study(tmp_path, space="num_steps = [2]", engine=engine)
+    run_study(load_study(path), display=QUIET)
+    for argv in launches(tmp_path):
+        assert flag(argv, "--served-model-name") == nasty
+    assert not list(tmp_path.glob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+
+
+class JumpingClock:
+    """Real time plus an offset that jumps 500 s whenever a trial finishes."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def clock(self) -> Clock:
+        return Clock(
+            now=lambda: time.monotonic() + self.offset,
+            sleep=time.sleep,
+            wall=lambda: time.time() + self.offset,
+        )
+
+
+class JumpOnFinish(Display):
+    def __init__(self, clock: JumpingClock) -> None:
+        super().__init__(io.StringIO(), live=False)
+        self.jumping = clock
+
+    def trial_finished(self, summary: str, best: str | None = None, eta: str | None = None) -> None:
+        super().trial_finished(summary, best, eta)
+        self.jumping.offset += 500
+
+
+def test_budget_is_respected_with_a_fake_clock(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3, 4, 5]", study='sampler = "grid"')
+    jumping = JumpingClock()
+    options = RunOptions(budget_s=1200, clock=jumping.clock())
+    summary = run_study(load_study(path), options, display=JumpOnFinish(jumping))
+    # baseline (+500 s), trial 1 (+500 s) leave 200 s: trial 2 fits (it takes seconds), then 0
+    assert summary.stop_reason.startswith("out of time")
+    assert summary.baselines == 1 and summary.measured == 2
+
+
+def orchestrator(path: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sweep", "run", str(path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def decoding(folder: Path) -> bool:
+    """The server logged a decode batch (every 40 iterations): a benchmark is running."""
+    return any("Decode batch" in log.read_text(errors="replace")
+               for log in (folder / "servers").glob("server-*.log"))  # fmt: skip
+
+
+def group_alive(pgid: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+@pytest.mark.slow
+def test_resume_after_the_orchestrator_is_killed(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1, 2]", study='sampler = "grid"')
+    path.write_text(path.read_text().replace("output_len = 48", "output_len = 400"))
+    proc = orchestrator(path, tmp_path / "first.log")
+    try:
+        wait_until(lambda: len(spec_launches(tmp_path)) == 1)  # the first trial is starting
+        wait_until(
+            lambda: any(
+                t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.KIND) for t in trials(path)
+            )
+        )
+        wait_until(lambda: decoding(tmp_path))  # the server is serving the benchmark now
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    pgid_files = list((tmp_path / "servers").glob("*.pgid"))
+    assert pgid_files, "the lifecycle records the server's process group"
+    pgid = int(pgid_files[0].read_text().split()[0])
+    assert group_alive(pgid), "SIGKILL of the orchestrator leaves the server running"
+    messages: list[str] = []
+
+    class Collect(Display):
+        def message(self, text: str) -> None:
+            messages.append(text)
+
+    path.write_text(path.read_text().replace("output_len = 400", "output_len = 48"))
+    summary = run_study(load_study(path), display=Collect(io.StringIO(), live=False))
+    assert not group_alive(pgid)
+    assert any("re-queued" in m for m in messages)
+    assert summary.measured == 2
+    stale = [t for t in trials(path) if t.state is TrialState.FAIL]
+    assert len(stale) == 1 and stale[0].user_attrs[ATTR.FAILURE]["kind"] == "orchestrator_died"
+    measured = {t.user_attrs[ATTR.KEY] for t in trials(path) if t.state is TrialState.COMPLETE}
+    assert TrialConfig.from_dict(stale[0].user_attrs[ATTR.CONFIG]).key() in measured
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_server_and_records_the_trial(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1]")
+    path.write_text(path.read_text().replace("output_len = 48", "output_len = 400"))
+    proc = orchestrator(path, tmp_path / "run.log")
+    try:
+        wait_until(lambda: len(spec_launches(tmp_path)) == 1)
+        wait_until(lambda: any(t.state is TrialState.RUNNING for t in trials(path)))
+        wait_until(lambda: decoding(tmp_path))
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    pgid = (
+        int(next((tmp_path / "servers").glob("*.pgid")).read_text().split()[0])
+        if list((tmp_path / "servers").glob("*.pgid"))
+        else None
+    )
+    assert pgid is None or not group_alive(pgid)
+    interrupted = [t for t in trials(path) if t.state is TrialState.FAIL]
+    assert interrupted and interrupted[0].user_attrs[ATTR.FAILURE]["kind"] == "interrupted"
+    assert "interrupted" in (tmp_path / "run.log").read_text()
+
+
+def test_launch_one_configuration_of_a_study(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [2]")
+    argv = [sys.executable, "-m", "sweep", "launch", "--study", str(path), "--params",
+            "num_steps=3,eagle_topk=1,num_draft_tokens=9"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "num_draft_tokens: 4" in result.stdout  # what the server resolved, not what was asked
+    assert "port free: True" in result.stdout
+    assert flag(launches(tmp_path)[0], "--speculative-num-draft-tokens") == "9"

@@ -1,0 +1,118 @@
+"""The cost model: its acceptance rule, its fit, and held-out predictions (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from sweep.search import physics
+from sweep.search.candidates import Candidate
+from sweep.sim import model
+from sweep.sim.model import SimConfig
+from sweep.sim.profile import load_profile
+from sweep.study import parse_study
+from tests.support.search_helpers import valid_candidates
+
+STUDY = """
+[study]
+name = "t"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = { low = 1, high = 6 }
+eagle_topk = [1, 2, 4]
+num_draft_tokens = [4, 8, 12]
+draft_tp = [1, 8]
+"""
+
+
+def logit(x: float) -> float:
+    return math.log(x / (1 - x))
+
+
+def truth(profile: model.Profile, c: Candidate) -> tuple[float, float]:
+    sim = SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, 8, c.draft_tp)
+    p = model.predict(profile, sim, 1)
+    return p.decode_tok_s, p.accept_length
+
+
+def test_tree_widths_keep_the_chain_then_shallow_siblings() -> None:
+    assert physics.tree_widths(3, 1, 4, 5) == [1, 1, 1, 0, 0]
+    assert physics.tree_widths(2, 4, 8, 3) == [4, 3, 0]  # 7 nodes: chain 2, then 3 + 2
+    assert physics.tree_widths(5, 2, 3, 5) == [1, 1, 0, 0, 0]  # budget below the steps
+
+
+def test_accept_length_is_the_eagle_rule() -> None:
+    profile = load_profile("default")
+    flat = dataclasses.replace(
+        profile, acceptance=dataclasses.replace(profile.acceptance, prompt_spread=0.0)
+    )
+    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
+    d = physics.design(candidates)
+    a = flat.acceptance
+    theta = np.zeros(d.n_params)
+    theta[[physics.P, physics.R, physics.G]] = logit(a.first), logit(a.decay), logit(a.sibling_gain)
+    ours = physics.accept_length(theta, d)
+    theirs = [truth(flat, c)[1] for c in candidates]
+    assert ours == pytest.approx(theirs, rel=1e-9)
+    assert physics.accept_length(theta, d.rows(np.array([0])))[0] == pytest.approx(1.62)  # 1 + p
+
+
+def fit_to_truth(profile_name: str, rows: list[int]) -> tuple[physics.Fit, physics.Design,
+                                                              np.ndarray]:  # fmt: skip
+    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
+    profile = load_profile(profile_name)
+    values = np.array([truth(profile, c) for c in candidates])
+    d = physics.design(candidates)
+    index = np.array(rows, dtype=np.int64)
+    data = physics.Data(
+        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.02, accept_sd=0.01
+    )
+    return physics.fit(d, data), d, values
+
+
+@pytest.mark.parametrize("profile_name", ["default", "tree"])
+def test_the_fit_predicts_unmeasured_configurations(profile_name: str) -> None:
+    fitted, d, values = fit_to_truth(profile_name, list(range(0, 68, 3)))
+    mean, sd = fitted.predict(d)
+    error = np.exp(mean) / values[:, 0] - 1
+    assert np.abs(error).max() < 0.01  # every one of the space's configurations
+    assert fitted.rms < 0.5  # noise-free data: the model explains them
+    assert (sd > 0).all() and np.median(sd) < 0.02
+    best = int(np.argmax(mean))
+    assert values[best, 0] >= 0.995 * values[:, 0].max()
+
+
+def test_a_held_out_prediction_ignores_the_configuration_s_own_launches() -> None:
+    rows = list(range(0, 68, 3))
+    _, d, values = fit_to_truth("default", rows)
+    held = rows[3]
+    wrong = physics.Data(
+        np.array(rows, dtype=np.int64),
+        np.log(np.where(np.array(rows) == held, 1.3, 1.0) * values[rows, 0]),  # 30 % off
+        np.full(len(rows), math.nan),
+        value_sd=0.02,
+        accept_sd=0.01,
+    )
+    skewed = physics.fit(d, wrong)
+    in_sample = math.exp(skewed.predict(d.rows(np.array([held])))[0][0])
+    mean, sd = skewed.holdout(d, held)
+    assert in_sample > 1.01 * values[held, 0]  # the bad launch pulls the fit
+    assert math.exp(mean) == pytest.approx(values[held, 0], rel=0.01)  # held out: it does not
+    assert 0 < sd < 0.05
+
+
+def test_with_no_launch_the_priors_alone_give_a_finite_fit() -> None:
+    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
+    d = physics.design(candidates)
+    empty = physics.Data(np.array([], dtype=np.int64), np.array([]), np.array([]), 0.02, 0.01)
+    fitted = physics.fit(d, empty)
+    mean, sd = fitted.predict(d)
+    assert np.isfinite(mean).all() and (sd > 0.1).all()  # wide: nothing is known
+    steps = int(d.steps[int(np.argmax(mean))])
+    assert 1 < steps < 6  # the prior's optimum is in the middle, not at an edge

@@ -1,0 +1,161 @@
+"""Study files: valid ones load into typed objects; 30 malformed ones give clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep.exceptions import StudyFileError
+from sweep.study import load_study, parse_study
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[study]
+name = "t"
+n_trials = 5
+
+[engine]
+model_path = "m"
+tp_size = 8
+
+[space]
+num_steps = [1, 2, 3]
+"""
+
+
+def test_shipped_studies_load() -> None:
+    for path in sorted((ROOT / "studies").glob("*.toml")):
+        study = load_study(path)
+        assert study.name and study.space.num_steps, path
+
+
+def test_defaults() -> None:
+    study = parse_study(GOOD, "/tmp/x/t.toml")
+    assert study.storage == "sqlite:////tmp/x/t.db"
+    assert study.sampler == "physics" and study.engine.launcher[-1] == "sglang.launch_server"
+    assert study.workload.output_len == 500 and study.workload.concurrency == (1,)
+    assert study.objective.metric == "decode_tok_s" and study.engine.ready_timeout_s == 900
+    assert study.host.kind == "local" and study.space.eagle_topk == (1,)
+
+
+def test_ranges_durations_and_extras() -> None:
+    text = GOOD.replace(
+        "num_steps = [1, 2, 3]",
+        "num_steps = { low = 1, high = 9, step = 2 }\n"
+        '[space.env]\nNCCL_PROTO = ["LL", "Simple"]\n[space.flags]\n'
+        '"--attention-backend" = ["fa3", "flashinfer"]',
+    )
+    text = text.replace("n_trials = 5", 'budget = "1h30m"')
+    study = parse_study(text, "s.toml")
+    assert study.space.num_steps == (1, 3, 5, 7, 9)
+    assert study.budget_s == 5400
+    assert study.space.env == (("NCCL_PROTO", ("LL", "Simple")),)
+    assert study.space.flags == (("--attention-backend", ("fa3", "flashinfer")),)
+
+
+# (replace this, with that, the key the message must name, a fragment it must contain)
+MALFORMED = [
+    ('name = "t"', 'name = ""', "study.name", "non-empty string"),
+    ('name = "t"', 'name = "a b"', "study.name", "letters, digits"),
+    ('name = "t"', "name = 3", "study.name", "3 (integer)"),
+    ("n_trials = 5", "n_trials = 0", "study.n_trials", ">= 1"),
+    ("n_trials = 5", 'n_trials = "five"', "study.n_trials", "expected an integer"),
+    ("n_trials = 5", "n_trial = 5", "study.n_trial", "unknown key"),
+    ("n_trials = 5", 'sampler = "cmaes"', "study.sampler", "one of"),
+    ("n_trials = 5", 'deadline = "7am"', "study.deadline", "HH:MM"),
+    ("n_trials = 5", 'budget = "eight hours"', "study.budget", "duration"),
+    ("n_trials = 5", "budget = -3", "study.budget", "duration"),
+    ("n_trials = 5", "tags = [1]", "study.tags", "expected a table"),
+    ('model_path = "m"', "", "engine.model_path", "required"),
+    ("tp_size = 8", "tp_size = 0", "engine.tp_size", ">= 1"),
+    ("tp_size = 8", "tp_size = 8.5", "engine.tp_size", "integer"),
+    ("tp_size = 8", 'name = "trtllm"', "engine.name", "one of"),
+    ("tp_size = 8", "port = 70000", "engine.port", "1-65535"),
+    ("tp_size = 8", "launcher = 5", "engine.launcher", "list of strings"),
+    ("tp_size = 8", 'flags = { "mem-fraction-static" = 0.8 }', "engine.flags", "full flag name"),
+    ("tp_size = 8", 'env = { "NCCL PROTO" = "LL" }', "engine.env", "environment variable"),
+    ("tp_size = 8", "ready_timeout = 900", "engine.ready_timeout", "unknown key"),
+    ("num_steps = [1, 2, 3]", "num_steps = []", "space.num_steps", "non-empty list"),
+    ("num_steps = [1, 2, 3]", "num_steps = [1, 1]", "space.num_steps", "duplicate"),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = { low = 8, high = 2 }",
+        "space.num_steps",
+        "low must be <= high, got low=8 high=2",
+    ),
+    ("num_steps = [1, 2, 3]", 'num_steps = ["2"]', "space.num_steps", "expected an integer"),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = [2]\neagle_topk = [1, 4]",
+        "space.num_draft_tokens",
+        "required when eagle_topk",
+    ),
+    (
+        "num_steps = [1, 2, 3]",
+        "num_steps = [2]\n[space.env]\nNCCL_PROTO = []",
+        "space.env.NCCL_PROTO",
+        "non-empty list",
+    ),
+    (
+        "num_steps = [1, 2, 3]",
+        'num_steps = [2]\n[space.flags]\nattention = ["fa3"]',
+        "space.flags.attention",
+        "full flag name",
+    ),
+    ("[space]", "[spaces]", "spaces", "unknown key"),
+    ("n_trials = 5", "n_trials = 5\n[workload]\nconcurrency = [0]", "workload.concurrency", ">= 1"),
+    (
+        "n_trials = 5",
+        "n_trials = 5\n[objective]\nconcurrency = 4",
+        "objective.concurrency",
+        "[workload] concurrency",
+    ),
+    ("n_trials = 5", 'n_trials = 5\n[objective]\nmetric = "speed"', "objective.metric", "one of"),
+    (
+        "n_trials = 5",
+        "n_trials = 5\n[benchmark]\nmin_rounds = 5\nmax_rounds = 3",
+        "benchmark.max_rounds",
+        ">= min_rounds",
+    ),
+    ("n_trials = 5", 'n_trials = 5\n[host]\nkind = "ssh"', "host.address", "required for an ssh"),
+    (
+        "n_trials = 5",
+        'n_trials = 5\n[[objective.constraints]]\nmetric = "ttft_p90_ms"',
+        "objective.constraints[0]",
+        "needs max or min",
+    ),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "key", "fragment"), MALFORMED)
+def test_malformed_study_names_file_and_key(
+    tmp_path: Path, old: str, new: str, key: str, fragment: str
+) -> None:
+    assert old in GOOD
+    path = tmp_path / "broken.toml"
+    path.write_text(GOOD.replace(old, new, 1))
+    with pytest.raises(StudyFileError) as err:
+        load_study(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: [{key}]"), message
+    assert fragment in message, message
+
+
+def test_missing_file_and_bad_toml(tmp_path: Path) -> None:
+    with pytest.raises(StudyFileError, match="cannot be read"):
+        load_study(tmp_path / "nope.toml")
+    with pytest.raises(StudyFileError, match="not valid TOML"):
+        parse_study("[study\n", "x.toml")
+
+
+def test_at_least_thirty_malformed_cases() -> None:
+    assert len(MALFORMED) >= 30
+
+
+def test_readme_study_example_is_a_valid_study() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    study = parse_study(example, "README.md")
+    assert study.host.kind == "ssh" and study.engine.bind_host == "0.0.0.0"
