@@ -24,8 +24,8 @@ from sweep import __version__
 from sweep.exceptions import Interrupted, SweepError
 
 if TYPE_CHECKING:
-    from sweep.loop.launch import LaunchReport
-    from sweep.loop.options import RunOptions, RunSummary
+    from sweep.commands.launch import LaunchReport
+    from sweep.loop.context import RunOptions, RunSummary
     from sweep.server.readiness import Event
 
 app = typer.Typer(
@@ -170,9 +170,9 @@ def launch(
 
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
+    from sweep.commands.launch import launch_study
     from sweep.core.space import TrialConfig
     from sweep.engines import ServerConfig, SGLangAdapter
-    from sweep.loop.launch import launch_study
 
     if study_file:
         from sweep.study import load_study
@@ -182,7 +182,7 @@ def launch(
         return
     if not model_path or not tp:
         raise typer.BadParameter("give --study FILE, or --model-path and --tp")
-    from sweep.loop.launch import launch_once
+    from sweep.commands.launch import launch_once
     from sweep.server.executor import open_executor
     from sweep.server.lifecycle import LifecycleOptions
 
@@ -267,7 +267,7 @@ def run(
 
     Example: sweep run studies/demo-sim.toml --budget 10m
     """
-    from sweep.loop.run import run_study
+    from sweep.loop.start import run_study
     from sweep.study import load_study
 
     options = _run_options(deadline, budget, n_trials, storage)
@@ -306,7 +306,7 @@ def worker(
     import dataclasses
     import json
 
-    from sweep.loop.run import run_worker
+    from sweep.loop.start import run_worker
     from sweep.loop.worker import SharedOptions
     from sweep.study import load_study
 
@@ -335,7 +335,7 @@ def _exit_for(summary: RunSummary) -> None:
 def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
                  **extra: Any) -> RunOptions:  # fmt: skip
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
-    from sweep.loop.options import RunOptions
+    from sweep.loop.context import RunOptions
     from sweep.study.spec import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,
@@ -373,7 +373,7 @@ def schedule(
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
-    from sweep.loop.schedule import make_schedule
+    from sweep.loop.verify_schedule import make_schedule
     from sweep.study import load_study
 
     result = make_schedule(load_study(study_file), out=out or None, verify=verify,
@@ -398,8 +398,8 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
+    from sweep.commands.status import plan_report
     from sweep.loop.checks import preflight
-    from sweep.loop.status import plan_report
     from sweep.study import load_study
 
     study = load_study(study_file)
@@ -445,8 +445,8 @@ def status(
     """
     from rich.table import Table
 
+    from sweep.commands.status import load_status
     from sweep.loop.checks import require_results
-    from sweep.loop.status import load_status
     from sweep.study import load_study
 
     study = load_study(study_file)

@@ -11,15 +11,15 @@ from pathlib import Path
 import optuna
 import pytest
 
+from sweep.commands.status import load_status
 from sweep.core.policy import Measured, Outcome
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
+from sweep.loop.context import RunOptions
 from sweep.loop.measure import Bench, SaveSamples
-from sweep.loop.options import RunOptions
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
 from sweep.loop.runner import Runner
-from sweep.loop.status import load_status
+from sweep.loop.start import run_study
 from sweep.server.executor import LocalExecutor
 from sweep.store import read_records
 from sweep.study import load_study

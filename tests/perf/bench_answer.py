@@ -27,8 +27,8 @@ from sweep.core.policy import Measured, Outcome
 from sweep.core.records import StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.loop.context import RunOptions
 from sweep.loop.measure import Bench, Measurer, SaveSamples
-from sweep.loop.options import RunOptions
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
 from sweep.server.executor import LocalExecutor

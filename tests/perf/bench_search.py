@@ -29,11 +29,11 @@ from sweep.core.policy import Measured, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.loop.context import RunOptions
 from sweep.loop.measure import Bench, Measurer, SaveSamples
-from sweep.loop.options import RunOptions
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
 from sweep.loop.runner import Runner
+from sweep.loop.start import run_study
 from sweep.server.executor import LocalExecutor
 from sweep.sim import model
 from sweep.sim.model import SimConfig

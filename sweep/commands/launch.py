@@ -109,11 +109,11 @@ def launch_once(
 def launch_study(study: Study, params: TrialConfig, *, on_event: EventSink | None = None,
                  host: HostSpec | None = None) -> LaunchReport:  # fmt: skip
     """:func:`launch_once` with the engine, model, flags and host of a study file."""
-    from sweep.server import deploy
+    from sweep.loop import wiring
 
     host = host or study.host
-    with deploy.open_host(host) as executor:
+    with wiring.open_host(host) as executor:
         return launch_once(
-            executor, deploy.adapter_for(study, host), deploy.server_config(study), params,
-            options=deploy.lifecycle_options(study, host), on_event=on_event,
+            executor, wiring.adapter_for(study, host), wiring.server_config(study), params,
+            options=wiring.lifecycle_options(study, host), on_event=on_event,
         )  # fmt: skip
