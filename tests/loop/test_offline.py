@@ -54,8 +54,9 @@ def test_every_configuration_is_measured_once_against_the_baseline(tmp_path: Pat
 def test_the_confirmed_answer_is_stored(tmp_path: Path) -> None:
     study = _study(tmp_path, study='sampler = "grid"', confirm=True)
     summary = run_with_measurements(study, _speed)
-    answer = StudyInfo.from_attrs(optuna.load_study(study_name=study.name,
-                                                    storage=study.storage).user_attrs).answer
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
     winner = TrialConfig(3, 1, 4, 8).key()
     assert answer["winner"] == winner and summary.answer.startswith(answer["label"])
 
