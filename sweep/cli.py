@@ -260,7 +260,11 @@ def run(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
     budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
-    n_trials: int = typer.Option(0, help="Stop after this many measured configurations."),
+    n_trials: int = typer.Option(
+        0,
+        help="Stop once this many configurations are settled: measured, infeasible or failed "
+        "for good (baselines, duplicates and exclusions do not count).",
+    ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
 ) -> None:
     """Run or resume a study: baseline, then trials until done, out of time or Ctrl-C.
@@ -293,7 +297,9 @@ def worker(
     storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
     deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
     budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
-    n_trials: int = typer.Option(0, help="Stop once the study has this many measured."),
+    n_trials: int = typer.Option(
+        0, help="Stop once the study has this many configurations settled (as for `sweep run`)."
+    ),
     heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),
     grace: int = typer.Option(60, help="Seconds without heartbeat before a trial is reaped."),
     summary_json: str = typer.Option("", hidden=True, help="Write the summary here (JSON)."),

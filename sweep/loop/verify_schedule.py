@@ -152,10 +152,10 @@ def _records(storage: str, name: str) -> list[TrialRecord] | None:
 
 def schedule_params(schedule: Schedule, config_path: str | None) -> TrialConfig:
     """The launch configuration of ``schedule`` (no speculation at all when no level drafts)."""
-    params = schedule.launch_config()
+    config = schedule.launch_config()
     if not schedule.speculative:
-        return params
-    return dataclasses.replace(params, adaptive=Adaptive(schedule.steps_by_batch, config_path))
+        return config
+    return dataclasses.replace(config, adaptive=Adaptive(schedule.steps_by_batch, config_path))
 
 
 def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | None:
@@ -163,8 +163,8 @@ def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | 
     steps = adapter.builtin_adaptive_steps
     if steps is None:
         return None
-    params = schedule.family.config(steps)
-    return dataclasses.replace(params, adaptive=Adaptive())
+    config = schedule.family.config(steps)
+    return dataclasses.replace(config, adaptive=Adaptive())
 
 
 def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
@@ -176,13 +176,13 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
         EngineConfigError: the engine cannot run the schedule (the loader's rules).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    config = wiring.server_config(study)
+    deployment = wiring.server_config(study)
     probe = schedule_params(schedule, "")
-    documents = adapter.schedule_documents(config, probe) if probe.adaptive else {}
+    documents = adapter.schedule_documents(deployment, probe) if probe.adaptive else {}
     text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
     name = next((n for n, t in documents.items() if text is not None and t == text), None)
-    params = schedule_params(schedule, str((folder / name).resolve()) if name else None)
-    command = adapter.command(config, params).shell()
+    config = schedule_params(schedule, str((folder / name).resolve()) if name else None)
+    command = adapter.command(deployment, config).shell()
     table = render_table(schedule)
     if not schedule.speculative:
         table += "\nNo level gains from speculation: deploy without it (the command below).\n"
@@ -215,9 +215,10 @@ def verify_schedule(
     display = display or Display()
     host = study.host
     adapter = wiring.adapter_for(study, host)
-    config = wiring.server_config(study)
+    deployment = wiring.server_config(study)
     workdir = wiring.lifecycle_options(study, host).workdir
-    commands = [adapter.command(config, p) for _, p in _launches(study, schedule, adapter, workdir)]
+    launches = _launches(study, schedule, adapter, workdir)
+    commands = [adapter.command(deployment, config) for _, config in launches]
     with wiring.open_host(host) as executor:
         check = check_engine(executor, adapter, commands)
         display.message(check.note)
@@ -249,23 +250,23 @@ def verify_with(
     baselines = _records(storage, baseline_study_name(study.name)) or []
     values = policy.baseline_values(baselines, study.objective.metric)
     records = []
-    for name, params in _launches(study, schedule, rig.adapter, rig.lifecycle.workdir):
-        records.append(_verify_one(rig, owner, schedule, name, params, values, storage, host))
+    for name, config in _launches(study, schedule, rig.adapter, rig.lifecycle.workdir):
+        records.append(_verify_one(rig, owner, schedule, name, config, values, storage, host))
     return tuple(records)
 
 
 def _launches(study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
               ) -> list[tuple[str, TrialConfig]]:  # fmt: skip
     """(name, parameters) of each verification launch; SGLang's file lives in ``workdir``."""
-    params = schedule_params(schedule, None)
-    text = adapter.adaptive_file(params)
-    if text is not None and params.adaptive is not None:
+    config = schedule_params(schedule, None)
+    text = adapter.adaptive_file(config)
+    if text is not None and config.adaptive is not None:
         digest = hashlib.sha256(text.encode()).hexdigest()[:10]
         path = str(PurePosixPath(workdir) / f"{study.name}.schedule-{digest}.json")
-        params = dataclasses.replace(
-            params, adaptive=dataclasses.replace(params.adaptive, config_path=path)
+        config = dataclasses.replace(
+            config, adaptive=dataclasses.replace(config.adaptive, config_path=path)
         )
-    out = [(SCHEDULE, params)]
+    out = [(SCHEDULE, config)]
     builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
     if builtin is not None and schedule.speculative:
         out.append((BUILTIN, builtin))
@@ -307,25 +308,25 @@ def _verify_one(
     return record
 
 
-def _described(schedule: Schedule, name: str, params: TrialConfig) -> dict[str, object]:
+def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
-    return {"family": schedule.family.label(), "initial_steps": params.num_steps}
+    return {"family": schedule.family.label(), "initial_steps": config.num_steps}
 
 
-def _label(name: str, schedule: Schedule, params: TrialConfig) -> str:
+def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
     if name == SCHEDULE:
         steps = ", ".join(f"{b}: {s}" for b, s in schedule.steps_by_batch)
         return f"schedule (steps by batch size {steps}) {schedule.family.label()}"
     return (
-        f"engine's built-in schedule (initial steps {params.num_steps}) {schedule.family.label()}"
+        f"engine's built-in schedule (initial steps {config.num_steps}) {schedule.family.label()}"
     )
 
 
-def _checked(outcome: Outcome, params: TrialConfig) -> Outcome:
+def _checked(outcome: Outcome, config: TrialConfig) -> Outcome:
     """Flag a launch whose server did not run the schedule (e.g. SGLang fell back to static)."""
     record = outcome.record
-    if params.adaptive is None or record.resolved.get("adaptive") is not False:
+    if config.adaptive is None or record.resolved.get("adaptive") is not False:
         return outcome
     warning = ("the server reports that it does not run the schedule (adaptive mode off in its "
                "resolved arguments): these figures are of static steps")  # fmt: skip
