@@ -35,8 +35,9 @@ def run_study(
     return run_on_host(study, study.host, options, display)
 
 
-def run_worker(study: Study, host_name: str, options: RunOptions,
-               display: Display | None = None) -> RunSummary:  # fmt: skip
+def run_worker(
+    study: Study, host_name: str, options: RunOptions, display: Display | None = None
+) -> RunSummary:
     """Join ``study`` (in its shared storage) as the worker measuring on ``host_name``.
 
     Raises:
@@ -51,8 +52,9 @@ def run_worker(study: Study, host_name: str, options: RunOptions,
     return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
 
 
-def run_on_host(study: Study, host: HostSpec, options: RunOptions,
-                display: Display | None = None) -> RunSummary:  # fmt: skip
+def run_on_host(
+    study: Study, host: HostSpec, options: RunOptions, display: Display | None = None
+) -> RunSummary:
     """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
     display = display or Display()
     quiet_optuna()
@@ -65,8 +67,9 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
         wiring.open_host(host) as executor,
         open_notifier(study, host.name, display.message) as notifier,
     ):
-        ctx = wiring.run_context(for_host(study, host), options, display, executor, host,
-                                 notifier=notifier)  # fmt: skip
+        ctx = wiring.run_context(
+            for_host(study, host), options, display, executor, host, notifier=notifier
+        )
         summary = ctx.summary
         try:
             Runner(ctx).run()

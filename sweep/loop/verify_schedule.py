@@ -107,8 +107,9 @@ def make_schedule(
     return ScheduleResult(schedule, exported, verified, judge(study, verified, trials, baselines))
 
 
-def decide(study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
-           ) -> Schedule:  # fmt: skip
+def decide(
+    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+) -> Schedule:
     """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys)."""
     return decide_schedule(
         trials,
@@ -223,11 +224,13 @@ def verify_schedule(
         check = check_engine(executor, adapter, commands)
         display.message(check.note)
         if check.rejected:
-            raise ScheduleError(study.name, f"the engine's parser refused the schedule: "
-                                f"{check.rejected[0].message}")  # fmt: skip
+            raise ScheduleError(
+                study.name, f"the engine's parser refused the schedule: {check.rejected[0].message}"
+            )
         adapter = dataclasses.replace(adapter, version=check.version)
-        rig = wiring.rig_for(study, host, executor, SYSTEM_CLOCK, display, display.server_event,
-                             adapter=adapter)  # fmt: skip
+        rig = wiring.rig_for(
+            study, host, executor, SYSTEM_CLOCK, display, display.server_event, adapter=adapter
+        )
         try:
             return verify_with(rig, schedule, storage=storage, host=host.name)
         finally:
@@ -255,8 +258,9 @@ def verify_with(
     return tuple(records)
 
 
-def _launches(study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
-              ) -> list[tuple[str, TrialConfig]]:  # fmt: skip
+def _launches(
+    study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
+) -> list[tuple[str, TrialConfig]]:
     """(name, parameters) of each verification launch; SGLang's file lives in ``workdir``."""
     config = schedule_params(schedule, None)
     text = adapter.adaptive_file(config)
@@ -291,8 +295,9 @@ def _verify_one(
     stored = {"name": name, "engine": rig.adapter.name, **_described(schedule, name, config)}
     start = dataclasses.replace(
         start_record(config, Kind.SCHEDULE, host, rig.clock.wall()),
-        key=f"{name}:{config.key()}", schedule=stored,
-    )  # fmt: skip
+        key=f"{name}:{config.key()}",
+        schedule=stored,
+    )
     write_record(trial, start)
     rig.display.trial_started(name, f"#{trial.number} {_label(name, schedule, config)}")
 
@@ -328,10 +333,13 @@ def _checked(outcome: Outcome, config: TrialConfig) -> Outcome:
     record = outcome.record
     if config.adaptive is None or record.resolved.get("adaptive") is not False:
         return outcome
-    warning = ("the server reports that it does not run the schedule (adaptive mode off in its "
-               "resolved arguments): these figures are of static steps")  # fmt: skip
-    return dataclasses.replace(outcome, record=dataclasses.replace(
-        record, warnings=(*record.warnings, warning)))  # fmt: skip
+    warning = (
+        "the server reports that it does not run the schedule (adaptive mode off in its "
+        "resolved arguments): these figures are of static steps"
+    )
+    return dataclasses.replace(
+        outcome, record=dataclasses.replace(record, warnings=(*record.warnings, warning))
+    )
 
 
 def _result_text(record: TrialRecord) -> str:
@@ -361,9 +369,12 @@ def judge(
         return None
     builtin = [r for r in verified if r.schedule.get("name") == BUILTIN and r.measured]
     return verdict(
-        figures_of(mine, metric), static.figures, static.label,
-        figures_of(builtin, metric) if builtin else None, metric=metric,
-    )  # fmt: skip
+        figures_of(mine, metric),
+        static.figures,
+        static.label,
+        figures_of(builtin, metric) if builtin else None,
+        metric=metric,
+    )
 
 
 def verify_at_end(
@@ -380,9 +391,11 @@ def verify_at_end(
         schedule = decide(study, trials, baselines)
         launches = len(_launches(study, schedule, rig.adapter, rig.lifecycle.workdir))
         if seconds_left is not None and launches * per_launch_s > seconds_left:
-            return [f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
-                    f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
-                    f"{study.path} --verify`"]  # fmt: skip
+            return [
+                f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
+                f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
+                f"{study.path} --verify`"
+            ]
         verified = verify_with(rig, schedule, storage=storage, host=host)
     except (ScheduleError, ConfigError, ExecutorError) as exc:  # the search's results stand
         return [f"schedule not verified: {exc}"]
