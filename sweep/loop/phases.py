@@ -13,10 +13,10 @@ from sweep.loop import gate
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
 from sweep.loop.context import RunContext
-from sweep.loop.history import History
 from sweep.loop.propose import Launch, Told, baseline, propose
 from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
+from sweep.loop.verify_schedule import verify_at_end
 from sweep.search.guided import PhysicsSampler
 
 
@@ -50,7 +50,7 @@ class Search:
         while True:
             run.sharing.reap(run.stores.trials, run.stores.baselines)
             seen = run.history()
-            match next_step(seen, plan_of(run, seen), run.limits(), run.now()):
+            match next_step(seen, plan_of(run), run.limits(), run.now()):
                 case Stop(reason, failed):
                     run.summary.stopped(reason, failed)
                     gate.finish(run)
@@ -88,8 +88,6 @@ class VerifySchedule:
     def run(self, run: RunContext) -> Phase | None:
         if not run.study.schedule.verify or not run.sharing.alone or run.summary.failed_run:
             return None
-        from sweep.loop.verify_schedule import verify_at_end
-
         end = run.time_end()
         left = None if end is None else end - run.clock.now()
         run.summary.warnings += verify_at_end(
@@ -102,7 +100,7 @@ class VerifySchedule:
         return None
 
 
-def plan_of(run: RunContext, seen: History) -> Plan:
+def plan_of(run: RunContext) -> Plan:
     """What is left to search, as :func:`~sweep.core.policy.next_step` reads it."""
     trials = run.stores.trials
     sampler = trials.sampler
