@@ -24,8 +24,8 @@ from sweep import __version__
 from sweep.exceptions import Interrupted, SweepError
 
 if TYPE_CHECKING:
-    from sweep.loop.launch import LaunchReport
-    from sweep.loop.options import RunOptions, RunSummary
+    from sweep.commands.launch import LaunchReport
+    from sweep.loop.context import RunOptions, RunSummary
     from sweep.server.readiness import Event
 
 app = typer.Typer(
@@ -170,9 +170,9 @@ def launch(
 
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
+    from sweep.commands.launch import launch_study
     from sweep.core.space import TrialConfig
     from sweep.engines import ServerConfig, SGLangAdapter
-    from sweep.loop.launch import launch_study
 
     if study_file:
         from sweep.study import load_study
@@ -182,7 +182,7 @@ def launch(
         return
     if not model_path or not tp:
         raise typer.BadParameter("give --study FILE, or --model-path and --tp")
-    from sweep.loop.launch import launch_once
+    from sweep.commands.launch import launch_once
     from sweep.server.executor import open_executor
     from sweep.server.lifecycle import LifecycleOptions
 
@@ -260,14 +260,18 @@ def run(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
     budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
-    n_trials: int = typer.Option(0, help="Stop after this many measured configurations."),
+    n_trials: int = typer.Option(
+        0,
+        help="Stop once this many configurations are settled: measured, infeasible or failed "
+        "for good (baselines, duplicates and exclusions do not count).",
+    ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
 ) -> None:
     """Run or resume a study: baseline, then trials until done, out of time or Ctrl-C.
 
     Example: sweep run studies/demo-sim.toml --budget 10m
     """
-    from sweep.loop.run import run_study
+    from sweep.loop.start import run_study
     from sweep.study import load_study
 
     options = _run_options(deadline, budget, n_trials, storage)
@@ -293,7 +297,9 @@ def worker(
     storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
     deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
     budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
-    n_trials: int = typer.Option(0, help="Stop once the study has this many measured."),
+    n_trials: int = typer.Option(
+        0, help="Stop once the study has this many configurations settled (as for `sweep run`)."
+    ),
     heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),
     grace: int = typer.Option(60, help="Seconds without heartbeat before a trial is reaped."),
     summary_json: str = typer.Option("", hidden=True, help="Write the summary here (JSON)."),
@@ -306,7 +312,7 @@ def worker(
     import dataclasses
     import json
 
-    from sweep.loop.run import run_worker
+    from sweep.loop.start import run_worker
     from sweep.loop.worker import SharedOptions
     from sweep.study import load_study
 
@@ -335,7 +341,7 @@ def _exit_for(summary: RunSummary) -> None:
 def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
                  **extra: Any) -> RunOptions:  # fmt: skip
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
-    from sweep.loop.options import RunOptions
+    from sweep.loop.context import RunOptions
     from sweep.study.spec import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,
@@ -373,7 +379,7 @@ def schedule(
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
-    from sweep.loop.schedule import make_schedule
+    from sweep.loop.verify_schedule import make_schedule
     from sweep.study import load_study
 
     result = make_schedule(load_study(study_file), out=out or None, verify=verify,
@@ -398,8 +404,8 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
+    from sweep.commands.status import plan_report
     from sweep.loop.checks import preflight
-    from sweep.loop.status import plan_report
     from sweep.study import load_study
 
     study = load_study(study_file)
@@ -445,8 +451,8 @@ def status(
     """
     from rich.table import Table
 
+    from sweep.commands.status import load_status
     from sweep.loop.checks import require_results
-    from sweep.loop.status import load_status
     from sweep.study import load_study
 
     study = load_study(study_file)

@@ -23,12 +23,15 @@ The rules, in the words of docs/running.md:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
-from sweep.core.timing import BaselineClock
+from sweep.core.space import TrialConfig
+from sweep.core.timing import BaselineClock, fits
 from sweep.study.spec import BaselineSpec
 
 STOP_AFTER_FAILURES = 5  # launches in a row failing transiently: the host is unhealthy
@@ -168,6 +171,33 @@ def drift(previous: TrialRecord | None, value: float) -> float | None:
     return value / previous.value - 1
 
 
+def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRecord],
+                  threshold: float) -> tuple[TrialRecord, str]:  # fmt: skip
+    """``record`` with its speedup against the host's latest measured baseline (a baseline
+    record: with its drift since the previous one), and the drift warning to show (or ``""``).
+    """
+    good = [b for b in baselines if b.state is State.MEASURED]
+    last = good[-1] if good else None
+    if record.kind is Kind.BASELINE:
+        change = drift(last, value)
+        warning = ""
+        if last is not None and change is not None and abs(change) > threshold:
+            warning = (f"  baseline drift: {change:+.1%} since baseline trial {last.number} "
+                       f"(threshold {threshold:.0%})")  # fmt: skip
+        return dataclasses.replace(record, drift=change), warning
+    if last is None:
+        return record, ""
+    warnings = record.warnings
+    if baseline_stale(baselines):
+        warnings = (*warnings, "baseline stale: the latest baseline failed; speedup is "
+                    f"against baseline trial {last.number}")  # fmt: skip
+    ref = {"trial": last.number, "value": last.value, "at": last.finished}
+    speedup = value / last.value if last.value else None
+    change = last.drift if last.drift is not None and abs(last.drift) > threshold else None
+    return dataclasses.replace(record, baseline=ref, speedup=speedup, drift=change,
+                               warnings=warnings), ""  # fmt: skip
+
+
 # --- the search's progress -----------------------------------------------------------------
 
 
@@ -227,6 +257,137 @@ def best_measured(trials: Mapping[str, TrialRecord]) -> TrialRecord | None:
     return max(measured, key=lambda t: t.value or 0.0, default=None)
 
 
+# --- what next: the Search phase's one decision ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The search ends; ``failed``: an error the user must act on (no confirmation follows)."""
+
+    reason: str
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class BaselineDue:
+    """Measure the host's no-speculation baseline now."""
+
+
+@dataclass(frozen=True)
+class GateReady:
+    """The parser gate is pending: join it and apply its verdicts before any proposal."""
+
+
+@dataclass(frozen=True)
+class AllBusy:
+    """Every configuration left is being measured by another worker: wait."""
+
+
+@dataclass(frozen=True)
+class ProposeNext:
+    """Ask for the next configuration."""
+
+
+Step = Stop | BaselineDue | GateReady | AllBusy | ProposeNext
+
+
+class Seen(Protocol):
+    """What storage held at this turn (see :class:`sweep.loop.history.History`)."""
+
+    @property
+    def settled(self) -> Mapping[str, TrialRecord]: ...
+    @property
+    def baselines(self) -> Sequence[TrialRecord]: ...
+    @property
+    def host_trials(self) -> Sequence[TrialRecord]: ...
+    @property
+    def launches(self) -> Sequence[TrialRecord]: ...
+    def estimate(self, config: TrialConfig | None) -> float: ...
+
+
+def _never() -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is left to search: the valid keys, the gate, other workers' keys."""
+
+    valid: frozenset[str]
+    gate_pending: bool = False
+    busy: frozenset[str] = frozenset()  # keys other workers measure right now
+    converged: Callable[[], bool] = field(default=_never)  # the sampler says nothing can win
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The run's limits; times are the clock's monotonic seconds, ``started_wall`` epoch."""
+
+    baseline: BaselineSpec
+    started: float
+    started_wall: float
+    end: float | None = None
+    n_trials: int | None = None
+    confirm_share: float = 0.0  # the share kept for the confirmation (0: none follows)
+    stop_after_failures: int = STOP_AFTER_FAILURES
+
+
+@dataclass(frozen=True)
+class Now:
+    monotonic: float
+    wall: float
+
+
+def run_end(launches: Sequence[TrialRecord], end: float | None, now: float) -> float | None:
+    """When the run's time is up: ``now`` once a launch was skipped (nothing else fits)."""
+    return now if any(t.kind is Kind.SKIPPED for t in launches) else end
+
+
+def search_end(end: float | None, started: float, share: float) -> float | None:
+    """When the search stops so the confirmation keeps ``share`` of the run's time."""
+    return None if end is None else end - share * (end - started)
+
+
+def next_step(seen: Seen, plan: Plan, limits: Limits, now: Now) -> Step:
+    """What the search does next, from one snapshot of storage: stop, measure the baseline,
+    apply the parser gate, wait for other workers, or propose a configuration."""
+    stop = _stop(seen, plan, limits, now.monotonic)
+    if stop is not None:
+        return stop
+    decision = baseline_decision(seen.baselines, seen.host_trials, limits.baseline, now.wall,
+                                 limits.started_wall)  # fmt: skip
+    if decision.action is BaselineAction.STOP:
+        return Stop(decision.reason, failed=True)
+    if decision.action is BaselineAction.DUE:
+        return BaselineDue()
+    if plan.gate_pending:
+        return GateReady()
+    todo = plan.valid - set(seen.settled)
+    if todo and todo <= plan.busy:
+        return AllBusy()
+    return ProposeNext()
+
+
+def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
+    settled = seen.settled
+    if limits.n_trials is not None and len(settled) >= limits.n_trials:
+        return Stop(f"{limits.n_trials} trials measured")
+    if all(key in settled for key in plan.valid):
+        return Stop(f"every valid configuration ({len(plan.valid)}) measured")
+    streak = failure_streak_stop(seen.launches, limits.stop_after_failures)
+    if streak:
+        return Stop(streak, failed=True)
+    estimate = seen.estimate(None)
+    end = run_end(seen.launches, limits.end, now)
+    until = search_end(end, limits.started, limits.confirm_share)
+    if not fits(now, until, estimate):
+        kept = " (the rest is kept to confirm the winner)" if until != end else ""
+        return Stop(f"out of time: the next trial needs about {estimate:.0f} s{kept}")
+    if len(settled) >= 3 and plan.converged():
+        return Stop("the search converged: no untried configuration can plausibly win")
+    return None
+
+
 def _failure_text(record: TrialRecord) -> str:
     f = record.failure
     if f is None:
@@ -238,21 +399,35 @@ def _failure_text(record: TrialRecord) -> str:
 __all__ = [
     "REQUEUED_KINDS",
     "STOP_AFTER_FAILURES",
+    "AllBusy",
     "BaselineAction",
     "BaselineDecision",
+    "BaselineDue",
     "Failed",
+    "GateReady",
     "Infeasible",
     "Interrupted",
     "Kind",
+    "Limits",
     "Measured",
+    "Now",
     "Outcome",
+    "Plan",
+    "ProposeNext",
+    "Seen",
+    "Step",
+    "Stop",
     "baseline_decision",
     "baseline_values",
     "best_measured",
     "drift",
     "failure_streak_stop",
+    "next_step",
     "replicates",
     "requeue_needed",
+    "run_end",
+    "search_end",
     "settled",
     "should_retry",
+    "with_baseline",
 ]

@@ -163,7 +163,7 @@ class Schedule:
         return self.family.config(self.max_steps)
 
     def as_dict(self) -> dict[str, Any]:
-        """The stored form (on a schedule trial; see :mod:`sweep.loop.schedule`)."""
+        """The stored form (on a schedule trial; see :mod:`sweep.loop.verify_schedule`)."""
         return {
             "metric": self.metric,
             "family": self.family.label(),

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from sweep.core.space import Plan, plan
 from sweep.engines import rules_for
 from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFileError
+from sweep.loop import wiring
 from sweep.redact import redact_url
-from sweep.server import deploy
 from sweep.store import quiet_optuna, storage_errors
 from sweep.study.spec import Study
 
@@ -69,7 +69,7 @@ def _nothing_to_run(study: Study, result: Plan) -> ConfigError:
 def _check_workload(study: Study) -> None:
     """Load the prompt file and build the workload, as the first benchmark will."""
     try:
-        deploy.workload_for(study)
+        wiring.workload_for(study)
     except PromptFileError as exc:
         raise StudyFileError(study.path, "workload.prompts", str(exc)) from exc
 
@@ -121,7 +121,7 @@ def _check_folder(shown: str, folder: Path) -> None:
         raise StorageError(f"storage {shown}: {created}folder {existing} is not writable")
 
 
-def prepare_storage(url: str) -> None:
+def create_sqlite_folder(url: str) -> None:
     """Create an SQLite file's folder (``sweep run`` only; checked by :func:`preflight`)."""
     path = sqlite_file(url)
     if path is None:

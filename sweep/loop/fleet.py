@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from sweep.exceptions import Interrupted, WorkerFailed
-from sweep.loop.options import RunOptions, RunSummary
+from sweep.loop.context import RunOptions, RunSummary
 from sweep.loop.progress import HostBoard
 from sweep.loop.worker import SharedOptions, refuse_unsafe_storage
 from sweep.server.executor import Executor, LocalExecutor
@@ -58,7 +58,7 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
     """
     url = options.storage_url or study.storage
     refuse_unsafe_storage(url, study, f"{len(study.hosts)} hosts")
-    prepare_storage(study, url)
+    create_study_tables(study, url)
     board = board or HostBoard([h.name for h in study.hosts])
     with tempfile.TemporaryDirectory(prefix="sweep-fleet-") as folder, LocalExecutor() as local:
         workers = [start_worker(local, study, h, url, options, Path(folder))
@@ -70,7 +70,7 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
         return _outcome(study, url, workers, interrupted)
 
 
-def prepare_storage(study: Study, url: str) -> None:
+def create_study_tables(study: Study, url: str) -> None:
     """Create the study, its companion and the tables once, before the workers race to."""
     quiet_optuna()
     open_study(study, storage_url=url)

@@ -25,10 +25,9 @@ from sweep.core.objective import score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.engines.base import EngineAdapter
+from sweep.engines.base import EngineAdapter, ServerConfig
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
 from sweep.loop.progress import Display
-from sweep.server import deploy
 from sweep.server.executor import Executor
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import EventSink
@@ -39,12 +38,13 @@ SaveSamples = Callable[[BenchmarkResult], None]
 
 
 @dataclass(frozen=True)
-class Bench:
+class Rig:
     """Where and how one host measures: everything :func:`measure` needs but the config."""
 
     study: Study
     executor: Executor
     adapter: EngineAdapter
+    deployment: ServerConfig  # the study's server, before the trial's own settings
     lifecycle: LifecycleOptions
     clock: Clock
     display: Display
@@ -53,12 +53,12 @@ class Bench:
     settings: BenchmarkSettings
 
 
-Measurer = Callable[["Bench", TrialConfig, TrialRecord, Mapping[int, float], SaveSamples], Outcome]
+Measurer = Callable[["Rig", TrialConfig, TrialRecord, Mapping[int, float], SaveSamples], Outcome]
 """What measures one configuration once (see :func:`measure`)."""
 
 
 def measure(
-    bench: Bench,
+    rig: Rig,
     config: TrialConfig,
     start: TrialRecord,
     baselines: Mapping[int, float],
@@ -67,20 +67,20 @@ def measure(
     """One attempt at ``config``; ``start`` is the record written when the trial began.
 
     ``config.adaptive`` launches the engine's per-batch-size schedule (see
-    :mod:`sweep.loop.schedule`).
+    :mod:`sweep.loop.verify_schedule`).
 
     Raises:
         BenchmarkError: the workload itself is wrong (rejected requests): no configuration
             could be measured with it, so the run must stop.
     """
-    started = bench.clock.now()
+    started = rig.clock.now()
     try:
-        return _measure(bench, config, start, baselines, save_samples, started)
+        return _measure(rig, config, start, baselines, save_samples, started)
     except KeyboardInterrupt as exc:
         failure = Failure("interrupted", str(exc) or "Ctrl-C")
-        return Interrupted(_finished(bench, start, failure=failure))
+        return Interrupted(_finished(rig, start, failure=failure))
     except ServerFailure as error:
-        record = _finished(bench, start, failure=failure_of(error))
+        record = _finished(rig, start, failure=failure_of(error))
         if error.kind.deterministic:
             return Infeasible(record)
         return Failed(record, transient=True)
@@ -89,46 +89,46 @@ def measure(
             raise
         partial = error.partial
         levels = tuple(result_figures(partial)) if isinstance(partial, BenchmarkResult) else ()
-        record = _finished(bench, start, failure=failure_of(error), levels=levels)
+        record = _finished(rig, start, failure=failure_of(error), levels=levels)
         return Failed(record, transient=True)
 
 
 def _measure(
-    bench: Bench,
+    rig: Rig,
     config: TrialConfig,
     start: TrialRecord,
     baselines: Mapping[int, float],
     save_samples: SaveSamples,
     started: float,
 ) -> Outcome:
-    study = bench.study
+    study = rig.study
     with (
         http_client() as client,
         server(
-            bench.executor,
-            bench.adapter,
-            deploy.server_config(study),
+            rig.executor,
+            rig.adapter,
+            rig.deployment,
             config,
             client=client,
-            options=bench.lifecycle,
-            clock=bench.clock,
-            on_event=bench.on_event,
+            options=rig.lifecycle,
+            clock=rig.clock,
+            on_event=rig.on_event,
         ) as running,
     ):
-        ready_at = bench.clock.now()
+        ready_at = rig.clock.now()
         launch = _launch_fields(running, config)
         for warning in launch.get("warnings", ()):
-            bench.display.message(f"  warning: {warning}")
-        bench.display.phase("benchmarking")
+            rig.display.message(f"  warning: {warning}")
+        rig.display.phase("benchmarking")
         try:
             running.begin_serving()  # still ours, still alive: a crash now is while serving
-            result = run_benchmark(running.url, bench.workload, bench.settings)
+            result = run_benchmark(running.url, rig.workload, rig.settings)
         except BenchmarkError:
             running.check()  # a dead server is a ServerFailure, with its log tail
             raise
-        benchmarked_at = bench.clock.now()
-        bench.display.phase("teardown")
-    timings = _timings(running, started, ready_at, benchmarked_at, bench.clock.now())
+        benchmarked_at = rig.clock.now()
+        rig.display.phase("teardown")
+    timings = _timings(running, started, ready_at, benchmarked_at, rig.clock.now())
     stop_warnings = running.stop_report.warnings() if running.stop_report else ()
     levels = tuple(result_figures(result))
     s = score(levels, study.objective, baselines)
@@ -140,7 +140,7 @@ def _measure(
         accept_length=levels[0].get("accept_length") if levels else None,
         timings=timings,
         constraints=dict(s.violations),
-        finished=bench.clock.wall(),
+        finished=rig.clock.wall(),
         **{k: v for k, v in launch.items() if k != "warnings"},
         warnings=(*launch.get("warnings", ()), *result.warnings, *stop_warnings),
     )
@@ -177,9 +177,9 @@ def _timings(running: RunningServer, started: float, ready: float, benchmarked: 
     return {k: v for k, v in timings.items() if v is not None}
 
 
-def _finished(bench: Bench, start: TrialRecord, *, failure: Failure,
+def _finished(rig: Rig, start: TrialRecord, *, failure: Failure,
               levels: tuple[Mapping[str, Any], ...] = ()) -> TrialRecord:  # fmt: skip
-    return dataclasses.replace(start, failure=failure, levels=levels, finished=bench.clock.wall())
+    return dataclasses.replace(start, failure=failure, levels=levels, finished=rig.clock.wall())
 
 
 def failure_of(error: SweepError) -> Failure:

@@ -2,6 +2,6 @@
 
 ``executor`` runs commands (local subprocess or SSH); ``lifecycle`` starts, follows and stops
 one server; ``readiness`` judges it ready; ``hygiene`` checks the port and GPUs are free;
-``deploy`` turns a study into what the lifecycle needs; ``engine_check`` asks the engine on the
-host about itself.
+``engine_check`` asks the engine on the host about itself (a study becomes what the lifecycle
+needs in :mod:`sweep.loop.wiring`).
 """

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from sweep.core.space import Gated, Rules, Ruling, TrialConfig
 from sweep.engines import gate
-from sweep.engines.base import EngineAdapter, LaunchCommand
+from sweep.engines.base import EngineAdapter, LaunchCommand, ServerConfig
 from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
 from sweep.exceptions import ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
@@ -138,7 +138,11 @@ def check_engine(
 
 
 def gate_study(
-    executor: Executor, study: Study, adapter: EngineAdapter, configs: Mapping[str, TrialConfig]
+    executor: Executor,
+    study: Study,
+    adapter: EngineAdapter,
+    configs: Mapping[str, TrialConfig],
+    deployment: ServerConfig,
 ) -> EngineCheck:
     """The parser gate for a study's planned configurations, and its flags checked.
 
@@ -147,18 +151,16 @@ def gate_study(
         study: the study (its flags are checked, its deployment builds the commands).
         adapter: the study's engine adapter on this host.
         configs: the planned configurations by key (``plan(...).valid``).
+        deployment: the study's server (``sweep.loop.wiring.server_config``).
 
     Raises:
         StudyFileError: a flag is abbreviated, a switch has a value other than true or
             false, a flag is one sweep sets itself, or a setting is given twice.
     """
-    from sweep.server import deploy
-
     uses = study_flag_uses(study)
     _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
     _raise(study, _conflicts(study, adapter, uses))
-    server = deploy.server_config(study)
-    commands = {key: adapter.command(server, c) for key, c in configs.items()}
+    commands = {key: adapter.command(deployment, c) for key, c in configs.items()}
     check = check_engine(executor, adapter, commands)
     table = check.options or adapter.known_flags()
     _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))

@@ -14,7 +14,7 @@ is free and GPU memory is idle; a stop that could not free them says so
 (:meth:`StopReport.warnings`, and a ``warning`` event).
 
 Every failure is a :class:`~sweep.exceptions.ServerFailure` carrying its
-:class:`~sweep.failures.FailureKind`. ``sweep.loop.launch.launch_once`` wraps this
+:class:`~sweep.failures.FailureKind`. ``sweep.commands.launch.launch_once`` wraps this
 for ``sweep launch``: check the engine, start one configuration, report.
 """
 

@@ -24,7 +24,7 @@ from analysis.load import (
 )
 from analysis.report import write_report
 from sweep.cli import app
-from sweep.loop.run import run_study
+from sweep.loop.start import run_study
 from sweep.study import load_study
 from tests.support.frames import Config, Synth, write_study
 from tests.support.simproc import free_port, write_profile

@@ -31,8 +31,8 @@ from sweep.engines.sglang import (
 )
 from sweep.engines.vllm import VLLMAdapter, check_per_batch_size_ranges, per_batch_size_ranges
 from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
-from sweep.loop.schedule import export
-from sweep.server import deploy
+from sweep.loop import wiring
+from sweep.loop.verify_schedule import export
 from sweep.sim import adaptive as sim_adaptive
 from sweep.study.spec import Constraint, Study, parse_study
 
@@ -431,7 +431,7 @@ concurrency = [1, 16, 64]
 def test_sglang_export_writes_the_config_its_command_and_the_table(tmp_path: Path) -> None:
     study = study_of('model_path = "m"\ntp_size = 8\ndraft_model_path = "d"')
     s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
-    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    out = export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
     names = sorted(p.name for p in out.files)
     assert names == ["launch.sh", "schedule.json", "schedule.md", "sglang-adaptive-config.json"]
     config = tmp_path / "o" / "sglang-adaptive-config.json"
@@ -448,7 +448,7 @@ def test_vllm_export_writes_its_speculative_config_and_command(tmp_path: Path) -
     study = study_of('name = "vllm"\nmodel_path = "m"\nalgorithm = "DRAFT_MODEL"\n'
                      'draft_model_path = "d"')  # fmt: skip
     s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
-    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    out = export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
     assert sorted(p.name for p in out.files) == [
         "launch.sh", "schedule.json", "schedule.md", "vllm-speculative-config.json"]  # fmt: skip
     spec = json.loads((tmp_path / "o" / "vllm-speculative-config.json").read_text())
@@ -463,6 +463,6 @@ def test_a_schedule_without_speculation_exports_the_plain_command(tmp_path: Path
     study = study_of('model_path = "m"\ntp_size = 8')
     slow = [trial(1, {1: 80, 16: 800, 64: 1000}, number=0)]
     s = decide_schedule(slow, BASELINES, metric=METRIC, levels=[1, 16, 64])
-    out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    out = export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
     assert "--speculative" not in out.command and "deploy without it" in out.table
     assert not (tmp_path / "o" / "sglang-adaptive-config.json").exists()

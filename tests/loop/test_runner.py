@@ -19,7 +19,7 @@ from sweep.clock import Clock
 from sweep.core.records import ATTR
 from sweep.core.space import TrialConfig
 from sweep.loop.progress import Display
-from sweep.loop.run import RunOptions, run_study
+from sweep.loop.start import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
 from sweep.store import baseline_study_name, load_samples
 from sweep.study import load_study

@@ -15,8 +15,8 @@ from optuna.trial import create_trial
 
 from sweep.core.records import Kind, TrialRecord
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
-from sweep.loop.schedule import make_schedule
+from sweep.loop.start import run_study
+from sweep.loop.verify_schedule import make_schedule
 from sweep.store import baseline_study_name, read_records, schedule_study_name
 from sweep.study import load_study
 from sweep.study.spec import Study

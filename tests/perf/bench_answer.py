@@ -1,10 +1,10 @@
 """The confirmed answer through the REAL loop, with launch-to-launch noise (issue 14's figures).
 
 ``bench_policy`` plays the search and confirmation policy in a fast driver; this benchmark
-runs the same cases through :class:`sweep.loop.runner.Runner` itself — proposals, validity
-rules, duplicates, baselines, the confirmation phase and the stored answer — with the
-measurement replaced by the simulator's noise-free truth times a per-launch speed factor
-N(1, 2 %) and a within-launch error of 0.5 %.
+runs the same cases through the real loop (:func:`sweep.loop.run_with_measurements`) —
+proposals, validity rules, duplicates, baselines, the confirmation phase and the stored
+answer — with the measurement replaced by the simulator's noise-free truth times a
+per-launch speed factor N(1, 2 %) and a within-launch error of 0.5 %.
 
 ``winner_within_1pct_rate_loop``: the fraction of runs whose stored answer is truly within
 1 % of the optimum; ``confirm_extra_trials_pct_loop``: confirmation launches as % of the
@@ -13,25 +13,19 @@ search's launches.
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import random
 import statistics
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 
-from sweep.core.policy import Measured, Outcome
-from sweep.core.records import StudyInfo, TrialRecord
+from sweep.core.records import StudyInfo
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
-from sweep.loop.measure import Bench, Measurer, SaveSamples
-from sweep.loop.options import RunOptions
-from sweep.loop.progress import Display
-from sweep.loop.runner import Runner
-from sweep.server.executor import LocalExecutor
+from sweep.loop import Measurement, run_with_measurements
+from sweep.loop.offline import Measure
 from sweep.sim.profile import Profile, load_profile
 from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
@@ -66,23 +60,13 @@ SPACES = {
 }
 
 
-def noisy_measurer(profile: Profile, rng: random.Random) -> Measurer:
-    def measure(bench: Bench, config: TrialConfig, start: TrialRecord,
-                baselines: Mapping[int, float], save: SaveSamples) -> Outcome:  # fmt: skip
+def noisy_measurer(profile: Profile, rng: random.Random) -> Measure:
+    def measure(config: TrialConfig) -> Measurement:
         true = truth(profile, config)
         value = true * rng.gauss(1.0, LAUNCH_SD) * rng.gauss(1.0, WITHIN_SD)
-        half = 1.96 * WITHIN_SD * value
-        level = {"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": half}}
-        record = dataclasses.replace(start, levels=(level,), objective=value,
-                                     timings={"total": 1.0})  # fmt: skip
-        return Measured(record, value)
+        return Measurement(value, half_width=1.96 * WITHIN_SD * value)
 
     return measure
-
-
-class QuietRunner(Runner):
-    def _check_engine(self) -> None:
-        pass
 
 
 def one_run(space: str, profile_name: str, seed: int, folder: Path) -> tuple[float, int, int]:
@@ -91,9 +75,7 @@ def one_run(space: str, profile_name: str, seed: int, folder: Path) -> tuple[flo
                         str(folder / f"{space}-{profile_name}-{seed}.toml"))  # fmt: skip
     profile = load_profile(profile_name)
     best = max(truth(profile, c) for c in plan(study, rules_for(study)).valid)
-    runner = QuietRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor(),
-                         measurer=noisy_measurer(profile, random.Random(seed)))  # fmt: skip
-    runner.run()
+    run_with_measurements(study, noisy_measurer(profile, random.Random(seed)))
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     records = read_records(optuna_study)

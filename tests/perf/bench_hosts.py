@@ -27,7 +27,7 @@ import optuna
 from sweep.core.records import ATTR
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
-from sweep.loop.run import RunOptions, RunSummary, run_study
+from sweep.loop.start import RunOptions, RunSummary, run_study
 from sweep.store import baseline_study_name, rdb_storage
 from sweep.study import Study, load_study
 from tests.perf.figures import Figure

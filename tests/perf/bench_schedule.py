@@ -22,7 +22,7 @@ import optuna
 from sweep.core.records import TrialRecord
 from sweep.core.verdict import best_static, figures_of, total
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
+from sweep.loop.start import run_study
 from sweep.store import baseline_study_name, quiet_optuna, read_records, schedule_study_name
 from sweep.study import load_study
 from tests.perf.figures import Figure

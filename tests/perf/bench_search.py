@@ -5,7 +5,7 @@ and no noise, how many measured configurations the sampler needs until its
 best-so-far is within 1 % of the true optimum, as a fraction of the valid
 configurations — median over 10 seeds, for TPE, random search and the
 cost-model-guided sampler (``physics``). The loop is the real one
-(`sweep.loop.runner.Runner`: suggestion, validity rules, de-duplication,
+(`sweep.loop.run_with_measurements`: suggestion, validity rules, de-duplication,
 re-queueing); only the measurement is replaced by the simulator's noise-free
 truth, so thousands of trials take seconds.
 
@@ -15,26 +15,24 @@ between two trial starts minus the server's start-up and the benchmark.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import io
 import itertools
 import statistics
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
 import optuna
 
-from sweep.core.policy import Measured, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
-from sweep.loop.measure import Bench, Measurer, SaveSamples
-from sweep.loop.options import RunOptions
+from sweep.exceptions import Interrupted
+from sweep.loop import Measurement, run_with_measurements
+from sweep.loop.offline import Measure
 from sweep.loop.progress import Display
-from sweep.loop.run import run_study
-from sweep.loop.runner import Runner
-from sweep.server.executor import LocalExecutor
+from sweep.loop.start import run_study
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
@@ -72,35 +70,22 @@ def truth(profile: Profile, config: TrialConfig) -> float:
     return model.predict(profile, sim, 1).decode_tok_s
 
 
-def truth_measurer(profile: Profile, values: list[float]) -> Measurer:
-    """Measure with the simulator's noise-free prediction instead of a server."""
+def truth_measurer(profile: Profile, values: list[float], target: float) -> Measure:
+    """Measure with the simulator's noise-free prediction instead of a server; each new
+    configuration's value joins ``values``, and the run stops (as Ctrl-C does) once one is
+    within 1 % of the optimum (``target``)."""
+    seen: set[str] = set()
 
-    def measure(bench: Bench, config: TrialConfig, start: TrialRecord,
-                baselines: Mapping[int, float], save: SaveSamples) -> Outcome:  # fmt: skip
+    def measure(config: TrialConfig) -> Measurement:
         value = truth(profile, config)
-        if start.kind is Kind.TRIAL:
+        if config.speculative and config.key() not in seen:  # a search trial, not a relaunch
+            seen.add(config.key())
             values.append(value)
-        level = {"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": 0.0}}
-        record = dataclasses.replace(start, levels=(level,), objective=value,
-                                     timings={"total": 1.0})  # fmt: skip
-        return Measured(record, value)
+            if value >= target:
+                raise KeyboardInterrupt("within 1 % of the optimum")
+        return Measurement(value, half_width=0.0)
 
     return measure
-
-
-class TruthRunner(Runner):
-    """The real loop, stopped once within 1 % of the optimum."""
-
-    values: list[float]
-    target: float
-
-    def _stop_reason(self) -> str:
-        if self.values and max(self.values) >= self.target:
-            return "within 1 % of the optimum"
-        return super()._stop_reason()
-
-    def _check_engine(self) -> None:
-        pass
 
 
 def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) -> tuple[int, int]:
@@ -110,16 +95,14 @@ def trials_to_optimum(profile_name: str, sampler: str, seed: int, folder: Path) 
     valid = plan(study, rules_for(study)).valid
     best = max(truth(profile, c) for c in valid)
     values: list[float] = []
-    runner = TruthRunner(study, RunOptions(), Display(io.StringIO(), live=False), LocalExecutor(),
-                         measurer=truth_measurer(profile, values))  # fmt: skip
-    runner.values, runner.target = values, 0.99 * best
-    runner.run()
+    with contextlib.suppress(Interrupted):
+        run_with_measurements(study, truth_measurer(profile, values, 0.99 * best))
     running_best = 0.0
-    for index, value in enumerate(runner.values, start=1):
+    for index, value in enumerate(values, start=1):
         running_best = max(running_best, value)
         if running_best >= 0.99 * best:
             return index, len(valid)
-    return len(runner.values), len(valid)
+    return len(values), len(valid)
 
 
 def search_figures() -> Iterator[Figure]:

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.loop import wiring
 from sweep.search import answer
-from sweep.server import deploy
 from sweep.server.engine_check import gate_study
 from sweep.store import baseline_study_name, rdb_storage, read_records
 from sweep.study.spec import Study
@@ -122,13 +122,14 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     """
     rules = rules_for(study)
     result = plan(study, rules)
-    adapter = deploy.adapter_for(study, study.host)
+    adapter = wiring.adapter_for(study, study.host)
     note = ""
     if gate:  # [engines] the parser gate; rejected configurations become exclusions
-        with deploy.open_host(study.host) as executor:
-            check = gate_study(executor, study, adapter, {c.key(): c for c in result.valid})
+        with wiring.open_host(study.host) as executor:
+            valid = {c.key(): c for c in result.valid}
+            check = gate_study(executor, study, adapter, valid, wiring.server_config(study))
         result, note = plan(study, check.gate(rules)), check.note
-    config = deploy.server_config(study)
+    config = wiring.server_config(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)
     per_trial, source = _per_trial_estimate(study)
     excluded = tuple(

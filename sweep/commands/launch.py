@@ -44,8 +44,8 @@ class LaunchReport:
 def launch_once(
     executor: Executor,
     adapter: EngineAdapter,
-    config: ServerConfig,
-    params: TrialConfig,
+    deployment: ServerConfig,
+    config: TrialConfig,
     *,
     options: LifecycleOptions | None = None,
     clock: Clock = SYSTEM_CLOCK,
@@ -57,8 +57,8 @@ def launch_once(
     Args:
         executor: where the server runs.
         adapter: the engine; an unpinned version is read on the host first.
-        config: the deployment.
-        params: the configuration to start.
+        deployment: the study's server (what stays the same across configurations).
+        config: the configuration to start.
         options: timeouts and places.
         clock: time source.
         on_event: receives progress events.
@@ -68,7 +68,7 @@ def launch_once(
         ServerFailure: rejected by the engine's parser, or any lifecycle failure.
     """
     emit = on_event or log_event
-    check = check_engine(executor, adapter, [adapter.command(config, params)])
+    check = check_engine(executor, adapter, [adapter.command(deployment, config)])
     emit(Event(EventKind.NOTE, check.note))
     if check.rejected:
         raise ServerFailure(
@@ -84,8 +84,8 @@ def launch_once(
         server(
             executor,
             adapter,
+            deployment,
             config,
-            params,
             client=client,
             options=options,
             clock=clock,
@@ -106,14 +106,14 @@ def launch_once(
     )
 
 
-def launch_study(study: Study, params: TrialConfig, *, on_event: EventSink | None = None,
+def launch_study(study: Study, config: TrialConfig, *, on_event: EventSink | None = None,
                  host: HostSpec | None = None) -> LaunchReport:  # fmt: skip
     """:func:`launch_once` with the engine, model, flags and host of a study file."""
-    from sweep.server import deploy
+    from sweep.loop import wiring
 
     host = host or study.host
-    with deploy.open_host(host) as executor:
+    with wiring.open_host(host) as executor:
         return launch_once(
-            executor, deploy.adapter_for(study, host), deploy.server_config(study), params,
-            options=deploy.lifecycle_options(study, host), on_event=on_event,
+            executor, wiring.adapter_for(study, host), wiring.server_config(study), config,
+            options=wiring.lifecycle_options(study, host), on_event=on_event,
         )  # fmt: skip

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from sweep.loop.checks import preflight, prepare_storage
+from sweep.loop import wiring
+from sweep.loop.checks import create_sqlite_folder, preflight
+from sweep.loop.context import RunOptions, RunSummary
 from sweep.loop.fleet import run_hosts
 from sweep.loop.notify import ended_by, open_notifier
-from sweep.loop.options import RunOptions, RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
-from sweep.server import deploy
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.store import quiet_optuna, storage_errors
 from sweep.study.spec import HostSpec, Study
@@ -35,8 +35,9 @@ def run_study(
     return run_on_host(study, study.host, options, display)
 
 
-def run_worker(study: Study, host_name: str, options: RunOptions,
-               display: Display | None = None) -> RunSummary:  # fmt: skip
+def run_worker(
+    study: Study, host_name: str, options: RunOptions, display: Display | None = None
+) -> RunSummary:
     """Join ``study`` (in its shared storage) as the worker measuring on ``host_name``.
 
     Raises:
@@ -51,8 +52,9 @@ def run_worker(study: Study, host_name: str, options: RunOptions,
     return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)
 
 
-def run_on_host(study: Study, host: HostSpec, options: RunOptions,
-                display: Display | None = None) -> RunSummary:  # fmt: skip
+def run_on_host(
+    study: Study, host: HostSpec, options: RunOptions, display: Display | None = None
+) -> RunSummary:
     """Run ``study`` on one of its hosts (one worker; see :mod:`sweep.loop.worker`)."""
     display = display or Display()
     quiet_optuna()
@@ -62,17 +64,19 @@ def run_on_host(study: Study, host: HostSpec, options: RunOptions,
             url, f"{study.path}: the run stopped (what was stored is kept); cannot write"
         ),
         second_ctrl_c_exits(),
-        deploy.open_host(host) as executor,
+        wiring.open_host(host) as executor,
         open_notifier(study, host.name, display.message) as notifier,
     ):
-        runner = Runner(for_host(study, host), options, display, executor, host,
-                        notifier=notifier)  # fmt: skip
+        ctx = wiring.run_context(
+            for_host(study, host), options, display, executor, host, notifier=notifier
+        )
+        summary = ctx.summary
         try:
-            summary = runner.run()
+            Runner(ctx).run()
         except BaseException as exc:  # say how the night ended, then go on failing
-            notifier.run_ended(ended_by(exc), best=runner._best_text(), counts=_counts(runner))
+            notifier.run_ended(ended_by(exc), best=summary.best, counts=summary.counts())
             raise
-        notifier.run_ended(summary.stop_reason, best=summary.best, counts=_counts(runner))
+        notifier.run_ended(summary.stop_reason, best=summary.best, counts=summary.counts())
         return summary
 
 
@@ -80,10 +84,4 @@ def _preflight(study: Study, options: RunOptions) -> None:
     """Refuse a study that cannot run before anything is created or launched (no valid
     configuration, a missing prompt file, a bad storage URL)."""
     url = preflight(study, options.storage_url).storage
-    prepare_storage(url)
-
-
-def _counts(runner: Runner) -> dict[str, int]:
-    s = runner.summary
-    return {"measured": s.measured, "infeasible": s.infeasible, "failed": s.failed,
-            "baselines": s.baselines, "replicates": s.replicates}  # fmt: skip
+    create_sqlite_folder(url)

@@ -22,30 +22,29 @@ from pathlib import Path, PurePosixPath
 
 import optuna
 import sqlalchemy as sa
-from optuna.trial import Trial, TrialState
 
-from sweep.bench.result import BenchmarkResult
+from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
 from sweep.core import policy
-from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
-from sweep.core.records import FEASIBLE, Kind, TrialRecord
+from sweep.core.policy import Interrupted, Outcome
+from sweep.core.records import Kind, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import Verdict, best_static, figures_of, verdict
 from sweep.engines.base import EngineAdapter
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
-from sweep.exceptions import Interrupted as InterruptedError
-from sweep.loop.measure import Bench, measure, start_record
+from sweep.loop import wiring
+from sweep.loop.attempt import saver, with_retries
+from sweep.loop.measure import Rig, measure, start_record
 from sweep.loop.progress import Display
+from sweep.loop.tell import tell
 from sweep.loop.worker import ask
-from sweep.server import deploy
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
     open_study,
     rdb_storage,
     read_records,
-    save_samples,
     schedule_study_name,
     write_record,
 )
@@ -100,7 +99,7 @@ def make_schedule(
     storage = storage_url or study.storage
     trials, baselines = stored_records(study, storage)
     schedule = decide(study, trials, baselines)
-    adapter = deploy.adapter_for(study, study.host)
+    adapter = wiring.adapter_for(study, study.host)
     exported = export(study, schedule, adapter, Path(out or f"{study.name}-schedule"))
     if not verify:
         return ScheduleResult(schedule, exported)
@@ -108,8 +107,9 @@ def make_schedule(
     return ScheduleResult(schedule, exported, verified, judge(study, verified, trials, baselines))
 
 
-def decide(study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
-           ) -> Schedule:  # fmt: skip
+def decide(
+    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+) -> Schedule:
     """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys)."""
     return decide_schedule(
         trials,
@@ -153,10 +153,10 @@ def _records(storage: str, name: str) -> list[TrialRecord] | None:
 
 def schedule_params(schedule: Schedule, config_path: str | None) -> TrialConfig:
     """The launch configuration of ``schedule`` (no speculation at all when no level drafts)."""
-    params = schedule.launch_config()
+    config = schedule.launch_config()
     if not schedule.speculative:
-        return params
-    return dataclasses.replace(params, adaptive=Adaptive(schedule.steps_by_batch, config_path))
+        return config
+    return dataclasses.replace(config, adaptive=Adaptive(schedule.steps_by_batch, config_path))
 
 
 def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | None:
@@ -164,8 +164,8 @@ def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | 
     steps = adapter.builtin_adaptive_steps
     if steps is None:
         return None
-    params = schedule.family.config(steps)
-    return dataclasses.replace(params, adaptive=Adaptive())
+    config = schedule.family.config(steps)
+    return dataclasses.replace(config, adaptive=Adaptive())
 
 
 def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
@@ -177,13 +177,13 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
         EngineConfigError: the engine cannot run the schedule (the loader's rules).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    config = deploy.server_config(study)
+    deployment = wiring.server_config(study)
     probe = schedule_params(schedule, "")
-    documents = adapter.schedule_documents(config, probe) if probe.adaptive else {}
+    documents = adapter.schedule_documents(deployment, probe) if probe.adaptive else {}
     text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
     name = next((n for n, t in documents.items() if text is not None and t == text), None)
-    params = schedule_params(schedule, str((folder / name).resolve()) if name else None)
-    command = adapter.command(config, params).shell()
+    config = schedule_params(schedule, str((folder / name).resolve()) if name else None)
+    command = adapter.command(deployment, config).shell()
     table = render_table(schedule)
     if not schedule.speculative:
         table += "\nNo level gains from speculation: deploy without it (the command below).\n"
@@ -215,30 +215,32 @@ def verify_schedule(
     """
     display = display or Display()
     host = study.host
-    adapter = deploy.adapter_for(study, host)
-    config = deploy.server_config(study)
-    workdir = deploy.lifecycle_options(study, host).workdir
-    commands = [adapter.command(config, p) for _, p in _launches(study, schedule, adapter, workdir)]
-    with deploy.open_host(host) as executor:
+    adapter = wiring.adapter_for(study, host)
+    deployment = wiring.server_config(study)
+    workdir = wiring.lifecycle_options(study, host).workdir
+    launches = _launches(study, schedule, adapter, workdir)
+    commands = [adapter.command(deployment, config) for _, config in launches]
+    with wiring.open_host(host) as executor:
         check = check_engine(executor, adapter, commands)
         display.message(check.note)
         if check.rejected:
-            raise ScheduleError(study.name, f"the engine's parser refused the schedule: "
-                                f"{check.rejected[0].message}")  # fmt: skip
-        bench = Bench(study, executor, dataclasses.replace(adapter, version=check.version),
-                      deploy.lifecycle_options(study, host), SYSTEM_CLOCK, display,
-                      display.server_event, deploy.workload_for(study),
-                      deploy.benchmark_settings(study))  # fmt: skip
+            raise ScheduleError(
+                study.name, f"the engine's parser refused the schedule: {check.rejected[0].message}"
+            )
+        adapter = dataclasses.replace(adapter, version=check.version)
+        rig = wiring.rig_for(
+            study, host, executor, SYSTEM_CLOCK, display, display.server_event, adapter=adapter
+        )
         try:
-            return verify_with(bench, schedule, storage=storage, host=host.name)
+            return verify_with(rig, schedule, storage=storage, host=host.name)
         finally:
             display.close()
 
 
 def verify_with(
-    bench: Bench, schedule: Schedule, *, storage: str, host: str
+    rig: Rig, schedule: Schedule, *, storage: str, host: str
 ) -> tuple[TrialRecord, ...]:
-    """Relaunch the schedule (and the engine's built-in one, if the study asks) on ``bench``.
+    """Relaunch the schedule (and the engine's built-in one, if the study asks) on ``rig``.
 
     Each launch is benchmarked at every level like a trial and stored as a
     :attr:`Kind.SCHEDULE` trial of ``<study>.schedules``.
@@ -246,28 +248,29 @@ def verify_with(
     Raises:
         Interrupted: Ctrl-C during a launch (it is recorded first).
     """
-    study = bench.study
+    study = rig.study
     owner = open_study(study, storage_url=storage, name=schedule_study_name(study.name))
     baselines = _records(storage, baseline_study_name(study.name)) or []
     values = policy.baseline_values(baselines, study.objective.metric)
     records = []
-    for name, params in _launches(study, schedule, bench.adapter, bench.lifecycle.workdir):
-        records.append(_verify_one(bench, owner, schedule, name, params, values, storage, host))
+    for name, config in _launches(study, schedule, rig.adapter, rig.lifecycle.workdir):
+        records.append(_verify_one(rig, owner, schedule, name, config, values, storage, host))
     return tuple(records)
 
 
-def _launches(study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
-              ) -> list[tuple[str, TrialConfig]]:  # fmt: skip
+def _launches(
+    study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
+) -> list[tuple[str, TrialConfig]]:
     """(name, parameters) of each verification launch; SGLang's file lives in ``workdir``."""
-    params = schedule_params(schedule, None)
-    text = adapter.adaptive_file(params)
-    if text is not None and params.adaptive is not None:
+    config = schedule_params(schedule, None)
+    text = adapter.adaptive_file(config)
+    if text is not None and config.adaptive is not None:
         digest = hashlib.sha256(text.encode()).hexdigest()[:10]
         path = str(PurePosixPath(workdir) / f"{study.name}.schedule-{digest}.json")
-        params = dataclasses.replace(
-            params, adaptive=dataclasses.replace(params.adaptive, config_path=path)
+        config = dataclasses.replace(
+            config, adaptive=dataclasses.replace(config.adaptive, config_path=path)
         )
-    out = [(SCHEDULE, params)]
+    out = [(SCHEDULE, config)]
     builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
     if builtin is not None and schedule.speculative:
         out.append((BUILTIN, builtin))
@@ -275,7 +278,7 @@ def _launches(study: Study, schedule: Schedule, adapter: EngineAdapter, workdir:
 
 
 def _verify_one(
-    bench: Bench,
+    rig: Rig,
     owner: optuna.Study,
     schedule: Schedule,
     name: str,
@@ -285,83 +288,58 @@ def _verify_one(
     host: str,
 ) -> TrialRecord:
     # the schedule (or the engine's built-in one) rides on the configuration: config.adaptive
-    text = bench.adapter.adaptive_file(config)
+    text = rig.adapter.adaptive_file(config)
     if text is not None and config.adaptive is not None and config.adaptive.config_path:
-        bench.executor.write_text(config.adaptive.config_path, text)  # on the server's host
+        rig.executor.write_text(config.adaptive.config_path, text)  # on the server's host
     trial = ask(owner)
-    stored = {"name": name, "engine": bench.adapter.name, **_described(schedule, name, config)}
+    stored = {"name": name, "engine": rig.adapter.name, **_described(schedule, name, config)}
     start = dataclasses.replace(
-        start_record(config, Kind.SCHEDULE, host, bench.clock.wall()),
-        key=f"{name}:{config.key()}", schedule=stored,
-    )  # fmt: skip
+        start_record(config, Kind.SCHEDULE, host, rig.clock.wall()),
+        key=f"{name}:{config.key()}",
+        schedule=stored,
+    )
     write_record(trial, start)
-    bench.display.trial_started(name, f"#{trial.number} {_label(name, schedule, config)}")
+    rig.display.trial_started(name, f"#{trial.number} {_label(name, schedule, config)}")
 
-    def save(result: BenchmarkResult) -> None:
-        rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
-        save_samples(storage, owner.study_name, trial.number, rows)
-
-    attempt = 1
-    while True:
-        outcome = measure(bench, config, start, baselines, save)
-        if not policy.should_retry(outcome, attempt, bench.study.transient_retries):
-            break
-        attempt += 1
-        start = dataclasses.replace(start, attempt=attempt)
-        write_record(trial, start)
-    record = _tell(owner, trial, _checked(outcome, config))
-    bench.display.trial_finished(_result_text(record))
+    save = saver(storage, owner.study_name, trial.number)
+    outcome = with_retries(measure, rig, trial, config, start, baselines, save)
+    record = tell(owner, trial, _checked(outcome, config))
+    rig.display.trial_finished(_result_text(record))
     if isinstance(outcome, Interrupted):
-        raise InterruptedError(
+        raise exceptions.Interrupted(
             f"interrupted while verifying the {name} schedule; what was measured is stored, "
             "`sweep schedule --verify` runs it again"
         )
     return record
 
 
-def _described(schedule: Schedule, name: str, params: TrialConfig) -> dict[str, object]:
+def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
-    return {"family": schedule.family.label(), "initial_steps": params.num_steps}
+    return {"family": schedule.family.label(), "initial_steps": config.num_steps}
 
 
-def _label(name: str, schedule: Schedule, params: TrialConfig) -> str:
+def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
     if name == SCHEDULE:
         steps = ", ".join(f"{b}: {s}" for b, s in schedule.steps_by_batch)
         return f"schedule (steps by batch size {steps}) {schedule.family.label()}"
     return (
-        f"engine's built-in schedule (initial steps {params.num_steps}) {schedule.family.label()}"
+        f"engine's built-in schedule (initial steps {config.num_steps}) {schedule.family.label()}"
     )
 
 
-def _checked(outcome: Outcome, params: TrialConfig) -> Outcome:
+def _checked(outcome: Outcome, config: TrialConfig) -> Outcome:
     """Flag a launch whose server did not run the schedule (e.g. SGLang fell back to static)."""
     record = outcome.record
-    if params.adaptive is None or record.resolved.get("adaptive") is not False:
+    if config.adaptive is None or record.resolved.get("adaptive") is not False:
         return outcome
-    warning = ("the server reports that it does not run the schedule (adaptive mode off in its "
-               "resolved arguments): these figures are of static steps")  # fmt: skip
-    return dataclasses.replace(outcome, record=dataclasses.replace(
-        record, warnings=(*record.warnings, warning)))  # fmt: skip
-
-
-def _tell(owner: optuna.Study, trial: Trial, outcome: Outcome) -> TrialRecord:
-    record = outcome.record
-    write_record(trial, record)
-    if isinstance(outcome, Measured):
-        for constraint, violation in record.constraints.items():
-            trial.set_constraint(constraint, violation)
-        trial.set_constraint(FEASIBLE, 0.0)
-        owner.tell(trial, outcome.value)
-        state = "COMPLETE"
-    elif isinstance(outcome, Infeasible):
-        trial.set_constraint(FEASIBLE, 1.0)
-        owner.tell(trial, 0.0)
-        state = "COMPLETE"
-    else:
-        owner.tell(trial, state=TrialState.FAIL)
-        state = "FAIL"
-    return dataclasses.replace(record, number=trial.number, optuna_state=state)
+    warning = (
+        "the server reports that it does not run the schedule (adaptive mode off in its "
+        "resolved arguments): these figures are of static steps"
+    )
+    return dataclasses.replace(
+        outcome, record=dataclasses.replace(record, warnings=(*record.warnings, warning))
+    )
 
 
 def _result_text(record: TrialRecord) -> str:
@@ -391,29 +369,34 @@ def judge(
         return None
     builtin = [r for r in verified if r.schedule.get("name") == BUILTIN and r.measured]
     return verdict(
-        figures_of(mine, metric), static.figures, static.label,
-        figures_of(builtin, metric) if builtin else None, metric=metric,
-    )  # fmt: skip
+        figures_of(mine, metric),
+        static.figures,
+        static.label,
+        figures_of(builtin, metric) if builtin else None,
+        metric=metric,
+    )
 
 
 def verify_at_end(
-    bench: Bench, *, storage: str, host: str, seconds_left: float | None, per_launch_s: float
+    rig: Rig, *, storage: str, host: str, seconds_left: float | None, per_launch_s: float
 ) -> list[str]:
     """The end-of-run hook (``[schedule] verify = true``); returns lines for the run summary.
 
     Skipped, with a line saying how to run it later, when nothing can be decided yet or the
     launches do not fit in the time left.
     """
-    study = bench.study
+    study = rig.study
     try:
         trials, baselines = stored_records(study, storage)
         schedule = decide(study, trials, baselines)
-        launches = len(_launches(study, schedule, bench.adapter, bench.lifecycle.workdir))
+        launches = len(_launches(study, schedule, rig.adapter, rig.lifecycle.workdir))
         if seconds_left is not None and launches * per_launch_s > seconds_left:
-            return [f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
-                    f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
-                    f"{study.path} --verify`"]  # fmt: skip
-        verified = verify_with(bench, schedule, storage=storage, host=host)
+            return [
+                f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
+                f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
+                f"{study.path} --verify`"
+            ]
+        verified = verify_with(rig, schedule, storage=storage, host=host)
     except (ScheduleError, ConfigError, ExecutorError) as exc:  # the search's results stand
         return [f"schedule not verified: {exc}"]
     result = judge(study, verified, trials, baselines)

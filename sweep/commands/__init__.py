@@ -1,0 +1,1 @@
+"""Library calls behind one-off commands: ``launch`` (one server, no search) and ``status``."""

@@ -1,0 +1,116 @@
+"""One launch: its start record, whether it fits, the measurement with retries, the tell.
+
+Measuring returns an outcome (:mod:`sweep.loop.measure`); a transient failure is tried
+again while :func:`sweep.core.policy.should_retry` says so; the last outcome is told once
+(:mod:`sweep.loop.tell`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from optuna.trial import Trial
+
+from sweep import exceptions
+from sweep.bench.result import BenchmarkResult
+from sweep.core import policy
+from sweep.core.policy import Failed, Interrupted, Outcome
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.core.timing import fits
+from sweep.loop.context import RunContext
+from sweep.loop.history import History
+from sweep.loop.measure import Measurer, Rig, SaveSamples, failure_of, start_record
+from sweep.loop.propose import Launch
+from sweep.loop.tell import tell_launch, tell_skipped
+from sweep.store import save_samples, write_record
+
+
+def attempt(run: RunContext, launch: Launch, seen: History) -> None:
+    """Launch ``launch.config`` (skipped when it does not fit in the time left) and tell.
+
+    Raises:
+        Interrupted: Ctrl-C during the launch (it is recorded first).
+        SweepError: the run cannot go on (e.g. the workload is rejected); recorded first.
+    """
+    owner, trial, config = launch.owner, launch.trial, launch.config
+    with run.sharing.beating(trial):
+        start = start_record(config, launch.kind, run.host.name, run.clock.wall())
+        write_record(trial, start)
+        if not fits(run.clock.now(), run.time_end(), seen.estimate(config)):
+            tell_skipped(run, owner, trial, start)
+            return
+        run.display.trial_started(_index(run, seen, launch), f"#{trial.number} {config.label()}")
+        run.notifier.progress()
+        baselines = policy.baseline_values(seen.baselines, run.study.objective.metric)
+        save = saver(run.stores.url, owner.study_name, trial.number)
+
+        try:
+            outcome = with_retries(
+                run.measurer,
+                run.rig,
+                trial,
+                config,
+                start,
+                baselines,
+                save,
+                on_retry=lambda n, why: run.display.message(
+                    f"  attempt {n} failed (transient): {why}"
+                ),
+            )
+        except exceptions.SweepError as error:
+            failed = dataclasses.replace(
+                start, failure=failure_of(error), finished=run.clock.wall()
+            )
+            tell_launch(run, owner, trial, Failed(failed), seen)
+            raise
+        tell_launch(run, owner, trial, outcome, seen)
+    if isinstance(outcome, Interrupted):
+        raise exceptions.Interrupted(
+            f"interrupted during trial {trial.number}; what was measured is stored, "
+            "`sweep run` resumes"
+        )
+
+
+def with_retries(
+    measurer: Measurer,
+    rig: Rig,
+    trial: Trial,
+    config: TrialConfig,
+    start: TrialRecord,
+    baselines: Mapping[int, float],
+    save: SaveSamples,
+    *,
+    on_retry: Callable[[int, str], None] | None = None,
+) -> Outcome:
+    """Measure until the outcome is not retried (each attempt's start record stored)."""
+    attempt = 1
+    while True:
+        outcome = measurer(rig, config, start, baselines, save)
+        if not policy.should_retry(outcome, attempt, rig.study.transient_retries):
+            return outcome
+        if on_retry is not None:
+            failure = outcome.record.failure
+            on_retry(attempt, failure.message if failure else "")
+        attempt += 1
+        start = dataclasses.replace(start, attempt=attempt)
+        write_record(trial, start)
+
+
+def saver(storage: str, study_name: str, trial_number: int) -> SaveSamples:
+    """Store a benchmark's raw samples under the trial."""
+
+    def save(result: BenchmarkResult) -> None:
+        rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
+        save_samples(storage, study_name, trial_number, rows)
+
+    return save
+
+
+def _index(run: RunContext, seen: History, launch: Launch) -> str:
+    """``3/20``: the configuration's place among the valid ones (stable across resumes)."""
+    if launch.kind is not Kind.TRIAL:
+        return launch.kind.value
+    total = run.options.n_trials or run.study.n_trials or len(run.valid)
+    return f"{len(seen.settled) + 1}/{total}"

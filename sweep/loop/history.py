@@ -1,0 +1,84 @@
+"""One immutable snapshot of what storage holds, read once per turn of the loop.
+
+The loop keeps no result state of its own: what was measured is read back from storage as
+:class:`~sweep.core.records.TrialRecord` values, so a resumed run, another worker and
+``sweep status`` all see the same thing. A :class:`History` is that read: the study's
+trials, this host's baselines, and this run's own launches (which storage cannot tell
+apart from earlier runs' ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+import optuna
+
+from sweep.core import policy
+from sweep.core.records import State, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.core.timing import TrialTime, estimate_trial_s
+from sweep.store import read_records
+from sweep.study.spec import ObjectiveSpec, Study
+
+RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
+
+
+@dataclass(frozen=True)
+class History:
+    """The stored records at one moment (oldest first); see the module docstring."""
+
+    trials: tuple[TrialRecord, ...] = ()
+    baselines: tuple[TrialRecord, ...] = ()  # this host's
+    launches: tuple[TrialRecord, ...] = ()  # this run's, told (or skipped), in order
+    host: str = ""
+    restart_guess_s: float = RESTART_GUESS_S
+
+    @classmethod
+    def read(
+        cls,
+        trials: optuna.Study,
+        baselines: optuna.Study,
+        host: str,
+        launches: tuple[TrialRecord, ...],
+        study: Study,
+    ) -> History:
+        mine = tuple(b for b in read_records(baselines) if b.host == host)
+        guess = min(RESTART_GUESS_S, study.engine.ready_timeout_s)
+        return cls(tuple(read_records(trials)), mine, launches, host, guess)
+
+    @cached_property
+    def settled(self) -> Mapping[str, TrialRecord]:
+        """Each configuration key the search needs no further launch of → its record."""
+        return policy.settled(self.trials)
+
+    @property
+    def host_trials(self) -> tuple[TrialRecord, ...]:
+        return tuple(t for t in self.trials if t.host == self.host)
+
+    def times(self) -> list[TrialTime]:
+        out = []
+        for t in [*self.trials, *self.baselines]:
+            if t.state is State.MEASURED and t.total_s is not None:
+                tokens = t.config.num_draft_tokens if t.config else 0
+                out.append(TrialTime(tokens, t.total_s))
+        return out
+
+    def estimate(self, config: TrialConfig | None) -> float:
+        """A launch's expected seconds (``None``: the shortest one seen, for the stop rule)."""
+        times = self.times()
+        if config is None and times:
+            return min(h.seconds for h in times)
+        tokens = config.num_draft_tokens if config else 0
+        return estimate_trial_s(times, tokens, self.restart_guess_s)
+
+    def best_text(self, objective: ObjectiveSpec) -> str:
+        best = policy.best_measured(self.settled)
+        if best is None or best.value is None:
+            return "none yet"
+        baseline = policy.baseline_values(self.baselines, objective.metric).get(
+            objective.concurrency
+        )
+        speed = f" ({best.value / baseline:.3f}x baseline)" if baseline else ""
+        return f"{best.value:.2f} (trial {best.number}){speed}"

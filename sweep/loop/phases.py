@@ -1,0 +1,117 @@
+"""The run's phases: Prepare → Search → Confirm → VerifySchedule, each returning the next.
+
+Search is a loop around one pure decision (:func:`sweep.core.policy.next_step`) taken on
+one snapshot of storage per turn (:class:`~sweep.loop.history.History`).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from sweep.core.policy import AllBusy, BaselineDue, GateReady, Plan, ProposeNext, Stop, next_step
+from sweep.loop import gate
+from sweep.loop.attempt import attempt
+from sweep.loop.confirm import confirm
+from sweep.loop.context import RunContext
+from sweep.loop.propose import Launch, Told, baseline, propose
+from sweep.loop.resume import requeue_unfinished
+from sweep.loop.tell import tell_proposal
+from sweep.loop.verify_schedule import verify_at_end
+from sweep.search.guided import PhysicsSampler
+
+
+class Phase(Protocol):
+    def run(self, run: RunContext) -> Phase | None: ...
+
+
+class Prepare:
+    """Fail what a killed run left running, re-queue it, start the parser gate."""
+
+    def run(self, run: RunContext) -> Phase | None:
+        stores = run.stores
+        run.sharing.reap(stores.trials, stores.baselines)
+        requeue_unfinished(
+            stores.trials,
+            run.study,
+            run.host.name,
+            run.display.message,
+            lambda marker: stores.claims.once(marker, run.host.name),
+            shared=not run.sharing.alone,
+        )
+        run.summary.best = run.history().best_text(run.study.objective)
+        gate.start(run)
+        return Search()
+
+
+class Search:
+    """Decide, act, and decide again until the decision is to stop."""
+
+    def run(self, run: RunContext) -> Phase | None:
+        while True:
+            run.sharing.reap(run.stores.trials, run.stores.baselines)
+            seen = run.history()
+            match next_step(seen, plan_of(run), run.limits(), run.now()):
+                case Stop(reason, failed):
+                    run.summary.stopped(reason, failed)
+                    gate.finish(run)
+                    return None if run.summary.failed_run else Confirm()
+                case BaselineDue():
+                    attempt(run, baseline(run), seen)
+                case GateReady():
+                    gate.finish(run)  # the plan may have shrunk: decide again
+                case AllBusy():
+                    run.sharing.wait(run.display, run.clock)
+                case ProposeNext():
+                    run.sharing.proposing()
+                    match propose(run, seen):
+                        case Launch() as launch:
+                            attempt(run, launch, seen)
+                        case Told() as told:
+                            tell_proposal(run, told)
+
+
+class Confirm:
+    """Relaunch the contenders until the winner is decided (:mod:`sweep.loop.confirm`)."""
+
+    def run(self, run: RunContext) -> Phase | None:
+        confirm(run)
+        return VerifySchedule()
+
+
+class VerifySchedule:
+    """Relaunch the per-concurrency schedule after the search (``[schedule] verify = true``).
+
+    Single-host runs only (several workers would each verify it); not after a run that had
+    to stop. Its lines join the run summary's warnings.
+    """
+
+    def run(self, run: RunContext) -> Phase | None:
+        if not run.study.schedule.verify or not run.sharing.alone or run.summary.failed_run:
+            return None
+        end = run.time_end()
+        left = None if end is None else end - run.clock.now()
+        run.summary.warnings += verify_at_end(
+            run.rig,
+            storage=run.summary.storage,
+            host=run.host.name,
+            seconds_left=left,
+            per_launch_s=run.history().estimate(None),
+        )
+        return None
+
+
+def plan_of(run: RunContext) -> Plan:
+    """What is left to search, as :func:`~sweep.core.policy.next_step` reads it."""
+    trials = run.stores.trials
+    sampler = trials.sampler
+    converged = (
+        (lambda: sampler.exhausted(trials))
+        if isinstance(sampler, PhysicsSampler)
+        else (lambda: False)
+    )
+    return Plan(
+        frozenset(run.valid),
+        run.gate is not None,
+        run.sharing.busy_keys(trials, run.stores.claims),
+        converged,
+    )

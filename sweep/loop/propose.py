@@ -1,0 +1,116 @@
+"""One proposal: ask → validity rules → duplicate → claim → a :data:`Proposal` value.
+
+Optuna proposes (or a queued configuration is taken); a configuration that cannot work is
+told as excluded, one already settled is answered from storage (a duplicate), one another
+worker claimed is answered from storage or skipped (in flight). What is left is claimed
+and returned as a :class:`Launch` for :mod:`sweep.loop.attempt`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import Trial
+
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.space import TrialConfig, suggest
+from sweep.loop.context import RunContext
+from sweep.loop.history import History
+from sweep.loop.resume import enqueue_unmeasured
+from sweep.loop.sharing import stale_claim
+from sweep.loop.worker import ask
+from sweep.search import answer
+from sweep.search.samplers import asks_relaunch
+
+MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Start a server for ``config`` as ``trial`` of ``owner`` (the study or its baselines)."""
+
+    owner: optuna.Study
+    trial: Trial
+    config: TrialConfig
+    kind: Kind
+
+
+@dataclass(frozen=True)
+class Told:
+    """A proposal answered without a launch; ``counter``: the summary's count it adds to."""
+
+    trial: Trial
+    record: TrialRecord
+    value: float | None  # None: Optuna is told FAIL
+    infeasible: bool
+    counter: str
+
+
+Proposal = Launch | Told
+
+
+def baseline(run: RunContext) -> Launch:
+    owner = run.stores.baselines
+    return Launch(owner, ask(owner), TrialConfig.baseline(), Kind.BASELINE)
+
+
+def propose(run: RunContext, seen: History) -> Proposal:
+    """The next proposal (see the module docstring)."""
+    trials = run.stores.trials
+    if run.idle_proposals >= MAX_IDLE_PROPOSALS:
+        busy = run.sharing.busy_keys(trials, run.stores.claims)
+        enqueue_unmeasured(trials, run.study, run.valid, seen.settled, run.picker, busy)
+        run.idle_proposals = 0
+    trial = ask(trials)
+    config = suggest(trial, run.study)
+    reason = run.rules.violation(config)
+    if reason:
+        excluded = TrialRecord(kind=Kind.EXCLUDED, config=config, excluded=reason)
+        return Told(trial, excluded, 0.0, infeasible=True, counter="excluded")
+    resolved = run.rules.resolve(config)
+    key = resolved.key()
+    known = seen.settled.get(key)
+    relaunch = run.sharing.alone and known is not None and known.state is State.MEASURED
+    if relaunch and asks_relaunch(trials, trial):
+        run.idle_proposals = 0  # the sampler asks for a fresh start of a contender
+        return Launch(trials, trial, resolved, Kind.REPLICATE)
+    if known is not None:
+        return duplicate(run, seen, trial, resolved, known)
+    owner = run.stores.claims.claim(
+        key,
+        run.host.name,
+        trial.number,
+        lambda owner: stale_claim(trials, owner, key, lambda: run.history().settled),
+    )
+    if owner is not None:
+        return claimed(run, trial, resolved, owner)
+    run.idle_proposals = 0
+    return Launch(trials, trial, resolved, Kind.TRIAL)
+
+
+def duplicate(
+    run: RunContext, seen: History, trial: Trial, config: TrialConfig, known: TrialRecord
+) -> Told:
+    """Answer from storage: the settled record's value (a measured one: combined over its
+    launches)."""
+    record = TrialRecord(
+        kind=Kind.DUPLICATE, config=config, key=config.key(), duplicate_of=known.number
+    )
+    value = known.value if known.state is State.MEASURED else 0.0
+    if known.state is State.MEASURED and value is not None:  # the combined estimate
+        objective = run.study.objective
+        launches = answer.launches_of(seen.trials, (), objective.metric, objective.concurrency)
+        value = answer.combined(launches, config.key()) or value
+    infeasible = not known.feasible or known.state is not State.MEASURED
+    return Told(trial, record, value, infeasible, counter="duplicates")
+
+
+def claimed(run: RunContext, trial: Trial, config: TrialConfig, owner: int) -> Told:
+    """Another worker claimed this configuration: answer from storage or skip it."""
+    seen = run.history()
+    known = seen.settled.get(config.key())
+    if known is not None:
+        return duplicate(run, seen, trial, config, known)
+    record = TrialRecord(kind=Kind.IN_FLIGHT, config=config, key=config.key(), duplicate_of=owner)
+    return Told(trial, record, None, infeasible=False, counter="in_flight")

@@ -1,0 +1,115 @@
+"""Solo or shared: what differs when other workers run the same study at the same time.
+
+A study run by one host (:class:`Solo`) needs no heartbeats, no reaping and never waits;
+one of several workers on a shared study (:class:`Shared`) sends heartbeats for its
+running trial, fails the trials of dead workers first, and waits while every
+configuration left is being measured by another worker. The loop asks its strategy and
+never branches on which one it has. Both hold the study's lease for the whole run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+
+import optuna
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from sweep.clock import Clock
+from sweep.core.records import TrialRecord
+from sweep.loop.claims import Claims, Lease
+from sweep.loop.progress import Display
+from sweep.loop.worker import SharedOptions, beating, heartbeat_for, reap_stale
+from sweep.store import Heartbeat, read_records
+
+StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
+
+
+class Sharing:
+    """The strategy's interface, and the lease both strategies take."""
+
+    alone = True  # confirmation, relaunch-on-ask and schedule verification: one host only
+
+    @contextlib.contextmanager
+    def lease(self, claims: Claims, host: str, clock: Clock) -> Iterator[None]:
+        """One live run per study and host (:class:`~sweep.loop.claims.Lease`)."""
+        held = Lease(claims, host, clock)
+        held.acquire()
+        try:
+            yield
+        finally:
+            held.release()
+
+    def heartbeat(self, on_stale: StaleCallback) -> Heartbeat | None:
+        return None
+
+    def beating(self, trial: Trial) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def reap(self, *studies: optuna.Study) -> None:
+        """Fail the trials of dead workers (their stale callback re-queues them)."""
+
+    def busy_keys(self, trials: optuna.Study, claims: Claims) -> frozenset[str]:
+        """Configurations other workers are measuring right now."""
+        return frozenset()
+
+    def wait(self, display: Display, clock: Clock) -> None:
+        """Every configuration left is busy: wait a little."""
+
+    def proposing(self) -> None:
+        """The loop proposes again (it no longer waits)."""
+
+
+class Solo(Sharing):
+    """The only worker of its study."""
+
+
+class Shared(Sharing):
+    """One of several workers on a shared study (:mod:`sweep.loop.worker`)."""
+
+    alone = False
+
+    def __init__(self, options: SharedOptions) -> None:
+        self.options = options
+        self.waiting = False
+
+    def heartbeat(self, on_stale: StaleCallback) -> Heartbeat | None:
+        return heartbeat_for(self.options, on_stale)
+
+    def beating(self, trial: Trial) -> contextlib.AbstractContextManager[None]:
+        return beating(trial, self.options.heartbeat_s)
+
+    def reap(self, *studies: optuna.Study) -> None:
+        for study in studies:
+            reap_stale(study)
+
+    def busy_keys(self, trials: optuna.Study, claims: Claims) -> frozenset[str]:
+        running = running_numbers(trials)
+        return frozenset(key for key, owner in claims.held().items() if owner in running)
+
+    def wait(self, display: Display, clock: Clock) -> None:
+        if not self.waiting:
+            display.message("waiting: every configuration left is being measured by another worker")
+            self.waiting = True
+        clock.sleep(self.options.poll_s)
+
+    def proposing(self) -> None:
+        self.waiting = False
+
+
+def sharing_for(options: SharedOptions | None) -> Sharing:
+    return Solo() if options is None else Shared(options)
+
+
+def running_numbers(trials: optuna.Study) -> set[int]:
+    return {t.number for t in read_records(trials, states=(TrialState.RUNNING,))}
+
+
+def stale_claim(
+    trials: optuna.Study, owner: int, key: str, settled: Callable[[], Mapping[str, TrialRecord]]
+) -> bool:
+    """A claim is stale when its trial stopped running without measuring (it was
+    interrupted or reaped). Running trials are read first: a trial that was not running
+    then has its final state in storage when the records are read next (``settled``)."""
+    running = running_numbers(trials)
+    return owner not in running and key not in settled()

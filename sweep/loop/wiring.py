@@ -1,0 +1,253 @@
+"""From a study to the objects that run it: executor, engine adapter, deployment (server
+config), lifecycle options, workload, benchmark settings, sampler and stores — and the
+:class:`~sweep.loop.context.RunContext` a run is built from, once.
+
+The one place where a study's keys meet the lifecycle's and the benchmark's types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import shutil
+import sys
+from typing import Any
+
+from sweep.bench.runner import BenchmarkSettings
+from sweep.bench.stats import StopRule
+from sweep.bench.workload import Workload, make_workload
+from sweep.clock import Clock
+from sweep.core.space import plan
+from sweep.core.timing import deadline_from_clock
+from sweep.engines import rules_for
+from sweep.engines.base import EngineAdapter, ServerConfig
+from sweep.engines.flags import flag_words
+from sweep.engines.sglang import SGLangAdapter
+from sweep.engines.vllm import VLLMAdapter
+from sweep.exceptions import ConfigError
+from sweep.loop.claims import Claims
+from sweep.loop.context import EngineCheckCall, RunContext, RunOptions, RunSummary, Stores
+from sweep.loop.measure import Measurer, Rig, measure
+from sweep.loop.notify import Notifier
+from sweep.loop.progress import Display
+from sweep.loop.sharing import sharing_for
+from sweep.loop.worker import requeue_stale
+from sweep.server.engine_check import EngineCheck, gate_study
+from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.lifecycle import LifecycleOptions
+from sweep.server.readiness import Event, EventKind, EventSink
+from sweep.store import baseline_study_name, open_study
+from sweep.study.spec import HostSpec, NotifySpec, Study
+
+
+def open_host(host: HostSpec) -> Executor:
+    """The executor for a study host: this machine, or an SSH target."""
+    if host.kind == "local":
+        return LocalExecutor()
+    from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+
+    key = os.path.expanduser(host.key) if host.key else None
+    target = SSHTarget(
+        host.address,
+        user=host.user,
+        port=host.port,
+        key_filename=key,
+        check_host_key=host.strict_host_key,
+    )
+    return SSHExecutor(target)
+
+
+def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
+    """The study's launcher; a leading ``sweep`` means this installation of sweep (local host)."""
+    words = study.engine.launcher
+    if words[0] == "sweep" and host.kind == "local":
+        found = shutil.which("sweep")
+        return (found, *words[1:]) if found else (sys.executable, "-m", "sweep", *words[1:])
+    return words
+
+
+def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
+    """The engine adapter named by ``[engine] name``: SGLang or vLLM."""
+    if study.engine.name == "vllm":
+        return VLLMAdapter(
+            launcher=launcher_words(study, host),
+            version=study.engine.version,
+            python=host.python,
+        )
+    if study.engine.name != "sglang":
+        raise ConfigError(
+            f"{study.path}: [engine.name] {study.engine.name!r} is not supported; "
+            "use 'sglang' or 'vllm'"
+        )
+    return SGLangAdapter(
+        launcher=launcher_words(study, host),
+        version=study.engine.version,
+        draft_tp_flag=study.engine.draft_tp_flag or "",
+        python=host.python,
+    )
+
+
+def server_config(study: Study) -> ServerConfig:
+    e = study.engine
+    return ServerConfig(
+        model_path=e.model_path,
+        tp_size=e.tp_size,
+        port=e.port,
+        bind_host=e.bind_host,
+        algorithm=e.algorithm,
+        draft_model_path=e.draft_model_path,
+        max_running_requests=e.max_running_requests or max(study.workload.concurrency),
+        extra_flags=flag_words(e.flags),
+        env=e.env,
+    )
+
+
+def lifecycle_options(study: Study, host: HostSpec, **overrides: Any) -> LifecycleOptions:
+    options = LifecycleOptions(workdir=host.workdir, startup_timeout_s=study.engine.ready_timeout_s)
+    return dataclasses.replace(options, **overrides)
+
+
+def workload_for(study: Study) -> Workload:
+    w = study.workload
+    return make_workload(
+        w.prompts,
+        output_len=w.output_len,
+        temperature=w.temperature,
+        seed=w.seed,
+        concurrency=w.concurrency,
+        warmup_output_len=study.benchmark.warmup_tokens,
+    )
+
+
+def benchmark_settings(study: Study) -> BenchmarkSettings:
+    b = study.benchmark
+    rule = StopRule(
+        target_precision=b.target_rel_ci,
+        min_rounds=b.min_rounds,
+        max_rounds=b.max_rounds,
+        max_tokens=b.max_tokens,
+        max_time_s=b.max_seconds,
+        min_tokens=min(2500, b.min_rounds * study.workload.output_len),
+    )
+    protocol = "openai" if study.engine.name == "vllm" else "sglang"
+    return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s, protocol=protocol)
+
+
+def rig_for(
+    study: Study,
+    host: HostSpec,
+    executor: Executor,
+    clock: Clock,
+    display: Display,
+    on_event: EventSink,
+    *,
+    adapter: EngineAdapter | None = None,
+    **lifecycle: Any,
+) -> Rig:
+    """Where and how ``host`` measures the study (a bad prompts file raises here, before any
+    launch)."""
+    return Rig(
+        study,
+        executor,
+        adapter or adapter_for(study, host),
+        server_config(study),
+        lifecycle_options(study, host, **lifecycle),
+        clock,
+        display,
+        on_event,
+        workload_for(study),
+        benchmark_settings(study),
+    )
+
+
+def check_engine(run: RunContext) -> EngineCheck | None:
+    """The parser gate on the run's host (:func:`~sweep.server.engine_check.gate_study`)."""
+    rig = run.rig
+    return gate_study(rig.executor, run.study, rig.adapter, run.valid, rig.deployment)
+
+
+def run_context(
+    study: Study,
+    options: RunOptions,
+    display: Display,
+    executor: Executor,
+    host: HostSpec | None = None,
+    *,
+    measurer: Measurer = measure,
+    notifier: Notifier | None = None,
+    engine_check: EngineCheckCall = check_engine,
+) -> RunContext:
+    """Everything one run of ``study`` on ``host`` works with, built once.
+
+    ``measurer`` is the measurement seam (:func:`sweep.loop.measure.measure` starts a server
+    and benchmarks it); ``engine_check`` the parser gate (:func:`check_engine`).
+    """
+    host = host or study.host
+    clock = options.clock
+    sharing = sharing_for(options.shared)
+    summary = RunSummary(study.name, options.storage_url or study.storage)
+    claims = Claims(summary.storage, study.name)
+    on_stale = requeue_stale(study, claims, display.message)
+    trials = open_study(
+        study, storage_url=options.storage_url, heartbeat=sharing.heartbeat(on_stale)
+    )
+    baselines = open_study(
+        study,
+        storage_url=options.storage_url,
+        name=baseline_study_name(study.name),
+        heartbeat=sharing.heartbeat(lambda s, t: None),
+    )
+    stop_warnings: list[str] = []
+    rig = rig_for(
+        study, host, executor, clock, display, _watch(display, stop_warnings), **options.lifecycle
+    )
+    rules = rules_for(study)  # the engine adapter's validity rules
+    started = clock.now()
+    return RunContext(
+        study,
+        host,
+        options,
+        display,
+        notifier or Notifier(NotifySpec(), study=study.name),
+        sharing,
+        Stores(trials, baselines, claims, summary.storage),
+        rig,
+        measurer,
+        rules,
+        {c.key(): c for c in plan(study, rules).valid},
+        summary,
+        engine_check,
+        started=started,
+        started_wall=clock.wall(),
+        end=end_time(study, options, started),
+        picker=random.Random(study.seed),
+        stop_warnings=stop_warnings,
+    )
+
+
+def end_time(study: Study, options: RunOptions, started: float) -> float | None:
+    """When the run must end (budget, deadline), in the clock's monotonic seconds."""
+    clock = options.clock
+    ends = []
+    budget = options.budget_s or study.budget_s
+    if budget is not None:
+        ends.append(started + budget)
+    deadline = options.deadline or study.deadline
+    if deadline is not None:
+        wall_end = deadline_from_clock(deadline, clock.wall())
+        ends.append(started + (wall_end - clock.wall()))
+    return min(ends) if ends else None
+
+
+def _watch(display: Display, stop_warnings: list[str]) -> EventSink:
+    """Show the lifecycle's events; keep what the latest stop could not free."""
+
+    def on_event(event: Event) -> None:
+        if event.kind is EventKind.LAUNCHED:
+            stop_warnings.clear()
+        elif event.kind is EventKind.WARNING:
+            stop_warnings.append(event.message)
+        display.server_event(event)
+
+    return on_event

@@ -1,0 +1,193 @@
+"""The Search phase's one decision, on literal records: stop, baseline, gate, wait, propose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from sweep.core.policy import (
+    AllBusy,
+    BaselineDue,
+    GateReady,
+    Limits,
+    Now,
+    Plan,
+    ProposeNext,
+    Step,
+    Stop,
+    next_step,
+    with_baseline,
+)
+from sweep.core.records import Failure, Kind, TrialRecord
+from sweep.loop.history import History
+from sweep.study.spec import BaselineSpec
+
+HOST = "h"
+T0 = 1000.0  # the run's start, wall and monotonic alike
+
+
+def measured(
+    key: str,
+    value: float = 100.0,
+    *,
+    at: float = T0 + 1,
+    total: float = 60.0,
+    kind: Kind = Kind.TRIAL,
+    number: int = 0,
+) -> TrialRecord:
+    return TrialRecord(
+        number=number,
+        kind=kind,
+        optuna_state="COMPLETE",
+        value=value,
+        key=key,
+        host=HOST,
+        started=at,
+        finished=at + total,
+        timings={"total": total},
+    )
+
+
+def failed(
+    key: str, kind: str = "crashed_while_serving", *, at: float = T0 + 1, record: Kind = Kind.TRIAL
+) -> TrialRecord:
+    return TrialRecord(
+        kind=record,
+        optuna_state="FAIL",
+        key=key,
+        host=HOST,
+        started=at,
+        failure=Failure(kind, "boom"),
+    )
+
+
+BASE = measured("", 50.0, kind=Kind.BASELINE)
+SKIP = TrialRecord(kind=Kind.SKIPPED, optuna_state="FAIL", key="c", host=HOST)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    want: Step | type
+    trials: tuple[TrialRecord, ...] = ()
+    baselines: tuple[TrialRecord, ...] = (BASE,)
+    launches: tuple[TrialRecord, ...] = ()
+    valid: frozenset[str] = frozenset({"a", "b", "c"})
+    end: float | None = None
+    now: float = T0 + 100
+    n_trials: int | None = None
+    share: float = 0.0
+    gate: bool = False
+    busy: frozenset[str] = frozenset()
+    converged: bool = False
+    baseline: BaselineSpec = field(default_factory=BaselineSpec)
+
+
+FIVE_FAILED = tuple(failed(k) for k in "abcab")
+CASES = [
+    Case("nothing measured: the baseline first", BaselineDue, baselines=()),
+    Case("baseline off: propose", ProposeNext, baselines=(), baseline=BaselineSpec(enabled=False)),
+    Case("baseline measured: propose", ProposeNext),
+    Case("the gate is pending: apply it before proposing", GateReady, gate=True),
+    Case("the baseline before the gate", BaselineDue, baselines=(), gate=True),
+    Case(
+        "every valid configuration settled",
+        Stop("every valid configuration (3) measured"),
+        trials=(measured("a"), measured("b"), measured("c")),
+    ),
+    Case(
+        "n_trials reached",
+        Stop("2 trials measured"),
+        trials=(measured("a"), measured("b")),
+        n_trials=2,
+    ),
+    Case("five transient failures in a row", Stop, launches=FIVE_FAILED),
+    Case("a port another run owns: stop at once", Stop, launches=(failed("a", "port_owned"),)),
+    Case(
+        "out of time",
+        Stop("out of time: the next trial needs about 60 s"),
+        trials=(measured("a"),),
+        end=T0 + 130,
+    ),
+    Case(
+        "time kept for the confirmation",
+        Stop(
+            "out of time: the next trial needs about 60 s (the rest is kept to confirm the winner)"
+        ),
+        trials=(measured("a"),),
+        end=T0 + 200,
+        share=0.5,
+    ),
+    Case("time left", ProposeNext, trials=(measured("a"),), end=T0 + 200),
+    Case(
+        "a skipped launch: nothing else fits",
+        Stop("out of time: the next trial needs about 60 s"),
+        trials=(measured("a"),),
+        launches=(SKIP,),
+    ),
+    Case(
+        "the sampler converged",
+        Stop("the search converged: no untried configuration can plausibly win"),
+        trials=(measured("a"), measured("b"), measured("x")),
+        valid=frozenset("abcd"),
+        converged=True,
+    ),
+    Case(
+        "converged counts only after 3 settled",
+        ProposeNext,
+        trials=(measured("a"),),
+        converged=True,
+    ),
+    Case(
+        "the baseline failed for good and none ever measured",
+        Stop,
+        baselines=(failed("", "out_of_memory", record=Kind.BASELINE),),
+    ),
+    Case(
+        "every configuration left is busy elsewhere",
+        AllBusy,
+        trials=(measured("a"),),
+        busy=frozenset({"b", "c"}),
+    ),
+    Case("one left is free", ProposeNext, trials=(measured("a"),), busy=frozenset({"b"})),
+    Case(
+        "the baseline is due again after every_trials",
+        BaselineDue,
+        trials=(measured("a", at=T0 + 200), measured("b", at=T0 + 300)),
+        baseline=BaselineSpec(every_trials=2),
+    ),
+]
+
+
+def _failed_flag(case: Case) -> bool | None:
+    return {
+        "five transient failures in a row": True,
+        "a port another run owns: stop at once": True,
+        "the baseline failed for good and none ever measured": True,
+    }.get(case.name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_next_step(case: Case) -> None:
+    seen = History(case.trials, case.baselines, case.launches, HOST)
+    plan = Plan(case.valid, case.gate, case.busy, lambda: case.converged)
+    limits = Limits(case.baseline, T0, T0, case.end, case.n_trials, case.share)
+    step = next_step(seen, plan, limits, Now(case.now, case.now))
+    if isinstance(case.want, type):
+        assert isinstance(step, case.want)
+    else:
+        assert step == case.want
+    if isinstance(step, Stop):
+        assert step.failed is bool(_failed_flag(case))
+
+
+def test_the_speedup_is_against_the_latest_measured_baseline() -> None:
+    old, new = (
+        measured("", 40.0, kind=Kind.BASELINE, number=0),
+        measured("", 50.0, number=1, kind=Kind.BASELINE),
+    )
+    record, warning = with_baseline(measured("a"), 100.0, [old, new], 0.03)
+    assert record.speedup == 2.0 and record.baseline["trial"] == 1 and warning == ""
+    drifted, warning = with_baseline(TrialRecord(kind=Kind.BASELINE), 60.0, [old, new], 0.03)
+    assert drifted.drift == pytest.approx(0.2) and "baseline drift: +20.0%" in warning

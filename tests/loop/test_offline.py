@@ -1,0 +1,97 @@
+"""The public seam end to end: the real loop with a measurement function, no server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweep.core.records import Kind, State, StudyInfo, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.exceptions import Interrupted
+from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
+from sweep.store import baseline_study_name, read_records
+from sweep.study import Study, load_study
+from tests.support.studies import write_study
+
+
+def _study(tmp_path: Path, **kwargs: object) -> Study:
+    return load_study(write_study(tmp_path, **kwargs))  # type: ignore[arg-type]
+
+
+def _records(study: Study, name: str | None = None) -> list[TrialRecord]:
+    loaded = optuna.load_study(study_name=name or study.name, storage=study.storage)
+    return read_records(loaded)
+
+
+def _speed(config: TrialConfig) -> Measurement:
+    if not config.speculative:
+        return Measurement(50.0)
+    return Measurement(60.0 + 10 * config.num_steps, accept_length=1.5, half_width=0.5)
+
+
+def test_every_configuration_is_measured_once_against_the_baseline(tmp_path: Path) -> None:
+    study = _study(tmp_path, study='sampler = "grid"')
+    calls: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement:
+        calls.append(config)
+        return _speed(config)
+
+    summary = run_with_measurements(study, measure)
+    assert summary.measured == 3 and summary.baselines == 1 and not summary.failed_run
+    assert calls[0] == TrialConfig.baseline()  # the baseline is due first
+    trials = [r for r in _records(study) if r.kind is Kind.TRIAL]
+    assert sorted(r.value or 0 for r in trials) == [70.0, 80.0, 90.0]
+    best = max(trials, key=lambda r: r.value or 0)
+    assert best.speedup == pytest.approx(90.0 / 50.0) and best.accept_length == 1.5
+    baselines = _records(study, baseline_study_name(study.name))
+    assert [b.state for b in baselines] == [State.MEASURED]
+    assert "90.00" in summary.best and "1.800x baseline" in summary.best
+
+
+def test_the_confirmed_answer_is_stored(tmp_path: Path) -> None:
+    study = _study(tmp_path, study='sampler = "grid"', confirm=True)
+    summary = run_with_measurements(study, _speed)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    winner = TrialConfig(3, 1, 4, 8).key()
+    assert answer["winner"] == winner and summary.answer.startswith(answer["label"])
+
+
+def test_a_deterministic_failure_is_infeasible_and_a_transient_one_retried(
+    tmp_path: Path,
+) -> None:
+    study = _study(tmp_path, study='sampler = "grid"')
+    attempts: dict[int, int] = {}
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        attempts[config.num_steps] = attempts.get(config.num_steps, 0) + 1
+        if config.speculative and config.num_steps == 3:
+            return MeasurementFailure("oom", "KV pool too small")
+        if config.speculative and config.num_steps == 2:
+            return MeasurementFailure("crash", "died")
+        return _speed(config)
+
+    summary = run_with_measurements(study, measure)
+    by_steps = {r.config.num_steps: r for r in _records(study) if r.kind is Kind.TRIAL and r.config}
+    assert by_steps[3].state is State.INFEASIBLE and attempts[3] == 1
+    assert by_steps[3].failure is not None and by_steps[3].failure.kind == "out_of_memory"
+    assert by_steps[2].state is State.FAILED and attempts[2] == 2  # transient_retries = 1
+    assert summary.infeasible == 1 and summary.failed >= 1 and summary.measured == 1
+
+
+def test_keyboard_interrupt_stops_the_run_and_records_the_launch(tmp_path: Path) -> None:
+    study = _study(tmp_path, study='sampler = "grid"')
+
+    def measure(config: TrialConfig) -> Measurement:
+        if config.speculative:
+            raise KeyboardInterrupt
+        return _speed(config)
+
+    with pytest.raises(Interrupted):
+        run_with_measurements(study, measure)
+    trials = [r for r in _records(study) if r.kind is Kind.TRIAL]
+    assert [r.state for r in trials] == [State.INTERRUPTED]

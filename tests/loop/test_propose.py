@@ -1,0 +1,91 @@
+"""One proposal: ask → validity rules → duplicate → claim → a Proposal value (no server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from sweep.core.policy import Measured
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.space import TrialConfig, params_of
+from sweep.loop.context import RunContext
+from sweep.loop.propose import MAX_IDLE_PROPOSALS, Launch, Told, propose
+from sweep.loop.tell import tell
+from sweep.loop.worker import ask
+from tests.support.runs import run_context
+
+STEPS_2 = TrialConfig(2, 1, 3, 8)
+
+
+def _queue(run: RunContext, config: TrialConfig) -> None:
+    run.stores.trials.enqueue_trial(params_of(config, run.study))
+
+
+def _measure(run: RunContext, config: TrialConfig, value: float) -> None:
+    trial = ask(run.stores.trials)
+    record = TrialRecord(
+        kind=Kind.TRIAL,
+        config=config,
+        key=config.key(),
+        host=run.host.name,
+        levels=({"concurrency": 1, "decode_tok_s": {"mean": value, "half_width": 1.0}},),
+    )
+    tell(run.stores.trials, trial, Measured(record, value))
+
+
+def test_a_new_configuration_is_claimed_and_launched(tmp_path: Path) -> None:
+    run = run_context(tmp_path)
+    _queue(run, STEPS_2)
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Launch) and proposal.kind is Kind.TRIAL
+    assert proposal.config == STEPS_2 and proposal.owner is run.stores.trials
+    assert run.stores.claims.owner(STEPS_2.key()) == proposal.trial.number
+
+
+def test_a_settled_configuration_is_answered_from_storage(tmp_path: Path) -> None:
+    run = run_context(tmp_path)
+    _measure(run, STEPS_2, 120.0)
+    _queue(run, STEPS_2)
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Told) and proposal.counter == "duplicates"
+    assert proposal.record.kind is Kind.DUPLICATE and proposal.record.duplicate_of == 0
+    assert proposal.value is not None and not proposal.infeasible
+
+
+def test_a_configuration_the_rules_refuse_is_excluded(tmp_path: Path) -> None:
+    run = run_context(tmp_path)
+    run.rules = SimpleNamespace(violation=lambda config: "refused by a test rule")  # type: ignore[assignment]
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Told) and proposal.counter == "excluded"
+    assert proposal.record.excluded == "refused by a test rule"
+    assert proposal.value == 0.0 and proposal.infeasible
+
+
+def test_a_configuration_another_worker_is_measuring_is_in_flight(tmp_path: Path) -> None:
+    run = run_context(tmp_path)
+    elsewhere = ask(run.stores.trials)  # running on another worker
+    assert (
+        run.stores.claims.claim(STEPS_2.key(), "other", elsewhere.number, lambda o: False) is None
+    )
+    _queue(run, STEPS_2)
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Told) and proposal.counter == "in_flight"
+    assert proposal.value is None and proposal.record.duplicate_of == elsewhere.number
+
+
+def test_a_stale_claim_is_taken_over(tmp_path: Path) -> None:
+    run = run_context(tmp_path)
+    assert run.stores.claims.claim(STEPS_2.key(), "other", 99, lambda o: False) is None
+    _queue(run, STEPS_2)  # trial 99 is not running: its worker stopped
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Launch)
+    assert run.stores.claims.owner(STEPS_2.key()) == proposal.trial.number
+
+
+def test_after_many_idle_proposals_sweep_picks_an_unmeasured_one(tmp_path: Path) -> None:
+    run = run_context(tmp_path, study='sampler = "random"')
+    _measure(run, TrialConfig(1, 1, 2, 8), 100.0)
+    run.idle_proposals = MAX_IDLE_PROPOSALS
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Launch) and proposal.config.num_steps in (2, 3)
+    assert run.idle_proposals == 0
