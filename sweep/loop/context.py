@@ -19,6 +19,7 @@ from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.policy import Limits, Now, run_end
 from sweep.core.records import TrialRecord
 from sweep.core.space import Rules, TrialConfig
+from sweep.loop.background import Background
 from sweep.loop.claims import Claims
 from sweep.loop.history import History
 from sweep.loop.measure import Measurer, Rig
@@ -28,7 +29,6 @@ from sweep.loop.worker import SharedOptions
 from sweep.study.spec import HostSpec, Study
 
 if TYPE_CHECKING:
-    from sweep.loop.gate import Background
     from sweep.loop.sharing import Sharing
     from sweep.server.engine_check import EngineCheck
 
