@@ -171,7 +171,7 @@ def launch(
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
     from sweep.core.space import TrialConfig
-    from sweep.engines import ServerConfig, SGLangAdapter
+    from sweep.engines import Deployment, SGLangAdapter
     from sweep.loop.launch import launch_study
 
     if study_file:
@@ -203,7 +203,7 @@ def launch(
         draft_tp_flag=draft_tp_flag,
         python=python or None,
     )
-    config = ServerConfig(
+    config = Deployment(
         model_path=model_path,
         tp_size=tp,
         port=port,
@@ -336,7 +336,7 @@ def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
                  **extra: Any) -> RunOptions:  # fmt: skip
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
     from sweep.loop.options import RunOptions
-    from sweep.study.spec import (
+    from sweep.study.parse import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,
         duration_seconds,

@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from sweep.core.space import Adaptive, Rules
 from sweep.engines.base import (
+    Deployment,
     Diagnosis,
     EngineAdapter,
     LaunchCommand,
     Readiness,
     ResolvedServer,
-    ServerConfig,
 )
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm_rules import VLLMRules
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 
 def rules_for(study: Study) -> Rules:
@@ -38,12 +38,12 @@ def rules_for(study: Study) -> Rules:
 
 __all__ = [
     "Adaptive",
+    "Deployment",
     "Diagnosis",
     "EngineAdapter",
     "LaunchCommand",
     "Readiness",
     "ResolvedServer",
     "SGLangAdapter",
-    "ServerConfig",
     "rules_for",
 ]

@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
     Readiness,
     ResolvedServer,
-    ServerConfig,
     Signature,
     interpreter_for,
     parse_version,
@@ -137,7 +137,7 @@ class SGLangAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
+    def command(self, config: Deployment, params: TrialConfig) -> LaunchCommand:
         config, extra = self.fold(config, (*config.extra_flags, *flag_words(params.flags)))
         self._refuse_abbreviated(extra)
         server_args = (
@@ -153,7 +153,7 @@ class SGLangAdapter(EngineAdapter):
         env = dict(config.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
-    def _speculative_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+    def _speculative_flags(self, config: Deployment, params: TrialConfig) -> tuple[str, ...]:
         if not params.speculative:
             return ()
         algorithm = ("--speculative-algorithm", config.algorithm)
@@ -170,7 +170,7 @@ class SGLangAdapter(EngineAdapter):
             flags += ("--speculative-draft-model-path", config.draft_model_path)
         return flags + self._draft_tp_flags(config, params) + _adaptive_flags(config, params)
 
-    def _draft_tp_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+    def _draft_tp_flags(self, config: Deployment, params: TrialConfig) -> tuple[str, ...]:
         if not params.draft_tp:  # 0: the target's
             return ()
         if self.draft_tp_flag:
@@ -184,7 +184,7 @@ class SGLangAdapter(EngineAdapter):
             "of a patched build (draft_tp_flag, e.g. --speculative-draft-tp-size)"
         )
 
-    def _graph_flags(self, config: ServerConfig) -> tuple[str, ...]:
+    def _graph_flags(self, config: Deployment) -> tuple[str, ...]:
         if config.cuda_graph_max_bs is None:
             return ()
         flag = "--cuda-graph-max-bs-decode" if self.new_flags else "--cuda-graph-max-bs"
@@ -220,7 +220,7 @@ class SGLangAdapter(EngineAdapter):
             return None
         return json.dumps(adaptive_config(adaptive.steps_by_batch), indent=2) + "\n"
 
-    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
+    def schedule_documents(self, config: Deployment, params: TrialConfig) -> dict[str, str]:
         check_adaptive(config, params)  # the same checks as the launch
         text = self.adaptive_file(params)
         return {ADAPTIVE_CONFIG_NAME: text} if text else {}
@@ -326,7 +326,7 @@ def adaptive_refusal(algorithm: str, eagle_topk: int) -> str | None:
     return None
 
 
-def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
+def check_adaptive(config: Deployment, params: TrialConfig) -> None:
     """Everything SGLang checks before it runs ``params.adaptive``.
 
     Raises:
@@ -346,7 +346,7 @@ def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
     check_adaptive_config(document, params.num_steps)
 
 
-def _adaptive_flags(config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+def _adaptive_flags(config: Deployment, params: TrialConfig) -> tuple[str, ...]:
     adaptive: Adaptive | None = params.adaptive
     if adaptive is None or not params.speculative:
         return ()

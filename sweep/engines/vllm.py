@@ -22,12 +22,12 @@ from typing import Any, ClassVar
 
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
     Readiness,
     ResolvedServer,
-    ServerConfig,
     Signature,
     interpreter_for,
 )
@@ -129,7 +129,7 @@ class VLLMAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
+    def command(self, config: Deployment, params: TrialConfig) -> LaunchCommand:
         overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
         config, extra = self.fold(config, words)
         server_args = (
@@ -145,14 +145,14 @@ class VLLMAdapter(EngineAdapter):
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
     def _speculative_flags(
-        self, config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any]
+        self, config: Deployment, params: TrialConfig, overrides: Mapping[str, Any]
     ) -> tuple[str, ...]:
         if not params.speculative:
             return ()
         spec = speculative_config(config, params, overrides)
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
-    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
+    def schedule_documents(self, config: Deployment, params: TrialConfig) -> dict[str, str]:
         overrides, _ = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
         spec = speculative_config(config, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
@@ -252,7 +252,7 @@ def method_of(algorithm: str) -> str:
 
 
 def speculative_config(
-    config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any] | None = None
+    config: Deployment, params: TrialConfig, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``--speculative-config`` object for one speculative trial.
 
@@ -291,7 +291,7 @@ def speculative_config(
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 
 
-def _schedule(adaptive: Adaptive, num_steps: int, config: ServerConfig) -> list[list[int]]:
+def _schedule(adaptive: Adaptive, num_steps: int, config: Deployment) -> list[list[int]]:
     if adaptive.builtin:
         raise EngineConfigError(
             "vLLM 0.32 ships no built-in speculative schedule: give the steps per batch size "

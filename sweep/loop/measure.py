@@ -33,7 +33,7 @@ from sweep.server.executor import Executor
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import EventSink
 from sweep.store import redact_env
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 SaveSamples = Callable[[BenchmarkResult], None]
 
@@ -107,7 +107,7 @@ def _measure(
         server(
             bench.executor,
             bench.adapter,
-            deploy.server_config(study),
+            deploy.deployment_for(study),
             config,
             client=client,
             options=bench.lifecycle,

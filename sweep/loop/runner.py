@@ -63,7 +63,7 @@ from sweep.store import (
     write_answer,
     write_record,
 )
-from sweep.study.spec import HostSpec, NotifySpec, Study
+from sweep.study.model import HostSpec, NotifySpec, Study
 
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
 RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured

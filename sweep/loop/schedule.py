@@ -49,7 +49,7 @@ from sweep.store import (
     schedule_study_name,
     write_record,
 )
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 SCHEDULE = "schedule"  # the stored name of the exported schedule's launch
 BUILTIN = "builtin"  # the stored name of the engine's built-in schedule's launch
@@ -177,7 +177,7 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
         EngineConfigError: the engine cannot run the schedule (the loader's rules).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    config = deploy.server_config(study)
+    config = deploy.deployment_for(study)
     probe = schedule_params(schedule, "")
     documents = adapter.schedule_documents(config, probe) if probe.adaptive else {}
     text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
@@ -216,7 +216,7 @@ def verify_schedule(
     display = display or Display()
     host = study.host
     adapter = deploy.adapter_for(study, host)
-    config = deploy.server_config(study)
+    config = deploy.deployment_for(study)
     workdir = deploy.lifecycle_options(study, host).workdir
     commands = [adapter.command(config, p) for _, p in _launches(study, schedule, adapter, workdir)]
     with deploy.open_host(host) as executor:

@@ -16,7 +16,7 @@ from sweep.search import answer
 from sweep.server import deploy
 from sweep.server.engine_check import gate_study
 from sweep.store import baseline_study_name, rdb_storage, read_records
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
 
@@ -128,7 +128,7 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
         with deploy.open_host(study.host) as executor:
             check = gate_study(executor, study, adapter, {c.key(): c for c in result.valid})
         result, note = plan(study, check.gate(rules)), check.note
-    config = deploy.server_config(study)
+    config = deploy.deployment_for(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)
     per_trial, source = _per_trial_estimate(study)
     excluded = tuple(

@@ -15,14 +15,14 @@ from typing import Any
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
-from sweep.engines.base import EngineAdapter, ServerConfig
+from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.vllm import VLLMAdapter
 from sweep.exceptions import ConfigError
 from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.lifecycle import LifecycleOptions
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 
 def open_host(host: HostSpec) -> Executor:
@@ -72,9 +72,9 @@ def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
     )
 
 
-def server_config(study: Study) -> ServerConfig:
+def deployment_for(study: Study) -> Deployment:
     e = study.engine
-    return ServerConfig(
+    return Deployment(
         model_path=e.model_path,
         tp_size=e.tp_size,
         port=e.port,

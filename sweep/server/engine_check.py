@@ -32,7 +32,7 @@ from sweep.engines.base import EngineAdapter, LaunchCommand
 from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
 from sweep.exceptions import ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 PROBE_TIMEOUT_S = 60.0
 GATE_TIMEOUT_S = 300.0
@@ -157,7 +157,7 @@ def gate_study(
     uses = study_flag_uses(study)
     _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
     _raise(study, _conflicts(study, adapter, uses))
-    server = deploy.server_config(study)
+    server = deploy.deployment_for(study)
     commands = {key: adapter.command(server, c) for key, c in configs.items()}
     check = check_engine(executor, adapter, commands)
     table = check.options or adapter.known_flags()

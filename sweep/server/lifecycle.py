@@ -31,11 +31,11 @@ import httpx
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.space import TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     Readiness,
     ResolvedServer,
-    ServerConfig,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
 from sweep.failures import FailureKind, Phase, at_phase
@@ -265,7 +265,7 @@ class RunningServer:
 def server(
     executor: Executor,
     adapter: EngineAdapter,
-    config: ServerConfig,
+    config: Deployment,
     params: TrialConfig,
     *,
     client: httpx.Client,
@@ -308,7 +308,7 @@ def server(
 def _context(
     executor: Executor,
     adapter: EngineAdapter,
-    config: ServerConfig,
+    config: Deployment,
     params: TrialConfig,
     client: httpx.Client,
     options: LifecycleOptions | None,
@@ -415,7 +415,7 @@ def _stop_quietly(running: RunningServer) -> None:
         running._ctx.emit(Event(EventKind.NOTE, note))
 
 
-def server_url(executor: Executor, config: ServerConfig) -> str:
+def server_url(executor: Executor, config: Deployment) -> str:
     """The URL `sweep` reaches the server at.
 
     Raises:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sweep.core.space import TrialConfig, plan
-from sweep.engines import ServerConfig, SGLangAdapter, rules_for
+from sweep.engines import Deployment, SGLangAdapter, rules_for
 from sweep.engines.base import LaunchCommand
 from sweep.engines.gate import payloads
 from sweep.exceptions import StudyFileError
@@ -30,7 +30,7 @@ from tests.programs.standin_sglang import imports, install, interpreter
 from tests.support.flagwords import flags_of
 from tests.support.sshd import Sshd, free_port
 
-CONFIG = ServerConfig(model_path="m", tp_size=1, port=30000)
+CONFIG = Deployment(model_path="m", tp_size=1, port=30000)
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 SWEEP = Path(sys.executable).with_name("sweep")
 
@@ -192,7 +192,7 @@ def test_sweep_managed_limits_are_accepted_as_flags_and_folded_in(tmp_path: Path
     with LocalExecutor() as executor:
         check = gate_study(executor, study, adapter, configs)
     assert check.validated and not check.rejected
-    argv = adapter.command(deploy.server_config(study), PARAMS).argv
+    argv = adapter.command(deploy.deployment_for(study), PARAMS).argv
     assert argv.count("--max-running-requests") == 1
     assert argv[argv.index("--max-running-requests") + 1] == "32"
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64"
