@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from sweep import __version__
 from sweep.exceptions import Interrupted, SweepError
+from sweep.study.model import DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
     from sweep.loop.launch import LaunchReport
@@ -134,8 +135,11 @@ def launch(
     model_path: str = typer.Option("", help="Target model path or hub id (without --study)."),
     tp: int = typer.Option(0, help="Target tensor-parallel size (without --study)."),
     port: int = typer.Option(30000, help="HTTP port of the server."),
+    engine: str = typer.Option("sglang", help="The engine (without --study), e.g. sglang or vllm."),
     launcher: str = typer.Option(
-        "python -m sglang.launch_server", help='How to start SGLang: "sglang serve", "sweep sim"...'
+        "",
+        help='How to start the engine: "sglang serve", "sweep sim"... '
+        "(default: python -m sglang.launch_server, or vLLM's api_server)",
     ),
     host: str = typer.Option("", help="SSH host: ssh://user@host:port or a ~/.ssh/config alias."),
     extra_flag: Annotated[
@@ -151,13 +155,11 @@ def launch(
     max_running_requests: int = typer.Option(48, help="Always passed to the server explicitly."),
     cuda_graph_max_bs: int = typer.Option(0, help="Largest CUDA-graph decode batch (0: default)."),
     bind_host: str = typer.Option("127.0.0.1", help="Server address (0.0.0.0 on a remote host)."),
-    engine_version: str = typer.Option("", help="Pin the SGLang version (default: read it)."),
+    engine_version: str = typer.Option("", help="Pin the engine version (default: read it)."),
     draft_tp_flag: str = typer.Option("", help="A patched build's flag for the draft TP size."),
-    python: str = typer.Option("", help="Interpreter that imports sglang on the host."),
+    python: str = typer.Option("", help="Interpreter that imports the engine on the host."),
     timeout: float = typer.Option(900.0, help="Start-up timeout, seconds."),
-    workdir: str = typer.Option(
-        "/tmp/sweep-servers", help="Folder for server logs and PGID files."
-    ),
+    workdir: str = typer.Option(DEFAULT_WORKDIR, help="Folder for server logs and PGID files."),
     ssh_key: str = typer.Option("", help="Private key for the SSH host."),
     ssh_config: str = typer.Option("", help="SSH config file instead of ~/.ssh/config."),
     known_hosts: str = typer.Option("", help="Extra known_hosts file for the SSH host."),
@@ -171,7 +173,7 @@ def launch(
     Example: sweep launch --study studies/demo-sim.toml --params baseline
     """
     from sweep.core.space import TrialConfig
-    from sweep.engines import Deployment, SGLangAdapter
+    from sweep.engines import Deployment, registry
     from sweep.loop.launch import launch_study
 
     if study_file:
@@ -197,13 +199,18 @@ def launch(
             check_host_key=host_key_check,
             ssh_config_path=ssh_config or None,
         )
-    adapter = SGLangAdapter(
-        launcher=tuple(shlex.split(launcher)),
-        version=engine_version or None,
-        draft_tp_flag=draft_tp_flag,
-        python=python or None,
+    if engine not in registry.ENGINES:
+        known = ", ".join(registry.ENGINES)
+        raise typer.BadParameter(f"expected one of {known}, got {engine!r}", param_hint="--engine")
+    kind = registry.ENGINES[engine]
+    settings = registry.AdapterSettings(
+        tuple(shlex.split(launcher)) or kind.launcher,
+        engine_version or None,
+        python or None,
+        draft_tp_flag,
     )
-    config = Deployment(
+    adapter = kind.adapter(settings)
+    deployment = Deployment(
         model_path=model_path,
         tp_size=tp,
         port=port,
@@ -216,10 +223,9 @@ def launch(
         env=tuple(_key_value(item) for item in env or ()),
     )
     options = LifecycleOptions(workdir=workdir, startup_timeout_s=timeout)
+    config = TrialConfig.parse(params)
     with open_executor(target) as executor:
-        report = launch_once(
-            executor, adapter, config, TrialConfig.parse(params), options=options, on_event=_show
-        )
+        report = launch_once(executor, adapter, deployment, config, options=options, on_event=_show)
     _render_launch(report)
 
 

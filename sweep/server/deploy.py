@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import sys
 from typing import Any
 
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
+from sweep.engines import registry
 from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
-from sweep.engines.sglang import SGLangAdapter
-from sweep.engines.vllm import VLLMAdapter
-from sweep.exceptions import ConfigError
 from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.lifecycle import LifecycleOptions
 from sweep.study.model import HostSpec, Study
@@ -42,34 +38,9 @@ def open_host(host: HostSpec) -> Executor:
     return SSHExecutor(target)
 
 
-def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
-    """The study's launcher; a leading ``sweep`` means this installation of sweep (local host)."""
-    words = study.engine.launcher
-    if words[0] == "sweep" and host.kind == "local":
-        found = shutil.which("sweep")
-        return (found, *words[1:]) if found else (sys.executable, "-m", "sweep", *words[1:])
-    return words
-
-
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
-    """The engine adapter named by ``[engine] name``: SGLang or vLLM."""
-    if study.engine.name == "vllm":
-        return VLLMAdapter(
-            launcher=launcher_words(study, host),
-            version=study.engine.version,
-            python=host.python,
-        )
-    if study.engine.name != "sglang":
-        raise ConfigError(
-            f"{study.path}: [engine.name] {study.engine.name!r} is not supported; "
-            "use 'sglang' or 'vllm'"
-        )
-    return SGLangAdapter(
-        launcher=launcher_words(study, host),
-        version=study.engine.version,
-        draft_tp_flag=study.engine.draft_tp_flag or "",
-        python=host.python,
-    )
+    """The engine adapter named by ``[engine] name`` (:mod:`sweep.engines.registry`)."""
+    return registry.adapter_for(study, host)
 
 
 def deployment_for(study: Study) -> Deployment:
@@ -114,5 +85,5 @@ def benchmark_settings(study: Study) -> BenchmarkSettings:
         max_time_s=b.max_seconds,
         min_tokens=min(2500, b.min_rounds * study.workload.output_len),
     )
-    protocol = "openai" if study.engine.name == "vllm" else "sglang"
+    protocol = registry.engine_for(study).protocol
     return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s, protocol=protocol)

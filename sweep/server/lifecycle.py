@@ -61,6 +61,7 @@ from sweep.server.readiness import (
     server_info,
     wait_until_ready,
 )
+from sweep.study.model import DEFAULT_WORKDIR
 
 __all__ = [
     "STOP_GRACE_S",
@@ -82,8 +83,6 @@ POLL_INTERVAL_S = 0.2
 """How often the process, its log and the readiness endpoint are polled (≤ 0.25 s)."""
 PROGRESS_EVERY_S = 30.0
 """How often a "still loading" progress event is emitted."""
-DEFAULT_WORKDIR = "/tmp/sweep-servers"
-"""Where server logs and PGID files live on the host."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", ""})
 
