@@ -281,14 +281,19 @@ def run(
     with _storage_errors(storage or study.storage):
         summary = run_study(study, options)
     out.print(f"stopped: {summary.stop_reason}", markup=False)
-    out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
-              f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
-              f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
+    out.print(
+        f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
+        f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
+        f"excluded {summary.excluded}, baselines {summary.baselines}"
+    )
     out.print(f"best single measurement: {summary.best}", markup=False)
     if summary.answer:
         out.print(f"confirmed answer: {summary.answer}", markup=False)
-    out.print(f"results: {_url(summary.storage)} (study {summary.study}); "
-              f"see `sweep status {study_file}`", markup=False)  # fmt: skip
+    out.print(
+        f"results: {_url(summary.storage)} (study {summary.study}); "
+        f"see `sweep status {study_file}`",
+        markup=False,
+    )
     _exit_for(summary)
 
 
@@ -324,8 +329,11 @@ def worker(
     if summary_json:
         with open(summary_json, "w") as file:
             json.dump(dataclasses.asdict(summary) | {"storage": _url(summary.storage)}, file)
-    out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
-              f"best in the study: {summary.best}", markup=False)  # fmt: skip
+    out.print(
+        f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
+        f"best in the study: {summary.best}",
+        markup=False,
+    )
     _exit_for(summary)
 
 
@@ -338,8 +346,9 @@ def _exit_for(summary: RunSummary) -> None:
         raise typer.Exit(1)
 
 
-def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
-                 **extra: Any) -> RunOptions:  # fmt: skip
+def _run_options(
+    deadline: str, budget: str, n_trials: int, storage: str, **extra: Any
+) -> RunOptions:
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
     from sweep.loop.options import RunOptions
     from sweep.study.parse import (
@@ -350,14 +359,21 @@ def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
     )
 
     if deadline and not is_time_of_day(deadline):
-        raise typer.BadParameter(f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}",
-                                 param_hint="--deadline")  # fmt: skip
+        raise typer.BadParameter(
+            f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}", param_hint="--deadline"
+        )
     budget_s = duration_seconds(budget) if budget else None
     if budget and budget_s is None:
-        raise typer.BadParameter(f"expected {DURATION_EXPECTED}, got {budget!r}",
-                                 param_hint="--budget")  # fmt: skip
-    return RunOptions(deadline=deadline or None, budget_s=budget_s, n_trials=n_trials or None,
-                      storage_url=storage or None, **extra)  # fmt: skip
+        raise typer.BadParameter(
+            f"expected {DURATION_EXPECTED}, got {budget!r}", param_hint="--budget"
+        )
+    return RunOptions(
+        deadline=deadline or None,
+        budget_s=budget_s,
+        n_trials=n_trials or None,
+        storage_url=storage or None,
+        **extra,
+    )
 
 
 @app.command()
@@ -382,8 +398,9 @@ def schedule(
     from sweep.loop.schedule import make_schedule
     from sweep.study import load_study
 
-    result = make_schedule(load_study(study_file), out=out or None, verify=verify,
-                           storage_url=storage or None)  # fmt: skip
+    result = make_schedule(
+        load_study(study_file), out=out or None, verify=verify, storage_url=storage or None
+    )
     print(result.export.table)
     print(f"launch command:\n  {result.export.command}\n")
     for path in result.export.files:
@@ -427,14 +444,18 @@ def plan(
         for config, reason in report.excluded:
             out.print(f"  {config.label()}: {reason}", markup=False)
     hours = report.total_s / 3600
-    out.print(f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
-              f"({report.estimated_from})")  # fmt: skip
+    out.print(
+        f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
+        f"({report.estimated_from})"
+    )
     c = study.confirm
     if c.enabled and len(study.hosts) == 1:
-        out.print(f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
-                  f"contenders (at most {c.max_replicates} launches each) until the winner is "
-                  f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
-                  "ties go to fewer steps")  # fmt: skip
+        out.print(
+            f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
+            f"contenders (at most {c.max_replicates} launches each) until the winner is "
+            f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
+            "ties go to fewer steps"
+        )
     else:
         out.print("confirmation: off (the winner is the best single measurement)")
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
@@ -460,24 +481,43 @@ def status(
     with _storage_errors(url, "cannot read"):
         report = load_status(study, url)
     table = Table(title=escape(f"{report.study} ({_url(report.storage)})"))
-    for column in ("#", "kind", "state", "configuration", study.objective.metric, "± 95%",
-                   "accept", "speedup", "note"):  # fmt: skip
+    for column in (
+        "#",
+        "kind",
+        "state",
+        "configuration",
+        study.objective.metric,
+        "± 95%",
+        "accept",
+        "speedup",
+        "note",
+    ):
         table.add_column(column)
     if len(study.hosts) > 1:
         table.add_column("host")
     for r in report.rows:
         number = f"b{r.number}" if r.kind == "baseline" else str(r.number)
-        table.add_row(number, r.kind, r.state, escape(r.label), _num(r.value),
-                      _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
-                      escape(r.failure + (" drift" if r.drift else "")),
-                      *([r.host] if len(study.hosts) > 1 else []))  # fmt: skip
+        table.add_row(
+            number,
+            r.kind,
+            r.state,
+            escape(r.label),
+            _num(r.value),
+            _num(r.half_width),
+            _num(r.accept_length),
+            _num(r.speedup, "x"),
+            escape(r.failure + (" drift" if r.drift else "")),
+            *([r.host] if len(study.hosts) > 1 else []),
+        )
     out.print(table)
     if report.baseline:
         out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
     if report.best:
         best = report.best
-        out.print(f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
-                  f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)")  # fmt: skip
+        out.print(
+            f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
+            f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)"
+        )
     if report.answer:
         out.print(f"confirmed answer: {escape(report.answer)}")
     for warning in report.drift_warnings:
@@ -501,10 +541,16 @@ def report(
 
     study = load_study(study_file)
     require_results(study, storage or None)
-    files = write_report(study_file, out or f"{study.name}-report",
-                         formats=format.split(","), storage=storage or None)  # fmt: skip
-    print(f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
-          f"files and {len(files.data)} data files in {files.folder}")  # fmt: skip
+    files = write_report(
+        study_file,
+        out or f"{study.name}-report",
+        formats=format.split(","),
+        storage=storage or None,
+    )
+    print(
+        f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
+        f"files and {len(files.data)} data files in {files.folder}"
+    )
 
 
 @app.command()
@@ -546,8 +592,9 @@ def export(
         raise typer.BadParameter(f"expected csv or parquet, got {format!r}", param_hint="--format")
     study = load_study(study_file)
     require_results(study, storage or None)
-    path = export_trials(study_file, out or f"{study.name}-trials.{format}", format,
-                         storage=storage or None)  # fmt: skip
+    path = export_trials(
+        study_file, out or f"{study.name}-trials.{format}", format, storage=storage or None
+    )
     print(f"wrote {path}")
 
 

@@ -108,9 +108,12 @@ class SGLangAdapter(EngineAdapter):
     display_name: ClassVar[str] = "SGLang"
     distributions: ClassVar[tuple[str, ...]] = ("sglang",)
     managed_flags: ClassVar[Mapping[str, str]] = {
-        "--model-path": "[engine] model_path", "--model": "[engine] model_path",
-        "--tp-size": "[engine] tp_size", "--tensor-parallel-size": "[engine] tp_size",
-        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--model-path": "[engine] model_path",
+        "--model": "[engine] model_path",
+        "--tp-size": "[engine] tp_size",
+        "--tensor-parallel-size": "[engine] tp_size",
+        "--host": "[engine] bind_host",
+        "--port": "[engine] port (or [host] server_port)",
         "--speculative-algorithm": "[engine] algorithm",
         "--speculative-num-steps": "[space] num_steps",
         "--speculative-eagle-topk": "[space] eagle_topk",
@@ -119,7 +122,7 @@ class SGLangAdapter(EngineAdapter):
         "--speculative-draft-model": "[engine] draft_model_path",
         "--speculative-adaptive": "`sweep schedule` (docs/schedule.md)",
         "--speculative-adaptive-config": "`sweep schedule` (docs/schedule.md)",
-    }  # fmt: skip
+    }
     folded_flags: ClassVar[Mapping[str, str]] = {
         "--max-running-requests": "max_running_requests",
         "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
@@ -141,15 +144,20 @@ class SGLangAdapter(EngineAdapter):
         config, extra = self.fold(config, (*config.extra_flags, *flag_words(params.flags)))
         self._refuse_abbreviated(extra)
         server_args = (
-            "--model-path", config.model_path,
-            "--tp-size", str(config.tp_size),
-            "--host", config.bind_host,
-            "--port", str(config.port),
+            "--model-path",
+            config.model_path,
+            "--tp-size",
+            str(config.tp_size),
+            "--host",
+            config.bind_host,
+            "--port",
+            str(config.port),
             *self._speculative_flags(config, params),
-            "--max-running-requests", str(config.max_running_requests),
+            "--max-running-requests",
+            str(config.max_running_requests),
             *self._graph_flags(config),
             *extra,
-        )  # fmt: skip
+        )
         env = dict(config.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
@@ -162,10 +170,12 @@ class SGLangAdapter(EngineAdapter):
             return (*algorithm, *drafts)
         flags: tuple[str, ...] = (
             *algorithm,
-            "--speculative-num-steps", str(params.num_steps),
-            "--speculative-eagle-topk", str(params.eagle_topk),
+            "--speculative-num-steps",
+            str(params.num_steps),
+            "--speculative-eagle-topk",
+            str(params.eagle_topk),
             *drafts,
-        )  # fmt: skip
+        )
         if config.draft_model_path:
             flags += ("--speculative-draft-model-path", config.draft_model_path)
         return flags + self._draft_tp_flags(config, params) + _adaptive_flags(config, params)

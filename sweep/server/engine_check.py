@@ -175,8 +175,9 @@ def can_overlap(study: Study, adapter: EngineAdapter) -> bool:
     if not adapter.version:
         return False
     uses = [u for u in study_flag_uses(study) if u.key.startswith("engine.")]
-    return not flag_problems(uses, adapter.known_flags(), adapter.managed_flags,
-                             folded=adapter.folded_flags)  # fmt: skip
+    return not flag_problems(
+        uses, adapter.known_flags(), adapter.managed_flags, folded=adapter.folded_flags
+    )
 
 
 def study_flag_uses(study: Study) -> list[FlagUse]:

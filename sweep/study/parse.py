@@ -502,9 +502,9 @@ def _notify(r: TableReader) -> NotifySpec:
         isinstance(command, list) and command and all(isinstance(w, str) and w for w in command)
     ):
         raise r.error(
-            "command", f'expected a command as a list of strings like ["notify.sh"], got '
-            f"{describe(command)}",
-        )  # fmt: skip
+            "command",
+            f'expected a command as a list of strings like ["notify.sh"], got {describe(command)}',
+        )
     stall = r.raw("stall_after_s", None)
     spec = NotifySpec(
         webhook=webhook,
