@@ -213,7 +213,7 @@ class EngineAdapter(abc.ABC):
     """Where the server describes itself after ready; the first JSON object answering wins."""
 
     @abc.abstractmethod
-    def command(self, config: Deployment, params: TrialConfig) -> LaunchCommand:
+    def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
         """The launch command for one trial.
 
         Raises:
@@ -262,7 +262,7 @@ class EngineAdapter(abc.ABC):
         ``params.adaptive.config_path`` on the host), or ``None`` when it needs no file."""
         return None
 
-    def schedule_documents(self, config: Deployment, params: TrialConfig) -> dict[str, str]:
+    def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
         """The engine's own schedule documents for ``params.adaptive``, by file name.
 
         Raises:
@@ -296,8 +296,10 @@ class EngineAdapter(abc.ABC):
         words = gate.payloads([c.server_args for c in commands], self.distributions, prog)
         return [(self.interpreter, "-c", program, payload) for payload in words]
 
-    def fold(self, config: Deployment, words: Sequence[str]) -> tuple[Deployment, tuple[str, ...]]:
-        """Take :attr:`folded_flags` out of ``words`` into ``config``; refuse managed flags.
+    def fold(
+        self, deployment: Deployment, words: Sequence[str]
+    ) -> tuple[Deployment, tuple[str, ...]]:
+        """Take :attr:`folded_flags` out of ``words`` into ``deployment``; refuse managed flags.
 
         Raises:
             EngineConfigError: a managed flag, or a folded one without a positive integer.
@@ -318,9 +320,9 @@ class EngineAdapter(abc.ABC):
             value = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
             if not value.isdigit() or int(value) < 1:
                 raise EngineConfigError(f"flag {name} needs a positive integer, got {value!r}")
-            config = config.with_limit(field_name, int(value))
+            deployment = deployment.with_limit(field_name, int(value))
             i += 1 if sep else 2
-        return config, tuple(rest)
+        return deployment, tuple(rest)
 
     @property
     def effective_version(self) -> str:

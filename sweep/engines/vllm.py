@@ -131,37 +131,37 @@ class VLLMAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: Deployment, params: TrialConfig) -> LaunchCommand:
-        overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
-        config, extra = self.fold(config, words)
+    def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
+        overrides, words = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        deployment, extra = self.fold(deployment, words)
         server_args = (
             "--model",
-            config.model_path,
+            deployment.model_path,
             "--tensor-parallel-size",
-            str(config.tp_size),
+            str(deployment.tp_size),
             "--host",
-            config.bind_host,
+            deployment.bind_host,
             "--port",
-            str(config.port),
+            str(deployment.port),
             "--max-num-seqs",
-            str(config.max_running_requests),
-            *self._speculative_flags(config, params, overrides),
+            str(deployment.max_running_requests),
+            *self._speculative_flags(deployment, params, overrides),
             *extra,
         )
-        env = dict(config.env) | dict(params.env)
+        env = dict(deployment.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
     def _speculative_flags(
-        self, config: Deployment, params: TrialConfig, overrides: Mapping[str, Any]
+        self, deployment: Deployment, params: TrialConfig, overrides: Mapping[str, Any]
     ) -> tuple[str, ...]:
         if not params.speculative:
             return ()
-        spec = speculative_config(config, params, overrides)
+        spec = speculative_config(deployment, params, overrides)
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
-    def schedule_documents(self, config: Deployment, params: TrialConfig) -> dict[str, str]:
-        overrides, _ = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
-        spec = speculative_config(config, params, overrides)
+    def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
+        overrides, _ = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        spec = speculative_config(deployment, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
 
     # --- readiness, readback, version -------------------------------------------------------
@@ -262,7 +262,7 @@ def method_of(algorithm: str) -> str:
 
 
 def speculative_config(
-    config: Deployment, params: TrialConfig, overrides: Mapping[str, Any] | None = None
+    deployment: Deployment, params: TrialConfig, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``--speculative-config`` object for one speculative trial.
 
@@ -276,7 +276,7 @@ def speculative_config(
         EngineConfigError: the method is unknown, a draft model is missing, the
             overrides set a key sweep manages, or the schedule cannot be expressed.
     """
-    method = method_of(config.algorithm)
+    method = method_of(deployment.algorithm)
     overrides = overrides or {}
     managed = {"method", "num_speculative_tokens", "draft_tensor_parallel_size", PER_BATCH_KEY}
     clash = sorted(managed & set(overrides))
@@ -287,7 +287,7 @@ def speculative_config(
         )
     spec: dict[str, Any] = {"method": method, "num_speculative_tokens": params.num_steps}
     if method not in DRAFTLESS:
-        model = overrides.get("model", config.draft_model_path)
+        model = overrides.get("model", deployment.draft_model_path)
         if not model:
             raise EngineConfigError(
                 f"vLLM method {method!r} needs a draft model: set engine.draft_model_path "
@@ -297,17 +297,17 @@ def speculative_config(
         if params.draft_tp:  # 0: the target's (vLLM's default)
             spec["draft_tensor_parallel_size"] = params.draft_tp
     if params.adaptive is not None:
-        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, config)
+        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, deployment)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 
 
-def _schedule(adaptive: Adaptive, num_steps: int, config: Deployment) -> list[list[int]]:
+def _schedule(adaptive: Adaptive, num_steps: int, deployment: Deployment) -> list[list[int]]:
     if adaptive.builtin:
         raise EngineConfigError(
             "vLLM 0.32 ships no built-in speculative schedule: give the steps per batch size "
             f"({PER_BATCH_KEY})"
         )
-    ranges = per_batch_size_ranges(adaptive.steps_by_batch, config.max_running_requests)
+    ranges = per_batch_size_ranges(adaptive.steps_by_batch, deployment.max_running_requests)
     check_per_batch_size_ranges(ranges, num_steps)
     return ranges
 

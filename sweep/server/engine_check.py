@@ -157,8 +157,8 @@ def gate_study(
     uses = study_flag_uses(study)
     _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
     _raise(study, _conflicts(study, adapter, uses))
-    server = deploy.deployment_for(study)
-    commands = {key: adapter.command(server, c) for key, c in configs.items()}
+    deployment = deploy.deployment_for(study)
+    commands = {key: adapter.command(deployment, c) for key, c in configs.items()}
     check = check_engine(executor, adapter, commands)
     table = check.options or adapter.known_flags()
     _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))

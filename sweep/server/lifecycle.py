@@ -264,7 +264,7 @@ class RunningServer:
 def server(
     executor: Executor,
     adapter: EngineAdapter,
-    config: Deployment,
+    deployment: Deployment,
     params: TrialConfig,
     *,
     client: httpx.Client,
@@ -278,7 +278,7 @@ def server(
         executor: where the server runs.
         adapter: the engine (its version settled, see
             :func:`~sweep.server.engine_check.check_engine`).
-        config: the deployment.
+        deployment: what stays the same across trials (model, TP, port, fixed flags).
         params: this trial's configuration.
         client: HTTP client for readiness and ``/server_info``.
         options: timeouts and places.
@@ -290,7 +290,7 @@ def server(
         EngineConfigError: the engine cannot express ``params`` (nothing was started).
         ConfigError: a remote server would listen where `sweep` cannot reach it.
     """
-    ctx = _context(executor, adapter, config, params, client, options, clock, on_event)
+    ctx = _context(executor, adapter, deployment, params, client, options, clock, on_event)
     with sigterm_raises_interrupt():
         preflight = _guard_ssh(ctx, Phase.PREFLIGHT, ctx.host.preflight)
         running: RunningServer | None = None
@@ -307,7 +307,7 @@ def server(
 def _context(
     executor: Executor,
     adapter: EngineAdapter,
-    config: Deployment,
+    deployment: Deployment,
     params: TrialConfig,
     client: httpx.Client,
     options: LifecycleOptions | None,
@@ -315,13 +315,13 @@ def _context(
     on_event: EventSink | None,
 ) -> _Context:
     options = options or LifecycleOptions()
-    command = adapter.command(config, params)
-    files = ServerFiles.for_port(options.workdir, config.port, options.log_name)
+    command = adapter.command(deployment, params)
+    files = ServerFiles.for_port(options.workdir, deployment.port, options.log_name)
     emit = on_event or log_event
     host = ServerHost(
         executor,
-        config.port,
-        config.bind_host,
+        deployment.port,
+        deployment.bind_host,
         files.pgid,
         visible_gpus(dict(command.env)),
         options.limits,
@@ -330,7 +330,7 @@ def _context(
         command.shell(),
     )
     readiness = options.readiness or adapter.readiness()
-    url = server_url(executor, config)
+    url = server_url(executor, deployment)
     return _Context(
         executor,
         adapter,
@@ -343,7 +343,7 @@ def _context(
         emit,
         url,
         client,
-        config.port,
+        deployment.port,
     )
 
 
@@ -414,13 +414,13 @@ def _stop_quietly(running: RunningServer) -> None:
         running._ctx.emit(Event(EventKind.NOTE, note))
 
 
-def server_url(executor: Executor, config: Deployment) -> str:
+def server_url(executor: Executor, deployment: Deployment) -> str:
     """The URL `sweep` reaches the server at.
 
     Raises:
         ConfigError: a remote server would listen on loopback only.
     """
-    host = config.bind_host
+    host = deployment.bind_host
     if host in ALL_INTERFACES:
         host = executor.address
     elif host in LOOPBACK and executor.address not in LOOPBACK:
@@ -428,7 +428,9 @@ def server_url(executor: Executor, config: Deployment) -> str:
             f"the server on {executor.host} would listen on {host} only, which sweep cannot "
             "reach; set the bind host to 0.0.0.0 (or the host's address)"
         )
-    return f"http://[{host}]:{config.port}" if ":" in host else f"http://{host}:{config.port}"
+    return (
+        f"http://[{host}]:{deployment.port}" if ":" in host else f"http://{host}:{deployment.port}"
+    )
 
 
 def _guard_ssh(ctx: _Context, phase: Phase, action: Callable[[], T]) -> T:
