@@ -99,7 +99,7 @@ def run_benchmark(
     *,
     on_round: OnRound | None = None,
 ) -> BenchmarkResult:
-    """Benchmark the SGLang server at ``url`` (blocking).
+    """Benchmark the server at ``url`` (blocking).
 
     Args:
         url: ``http://HOST:PORT`` of a running server.

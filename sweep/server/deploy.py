@@ -1,4 +1,4 @@
-"""From a study to the objects that run it: executor, engine adapter, server config,
+"""From a study to the objects that run it: executor, engine adapter, deployment,
 per-trial parameters, lifecycle options, workload and benchmark settings.
 
 The one place where a study's keys meet the lifecycle's and the benchmark's types.
@@ -36,6 +36,11 @@ def open_host(host: HostSpec) -> Executor:
         check_host_key=host.strict_host_key,
     )
     return SSHExecutor(target)
+
+
+def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
+    """The study's launcher, else its engine's (:mod:`sweep.engines.registry`)."""
+    return registry.launcher_words(study, host)
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
