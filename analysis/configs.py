@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sweep.core.space import TrialConfig
-
 CHAIN = "steps+1"
 
 
@@ -41,13 +39,3 @@ def with_groups(frame: pd.DataFrame) -> pd.DataFrame:
         )
     ]
     return out
-
-
-def spec_config(row: pd.Series) -> TrialConfig:
-    """The configuration of one tidy row (a speculative one)."""
-    return TrialConfig(
-        int(row["num_steps"]),
-        int(row["eagle_topk"]),
-        int(row["num_draft_tokens"]),
-        int(row["draft_tp"]),
-    )

@@ -28,7 +28,7 @@ from sweep.redact import redact_data, redact_text, redact_url
 from sweep.store import baseline_study_name, quiet_optuna, rdb_storage, schedule_study_name
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
-from sweep.study.spec import BaselineSpec, Constraint
+from sweep.study.model import BaselineSpec, Constraint
 
 
 @dataclass(frozen=True)

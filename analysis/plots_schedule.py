@@ -20,7 +20,7 @@ from matplotlib.collections import LineCollection
 from analysis.schedule import BUILTIN, SCHEDULE, SERIES
 from analysis.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
 from analysis.style import metric_label as axis_label
-from sweep.study.spec import Constraint
+from sweep.study.model import Constraint
 
 SERIES_STYLE = {
     "schedule": (color(3), "o"),

@@ -45,11 +45,6 @@ def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     ]
 
 
-def trial_state(trial: FrozenTrial) -> str:
-    """measured, infeasible, failed, interrupted, skipped, duplicate, excluded, ..."""
-    return TrialRecord.from_frozen(trial).state.value
-
-
 def trial_columns(record: TrialRecord, context: StudyContext) -> Row:
     """The columns a trial's rows share: identity, configuration, outcome."""
     row: Row = {

@@ -22,6 +22,7 @@ from rich.markup import escape
 
 from sweep import __version__
 from sweep.exceptions import Interrupted, SweepError
+from sweep.study.model import DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
     from sweep.commands.launch import LaunchReport
@@ -134,8 +135,11 @@ def launch(
     model_path: str = typer.Option("", help="Target model path or hub id (without --study)."),
     tp: int = typer.Option(0, help="Target tensor-parallel size (without --study)."),
     port: int = typer.Option(30000, help="HTTP port of the server."),
+    engine: str = typer.Option("sglang", help="The engine (without --study), e.g. sglang or vllm."),
     launcher: str = typer.Option(
-        "python -m sglang.launch_server", help='How to start SGLang: "sglang serve", "sweep sim"...'
+        "",
+        help='How to start the engine: "sglang serve", "sweep sim"... '
+        "(default: python -m sglang.launch_server, or vLLM's api_server)",
     ),
     host: str = typer.Option("", help="SSH host: ssh://user@host:port or a ~/.ssh/config alias."),
     extra_flag: Annotated[
@@ -151,13 +155,11 @@ def launch(
     max_running_requests: int = typer.Option(48, help="Always passed to the server explicitly."),
     cuda_graph_max_bs: int = typer.Option(0, help="Largest CUDA-graph decode batch (0: default)."),
     bind_host: str = typer.Option("127.0.0.1", help="Server address (0.0.0.0 on a remote host)."),
-    engine_version: str = typer.Option("", help="Pin the SGLang version (default: read it)."),
+    engine_version: str = typer.Option("", help="Pin the engine version (default: read it)."),
     draft_tp_flag: str = typer.Option("", help="A patched build's flag for the draft TP size."),
-    python: str = typer.Option("", help="Interpreter that imports sglang on the host."),
+    python: str = typer.Option("", help="Interpreter that imports the engine on the host."),
     timeout: float = typer.Option(900.0, help="Start-up timeout, seconds."),
-    workdir: str = typer.Option(
-        "/tmp/sweep-servers", help="Folder for server logs and PGID files."
-    ),
+    workdir: str = typer.Option(DEFAULT_WORKDIR, help="Folder for server logs and PGID files."),
     ssh_key: str = typer.Option("", help="Private key for the SSH host."),
     ssh_config: str = typer.Option("", help="SSH config file instead of ~/.ssh/config."),
     known_hosts: str = typer.Option("", help="Extra known_hosts file for the SSH host."),
@@ -172,7 +174,7 @@ def launch(
     """
     from sweep.commands.launch import launch_study
     from sweep.core.space import TrialConfig
-    from sweep.engines import ServerConfig, SGLangAdapter
+    from sweep.engines import Deployment, registry
 
     if study_file:
         from sweep.study import load_study
@@ -197,13 +199,18 @@ def launch(
             check_host_key=host_key_check,
             ssh_config_path=ssh_config or None,
         )
-    adapter = SGLangAdapter(
-        launcher=tuple(shlex.split(launcher)),
-        version=engine_version or None,
-        draft_tp_flag=draft_tp_flag,
-        python=python or None,
+    if engine not in registry.ENGINES:
+        known = ", ".join(registry.ENGINES)
+        raise typer.BadParameter(f"expected one of {known}, got {engine!r}", param_hint="--engine")
+    kind = registry.ENGINES[engine]
+    settings = registry.AdapterSettings(
+        tuple(shlex.split(launcher)) or kind.launcher,
+        engine_version or None,
+        python or None,
+        draft_tp_flag,
     )
-    config = ServerConfig(
+    adapter = kind.adapter(settings)
+    deployment = Deployment(
         model_path=model_path,
         tp_size=tp,
         port=port,
@@ -216,10 +223,9 @@ def launch(
         env=tuple(_key_value(item) for item in env or ()),
     )
     options = LifecycleOptions(workdir=workdir, startup_timeout_s=timeout)
+    config = TrialConfig.parse(params)
     with open_executor(target) as executor:
-        report = launch_once(
-            executor, adapter, config, TrialConfig.parse(params), options=options, on_event=_show
-        )
+        report = launch_once(executor, adapter, deployment, config, options=options, on_event=_show)
     _render_launch(report)
 
 
@@ -279,14 +285,19 @@ def run(
     with _storage_errors(storage or study.storage):
         summary = run_study(study, options)
     out.print(f"stopped: {summary.stop_reason}", markup=False)
-    out.print(f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
-              f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
-              f"excluded {summary.excluded}, baselines {summary.baselines}")  # fmt: skip
+    out.print(
+        f"measured {summary.measured}, infeasible {summary.infeasible}, failed "
+        f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
+        f"excluded {summary.excluded}, baselines {summary.baselines}"
+    )
     out.print(f"best single measurement: {summary.best}", markup=False)
     if summary.answer:
         out.print(f"confirmed answer: {summary.answer}", markup=False)
-    out.print(f"results: {_url(summary.storage)} (study {summary.study}); "
-              f"see `sweep status {study_file}`", markup=False)  # fmt: skip
+    out.print(
+        f"results: {_url(summary.storage)} (study {summary.study}); "
+        f"see `sweep status {study_file}`",
+        markup=False,
+    )
     _exit_for(summary)
 
 
@@ -324,8 +335,11 @@ def worker(
     if summary_json:
         with open(summary_json, "w") as file:
             json.dump(dataclasses.asdict(summary) | {"storage": _url(summary.storage)}, file)
-    out.print(f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
-              f"best in the study: {summary.best}", markup=False)  # fmt: skip
+    out.print(
+        f"{host} stopped: {summary.stop_reason}; measured {summary.measured} here; "
+        f"best in the study: {summary.best}",
+        markup=False,
+    )
     _exit_for(summary)
 
 
@@ -338,11 +352,12 @@ def _exit_for(summary: RunSummary) -> None:
         raise typer.Exit(1)
 
 
-def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
-                 **extra: Any) -> RunOptions:  # fmt: skip
+def _run_options(
+    deadline: str, budget: str, n_trials: int, storage: str, **extra: Any
+) -> RunOptions:
     """``run`` and ``worker``'s shared options, checked (a bad value is a usage error)."""
     from sweep.loop.context import RunOptions
-    from sweep.study.spec import (
+    from sweep.study.parse import (
         DURATION_EXPECTED,
         TIME_OF_DAY_EXPECTED,
         duration_seconds,
@@ -350,14 +365,21 @@ def _run_options(deadline: str, budget: str, n_trials: int, storage: str,
     )
 
     if deadline and not is_time_of_day(deadline):
-        raise typer.BadParameter(f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}",
-                                 param_hint="--deadline")  # fmt: skip
+        raise typer.BadParameter(
+            f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}", param_hint="--deadline"
+        )
     budget_s = duration_seconds(budget) if budget else None
     if budget and budget_s is None:
-        raise typer.BadParameter(f"expected {DURATION_EXPECTED}, got {budget!r}",
-                                 param_hint="--budget")  # fmt: skip
-    return RunOptions(deadline=deadline or None, budget_s=budget_s, n_trials=n_trials or None,
-                      storage_url=storage or None, **extra)  # fmt: skip
+        raise typer.BadParameter(
+            f"expected {DURATION_EXPECTED}, got {budget!r}", param_hint="--budget"
+        )
+    return RunOptions(
+        deadline=deadline or None,
+        budget_s=budget_s,
+        n_trials=n_trials or None,
+        storage_url=storage or None,
+        **extra,
+    )
 
 
 @app.command()
@@ -382,8 +404,9 @@ def schedule(
     from sweep.loop.verify_schedule import make_schedule
     from sweep.study import load_study
 
-    result = make_schedule(load_study(study_file), out=out or None, verify=verify,
-                           storage_url=storage or None)  # fmt: skip
+    result = make_schedule(
+        load_study(study_file), out=out or None, verify=verify, storage_url=storage or None
+    )
     print(result.export.table)
     print(f"launch command:\n  {result.export.command}\n")
     for path in result.export.files:
@@ -427,14 +450,18 @@ def plan(
         for config, reason in report.excluded:
             out.print(f"  {config.label()}: {reason}", markup=False)
     hours = report.total_s / 3600
-    out.print(f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
-              f"({report.estimated_from})")  # fmt: skip
+    out.print(
+        f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
+        f"({report.estimated_from})"
+    )
     c = study.confirm
     if c.enabled and len(study.hosts) == 1:
-        out.print(f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
-                  f"contenders (at most {c.max_replicates} launches each) until the winner is "
-                  f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
-                  "ties go to fewer steps")  # fmt: skip
+        out.print(
+            f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
+            f"contenders (at most {c.max_replicates} launches each) until the winner is "
+            f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
+            "ties go to fewer steps"
+        )
     else:
         out.print("confirmation: off (the winner is the best single measurement)")
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
@@ -460,24 +487,43 @@ def status(
     with _storage_errors(url, "cannot read"):
         report = load_status(study, url)
     table = Table(title=escape(f"{report.study} ({_url(report.storage)})"))
-    for column in ("#", "kind", "state", "configuration", study.objective.metric, "± 95%",
-                   "accept", "speedup", "note"):  # fmt: skip
+    for column in (
+        "#",
+        "kind",
+        "state",
+        "configuration",
+        study.objective.metric,
+        "± 95%",
+        "accept",
+        "speedup",
+        "note",
+    ):
         table.add_column(column)
     if len(study.hosts) > 1:
         table.add_column("host")
     for r in report.rows:
         number = f"b{r.number}" if r.kind == "baseline" else str(r.number)
-        table.add_row(number, r.kind, r.state, escape(r.label), _num(r.value),
-                      _num(r.half_width), _num(r.accept_length), _num(r.speedup, "x"),
-                      escape(r.failure + (" drift" if r.drift else "")),
-                      *([r.host] if len(study.hosts) > 1 else []))  # fmt: skip
+        table.add_row(
+            number,
+            r.kind,
+            r.state,
+            escape(r.label),
+            _num(r.value),
+            _num(r.half_width),
+            _num(r.accept_length),
+            _num(r.speedup, "x"),
+            escape(r.failure + (" drift" if r.drift else "")),
+            *([r.host] if len(study.hosts) > 1 else []),
+        )
     out.print(table)
     if report.baseline:
         out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
     if report.best:
         best = report.best
-        out.print(f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
-                  f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)")  # fmt: skip
+        out.print(
+            f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
+            f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)"
+        )
     if report.answer:
         out.print(f"confirmed answer: {escape(report.answer)}")
     for warning in report.drift_warnings:
@@ -501,10 +547,16 @@ def report(
 
     study = load_study(study_file)
     require_results(study, storage or None)
-    files = write_report(study_file, out or f"{study.name}-report",
-                         formats=format.split(","), storage=storage or None)  # fmt: skip
-    print(f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
-          f"files and {len(files.data)} data files in {files.folder}")  # fmt: skip
+    files = write_report(
+        study_file,
+        out or f"{study.name}-report",
+        formats=format.split(","),
+        storage=storage or None,
+    )
+    print(
+        f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
+        f"files and {len(files.data)} data files in {files.folder}"
+    )
 
 
 @app.command()
@@ -546,8 +598,9 @@ def export(
         raise typer.BadParameter(f"expected csv or parquet, got {format!r}", param_hint="--format")
     study = load_study(study_file)
     require_results(study, storage or None)
-    path = export_trials(study_file, out or f"{study.name}-trials.{format}", format,
-                         storage=storage or None)  # fmt: skip
+    path = export_trials(
+        study_file, out or f"{study.name}-trials.{format}", format, storage=storage or None
+    )
     print(f"wrote {path}")
 
 

@@ -9,7 +9,6 @@ escaping is a bug. The tree::
     │   ├── ProfileError       a simulator profile file
     │   ├── EngineConfigError  parameters the engine cannot express (e.g. draft TP)
     │   └── PromptFileError    a benchmark prompt file (names the file and the line)
-    ├── SimulatorError         the simulated server cannot do what was asked
     ├── ExecutorError          a command could not be run on a host
     │   └── TransientSSHError  the SSH connection kept failing, even after retries
     ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
@@ -72,10 +71,6 @@ class StudyFileError(ConfigError):
         super().__init__(f"{path}: [{key}] {message}" if key else f"{path}: {message}")
         self.path = path
         self.key = key
-
-
-class SimulatorError(SweepError):
-    """The simulated server was asked for something it does not simulate."""
 
 
 class EngineConfigError(ConfigError):

@@ -27,7 +27,7 @@ from sweep.exceptions import StorageError
 from sweep.redact import REDACTED as REDACTED  # moved to sweep.redact; re-exported
 from sweep.redact import redact_data, redact_text, redact_url
 from sweep.redact import redact_env as redact_env  # the runner imports it from here
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 if TYPE_CHECKING:
     from sweep.core.space import Rules

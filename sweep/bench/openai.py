@@ -126,8 +126,16 @@ async def stream_completion(
     parser = CompletionParser(count_steps=count_steps)
     sent_at = now()
     body = completion_body(request, model)
-    await stream_lines(client, COMPLETIONS, body, request, parser, now=now,
-                       stall_timeout_s=stall_timeout_s, on_tokens=on_tokens)  # fmt: skip
+    await stream_lines(
+        client,
+        COMPLETIONS,
+        body,
+        request,
+        parser,
+        now=now,
+        stall_timeout_s=stall_timeout_s,
+        on_tokens=on_tokens,
+    )
     return parser.record(sent_at)
 
 

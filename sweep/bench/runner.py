@@ -1,4 +1,4 @@
-"""Benchmark a running SGLang server: the protocol per concurrency level.
+"""Benchmark a running server: the protocol per concurrency level.
 
 For each level ``B``:
 
@@ -23,9 +23,11 @@ For each level ``B``:
 5. **Cross-check** — accept length from the measured requests is compared
    with the server's counters: ``/metrics`` deltas, else ``/server_info``.
 
-vLLM (``protocol = "openai"``, :mod:`sweep.bench.openai`) differs in three
-places: requests stream OpenAI ``/v1/completions``; there is no flush (the
-counters are read before and after the measured rounds instead); and the
+That is the ``"sglang"`` protocol. :data:`PROTOCOLS` holds each protocol's parts
+around the shared warm-up, closed loop and error handling; vLLM's (``protocol =
+"openai"``, :mod:`sweep.bench.openai`) differs in three places: requests stream
+OpenAI ``/v1/completions``; there is no flush (the counters are read before and
+after the measured rounds instead); and the
 level's accept length is vLLM's own, 1 + Δaccepted / Δdrafts over the measured
 window, with per-position acceptance recorded, cross-checked against the
 tokens per decode step the streams showed.
@@ -37,6 +39,7 @@ measured so far.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -96,7 +99,7 @@ def run_benchmark(
     *,
     on_round: OnRound | None = None,
 ) -> BenchmarkResult:
-    """Benchmark the SGLang server at ``url`` (blocking).
+    """Benchmark the server at ``url`` (blocking).
 
     Args:
         url: ``http://HOST:PORT`` of a running server.
@@ -152,16 +155,19 @@ async def benchmark(
 
     Same contract as :func:`run_benchmark`; ``clock.now`` stamps every chunk and
     ``sleep`` paces the ``/flush_cache`` retries.
+
+    Raises:
+        ConfigError: ``settings.protocol`` is not one of :data:`PROTOCOLS`.
     """
     settings = settings or BenchmarkSettings()
+    if settings.protocol not in PROTOCOLS:
+        known = ", ".join(repr(p) for p in PROTOCOLS)
+        raise ConfigError(f"benchmark protocol: expected one of {known}, got {settings.protocol!r}")
     context = _Context(client, workload, settings, clock, sleep, on_round)
-    if settings.protocol == "openai":
-        try:
-            model = await openai.served_model(client)
-            speculates = await openai.read_vllm_counters(client) is not None
-        except BenchmarkError as exc:
-            raise exc.located(context.url, workload.concurrency[0], None) from exc
-        context = _Context(client, workload, settings, clock, sleep, on_round, model, speculates)
+    try:
+        context = await context.protocol.prepare(context)
+    except BenchmarkError as exc:
+        raise exc.located(context.url, workload.concurrency[0], None) from exc
     levels: list[LevelResult] = []
     for concurrency in workload.concurrency:
         try:
@@ -192,27 +198,14 @@ class _Context:
         w = self.workload
         return GenerateRequest(w.prompts[prompt_index], w.sampling_params(max_new_tokens))
 
+    @property
+    def protocol(self) -> _Protocol:
+        return PROTOCOLS[self.settings.protocol]
+
     async def generate(
         self, request: GenerateRequest, on_tokens: OnTokens | None = None
     ) -> StreamRecord:
-        if self.settings.protocol == "openai":
-            record = await openai.stream_completion(
-                self.client,
-                request,
-                model=self.model,
-                count_steps=self.speculates,
-                now=self.clock.now,
-                stall_timeout_s=self.settings.stall_timeout_s,
-                on_tokens=on_tokens,
-            )
-        else:
-            record = await stream_generate(
-                self.client,
-                request,
-                now=self.clock.now,
-                stall_timeout_s=self.settings.stall_timeout_s,
-                on_tokens=on_tokens,
-            )
+        record = await self.protocol.stream(self, request, on_tokens)
         check_complete(record, int(request.sampling_params["max_new_tokens"]), self.workload)
         return record
 
@@ -257,46 +250,65 @@ def check_complete(record: StreamRecord, max_new_tokens: int, workload: Workload
 
 
 async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
-    if ctx.settings.protocol == "openai":
-        return await _measure_vllm_level(ctx, concurrency)
+    """Warm up, then the protocol's level around the shared measured rounds; a failure
+    carries what was measured so far."""
+    rounds = _Rounds(ctx, concurrency)
     try:
         await _warmup(ctx, concurrency)
-        s = ctx.settings
-        await flush_cache(
-            ctx.client, attempts=s.flush_attempts, interval_s=s.flush_interval_s, sleep=ctx.sleep
+        return await ctx.protocol.level(ctx, rounds)
+    except BenchmarkError as exc:
+        raise _LevelFailed(exc, rounds.partial()) from exc
+
+
+class _Rounds:
+    """A level's measured rounds (the closed loop), run once when the protocol calls it."""
+
+    def __init__(self, ctx: _Context, concurrency: int) -> None:
+        self.ctx = ctx
+        self.concurrency = concurrency
+        self.loop: ClosedLoop | None = None
+        self.done = False
+
+    async def __call__(self) -> ClosedLoop:
+        c = self.ctx
+        self.loop = ClosedLoop(
+            self.concurrency, c.workload, c.settings.stop, c.clock.now, c.generate, c.on_round
         )
-        before = await read_spec_counters(ctx.client)
-    except BenchmarkError as exc:
-        raise _LevelFailed(exc, None) from exc
-    loop = ClosedLoop(
-        concurrency, ctx.workload, ctx.settings.stop, ctx.clock.now, ctx.generate, ctx.on_round
+        await self.loop.run()
+        self.done = True
+        return self.loop
+
+    def partial(self) -> LevelResult | None:
+        """Nothing before the rounds; the finished requests of failed rounds; every
+        round when the failure came after them."""
+        if self.loop is None:
+            return None
+        if self.done:
+            return figures.level_result(self.loop.log(), None)
+        return self.loop.partial()
+
+
+Measure = Callable[[], Awaitable[ClosedLoop]]
+"""Runs the level's measured rounds (the shared closed loop) and returns it."""
+
+
+async def _sglang_level(ctx: _Context, measure: Measure) -> LevelResult:
+    """SGLang: flush, counters before, the rounds, accept length cross-checked."""
+    s = ctx.settings
+    await flush_cache(
+        ctx.client, attempts=s.flush_attempts, interval_s=s.flush_interval_s, sleep=ctx.sleep
     )
-    try:
-        await loop.run()
-    except BenchmarkError as exc:
-        raise _LevelFailed(exc, loop.partial()) from exc
-    try:
-        check = await _accept_check(ctx, before, loop.records)
-    except BenchmarkError as exc:
-        raise _LevelFailed(exc, figures.level_result(loop.log(), None)) from exc
+    before = await read_spec_counters(ctx.client)
+    loop = await measure()
+    check = await _accept_check(ctx, before, loop.records)
     return figures.level_result(loop.log(), check, _check_notes(check, loop.records))
 
 
-async def _measure_vllm_level(ctx: _Context, concurrency: int) -> LevelResult:
-    """The same protocol over vLLM: no flush; acceptance from the counters' deltas."""
-    try:
-        await _warmup(ctx, concurrency)
-        before = await openai.read_vllm_counters(ctx.client)
-    except BenchmarkError as exc:
-        raise _LevelFailed(exc, None) from exc
-    loop = ClosedLoop(
-        concurrency, ctx.workload, ctx.settings.stop, ctx.clock.now, ctx.generate, ctx.on_round
-    )
-    try:
-        await loop.run()
-        after = await openai.read_vllm_counters(ctx.client)
-    except BenchmarkError as exc:
-        raise _LevelFailed(exc, loop.partial()) from exc
+async def _openai_level(ctx: _Context, measure: Measure) -> LevelResult:
+    """vLLM: no flush; acceptance from the counters' deltas over the measured rounds."""
+    before = await openai.read_vllm_counters(ctx.client)
+    loop = await measure()
+    after = await openai.read_vllm_counters(ctx.client)
     window = openai.acceptance(before, after) if before and after else None
     client = figures.decode_accept_length(loop.records)
     check = None
@@ -307,6 +319,59 @@ async def _measure_vllm_level(ctx: _Context, concurrency: int) -> LevelResult:
     if window is None:
         return level
     return replace(level, accept_length=window.accept_length, acceptance=window.as_dict())
+
+
+async def _sglang_stream(
+    ctx: _Context, request: GenerateRequest, on_tokens: OnTokens | None
+) -> StreamRecord:
+    return await stream_generate(
+        ctx.client,
+        request,
+        now=ctx.clock.now,
+        stall_timeout_s=ctx.settings.stall_timeout_s,
+        on_tokens=on_tokens,
+    )
+
+
+async def _openai_stream(
+    ctx: _Context, request: GenerateRequest, on_tokens: OnTokens | None
+) -> StreamRecord:
+    return await openai.stream_completion(
+        ctx.client,
+        request,
+        model=ctx.model,
+        count_steps=ctx.speculates,
+        now=ctx.clock.now,
+        stall_timeout_s=ctx.settings.stall_timeout_s,
+        on_tokens=on_tokens,
+    )
+
+
+async def _as_is(ctx: _Context) -> _Context:
+    return ctx
+
+
+async def _openai_prepare(ctx: _Context) -> _Context:
+    """The model id requests must name, and whether the server speculates at all."""
+    model = await openai.served_model(ctx.client)
+    speculates = await openai.read_vllm_counters(ctx.client) is not None
+    return replace(ctx, model=model, speculates=speculates)
+
+
+@dataclass(frozen=True)
+class _Protocol:
+    """What differs between servers: once before the levels, one request, one level."""
+
+    prepare: Callable[[_Context], Awaitable[_Context]]
+    stream: Callable[[_Context, GenerateRequest, OnTokens | None], Awaitable[StreamRecord]]
+    level: Callable[[_Context, Measure], Awaitable[LevelResult]]
+
+
+PROTOCOLS: dict[str, _Protocol] = {
+    "sglang": _Protocol(_as_is, _sglang_stream, _sglang_level),
+    "openai": _Protocol(_openai_prepare, _openai_stream, _openai_level),
+}
+"""The benchmark protocols by name (an engine's ``protocol`` in :mod:`sweep.engines.registry`)."""
 
 
 async def _warmup(ctx: _Context, concurrency: int) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.space import TrialConfig
-from sweep.engines.base import EngineAdapter, ResolvedServer, ServerConfig
+from sweep.engines.base import Deployment, EngineAdapter, ResolvedServer
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.engine_check import EngineCheck, check_engine
@@ -24,7 +24,7 @@ from sweep.server.executor.base import Executor
 from sweep.server.hygiene import PreflightReport, StopReport
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
 from sweep.server.readiness import Event, EventKind, EventSink
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class LaunchReport:
 def launch_once(
     executor: Executor,
     adapter: EngineAdapter,
-    deployment: ServerConfig,
+    deployment: Deployment,
     config: TrialConfig,
     *,
     options: LifecycleOptions | None = None,
@@ -114,6 +114,6 @@ def launch_study(study: Study, config: TrialConfig, *, on_event: EventSink | Non
     host = host or study.host
     with wiring.open_host(host) as executor:
         return launch_once(
-            executor, wiring.adapter_for(study, host), wiring.server_config(study), config,
+            executor, wiring.adapter_for(study, host), wiring.deployment_for(study), config,
             options=wiring.lifecycle_options(study, host), on_event=on_event,
         )  # fmt: skip

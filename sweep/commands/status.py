@@ -16,7 +16,7 @@ from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study
 from sweep.store import baseline_study_name, rdb_storage, read_records
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
 
@@ -127,9 +127,9 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     if gate:  # [engines] the parser gate; rejected configurations become exclusions
         with wiring.open_host(study.host) as executor:
             valid = {c.key(): c for c in result.valid}
-            check = gate_study(executor, study, adapter, valid, wiring.server_config(study))
+            check = gate_study(executor, study, adapter, valid, wiring.deployment_for(study))
         result, note = plan(study, check.gate(rules)), check.note
-    config = wiring.server_config(study)
+    config = wiring.deployment_for(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)
     per_trial, source = _per_trial_estimate(study)
     excluded = tuple(

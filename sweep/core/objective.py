@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.study.spec import ObjectiveSpec
+from sweep.study.model import ObjectiveSpec
 
 Figures = Mapping[str, Any]  # one level's record, as stored
 

@@ -32,7 +32,7 @@ from typing import Protocol
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
-from sweep.study.spec import BaselineSpec
+from sweep.study.model import BaselineSpec
 
 STOP_AFTER_FAILURES = 5  # launches in a row failing transiently: the host is unhealthy
 # Failures every later launch would meet too: the run stops at once, without retries.

@@ -29,7 +29,7 @@ from sweep.core.objective import by_level, metric_value
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import Flags, TrialConfig
 from sweep.exceptions import ScheduleError
-from sweep.study.spec import Constraint
+from sweep.study.model import Constraint
 
 LAUNCH_ALLOWANCE = 0.02
 """Relative spread between two server starts of one configuration, which a CI measured within

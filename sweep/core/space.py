@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sweep.exceptions import ConfigError
-from sweep.study.spec import FlagValue, SpaceSpec, Study
+from sweep.study.model import FlagValue, SpaceSpec, Study
 
 FLAG_PARAM = "flag:"
 ENV_PARAM = "env:"

@@ -9,7 +9,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sweep.study.spec import BaselineSpec
+from sweep.study.model import BaselineSpec
 
 
 def deadline_from_clock(text: str, now_wall: float, tz: dt.tzinfo | None = None) -> float:

@@ -1,6 +1,6 @@
 """The engine seam: what differs between inference engines, as data.
 
-An :class:`EngineAdapter` turns a deployment (:class:`ServerConfig`) and a
+An :class:`EngineAdapter` turns a deployment (:class:`Deployment`) and a
 trial's configuration (:class:`~sweep.core.space.TrialConfig`) into a :class:`LaunchCommand`, and
 knows the engine's readiness signals, the log lines that mark its start-up
 phases and its fatal errors, and how to read the resolved arguments back.
@@ -34,7 +34,7 @@ def parse_version(version: str) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
+class Deployment:
     """A deployment: what stays the same across a study's trials.
 
     Attributes:
@@ -62,7 +62,7 @@ class ServerConfig:
     extra_flags: tuple[str, ...] = ()
     env: Env = ()
 
-    def with_limit(self, name: str, value: int) -> ServerConfig:
+    def with_limit(self, name: str, value: int) -> Deployment:
         """A copy with ``max_running_requests`` or ``cuda_graph_max_bs`` set (folded flags)."""
         if name == "max_running_requests":
             return dataclasses.replace(self, max_running_requests=value)
@@ -213,7 +213,7 @@ class EngineAdapter(abc.ABC):
     """Where the server describes itself after ready; the first JSON object answering wins."""
 
     @abc.abstractmethod
-    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
+    def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
         """The launch command for one trial.
 
         Raises:
@@ -246,7 +246,7 @@ class EngineAdapter(abc.ABC):
     managed_flags: ClassVar[Mapping[str, str]] = {}
     """Flags sweep sets itself → the study setting to use instead."""
     folded_flags: ClassVar[Mapping[str, str]] = {}
-    """Flags accepted in the study's flags and folded into a :class:`ServerConfig` field
+    """Flags accepted in the study's flags and folded into a :class:`Deployment` field
     (an integer): e.g. ``--max-running-requests`` → ``max_running_requests``."""
 
     # --- per-batch-size schedules (see Adaptive) ---------------------------------------------
@@ -262,7 +262,7 @@ class EngineAdapter(abc.ABC):
         ``params.adaptive.config_path`` on the host), or ``None`` when it needs no file."""
         return None
 
-    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
+    def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
         """The engine's own schedule documents for ``params.adaptive``, by file name.
 
         Raises:
@@ -297,9 +297,9 @@ class EngineAdapter(abc.ABC):
         return [(self.interpreter, "-c", program, payload) for payload in words]
 
     def fold(
-        self, config: ServerConfig, words: Sequence[str]
-    ) -> tuple[ServerConfig, tuple[str, ...]]:
-        """Take :attr:`folded_flags` out of ``words`` into ``config``; refuse managed flags.
+        self, deployment: Deployment, words: Sequence[str]
+    ) -> tuple[Deployment, tuple[str, ...]]:
+        """Take :attr:`folded_flags` out of ``words`` into ``deployment``; refuse managed flags.
 
         Raises:
             EngineConfigError: a managed flag, or a folded one without a positive integer.
@@ -320,9 +320,9 @@ class EngineAdapter(abc.ABC):
             value = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
             if not value.isdigit() or int(value) < 1:
                 raise EngineConfigError(f"flag {name} needs a positive integer, got {value!r}")
-            config = config.with_limit(field_name, int(value))
+            deployment = deployment.with_limit(field_name, int(value))
             i += 1 if sep else 2
-        return config, tuple(rest)
+        return deployment, tuple(rest)
 
     @property
     def effective_version(self) -> str:

@@ -17,7 +17,7 @@ import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sweep.study.spec import SWITCH_VALUES, FlagValue
+from sweep.study.model import SWITCH_VALUES, FlagValue
 
 
 class FlagKind(enum.StrEnum):

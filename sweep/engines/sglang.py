@@ -20,12 +20,12 @@ from typing import Any, ClassVar
 
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
     Readiness,
     ResolvedServer,
-    ServerConfig,
     Signature,
     interpreter_for,
     parse_version,
@@ -108,9 +108,12 @@ class SGLangAdapter(EngineAdapter):
     display_name: ClassVar[str] = "SGLang"
     distributions: ClassVar[tuple[str, ...]] = ("sglang",)
     managed_flags: ClassVar[Mapping[str, str]] = {
-        "--model-path": "[engine] model_path", "--model": "[engine] model_path",
-        "--tp-size": "[engine] tp_size", "--tensor-parallel-size": "[engine] tp_size",
-        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--model-path": "[engine] model_path",
+        "--model": "[engine] model_path",
+        "--tp-size": "[engine] tp_size",
+        "--tensor-parallel-size": "[engine] tp_size",
+        "--host": "[engine] bind_host",
+        "--port": "[engine] port (or [host] server_port)",
         "--speculative-algorithm": "[engine] algorithm",
         "--speculative-num-steps": "[space] num_steps",
         "--speculative-eagle-topk": "[space] eagle_topk",
@@ -119,7 +122,7 @@ class SGLangAdapter(EngineAdapter):
         "--speculative-draft-model": "[engine] draft_model_path",
         "--speculative-adaptive": "`sweep schedule` (docs/schedule.md)",
         "--speculative-adaptive-config": "`sweep schedule` (docs/schedule.md)",
-    }  # fmt: skip
+    }
     folded_flags: ClassVar[Mapping[str, str]] = {
         "--max-running-requests": "max_running_requests",
         "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
@@ -137,58 +140,69 @@ class SGLangAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
-        config, extra = self.fold(config, (*config.extra_flags, *flag_words(params.flags)))
+    def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
+        deployment, extra = self.fold(
+            deployment, (*deployment.extra_flags, *flag_words(params.flags))
+        )
         self._refuse_abbreviated(extra)
         server_args = (
-            "--model-path", config.model_path,
-            "--tp-size", str(config.tp_size),
-            "--host", config.bind_host,
-            "--port", str(config.port),
-            *self._speculative_flags(config, params),
-            "--max-running-requests", str(config.max_running_requests),
-            *self._graph_flags(config),
+            "--model-path",
+            deployment.model_path,
+            "--tp-size",
+            str(deployment.tp_size),
+            "--host",
+            deployment.bind_host,
+            "--port",
+            str(deployment.port),
+            *self._speculative_flags(deployment, params),
+            "--max-running-requests",
+            str(deployment.max_running_requests),
+            *self._graph_flags(deployment),
             *extra,
-        )  # fmt: skip
-        env = dict(config.env) | dict(params.env)
+        )
+        env = dict(deployment.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
-    def _speculative_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+    def _speculative_flags(self, deployment: Deployment, params: TrialConfig) -> tuple[str, ...]:
         if not params.speculative:
             return ()
-        algorithm = ("--speculative-algorithm", config.algorithm)
+        algorithm = ("--speculative-algorithm", deployment.algorithm)
         drafts = ("--speculative-num-draft-tokens", str(params.num_draft_tokens))
-        if config.algorithm.upper() == "NGRAM":  # topk is the BFS breadth flag; steps derived
+        if deployment.algorithm.upper() == "NGRAM":  # topk is the BFS breadth flag; steps derived
             return (*algorithm, *drafts)
         flags: tuple[str, ...] = (
             *algorithm,
-            "--speculative-num-steps", str(params.num_steps),
-            "--speculative-eagle-topk", str(params.eagle_topk),
+            "--speculative-num-steps",
+            str(params.num_steps),
+            "--speculative-eagle-topk",
+            str(params.eagle_topk),
             *drafts,
-        )  # fmt: skip
-        if config.draft_model_path:
-            flags += ("--speculative-draft-model-path", config.draft_model_path)
-        return flags + self._draft_tp_flags(config, params) + _adaptive_flags(config, params)
+        )
+        if deployment.draft_model_path:
+            flags += ("--speculative-draft-model-path", deployment.draft_model_path)
+        return (
+            flags + self._draft_tp_flags(deployment, params) + _adaptive_flags(deployment, params)
+        )
 
-    def _draft_tp_flags(self, config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+    def _draft_tp_flags(self, deployment: Deployment, params: TrialConfig) -> tuple[str, ...]:
         if not params.draft_tp:  # 0: the target's
             return ()
         if self.draft_tp_flag:
             return (self.draft_tp_flag, str(params.draft_tp))
-        if params.draft_tp == config.tp_size:
+        if params.draft_tp == deployment.tp_size:
             return ()
         raise EngineConfigError(
-            f"draft TP {params.draft_tp} differs from target TP {config.tp_size}, but SGLang "
+            f"draft TP {params.draft_tp} differs from target TP {deployment.tp_size}, but SGLang "
             f"{self.effective_version} has no flag for a draft tensor-parallel size (the draft "
             "always shares the target's TP group); use draft_tp = target TP, or name the flag "
             "of a patched build (draft_tp_flag, e.g. --speculative-draft-tp-size)"
         )
 
-    def _graph_flags(self, config: ServerConfig) -> tuple[str, ...]:
-        if config.cuda_graph_max_bs is None:
+    def _graph_flags(self, deployment: Deployment) -> tuple[str, ...]:
+        if deployment.cuda_graph_max_bs is None:
             return ()
         flag = "--cuda-graph-max-bs-decode" if self.new_flags else "--cuda-graph-max-bs"
-        return (flag, str(config.cuda_graph_max_bs))
+        return (flag, str(deployment.cuda_graph_max_bs))
 
     def _refuse_abbreviated(self, extra: Sequence[str]) -> None:
         """A prefix of a flag sweep sets would be taken as that flag by SGLang's argparse."""
@@ -220,8 +234,8 @@ class SGLangAdapter(EngineAdapter):
             return None
         return json.dumps(adaptive_config(adaptive.steps_by_batch), indent=2) + "\n"
 
-    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
-        check_adaptive(config, params)  # the same checks as the launch
+    def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
+        check_adaptive(deployment, params)  # the same checks as the launch
         text = self.adaptive_file(params)
         return {ADAPTIVE_CONFIG_NAME: text} if text else {}
 
@@ -326,7 +340,7 @@ def adaptive_refusal(algorithm: str, eagle_topk: int) -> str | None:
     return None
 
 
-def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
+def check_adaptive(deployment: Deployment, params: TrialConfig) -> None:
     """Everything SGLang checks before it runs ``params.adaptive``.
 
     Raises:
@@ -336,7 +350,7 @@ def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
     adaptive = params.adaptive
     if adaptive is None:
         return
-    reason = adaptive_refusal(config.algorithm, params.eagle_topk)
+    reason = adaptive_refusal(deployment.algorithm, params.eagle_topk)
     if reason is not None:
         raise EngineConfigError(
             f"SGLang would ignore --speculative-adaptive for {reason} and run static steps "
@@ -346,11 +360,11 @@ def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
     check_adaptive_config(document, params.num_steps)
 
 
-def _adaptive_flags(config: ServerConfig, params: TrialConfig) -> tuple[str, ...]:
+def _adaptive_flags(deployment: Deployment, params: TrialConfig) -> tuple[str, ...]:
     adaptive: Adaptive | None = params.adaptive
     if adaptive is None or not params.speculative:
         return ()
-    check_adaptive(config, params)
+    check_adaptive(deployment, params)
     if adaptive.builtin:
         return ("--speculative-adaptive",)
     if not adaptive.config_path:

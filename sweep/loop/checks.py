@@ -22,7 +22,7 @@ from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFi
 from sweep.loop import wiring
 from sweep.redact import redact_url
 from sweep.store import quiet_optuna, storage_errors
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 EXCLUSIONS_SHOWN = 3  # reasons quoted when no configuration is valid
 

@@ -26,7 +26,7 @@ from sweep.loop.measure import Measurer, Rig
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 if TYPE_CHECKING:
     from sweep.loop.sharing import Sharing

@@ -30,7 +30,7 @@ from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.executor.base import ServerFiles, ServerProcess
 from sweep.server.interrupts import sigterm_raises_interrupt
 from sweep.store import baseline_study_name, open_study, quiet_optuna
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 INTERRUPTED_EXIT = 130
 POLL_S = 0.2  # how often the workers' logs and exits are read

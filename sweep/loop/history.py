@@ -20,7 +20,7 @@ from sweep.core.records import State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import TrialTime, estimate_trial_s
 from sweep.store import read_records
-from sweep.study.spec import ObjectiveSpec, Study
+from sweep.study.model import ObjectiveSpec, Study
 
 RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
 

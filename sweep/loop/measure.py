@@ -25,14 +25,14 @@ from sweep.core.objective import score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.engines.base import EngineAdapter, ServerConfig
+from sweep.engines.base import Deployment, EngineAdapter
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
 from sweep.loop.progress import Display
 from sweep.server.executor import Executor
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import EventSink
 from sweep.store import redact_env
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 SaveSamples = Callable[[BenchmarkResult], None]
 
@@ -44,7 +44,7 @@ class Rig:
     study: Study
     executor: Executor
     adapter: EngineAdapter
-    deployment: ServerConfig  # the study's server, before the trial's own settings
+    deployment: Deployment  # the study's server, before the trial's own settings
     lifecycle: LifecycleOptions
     clock: Clock
     display: Display

@@ -33,7 +33,7 @@ from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import ExecutorError, Interrupted
 from sweep.redact import redact_data, redact_text
 from sweep.server.executor import Executor, LocalExecutor
-from sweep.study.spec import NotifySpec, Study
+from sweep.study.model import NotifySpec, Study
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from sweep.loop.runner import Runner
 from sweep.server.engine_check import EngineCheck
 from sweep.server.executor import LocalExecutor
 from sweep.store import quiet_optuna
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from sweep.core.policy import requeue_needed
 from sweep.core.records import REQUEUED_STUDY, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.store import write_record
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 Once = Callable[[str], bool]  # True for exactly one caller per study and marker
 

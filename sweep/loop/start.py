@@ -14,7 +14,7 @@ from sweep.loop.runner import Runner
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.store import quiet_optuna, storage_errors
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 
 def run_study(

@@ -48,7 +48,7 @@ from sweep.store import (
     schedule_study_name,
     write_record,
 )
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 SCHEDULE = "schedule"  # the stored name of the exported schedule's launch
 BUILTIN = "builtin"  # the stored name of the engine's built-in schedule's launch
@@ -177,7 +177,7 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
         EngineConfigError: the engine cannot run the schedule (the loader's rules).
     """
     folder.mkdir(parents=True, exist_ok=True)
-    deployment = wiring.server_config(study)
+    deployment = wiring.deployment_for(study)
     probe = schedule_params(schedule, "")
     documents = adapter.schedule_documents(deployment, probe) if probe.adaptive else {}
     text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
@@ -216,7 +216,7 @@ def verify_schedule(
     display = display or Display()
     host = study.host
     adapter = wiring.adapter_for(study, host)
-    deployment = wiring.server_config(study)
+    deployment = wiring.deployment_for(study)
     workdir = wiring.lifecycle_options(study, host).workdir
     launches = _launches(study, schedule, adapter, workdir)
     commands = [adapter.command(deployment, config) for _, config in launches]

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import shutil
-import sys
 from typing import Any
 
 from sweep.bench.runner import BenchmarkSettings
@@ -20,12 +18,9 @@ from sweep.bench.workload import Workload, make_workload
 from sweep.clock import Clock
 from sweep.core.space import plan
 from sweep.core.timing import deadline_from_clock
-from sweep.engines import rules_for
-from sweep.engines.base import EngineAdapter, ServerConfig
+from sweep.engines import registry, rules_for
+from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
-from sweep.engines.sglang import SGLangAdapter
-from sweep.engines.vllm import VLLMAdapter
-from sweep.exceptions import ConfigError
 from sweep.loop.claims import Claims
 from sweep.loop.context import EngineCheckCall, RunContext, RunOptions, RunSummary, Stores
 from sweep.loop.measure import Measurer, Rig, measure
@@ -38,7 +33,7 @@ from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.lifecycle import LifecycleOptions
 from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.store import baseline_study_name, open_study
-from sweep.study.spec import HostSpec, NotifySpec, Study
+from sweep.study.model import HostSpec, NotifySpec, Study
 
 
 def open_host(host: HostSpec) -> Executor:
@@ -59,38 +54,18 @@ def open_host(host: HostSpec) -> Executor:
 
 
 def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
-    """The study's launcher; a leading ``sweep`` means this installation of sweep (local host)."""
-    words = study.engine.launcher
-    if words[0] == "sweep" and host.kind == "local":
-        found = shutil.which("sweep")
-        return (found, *words[1:]) if found else (sys.executable, "-m", "sweep", *words[1:])
-    return words
+    """The study's launcher, else its engine's (:mod:`sweep.engines.registry`)."""
+    return registry.launcher_words(study, host)
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:
-    """The engine adapter named by ``[engine] name``: SGLang or vLLM."""
-    if study.engine.name == "vllm":
-        return VLLMAdapter(
-            launcher=launcher_words(study, host),
-            version=study.engine.version,
-            python=host.python,
-        )
-    if study.engine.name != "sglang":
-        raise ConfigError(
-            f"{study.path}: [engine.name] {study.engine.name!r} is not supported; "
-            "use 'sglang' or 'vllm'"
-        )
-    return SGLangAdapter(
-        launcher=launcher_words(study, host),
-        version=study.engine.version,
-        draft_tp_flag=study.engine.draft_tp_flag or "",
-        python=host.python,
-    )
+    """The engine adapter named by ``[engine] name`` (:mod:`sweep.engines.registry`)."""
+    return registry.adapter_for(study, host)
 
 
-def server_config(study: Study) -> ServerConfig:
+def deployment_for(study: Study) -> Deployment:
     e = study.engine
-    return ServerConfig(
+    return Deployment(
         model_path=e.model_path,
         tp_size=e.tp_size,
         port=e.port,
@@ -130,7 +105,7 @@ def benchmark_settings(study: Study) -> BenchmarkSettings:
         max_time_s=b.max_seconds,
         min_tokens=min(2500, b.min_rounds * study.workload.output_len),
     )
-    protocol = "openai" if study.engine.name == "vllm" else "sglang"
+    protocol = registry.engine_for(study).protocol
     return BenchmarkSettings(stop=rule, stall_timeout_s=b.stall_timeout_s, protocol=protocol)
 
 
@@ -151,7 +126,7 @@ def rig_for(
         study,
         executor,
         adapter or adapter_for(study, host),
-        server_config(study),
+        deployment_for(study),
         lifecycle_options(study, host, **lifecycle),
         clock,
         display,

@@ -31,7 +31,7 @@ from sweep.core.space import params_of
 from sweep.exceptions import ConfigError
 from sweep.loop.claims import Claims
 from sweep.store import Heartbeat
-from sweep.study.spec import HostSpec, Study
+from sweep.study.model import HostSpec, Study
 
 HEARTBEAT_S = 10  # a running trial's heartbeat period
 GRACE_S = 60  # no heartbeat for this long: the worker died

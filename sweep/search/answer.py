@@ -22,7 +22,7 @@ from sweep.search.confirm import (
     launch_variance,
 )
 from sweep.search.guided import Prediction
-from sweep.study.spec import ConfirmSpec
+from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()
 Z95 = 1.959963984540054  # a stored half-width is a 95 % interval

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sweep.core.space import Rules, TrialConfig, params_of, plan
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 DRAFT_TOKENS_PARAM = "num_draft_tokens"
 

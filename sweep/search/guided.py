@@ -345,9 +345,3 @@ def _features(candidates: Sequence[Candidate]) -> np.ndarray:
         for level in sorted(set(labels)):  # one-hot / √2: two different levels are 1 apart
             columns.append(np.array([(x == level) / math.sqrt(2) for x in labels], dtype=float))
     return np.stack(columns, axis=1)
-
-
-def _centre(pool: Sequence[Candidate]) -> Candidate:
-    """A middle configuration to start from: median steps, chains first, simplest."""
-    steps = sorted(c.steps for c in pool)[len(pool) // 2]
-    return min(pool, key=lambda c: (abs(c.steps - steps), c.topk, c.simplicity()))

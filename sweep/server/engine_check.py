@@ -28,11 +28,11 @@ from dataclasses import dataclass
 
 from sweep.core.space import Gated, Rules, Ruling, TrialConfig
 from sweep.engines import gate
-from sweep.engines.base import EngineAdapter, LaunchCommand, ServerConfig
+from sweep.engines.base import Deployment, EngineAdapter, LaunchCommand
 from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
 from sweep.exceptions import ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 PROBE_TIMEOUT_S = 60.0
 GATE_TIMEOUT_S = 300.0
@@ -142,7 +142,7 @@ def gate_study(
     study: Study,
     adapter: EngineAdapter,
     configs: Mapping[str, TrialConfig],
-    deployment: ServerConfig,
+    deployment: Deployment,
 ) -> EngineCheck:
     """The parser gate for a study's planned configurations, and its flags checked.
 
@@ -151,7 +151,7 @@ def gate_study(
         study: the study (its flags are checked, its deployment builds the commands).
         adapter: the study's engine adapter on this host.
         configs: the planned configurations by key (``plan(...).valid``).
-        deployment: the study's server (``sweep.loop.wiring.server_config``).
+        deployment: the study's server (``sweep.loop.wiring.deployment_for``).
 
     Raises:
         StudyFileError: a flag is abbreviated, a switch has a value other than true or

@@ -31,11 +31,11 @@ import httpx
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.space import TrialConfig
 from sweep.engines.base import (
+    Deployment,
     EngineAdapter,
     LaunchCommand,
     Readiness,
     ResolvedServer,
-    ServerConfig,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
 from sweep.failures import FailureKind, Phase, at_phase
@@ -61,6 +61,7 @@ from sweep.server.readiness import (
     server_info,
     wait_until_ready,
 )
+from sweep.study.model import DEFAULT_WORKDIR
 
 __all__ = [
     "STOP_GRACE_S",
@@ -82,8 +83,6 @@ POLL_INTERVAL_S = 0.2
 """How often the process, its log and the readiness endpoint are polled (≤ 0.25 s)."""
 PROGRESS_EVERY_S = 30.0
 """How often a "still loading" progress event is emitted."""
-DEFAULT_WORKDIR = "/tmp/sweep-servers"
-"""Where server logs and PGID files live on the host."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", ""})
 
@@ -265,7 +264,7 @@ class RunningServer:
 def server(
     executor: Executor,
     adapter: EngineAdapter,
-    config: ServerConfig,
+    deployment: Deployment,
     params: TrialConfig,
     *,
     client: httpx.Client,
@@ -279,7 +278,7 @@ def server(
         executor: where the server runs.
         adapter: the engine (its version settled, see
             :func:`~sweep.server.engine_check.check_engine`).
-        config: the deployment.
+        deployment: what stays the same across trials (model, TP, port, fixed flags).
         params: this trial's configuration.
         client: HTTP client for readiness and ``/server_info``.
         options: timeouts and places.
@@ -291,7 +290,7 @@ def server(
         EngineConfigError: the engine cannot express ``params`` (nothing was started).
         ConfigError: a remote server would listen where `sweep` cannot reach it.
     """
-    ctx = _context(executor, adapter, config, params, client, options, clock, on_event)
+    ctx = _context(executor, adapter, deployment, params, client, options, clock, on_event)
     with sigterm_raises_interrupt():
         preflight = _guard_ssh(ctx, Phase.PREFLIGHT, ctx.host.preflight)
         running: RunningServer | None = None
@@ -308,7 +307,7 @@ def server(
 def _context(
     executor: Executor,
     adapter: EngineAdapter,
-    config: ServerConfig,
+    deployment: Deployment,
     params: TrialConfig,
     client: httpx.Client,
     options: LifecycleOptions | None,
@@ -316,13 +315,13 @@ def _context(
     on_event: EventSink | None,
 ) -> _Context:
     options = options or LifecycleOptions()
-    command = adapter.command(config, params)
-    files = ServerFiles.for_port(options.workdir, config.port, options.log_name)
+    command = adapter.command(deployment, params)
+    files = ServerFiles.for_port(options.workdir, deployment.port, options.log_name)
     emit = on_event or log_event
     host = ServerHost(
         executor,
-        config.port,
-        config.bind_host,
+        deployment.port,
+        deployment.bind_host,
         files.pgid,
         visible_gpus(dict(command.env)),
         options.limits,
@@ -331,7 +330,7 @@ def _context(
         command.shell(),
     )
     readiness = options.readiness or adapter.readiness()
-    url = server_url(executor, config)
+    url = server_url(executor, deployment)
     return _Context(
         executor,
         adapter,
@@ -344,7 +343,7 @@ def _context(
         emit,
         url,
         client,
-        config.port,
+        deployment.port,
     )
 
 
@@ -415,13 +414,13 @@ def _stop_quietly(running: RunningServer) -> None:
         running._ctx.emit(Event(EventKind.NOTE, note))
 
 
-def server_url(executor: Executor, config: ServerConfig) -> str:
+def server_url(executor: Executor, deployment: Deployment) -> str:
     """The URL `sweep` reaches the server at.
 
     Raises:
         ConfigError: a remote server would listen on loopback only.
     """
-    host = config.bind_host
+    host = deployment.bind_host
     if host in ALL_INTERFACES:
         host = executor.address
     elif host in LOOPBACK and executor.address not in LOOPBACK:
@@ -429,7 +428,9 @@ def server_url(executor: Executor, config: ServerConfig) -> str:
             f"the server on {executor.host} would listen on {host} only, which sweep cannot "
             "reach; set the bind host to 0.0.0.0 (or the host's address)"
         )
-    return f"http://[{host}]:{config.port}" if ":" in host else f"http://{host}:{config.port}"
+    return (
+        f"http://[{host}]:{deployment.port}" if ":" in host else f"http://{host}:{deployment.port}"
+    )
 
 
 def _guard_ssh(ctx: _Context, phase: Phase, action: Callable[[], T]) -> T:

@@ -258,9 +258,6 @@ class AdaptiveSteps:
     def slot_for(self, batch: int) -> Slot:
         return self.slots[route(self.keys, self.cuda_graph_bs, batch)]
 
-    def steps_for(self, batch: int) -> int:
-        return self.slot_for(batch).current_steps
-
     def graph_sizes(self) -> list[tuple[int, int]]:
         """(steps, largest captured batch size that can run it) for each candidate step.
 

@@ -1,8 +1,12 @@
-"""Study files: what a sweep explores, on which engine and host, and how it measures."""
+"""Study files: what a sweep explores, on which engine and host, and how it measures.
+
+:mod:`sweep.study.model` holds the frozen types, :mod:`sweep.study.parse` reads and
+validates a study file into them.
+"""
 
 from __future__ import annotations
 
-from sweep.study.spec import (
+from sweep.study.model import (
     BaselineSpec,
     BenchmarkSpec,
     Constraint,
@@ -12,9 +16,8 @@ from sweep.study.spec import (
     SpaceSpec,
     Study,
     WorkloadSpec,
-    load_study,
-    parse_study,
 )
+from sweep.study.parse import load_study, parse_study
 
 __all__ = [
     "BaselineSpec",

@@ -20,7 +20,7 @@ from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.store import schedule_study_name
 from sweep.study import load_study
-from sweep.study.spec import Constraint
+from sweep.study.model import Constraint
 from tests.support.frames import Synth, chain_configs, write_study
 
 LEVELS = (1, 16, 64)

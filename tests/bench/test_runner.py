@@ -27,7 +27,7 @@ from sweep.bench.runner import benchmark, run_benchmark
 from sweep.bench.workload import Workload
 from sweep.cli import app
 from sweep.clock import Clock
-from sweep.exceptions import BenchmarkError, BenchmarkFailure
+from sweep.exceptions import BenchmarkError, BenchmarkFailure, ConfigError
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
@@ -114,6 +114,40 @@ def test_a_short_request_fails_the_run_and_keeps_the_rounds_before_it() -> None:
     level = exc.partial.level(1)
     assert level.stop_reason is StopReason.FAILED and len(level.rounds) == 2
     assert "concurrency 1 (2 rounds, failed)" in str(exc)
+
+
+@dataclass
+class LostAfterRounds(FakeSGLang):
+    """/metrics answers 404 before the measured rounds, then the connection is gone."""
+
+    metrics_reads: int = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            self.metrics_reads += 1
+            if self.metrics_reads > 1:
+                raise httpx.ConnectError("connection refused", request=request)
+            return httpx.Response(404)
+        return super().__call__(request)
+
+
+def test_a_failure_after_the_rounds_keeps_every_round() -> None:
+    workload = make_workload(output_len=10, warmup_output_len=WARMUP, concurrency=(1,))
+    with pytest.raises(BenchmarkError) as info:
+        fake_run(LostAfterRounds(), workload, StopRule(min_rounds=3, max_rounds=3, min_tokens=0))
+    assert info.value.reason is BenchmarkFailure.CONNECTION_LOST
+    assert info.value.partial is not None
+    level = info.value.partial.level(1)
+    assert len(level.rounds) == 3 and level.stop_reason is not StopReason.FAILED
+
+
+def test_an_unknown_protocol_is_a_config_error() -> None:
+    async def main() -> None:
+        async with httpx.AsyncClient(base_url="http://127.0.0.1:1") as client:
+            await benchmark(client, make_workload(), BenchmarkSettings(protocol="grpc"))
+
+    with pytest.raises(ConfigError, match="expected one of 'sglang', 'openai', got 'grpc'"):
+        asyncio.run(main())
 
 
 # --- against `sweep sim` ------------------------------------------------------------------

@@ -6,7 +6,7 @@ from sweep.core import policy
 from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.study.spec import BaselineSpec
+from sweep.study.model import BaselineSpec
 
 SPEC = BaselineSpec(enabled=True, every_trials=3, every_hours=2.0, drift_threshold=0.03)
 RUN_START = 1000.0

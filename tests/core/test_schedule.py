@@ -22,7 +22,7 @@ from sweep.core.schedule import (
 )
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import best_static, verdict
-from sweep.engines.base import ServerConfig
+from sweep.engines.base import Deployment
 from sweep.engines.sglang import (
     BUILTIN_ADAPTIVE,
     SGLangAdapter,
@@ -34,7 +34,8 @@ from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
 from sweep.loop import wiring
 from sweep.loop.verify_schedule import export
 from sweep.sim import adaptive as sim_adaptive
-from sweep.study.spec import Constraint, Study, parse_study
+from sweep.study.model import Constraint, Study
+from sweep.study.parse import parse_study
 
 METRIC = "output_tok_s"
 
@@ -264,7 +265,7 @@ def test_builtin_default_is_sglangs_and_launches_at_its_middle_candidate() -> No
     assert SGLangAdapter().builtin_adaptive_steps == 3
 
 
-CONFIG = ServerConfig("m", 8, 30000, max_running_requests=64, draft_model_path="d")
+CONFIG = Deployment("m", 8, 30000, max_running_requests=64, draft_model_path="d")
 
 
 def params(adaptive: Adaptive | None, steps: int = 4, topk: int = 1) -> TrialConfig:
@@ -285,14 +286,14 @@ def test_sglang_command_runs_the_schedule_from_its_file() -> None:
     ("config", "p", "message"),
     [
         (CONFIG, params(Adaptive(SCHEDULE, "/w/s.json"), topk=2), "topk=1"),
-        (ServerConfig("m", 8, 1, algorithm="STANDALONE"), params(Adaptive(SCHEDULE, "/x")),
+        (Deployment("m", 8, 1, algorithm="STANDALONE"), params(Adaptive(SCHEDULE, "/x")),
          "EAGLE"),
         (CONFIG, params(Adaptive(SCHEDULE)), "no path"),
         (CONFIG, params(Adaptive(SCHEDULE, "/x"), steps=3), "not in the adaptive config"),
     ],
 )  # fmt: skip
 def test_sglang_refuses_what_it_would_ignore_or_reject(
-    config: ServerConfig, p: TrialConfig, message: str
+    config: Deployment, p: TrialConfig, message: str
 ) -> None:
     with pytest.raises(EngineConfigError, match=message):
         SGLangAdapter().command(config, p)
@@ -307,7 +308,7 @@ def test_sglang_schedule_document_is_the_file_it_reads() -> None:
 
 
 def test_managed_adaptive_flags_cannot_be_passed_as_extras() -> None:
-    config = ServerConfig("m", 8, 1, extra_flags=("--speculative-adaptive",))
+    config = Deployment("m", 8, 1, extra_flags=("--speculative-adaptive",))
     with pytest.raises(EngineConfigError, match="set by sweep itself"):
         SGLangAdapter().command(config, params(None))
 
@@ -345,7 +346,7 @@ def test_vllm_ranges_are_checked(ranges: list[list[int]], message: str) -> None:
 
 
 def test_vllm_command_carries_the_schedule_in_its_speculative_config() -> None:
-    config = ServerConfig("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d",
+    config = Deployment("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d",
                           max_running_requests=64)  # fmt: skip
     argv = VLLMAdapter().command(config, params(Adaptive(SCHEDULE))).argv
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
@@ -359,11 +360,11 @@ def test_vllm_command_carries_the_schedule_in_its_speculative_config() -> None:
 
 
 def test_vllm_has_no_builtin_schedule_and_sweep_owns_the_key() -> None:
-    config = ServerConfig("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d")
+    config = Deployment("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d")
     assert VLLMAdapter().builtin_adaptive_steps is None
     with pytest.raises(EngineConfigError, match="no built-in"):
         VLLMAdapter().command(config, params(Adaptive()))
-    clash = ServerConfig("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d",
+    clash = Deployment("m", 1, 8000, algorithm="DRAFT_MODEL", draft_model_path="d",
                          extra_flags=("--speculative-config.num_speculative_tokens_per_batch_size",
                                       "[[1,1,1]]"))  # fmt: skip
     with pytest.raises(EngineConfigError, match="set by sweep itself"):

@@ -9,7 +9,7 @@ from sweep.core.space import Gated, Ruling, TrialConfig, params_of, plan, sugges
 from sweep.engines import rules_for
 from sweep.engines.sglang_rules import SGLangRules
 from sweep.study import parse_study
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 STUDY = """
 [study]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sweep.core.space import TrialConfig, plan
-from sweep.engines import ServerConfig, SGLangAdapter, rules_for
+from sweep.engines import Deployment, SGLangAdapter, rules_for
 from sweep.engines.base import LaunchCommand
 from sweep.engines.gate import payloads
 from sweep.exceptions import StudyFileError
@@ -30,7 +30,7 @@ from tests.programs.standin_sglang import imports, install, interpreter
 from tests.support.flagwords import flags_of
 from tests.support.sshd import Sshd, free_port
 
-CONFIG = ServerConfig(model_path="m", tp_size=1, port=30000)
+CONFIG = Deployment(model_path="m", tp_size=1, port=30000)
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 SWEEP = Path(sys.executable).with_name("sweep")
 
@@ -104,7 +104,7 @@ def test_a_rejected_configuration_is_excluded_and_never_proposed_again(tmp_path:
             study,
             adapter,
             {c.key(): c for c in planned.valid},
-            wiring.server_config(study),
+            wiring.deployment_for(study),
         )
     gated = plan(study, check.gate(rules))
     assert len(planned.valid) == 6
@@ -190,7 +190,7 @@ def test_study_flags_are_checked_against_the_engines_options(
             study,
             wiring.adapter_for(study, study.host),
             configs,
-            wiring.server_config(study),
+            wiring.deployment_for(study),
         )
     assert error.value.key == f"engine.flags.{key}"
     assert message in str(error.value)
@@ -202,9 +202,9 @@ def test_sweep_managed_limits_are_accepted_as_flags_and_folded_in(tmp_path: Path
     configs = {c.key(): c for c in plan(study, rules_for(study)).valid}
     adapter = wiring.adapter_for(study, study.host)
     with LocalExecutor() as executor:
-        check = gate_study(executor, study, adapter, configs, wiring.server_config(study))
+        check = gate_study(executor, study, adapter, configs, wiring.deployment_for(study))
     assert check.validated and not check.rejected
-    argv = adapter.command(wiring.server_config(study), PARAMS).argv
+    argv = adapter.command(wiring.deployment_for(study), PARAMS).argv
     assert argv.count("--max-running-requests") == 1
     assert argv[argv.index("--max-running-requests") + 1] == "32"
     assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64"

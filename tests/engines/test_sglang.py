@@ -7,12 +7,12 @@ import re
 import pytest
 
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import ConfigError, EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from tests.support.flagwords import flags_of
 
-CONFIG = ServerConfig(model_path="kimi", tp_size=8, port=30000)
+CONFIG = Deployment(model_path="kimi", tp_size=8, port=30000)
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 
 
@@ -69,7 +69,7 @@ def test_launcher_is_configurable(launcher: tuple[str, ...]) -> None:
     ],
 )
 def test_cuda_graph_flag_follows_the_version(version: str | None, flag: str) -> None:
-    config = ServerConfig(model_path="m", tp_size=8, port=1, cuda_graph_max_bs=64)
+    config = Deployment(model_path="m", tp_size=8, port=1, cuda_graph_max_bs=64)
     argv = SGLangAdapter(version=version).command(config, PARAMS).argv
     assert flag_value(argv, flag) == "64"
     other = {"--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"} - {flag}
@@ -127,7 +127,7 @@ def test_batch_limits_given_as_flags_are_folded_in(version: str, flag: str, emit
 
 
 def test_ngram_passes_draft_tokens_and_lets_sglang_derive_steps_and_topk() -> None:
-    config = ServerConfig("m", 1, 1, algorithm="NGRAM", draft_model_path="unused")
+    config = Deployment("m", 1, 1, algorithm="NGRAM", draft_model_path="unused")
     params = TrialConfig(1, 10, 12, flags=flags_of("--speculative-ngram-max-bfs-breadth", "10"))
     argv = SGLangAdapter().command(config, params).argv
     assert flag_value(argv, "--speculative-algorithm") == "NGRAM"
@@ -142,7 +142,7 @@ def test_ngram_passes_draft_tokens_and_lets_sglang_derive_steps_and_topk() -> No
 
 
 def test_extra_flags_and_env_are_passed_with_trial_env_winning() -> None:
-    config = ServerConfig(
+    config = Deployment(
         "m",
         8,
         1,

@@ -22,7 +22,7 @@ from sweep.bench.openai import (
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
 from sweep.core.space import TrialConfig
-from sweep.engines.base import ServerConfig
+from sweep.engines.base import Deployment
 from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm import VLLMAdapter, speculative_config, split_spec_flags, violation
 from sweep.engines.vllm_rules import VLLMRules
@@ -30,7 +30,7 @@ from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 from tests.support.flagwords import flags_of
 
-CONFIG = ServerConfig(
+CONFIG = Deployment(
     model_path="/m/target", tp_size=1, port=30217, algorithm="DRAFT_MODEL",
     draft_model_path="/m/draft", max_running_requests=8,
 )  # fmt: skip
@@ -66,7 +66,7 @@ def test_the_baseline_passes_no_speculative_config_and_drops_dotted_keys() -> No
 def test_dotted_flags_become_keys_of_the_json() -> None:
     params = TrialConfig(2, 1, 3, 0, flags_of("--speculative-config.model=/m/noisy"))
     assert _spec(VLLMAdapter().command(CONFIG, params).argv)["model"] == "/m/noisy"
-    ngram = ServerConfig("/m/t", 1, 1, algorithm="NGRAM")
+    ngram = Deployment("/m/t", 1, 1, algorithm="NGRAM")
     extra = (
         "--speculative-config.prompt_lookup_max",
         "4",
@@ -95,21 +95,21 @@ REJECTED, OOM = FailureKind.REJECTED_FLAGS, FailureKind.OUT_OF_MEMORY
 @pytest.mark.parametrize(
     ("config", "params", "message"),
     [
-        (ServerConfig("/m", 1, 1, algorithm="MEDUSA2"), TrialConfig(2, 1, 3), "no vLLM method"),
-        (ServerConfig("/m", 1, 1, algorithm="EAGLE3"), TrialConfig(2, 1, 3), "needs a draft"),
+        (Deployment("/m", 1, 1, algorithm="MEDUSA2"), TrialConfig(2, 1, 3), "no vLLM method"),
+        (Deployment("/m", 1, 1, algorithm="EAGLE3"), TrialConfig(2, 1, 3), "needs a draft"),
         (CONFIG, TrialConfig(2, 1, 3, 0, flags_of(K_FLAG, "2")), "set by sweep"),
         (CONFIG, TrialConfig(2, 1, 3, 0, flags_of("--port", "1")), "set by sweep"),
     ],
 )  # fmt: skip
 def test_inexpressible_parameters_are_refused(
-    config: ServerConfig, params: TrialConfig, message: str
+    config: Deployment, params: TrialConfig, message: str
 ) -> None:
     with pytest.raises(EngineConfigError, match=message):
         VLLMAdapter().command(config, params)
 
 
 def test_speculative_config_for_eagle3_uses_the_draft_path() -> None:
-    config = ServerConfig("/m", 8, 1, algorithm="eagle3", draft_model_path="/d")
+    config = Deployment("/m", 8, 1, algorithm="eagle3", draft_model_path="/d")
     assert speculative_config(config, TrialConfig(4, 1, 5, 8)) == {
         "method": "eagle3",
         "num_speculative_tokens": 4,

@@ -21,7 +21,7 @@ from sweep.core.policy import (
 )
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.loop.history import History
-from sweep.study.spec import BaselineSpec
+from sweep.study.model import BaselineSpec
 
 HOST = "h"
 T0 = 1000.0  # the run's start, wall and monotonic alike

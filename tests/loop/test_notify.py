@@ -19,7 +19,7 @@ from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
 from sweep.study import load_study, parse_study
-from sweep.study.spec import NotifySpec
+from sweep.study.model import NotifySpec
 from tests.support.simproc import write_profile
 from tests.support.studies import write_study
 

@@ -19,7 +19,7 @@ from sweep.loop.start import run_study
 from sweep.loop.verify_schedule import make_schedule
 from sweep.store import baseline_study_name, read_records, schedule_study_name
 from sweep.study import load_study
-from sweep.study.spec import Study
+from sweep.study.model import Study
 from tests.core.test_schedule import baseline, trial
 from tests.support.simproc import PROFILES
 from tests.support.sshd import Sshd

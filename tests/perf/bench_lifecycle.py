@@ -27,7 +27,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import ServerFailure
 from sweep.failures import Phase
 from sweep.server.executor import Executor, LocalExecutor
@@ -68,14 +68,14 @@ class Bench:
         self.work.mkdir(parents=True, exist_ok=True)
         self.client = http_client()
 
-    def config(self, profile_text: str = "") -> ServerConfig:
+    def config(self, profile_text: str = "") -> Deployment:
         path = self.work / f"profile-{time.monotonic_ns()}.toml"
         path.write_text(f'[profile]\nname = "bench"\nbase = "{FAST}"\n{profile_text}')
         flags = ("--sim-profile", str(path))
-        return ServerConfig("sim-model", 8, _free_port(), extra_flags=flags)
+        return Deployment("sim-model", 8, _free_port(), extra_flags=flags)
 
     def run(
-        self, config: ServerConfig, on_event: EventSink | None = None
+        self, config: Deployment, on_event: EventSink | None = None
     ) -> AbstractContextManager[RunningServer]:
         adapter = SGLangAdapter(launcher=SIM, version="0.5.23")
         options = LifecycleOptions(workdir=str(self.work / "servers"))

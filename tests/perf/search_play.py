@@ -43,7 +43,7 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
 from sweep.study import parse_study
-from sweep.study.spec import Study
+from sweep.study.model import Study
 from tests.support.search_helpers import valid_candidates
 
 LAUNCH_SD = 0.02

@@ -247,7 +247,7 @@ def test_vllm_configs_come_from_its_lines_results_and_counters(tmp_path: Path) -
 
 
 def test_the_sweep_study_is_a_valid_study_file(tmp_path: Path) -> None:
-    from sweep.study.spec import load_study
+    from sweep.study.parse import load_study
 
     engine = harness.Engine(Path("/venv/bin/python"), Path("/models"))
     study = load_study(harness.sweep_study(tmp_path, engine, tmp_path / "prompts.jsonl"))

@@ -17,7 +17,7 @@ from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from sweep.store import sampler_for
 from sweep.study import parse_study
-from sweep.study.spec import Study
+from sweep.study.model import Study
 from tests.support.search_helpers import valid_candidates
 
 SMALL = """

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.engines.base import LaunchCommand, argv_in_launch_command
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase, at_phase
@@ -176,7 +176,7 @@ def reaper() -> Iterator[Reaper]:
 
 def launch(
     executor: Executor,
-    config: ServerConfig,
+    config: Deployment,
     tmp_path: Path,
     on_event: Callable[[Event], None],
     *,
@@ -219,7 +219,7 @@ def test_an_intruder_that_takes_the_port_while_ours_loads_is_never_measured(
     port = free_port()
     slow = write_profile(tmp_path, "[startup]\nload_s = 120.0\n", name="slow")
     # the profile comes from the environment, so both servers run the very same argv
-    config = ServerConfig("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", slow),))
+    config = Deployment("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", slow),))
     argv = SGLangAdapter(launcher=SIM).command(config, PARAMS).argv
     events: list[Event] = []
     record = reaper.event_sink(events)
@@ -268,7 +268,7 @@ def test_the_port_is_checked_again_right_before_the_benchmark(
     """A process outside our group that holds the port's socket (a child that left it) counts."""
     port = free_port()
     pidfile = tmp_path / "escaped.pid"
-    config = ServerConfig(
+    config = Deployment(
         "m", 1, port, env=(("FAKE_ESCAPE_PIDFILE", str(pidfile)),), max_running_requests=4
     )
     events: list[Event] = []
@@ -303,7 +303,7 @@ def test_spaces_json_and_shell_metacharacters_reach_the_sim_unchanged(
 ) -> None:
     canary = tmp_path / "evaluated"
     value = nasty(canary)
-    config = ServerConfig(
+    config = Deployment(
         MODEL_WITH_SPACES,
         8,
         free_port(),
@@ -338,7 +338,7 @@ def test_a_server_reporting_an_unquoted_launch_command_with_spaces_is_ours(
 ) -> None:
     canary = tmp_path / "evaluated"
     extra = ("--served-model-name", JSON_VALUE, "--tokenizer-path", nasty(canary))
-    config = ServerConfig(MODEL_WITH_SPACES, 1, free_port(), extra_flags=extra)
+    config = Deployment(MODEL_WITH_SPACES, 1, free_port(), extra_flags=extra)
     events: list[Event] = []
     with launch(executor, config, tmp_path, reaper.event_sink(events), launcher=FAKE) as running:
         running.begin_serving()
@@ -373,7 +373,7 @@ def _check_raises(running: RunningServer) -> bool:
 def test_an_nccl_line_at_a_crash_after_ready_is_not_an_init_failure(
     tmp_path: Path, reaper: Reaper, serving: bool, kind: FailureKind, phase: Phase
 ) -> None:
-    config = ServerConfig("m", 1, free_port())
+    config = Deployment("m", 1, free_port())
     events: list[Event] = []
     with (
         pytest.raises(ServerFailure) as caught,
@@ -397,7 +397,7 @@ def test_a_sim_crash_during_the_benchmark_is_crashed_while_serving(
         '[[failure]]\nkind = "crash_after_requests"\nafter_requests = 1\n'
         "match = { speculative_num_steps = 2 }\n",
     )
-    config = ServerConfig("sim-model", 8, free_port(), extra_flags=("--sim-profile", crashing))
+    config = Deployment("sim-model", 8, free_port(), extra_flags=("--sim-profile", crashing))
     events: list[Event] = []
     body = {"text": "hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
     with (
@@ -419,7 +419,7 @@ def test_a_sim_crash_during_the_benchmark_is_crashed_while_serving(
 ORCHESTRATOR = """
 import json, sys, time
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.server.executor import LocalExecutor
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.lifecycle import LifecycleOptions, http_client, server
@@ -430,7 +430,7 @@ if spec["ssh"]:
     executor = SSHExecutor(target)
 else:
     executor = LocalExecutor()
-config = ServerConfig("sim-model", 8, spec["port"], extra_flags=("--sim-profile", spec["profile"]))
+config = Deployment("sim-model", 8, spec["port"], extra_flags=("--sim-profile", spec["profile"]))
 adapter = SGLangAdapter(launcher=(sys.executable, "-m", "sweep", "sim"), version="0.5.23")
 options = LifecycleOptions(workdir=spec["workdir"])
 with http_client() as client, server(
@@ -471,7 +471,7 @@ def test_a_live_runs_server_is_left_alone_and_a_dead_runs_server_is_reaped(
     assert ready.exists(), (tmp_path / "orchestrator.log").read_text()
     theirs = int(ready.read_text())
     reaper.groups.append(theirs)
-    config = ServerConfig("sim-model", 8, port, extra_flags=("--sim-profile", FAST_PROFILE))
+    config = Deployment("sim-model", 8, port, extra_flags=("--sim-profile", FAST_PROFILE))
     events: list[Event] = []
 
     with (
@@ -505,7 +505,7 @@ def test_a_live_runs_server_is_left_alone_and_a_dead_runs_server_is_reaped(
 @pytest.mark.slow
 def test_a_port_still_held_after_the_stop_is_reported(tmp_path: Path, reaper: Reaper) -> None:
     port, pidfile = free_port(), tmp_path / "escaped.pid"
-    config = ServerConfig("m", 1, port, env=(("FAKE_ESCAPE_PIDFILE", str(pidfile)),))
+    config = Deployment("m", 1, port, env=(("FAKE_ESCAPE_PIDFILE", str(pidfile)),))
     events: list[Event] = []
     limits = HostLimits(release_timeout_s=600)  # not waited for: another group holds it
     sink = reaper.event_sink(events)

@@ -16,7 +16,7 @@ import pytest
 
 from sweep.clock import Clock
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor import LocalExecutor, ServerFiles
@@ -52,7 +52,7 @@ class FakeClock:
         return Clock(now=lambda: self.t, sleep=self.sleep, wall=lambda: 1.7e9 + self.t)
 
 
-CONFIG = ServerConfig(model_path="sim-model", tp_size=8, port=30000)
+CONFIG = Deployment(model_path="sim-model", tp_size=8, port=30000)
 
 
 def server_info_for(adapter: SGLangAdapter, params: TrialConfig = PARAMS) -> dict[str, Any]:
@@ -306,10 +306,10 @@ def profile(tmp_path: Path, text: str = "") -> str:
 
 
 @pytest.fixture
-def sim_config(tmp_path: Path) -> Callable[..., ServerConfig]:
-    def make(profile_text: str = "", *, port: int | None = None, **kw: Any) -> ServerConfig:
+def sim_config(tmp_path: Path) -> Callable[..., Deployment]:
+    def make(profile_text: str = "", *, port: int | None = None, **kw: Any) -> Deployment:
         flags = ("--sim-profile", profile(tmp_path, profile_text))
-        return ServerConfig(
+        return Deployment(
             model_path="sim-model", tp_size=8, port=port or free_port(), extra_flags=flags, **kw
         )
 
@@ -323,7 +323,7 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Any]]:
     events: list[Event] = []
     client = http_client()
 
-    def run(config: ServerConfig, params: TrialConfig = PARAMS, **options: Any) -> Any:
+    def run(config: Deployment, params: TrialConfig = PARAMS, **options: Any) -> Any:
         adapter = SGLangAdapter(launcher=SIM, version=options.pop("version", None))
         opts = LifecycleOptions(workdir=str(tmp_path / "work"), **options)
         return server(
@@ -350,7 +350,7 @@ def launched_pgid(events: list[Event]) -> int:
 
 @pytest.mark.slow
 def test_sim_ready_resolved_and_stopped_without_leftovers(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config()
     with launch(config, TrialConfig(3, 1, 8)) as running:
@@ -370,7 +370,7 @@ def test_sim_ready_resolved_and_stopped_without_leftovers(
 
 @pytest.mark.slow
 def test_sim_baseline_runs_without_speculation(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     with launch(sim_config(), TrialConfig.baseline()) as running:
         assert running.resolved.algorithm is None and running.resolved.num_steps is None
@@ -379,7 +379,7 @@ def test_sim_baseline_runs_without_speculation(
 
 @pytest.mark.slow
 def test_sim_oom_at_capture_is_deterministic_with_log_tail(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config(
         '[[failure]]\nkind = "oom_capture"\nmatch = { speculative_num_steps = 3 }\n'
@@ -397,7 +397,7 @@ def test_sim_oom_at_capture_is_deterministic_with_log_tail(
 
 @pytest.mark.slow
 def test_sim_oom_from_a_large_graph_budget(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config(max_running_requests=512, cuda_graph_max_bs=512)
     with pytest.raises(ServerFailure) as caught, launch(config, TrialConfig(4, 8, 64)):
@@ -407,7 +407,7 @@ def test_sim_oom_from_a_large_graph_budget(
 
 @pytest.mark.slow
 def test_sim_hang_times_out_and_leaves_nothing(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config(
         '[[failure]]\nkind = "hang_capture"\nmatch = { speculative_num_steps = 2 }\n'
@@ -424,7 +424,7 @@ def test_sim_hang_times_out_and_leaves_nothing(
 
 @pytest.mark.slow
 def test_sim_crash_after_requests_is_noticed_by_check(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config(
         '[[failure]]\nkind = "crash_after_requests"\nafter_requests = 2\n'
@@ -450,7 +450,7 @@ def _check_raises(running: Any) -> bool:
 
 @pytest.mark.slow
 def test_port_held_by_a_stale_server_is_found_before_launch(
-    launch: Any, sim_config: Callable[..., ServerConfig], tmp_path: Path
+    launch: Any, sim_config: Callable[..., Deployment], tmp_path: Path
 ) -> None:
     port = free_port()
     stale = subprocess.Popen(
@@ -498,7 +498,7 @@ def _answers(port: int) -> bool:
     [({"extra": ("--bogus-flag", "1")}, 2), ({"algorithm": "NOT-AN-ALGORITHM"}, 1)],
 )
 def test_rejected_flags_exit_2_and_validation_exit_1_are_deterministic(
-    launch: Any, sim_config: Callable[..., ServerConfig], tweak: dict[str, Any], code: int
+    launch: Any, sim_config: Callable[..., Deployment], tweak: dict[str, Any], code: int
 ) -> None:
     config = sim_config(algorithm=tweak.get("algorithm", "EAGLE3"))
     params = TrialConfig(2, 1, 3, flags=flags_of(*tweak.get("extra", ())))
@@ -513,7 +513,7 @@ def test_rejected_flags_exit_2_and_validation_exit_1_are_deterministic(
 
 @pytest.mark.slow
 def test_illegal_tree_and_nccl_init_are_classified(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     with pytest.raises(ServerFailure) as caught, launch(sim_config(), TrialConfig(2, 2, 16)):
         pass
@@ -526,7 +526,7 @@ def test_illegal_tree_and_nccl_init_are_classified(
 
 @pytest.mark.slow
 def test_a_leftover_server_from_an_earlier_run_is_reaped(
-    launch: Any, sim_config: Callable[..., ServerConfig], tmp_path: Path
+    launch: Any, sim_config: Callable[..., Deployment], tmp_path: Path
 ) -> None:
     config = sim_config(port=free_port())
     files = ServerFiles.for_port(str(tmp_path / "work"), config.port, name="earlier")
@@ -554,7 +554,7 @@ def test_a_leftover_server_from_an_earlier_run_is_reaped(
 
 @pytest.mark.slow
 def test_old_version_readiness_through_the_log_line_and_health_generate(
-    launch: Any, sim_config: Callable[..., ServerConfig]
+    launch: Any, sim_config: Callable[..., Deployment]
 ) -> None:
     config = sim_config('[build]\nversion = "0.5.19"\n', cuda_graph_max_bs=32)
     with launch(config, version="0.5.19") as running:
@@ -565,7 +565,7 @@ def test_old_version_readiness_through_the_log_line_and_health_generate(
 
 @pytest.mark.slow
 def test_busy_gpus_fail_preflight_and_idle_ones_are_recorded(
-    sim_config: Callable[..., ServerConfig], tmp_path: Path
+    sim_config: Callable[..., Deployment], tmp_path: Path
 ) -> None:
     smi = tmp_path / "nvidia-smi"
     smi.write_text(f"#!/bin/sh\ncat {tmp_path / 'used'}\n")

@@ -15,7 +15,7 @@ import pytest
 
 from sweep.clock import Clock
 from sweep.core.space import TrialConfig
-from sweep.engines import ServerConfig, SGLangAdapter
+from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import ExecutorError, TransientSSHError
 from sweep.failures import Phase
 from sweep.server.executor import RecordedGroup, ServerFiles
@@ -131,7 +131,7 @@ def ssh_launch(tmp_path: Path) -> Iterator[Any]:
     def run(executor: SSHExecutor, profile_text: str = "", on_event: Any = None) -> Any:
         path = tmp_path / "profile.toml"
         path.write_text(f'[profile]\nname = "t"\nbase = "{FAST}"\n{profile_text}')
-        config = ServerConfig("sim-model", 8, free_port(), extra_flags=("--sim-profile", str(path)))
+        config = Deployment("sim-model", 8, free_port(), extra_flags=("--sim-profile", str(path)))
         adapter = SGLangAdapter(launcher=(PY, "-m", "sweep", "sim"))
         options = LifecycleOptions(workdir=str(tmp_path / "remote"))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sweep.core.space import Flags
-from sweep.study.spec import FlagValue
+from sweep.study.model import FlagValue
 
 
 def flags_of(*words: str) -> Flags:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sweep.engines import rules_for
 from sweep.search import Candidate, candidates_for
-from sweep.study.spec import Study
+from sweep.study.model import Study
 
 
 def valid_candidates(study: Study) -> tuple[Candidate, ...]:

@@ -1,8 +1,10 @@
-"""Study files: TOML parsed with tomllib and validated into frozen, typed objects.
+"""Study files: TOML parsed with tomllib and validated into the frozen types of
+:mod:`sweep.study.model`.
 
 Every key is documented in docs/study-file.md. Pure: reads one file, no I/O
 beyond that. Errors name the file, the key, what was expected and what was
-found; unknown keys are errors.
+found; unknown keys are errors. ``[engine] name`` is any word here: the engine
+registry (:mod:`sweep.engines.registry`) says which names exist.
 """
 
 from __future__ import annotations
@@ -11,31 +13,33 @@ import math
 import re
 import tomllib
 import urllib.parse
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sweep.exceptions import StudyFileError
+from sweep.study.model import (
+    CONSTRAINT_METRICS,
+    DEFAULT_WORKDIR,
+    METRICS,
+    NOTIFY_TIMEOUT_S,
+    SAMPLERS,
+    BaselineSpec,
+    BenchmarkSpec,
+    ConfirmSpec,
+    Constraint,
+    EngineSpec,
+    FlagValue,
+    HostSpec,
+    NotifySpec,
+    ObjectiveSpec,
+    ScheduleSpec,
+    SpaceSpec,
+    Study,
+    WorkloadSpec,
+)
 from sweep.study.reader import TableReader, describe
 
-SAMPLERS = ("tpe", "grid", "random", "bruteforce", "physics")
-ENGINES = ("sglang", "vllm")
-METRICS = ("decode_tok_s", "output_tok_s")
-CONSTRAINT_METRICS = (
-    "ttft_p50_ms",
-    "ttft_p90_ms",
-    "ttft_p99_ms",
-    "itl_p50_ms",
-    "itl_p90_ms",
-    "itl_p99_ms",
-    "decode_tok_s",
-    "output_tok_s",
-    "accept_length",
-)
-DEFAULT_LAUNCHERS = {
-    "sglang": ("python", "-m", "sglang.launch_server"),
-    "vllm": ("python", "-m", "vllm.entrypoints.openai.api_server"),
-}
 _SECTIONS = frozenset(
     {
         "study",
@@ -55,201 +59,10 @@ _SECTIONS = frozenset(
 MAX_SPACE_POINTS = 100_000
 """The largest search space (points before the validity rules) a study may have; bigger is
 refused before it is enumerated."""
-NOTIFY_TIMEOUT_S = 10.0
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*(\.[a-z0-9_]+)?")
 """A full flag name; vLLM's dotted form (``--speculative-config.model``) sets one JSON key."""
-
-FlagValue = str | tuple[str, ...]
-"""A flag's value as the engine gets it: ``"true"`` (a bare switch), ``"false"`` (left out),
-one word, or several words (a TOML list, for a flag that takes several values)."""
-SWITCH_VALUES = ("true", "false")
-
-
-@dataclass(frozen=True)
-class HostSpec:
-    """Where the server runs: this machine, or an SSH target."""
-
-    name: str = "local"
-    kind: str = "local"  # "local" | "ssh"
-    address: str = ""  # hostname or ~/.ssh/config alias (ssh)
-    user: str | None = None
-    port: int | None = None
-    key: str | None = None
-    strict_host_key: bool = True
-    workdir: str = "/tmp/sweep-servers"
-    python: str | None = None  # interpreter that imports the engine (version check)
-    server_port: int | None = None  # the server's port on this host (default: [engine] port)
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """The server: engine, launcher, model, fixed flags and environment."""
-
-    name: str
-    launcher: tuple[str, ...]
-    model_path: str
-    draft_model_path: str | None
-    algorithm: str
-    tp_size: int
-    port: int
-    bind_host: str = "127.0.0.1"
-    version: str | None = None
-    flags: tuple[tuple[str, FlagValue], ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    ready_timeout_s: float = 900.0
-    draft_tp_flag: str | None = None
-    max_running_requests: int | None = None
-
-
-@dataclass(frozen=True)
-class SpaceSpec:
-    """The search space; draft tokens are derived (steps + 1) when topk is only 1."""
-
-    num_steps: tuple[int, ...]
-    eagle_topk: tuple[int, ...] = (1,)
-    num_draft_tokens: tuple[int, ...] | None = None
-    draft_tp: tuple[int, ...] | None = None
-    flags: tuple[tuple[str, tuple[FlagValue, ...]], ...] = ()
-    env: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True)
-class WorkloadSpec:
-    prompts: str | None = None  # None: the shipped prompt set; else a JSONL path
-    output_len: int = 500
-    temperature: float = 0.0
-    concurrency: tuple[int, ...] = (1,)
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class BenchmarkSpec:
-    warmup_tokens: int = 32
-    min_rounds: int = 5
-    max_rounds: int = 30
-    target_rel_ci: float = 0.01
-    max_tokens: int = 60_000
-    max_seconds: float = 600.0
-    stall_timeout_s: float = 60.0
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """``metric`` at ``concurrency`` must be ≤ ``maximum`` and/or ≥ ``minimum``."""
-
-    metric: str
-    concurrency: int
-    maximum: float | None = None
-    minimum: float | None = None
-
-
-@dataclass(frozen=True)
-class ObjectiveSpec:
-    """What to maximise: one figure at one level, or a weighted mix over levels."""
-
-    metric: str = "decode_tok_s"
-    concurrency: int = 1
-    weights: tuple[tuple[int, float], ...] = ()
-    constraints: tuple[Constraint, ...] = ()
-
-
-@dataclass(frozen=True)
-class BaselineSpec:
-    enabled: bool = True
-    every_trials: int = 10
-    every_hours: float = 2.0
-    drift_threshold: float = 0.03
-
-
-@dataclass(frozen=True)
-class ConfirmSpec:
-    """``[confirm]``: how the winner is confirmed before the run ends (docs/search.md).
-
-    Attributes:
-        enabled: relaunch the contenders before reporting a winner.
-        share: share of the launch budget (and of a deadline or budget's time) kept for it.
-        max_replicates: most launches of one configuration.
-        tie_margin: configurations within this relative margin of the best are a tie.
-        confidence: how sure "within the margin of the best" must be.
-    """
-
-    enabled: bool = True
-    share: float = 0.2
-    max_replicates: int = 4
-    tie_margin: float = 0.01
-    confidence: float = 0.95
-
-
-@dataclass(frozen=True)
-class NotifySpec:
-    """Where events of a run go (``[notify]``); nothing is sent when neither is set.
-
-    Attributes:
-        webhook: an http(s) URL; each event is POSTed as JSON with a Slack-style ``text``.
-        command: argv run on this machine with the event as JSON on stdin.
-        stall_after_s: send ``stalled`` after this long without a finished trial.
-        after_failures: send ``failures`` after this many failed trials in a row.
-        timeout_s: the most one delivery may take (it never blocks the run).
-    """
-
-    webhook: str | None = None
-    command: tuple[str, ...] = ()
-    stall_after_s: float | None = None
-    after_failures: int | None = None
-    timeout_s: float = NOTIFY_TIMEOUT_S
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self.webhook or self.command)
-
-
-@dataclass(frozen=True)
-class ScheduleSpec:
-    """The per-concurrency schedule (``sweep schedule``; docs/schedule.md).
-
-    Attributes:
-        verify: relaunch the schedule at the end of ``sweep run`` and measure every level.
-        verify_builtin: also relaunch the engine's built-in schedule (SGLang's defaults).
-        metric: the figure each level's winner is chosen by; ``None`` = the objective's.
-    """
-
-    verify: bool = False
-    verify_builtin: bool = True
-    metric: str | None = None
-
-
-@dataclass(frozen=True)
-class Study:
-    """A whole study file, validated."""
-
-    name: str
-    path: str
-    text: str
-    engine: EngineSpec
-    space: SpaceSpec
-    hosts: tuple[HostSpec, ...] = (HostSpec(),)
-    description: str = ""
-    tags: tuple[tuple[str, str], ...] = ()
-    storage: str = ""
-    sampler: str = "physics"
-    seed: int = 0
-    n_trials: int | None = None
-    deadline: str | None = None  # "HH:MM" local time
-    budget_s: float | None = None
-    transient_retries: int = 2
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
-    benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
-    objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)
-    baseline: BaselineSpec = field(default_factory=BaselineSpec)
-    notify: NotifySpec = field(default_factory=NotifySpec)
-    confirm: ConfirmSpec = field(default_factory=ConfirmSpec)
-    schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
-
-    @property
-    def host(self) -> HostSpec:
-        return self.hosts[0]
 
 
 def load_study(path: str | Path) -> Study:
@@ -386,11 +199,11 @@ def parse_duration(value: Any, r: TableReader, name: str) -> float:
 
 
 def _engine(r: TableReader) -> EngineSpec:
-    name = r.string("name", "sglang", choices=ENGINES)
+    name = r.string("name", "sglang")
     launcher = r.raw("launcher", None)
     launcher_t: tuple[str, ...]
     if launcher is None:
-        launcher_t = DEFAULT_LAUNCHERS[name]
+        launcher_t = ()  # the engine's default launcher (sweep.engines.registry)
     elif isinstance(launcher, str) and launcher.strip():
         launcher_t = tuple(launcher.split())
     elif isinstance(launcher, list) and launcher and all(isinstance(x, str) for x in launcher):
@@ -501,7 +314,7 @@ def _host(r: TableReader) -> HostSpec:
         port=port,
         key=r.string("key", None),
         strict_host_key=r.boolean("strict_host_key", True),
-        workdir=r.string("workdir", "/tmp/sweep-servers"),
+        workdir=r.string("workdir", DEFAULT_WORKDIR),
         python=r.string("python", None),
         server_port=r.integer("server_port", None, minimum=1),
     )
@@ -689,9 +502,9 @@ def _notify(r: TableReader) -> NotifySpec:
         isinstance(command, list) and command and all(isinstance(w, str) and w for w in command)
     ):
         raise r.error(
-            "command", f'expected a command as a list of strings like ["notify.sh"], got '
-            f"{describe(command)}",
-        )  # fmt: skip
+            "command",
+            f'expected a command as a list of strings like ["notify.sh"], got {describe(command)}',
+        )
     stall = r.raw("stall_after_s", None)
     spec = NotifySpec(
         webhook=webhook,
