@@ -38,7 +38,6 @@ from sweep.engines import rules_for
 from sweep.exceptions import Interrupted as InterruptedError
 from sweep.exceptions import SweepError
 from sweep.loop.background import Background
-from sweep.loop.claims import Claims, Lease
 from sweep.loop.measure import Bench, Measurer, failure_of, measure, start_record
 from sweep.loop.notify import Notifier
 from sweep.loop.options import RunOptions, RunSummary
@@ -49,13 +48,15 @@ from sweep.loop.worker import requeue_stale as stale_callback
 from sweep.search import answer
 from sweep.search.confirm import Decision, Launch
 from sweep.search.guided import PhysicsSampler, Prediction
-from sweep.search.samplers import asks_relaunch
+from sweep.search.samplers import asks_relaunch, sampler_for
 from sweep.server import deploy
 from sweep.server.engine_check import EngineCheck, can_overlap, gate_study
 from sweep.server.executor import Executor
 from sweep.server.readiness import Event, EventKind
 from sweep.store import (
+    Claims,
     Heartbeat,
+    Lease,
     baseline_study_name,
     open_study,
     read_records,
@@ -91,10 +92,11 @@ class Runner:
         self.valid = {c.key(): c for c in plan(study, self.rules).valid}
         self.summary = RunSummary(study.name, options.storage_url or study.storage)
         self.claims = Claims(self.summary.storage, study.name)
-        self.optuna = open_study(study, storage_url=options.storage_url,
+        self.optuna = open_study(study, sampler_for(study, self.rules),
+                                 storage_url=options.storage_url,
                                  heartbeat=self._heartbeat(trials=True))  # fmt: skip
         self.baseline_study = open_study(
-            study, storage_url=options.storage_url, name=baseline_study_name(study.name),
+            study, None, storage_url=options.storage_url, name=baseline_study_name(study.name),
             heartbeat=self._heartbeat(trials=False),
         )  # fmt: skip
         adapter = deploy.adapter_for(study, self.host)
