@@ -5,7 +5,7 @@ Each step is small and has one owner:
 * *ask*: Optuna proposes (or a queued configuration is taken);
 * *validity rules* (:mod:`sweep.core.space`): a configuration that cannot work is told as
   excluded, one already measured is answered from storage (duplicate);
-* *claim* (:mod:`sweep.loop.claims`): several workers never launch one configuration twice;
+* *claim* (:mod:`sweep.store.claims`): several workers never launch one configuration twice;
 * *measure* (:mod:`sweep.loop.measure`): one attempt returns an outcome value;
 * *decide* (:mod:`sweep.core.policy`): retry, baseline due, give up, stop — pure functions of
   the stored records and the outcome;
@@ -14,7 +14,7 @@ Each step is small and has one owner:
 The runner keeps no result state of its own: what was measured is read back from storage
 as :class:`~sweep.core.records.TrialRecord` values, so a resumed run, another worker and
 ``sweep status`` all see the same thing. One runner per study and host holds a lease
-(:class:`~sweep.loop.claims.Lease`) for the whole run.
+(:class:`~sweep.store.claims.Lease`) for the whole run.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ error leaves it as a :class:`sweep.exceptions.StorageError`.
   and trial, so every figure can be recomputed later;
 * :mod:`~sweep.store.claims` — who measures which configuration, one-off markers and the
   run's lease (``sweep_claims``);
-* :mod:`~sweep.store.db` — connection settings, storage URLs, heartbeats, Optuna's private
-  API;
+* :mod:`~sweep.store.db` — connection settings, heartbeats, Optuna's private API;
+* :mod:`~sweep.store.urls` — storage URLs checked before anything runs;
 * :mod:`~sweep.store.errors` — database errors as one-line messages.
 
 Importing the package registers both tables (``samples``, ``claims``) on
@@ -19,13 +19,7 @@ Importing the package registers both tables (``samples``, ``claims``) on
 from __future__ import annotations
 
 from sweep.store.claims import Claims, Lease
-from sweep.store.db import (
-    Heartbeat,
-    check_storage_url,
-    ensure_tables,
-    quiet_optuna,
-    sqlite_file,
-)
+from sweep.store.db import Heartbeat, quiet_optuna
 from sweep.store.errors import STORAGE_PROBLEMS, storage_errors, storage_problem
 from sweep.store.samples import load_samples, save_samples
 from sweep.store.trials import (
@@ -39,6 +33,7 @@ from sweep.store.trials import (
     write_answer,
     write_record,
 )
+from sweep.store.urls import check_storage_url, sqlite_file
 
 __all__ = [
     "STORAGE_PROBLEMS",
@@ -47,7 +42,6 @@ __all__ = [
     "Lease",
     "baseline_study_name",
     "check_storage_url",
-    "ensure_tables",
     "load_samples",
     "open_study",
     "quiet_optuna",

@@ -1,16 +1,14 @@
-"""Connections: engine settings, storage URLs, the tables' metadata, heartbeats, and the only
-calls into Optuna's private storage API.
+"""Connections: engine settings, the tables' metadata, heartbeats, and the only calls into
+Optuna's private storage API.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
@@ -106,56 +104,6 @@ def _table_error(url: str, exc: BaseException) -> StorageError:
     return StorageError(
         f"cannot create table {tables} in storage {redact_url(url)}: {storage_problem(exc)}"
     )
-
-
-# --- storage URLs ----------------------------------------------------------------------------
-
-
-def check_storage_url(url: str) -> None:
-    """The URL parses, its database driver imports, and for SQLite the file's folder exists or
-    can be created (nothing is created here).
-
-    Raises:
-        StorageError: naming the URL (password hidden) and what is wrong.
-    """
-    shown = redact_url(url)
-    try:
-        parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as exc:
-        raise StorageError(
-            f"storage {shown!r} is not a database URL (expected e.g. sqlite:///path/study.db "
-            f"or postgresql+psycopg://user@host/db): {exc}"
-        ) from exc
-    try:
-        parsed.get_dialect().import_dbapi()
-    except (sa.exc.NoSuchModuleError, ImportError) as exc:
-        raise StorageError(
-            f"storage {shown}: the {parsed.drivername!r} database driver is not available ({exc})"
-        ) from exc
-    path = sqlite_file(url)
-    if path is not None:
-        _check_folder(shown, path.parent)
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The database file of an ``sqlite:///path`` URL (None: another database, in memory, or
-    an SQLite ``file:`` URI, which sweep leaves to SQLite)."""
-    parsed = sa.engine.make_url(url)
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:"):
-        return None
-    return Path(database).expanduser().absolute()
-
-
-def _check_folder(shown: str, folder: Path) -> None:
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        raise StorageError(f"storage {shown}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        created = "" if existing == folder else f"{folder} cannot be created: "
-        raise StorageError(f"storage {shown}: {created}folder {existing} is not writable")
 
 
 # --- Optuna's private storage API: every call to it is here ----------------------------------
