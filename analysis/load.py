@@ -17,15 +17,21 @@ from typing import Any
 
 import optuna
 import pandas as pd
-import sqlalchemy as sa
 
 from analysis.errors import AnalysisError
 from analysis.rows import StudyContext, trial_rows
 from analysis.schema import INT, STR, empty_frame, typed
 from analysis.speedup import attach_baselines
 from sweep.core.records import StudyInfo as StoredInfo
+from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
-from sweep.store import baseline_study_name, quiet_optuna, rdb_storage, schedule_study_name
+from sweep.store import (
+    baseline_study_name,
+    quiet_optuna,
+    rdb_storage,
+    schedule_study_name,
+    storage_errors,
+)
 from sweep.store import load_samples as stored_samples
 from sweep.study import load_study, parse_study
 from sweep.study.model import BaselineSpec, Constraint
@@ -192,7 +198,7 @@ def load_samples(
     owner = ref.baselines if baselines else ref
     try:
         rows = stored_samples(ref.storage, owner.name, trial)
-    except sa.exc.SQLAlchemyError:  # no samples table: nothing was measured
+    except StorageError:  # no samples table: nothing was measured
         rows = []
     frame = pd.DataFrame(rows, columns=_SAMPLE_COLUMNS)
     frame = frame.drop(columns=["id"]).rename(
@@ -275,14 +281,17 @@ def _open(ref: StudyRef) -> optuna.Study:
                 "run `sweep run STUDY_FILE` first"
             )
     try:
-        return optuna.load_study(study_name=ref.name, storage=_storage(ref.storage))
+        with storage_errors(ref.storage, "cannot read"):
+            return optuna.load_study(study_name=ref.name, storage=_storage(ref.storage))
     except KeyError:
         names = optuna.get_all_study_names(_storage(ref.storage))
         raise AnalysisError(
             f"no study named {ref.name!r} in {redact_url(ref.storage)} "
             f"(it holds: {', '.join(names) or 'nothing'})"
         ) from None
-    except (sa.exc.SQLAlchemyError, ValueError) as exc:
+    except StorageError as exc:
+        raise AnalysisError(str(exc)) from exc
+    except ValueError as exc:
         raise AnalysisError(
             f"cannot read {redact_url(ref.storage)}: {redact_text(str(exc))}"
         ) from exc

@@ -5,17 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
-import sqlalchemy as sa
 from optuna.trial import TrialState
 
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.exceptions import StorageError
 from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study
-from sweep.store import baseline_study_name, rdb_storage, read_records
+from sweep.store import baseline_study_name, read_records, stored_study
 from sweep.study.model import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
@@ -50,13 +49,11 @@ class StatusReport:
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     """Every trial of ``study`` as a row, the best feasible measured trial and the baseline."""
     url = storage_url or study.storage
-    optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
+    optuna_study = stored_study(url, study.name)
     records = read_records(optuna_study)
     records = [r for r in records if r.state is not State.WAITING]
     try:
-        companion = optuna.load_study(
-            study_name=baseline_study_name(study.name), storage=rdb_storage(url)
-        )
+        companion = stored_study(url, baseline_study_name(study.name))
         records += read_records(companion)
     except KeyError:  # no baseline measured yet
         pass
@@ -146,8 +143,8 @@ def _per_trial_estimate(study: Study) -> tuple[float, str]:
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return guess  # do not create a database just to plan
     try:
-        optuna_study = optuna.load_study(study_name=study.name, storage=rdb_storage(url))
-    except (KeyError, sa.exc.SQLAlchemyError):  # no such study (yet), or no database
+        optuna_study = stored_study(url, study.name)
+    except (KeyError, StorageError):  # no such study (yet), or no database
         return guess
     totals = [
         r.total_s

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -178,8 +178,40 @@ Levels = tuple[Mapping[str, Any], ...]  # per concurrency level, as stored (see 
 
 
 @dataclass(frozen=True)
+class Codec:
+    """How one field is read from its stored attribute and written back (None, {} and []
+    are not written)."""
+
+    read: Callable[[Any], Any]
+    write: Callable[[Any], Any] = lambda value: value
+
+
+STR = Codec(lambda v: None if v is None else str(v))
+INT = Codec(lambda v: None if v is None else int(v))
+FLOAT = Codec(lambda v: None if v is None else float(v))
+MAP = Codec(lambda v: dict(v or {}), dict)
+KIND = Codec(Kind.of, lambda k: None if k is Kind.UNKNOWN else k.value)
+CONFIG = Codec(
+    lambda v: TrialConfig.from_dict(v) if v else None,
+    lambda c: None if c is None else c.as_dict(),
+)
+FAILURE = Codec(Failure.from_dict, lambda f: None if f is None else f.as_dict())
+LEVELS = Codec(lambda v: tuple(v or ()), lambda levels: [dict(x) for x in levels] or None)
+TEXTS = Codec(lambda v: tuple(str(w) for w in v or ()), lambda texts: list(texts) or None)
+
+
+def stored(attr: str, codec: Codec, *, system: bool = False) -> dict[str, Any]:
+    """The metadata of a :class:`TrialRecord` field kept under the user attribute ``attr``
+    (``system``: a system attribute the search's sampler writes; read, never written)."""
+    return {"attr": attr, "codec": codec, "system": system}
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """One stored trial, typed. ``None`` / empty means "not recorded".
+
+    Every field but the first four is stored under the attribute its metadata names (the
+    one list of the stored layout: :func:`stored`).
 
     Attributes:
         number: the Optuna trial number (in its own study: trials or baselines).
@@ -189,82 +221,62 @@ class TrialRecord:
     """
 
     number: int = -1
-    kind: Kind = Kind.UNKNOWN
+    kind: Kind = field(default=Kind.UNKNOWN, metadata=stored(ATTR.KIND, KIND))
     optuna_state: str = "RUNNING"
     value: float | None = None
     constraints: Mapping[str, float] = field(default_factory=dict)
-    config: TrialConfig | None = None
-    key: str | None = None
-    host: str | None = None
-    levels: Levels = ()
-    objective: float | None = None
-    accept_length: float | None = None
-    resolved: Mapping[str, Any] = field(default_factory=dict)
-    command: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    engine_version: str | None = None
-    gpu: Mapping[str, Any] = field(default_factory=dict)
-    failure: Failure | None = None
-    timings: Mapping[str, float] = field(default_factory=dict)
-    attempt: int | None = None
-    duplicate_of: int | None = None
-    excluded: str | None = None
-    baseline: Mapping[str, Any] = field(default_factory=dict)
-    speedup: float | None = None
-    drift: float | None = None
-    warnings: tuple[str, ...] = ()
-    started: float | None = None
-    finished: float | None = None
-    requeued_from: int | None = None
-    reaped_from: int | None = None
-    replicate_of: int | None = None
-    stderr: float | None = None
-    estimate: Mapping[str, Any] = field(default_factory=dict)
-    predicted: Mapping[str, Any] = field(default_factory=dict)  # the sampler's, before measuring
-    schedule: Mapping[str, Any] = field(default_factory=dict)
+    config: TrialConfig | None = field(default=None, metadata=stored(ATTR.CONFIG, CONFIG))
+    key: str | None = field(default=None, metadata=stored(ATTR.KEY, STR))
+    host: str | None = field(default=None, metadata=stored(ATTR.HOST, STR))
+    levels: Levels = field(default=(), metadata=stored(ATTR.LEVELS, LEVELS))
+    objective: float | None = field(default=None, metadata=stored(ATTR.OBJECTIVE, FLOAT))
+    accept_length: float | None = field(default=None, metadata=stored(ATTR.ACCEPT_LENGTH, FLOAT))
+    resolved: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.RESOLVED, MAP))
+    command: str | None = field(default=None, metadata=stored(ATTR.COMMAND, STR))
+    env: Mapping[str, str] = field(default_factory=dict, metadata=stored(ATTR.ENV, MAP))
+    engine_version: str | None = field(default=None, metadata=stored(ATTR.ENGINE_VERSION, STR))
+    gpu: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.GPU, MAP))
+    failure: Failure | None = field(default=None, metadata=stored(ATTR.FAILURE, FAILURE))
+    timings: Mapping[str, float] = field(default_factory=dict, metadata=stored(ATTR.TIMINGS, MAP))
+    attempt: int | None = field(default=None, metadata=stored(ATTR.ATTEMPT, INT))
+    duplicate_of: int | None = field(default=None, metadata=stored(ATTR.DUPLICATE_OF, INT))
+    excluded: str | None = field(default=None, metadata=stored(ATTR.EXCLUDED, STR))
+    baseline: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.BASELINE, MAP))
+    speedup: float | None = field(default=None, metadata=stored(ATTR.SPEEDUP, FLOAT))
+    drift: float | None = field(default=None, metadata=stored(ATTR.DRIFT, FLOAT))
+    warnings: tuple[str, ...] = field(default=(), metadata=stored(ATTR.WARNINGS, TEXTS))
+    started: float | None = field(default=None, metadata=stored(ATTR.STARTED, FLOAT))
+    finished: float | None = field(default=None, metadata=stored(ATTR.FINISHED, FLOAT))
+    requeued_from: int | None = field(default=None, metadata=stored(ATTR.REQUEUED_FROM, INT))
+    reaped_from: int | None = field(default=None, metadata=stored(ATTR.REAPED_FROM, INT))
+    replicate_of: int | None = field(default=None, metadata=stored(ATTR.REPLICATE_OF, INT))
+    stderr: float | None = field(default=None, metadata=stored(ATTR.STDERR, FLOAT))
+    estimate: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.ESTIMATE, MAP))
+    # the sampler's prediction before measuring
+    predicted: Mapping[str, Any] = field(
+        default_factory=dict, metadata=stored(ATTR.SEARCH_PREDICTED, MAP, system=True)
+    )
+    schedule: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.SCHEDULE, MAP))
 
     # --- reading -------------------------------------------------------------------------
 
     @classmethod
     def from_frozen(cls, trial: FrozenTrial) -> TrialRecord:
         """The record of a stored Optuna trial (any version of sweep wrote it)."""
-        a = trial.user_attrs
-        config = a.get(ATTR.CONFIG)
+        values = {
+            f.name: f.metadata["codec"].read(
+                (trial.system_attrs if f.metadata["system"] else trial.user_attrs).get(
+                    f.metadata["attr"]
+                )
+            )
+            for f in _STORED
+        }
         record = cls(
             number=trial.number,
-            kind=Kind.of(a.get(ATTR.KIND, Kind.UNKNOWN.value)),
             optuna_state=trial.state.name,
             value=trial.value if trial.state.name == "COMPLETE" else None,
             constraints={k: float(v) for k, v in _constraints(trial).items()},
-            config=TrialConfig.from_dict(config) if config else None,
-            key=_opt_str(a.get(ATTR.KEY)),
-            host=_opt_str(a.get(ATTR.HOST)),
-            levels=tuple(a.get(ATTR.LEVELS) or ()),
-            objective=_opt_float(a.get(ATTR.OBJECTIVE)),
-            accept_length=_opt_float(a.get(ATTR.ACCEPT_LENGTH)),
-            resolved=dict(a.get(ATTR.RESOLVED) or {}),
-            command=_opt_str(a.get(ATTR.COMMAND)),
-            env=dict(a.get(ATTR.ENV) or {}),
-            engine_version=_opt_str(a.get(ATTR.ENGINE_VERSION)),
-            gpu=dict(a.get(ATTR.GPU) or {}),
-            failure=Failure.from_dict(a.get(ATTR.FAILURE)),
-            timings=dict(a.get(ATTR.TIMINGS) or {}),
-            attempt=_opt_int(a.get(ATTR.ATTEMPT)),
-            duplicate_of=_opt_int(a.get(ATTR.DUPLICATE_OF)),
-            excluded=_opt_str(a.get(ATTR.EXCLUDED)),
-            baseline=dict(a.get(ATTR.BASELINE) or {}),
-            speedup=_opt_float(a.get(ATTR.SPEEDUP)),
-            drift=_opt_float(a.get(ATTR.DRIFT)),
-            warnings=tuple(str(w) for w in a.get(ATTR.WARNINGS) or ()),
-            started=_opt_float(a.get(ATTR.STARTED)),
-            finished=_opt_float(a.get(ATTR.FINISHED)),
-            requeued_from=_opt_int(a.get(ATTR.REQUEUED_FROM)),
-            reaped_from=_opt_int(a.get(ATTR.REAPED_FROM)),
-            replicate_of=_opt_int(a.get(ATTR.REPLICATE_OF)),
-            stderr=_opt_float(a.get(ATTR.STDERR)),
-            estimate=dict(a.get(ATTR.ESTIMATE) or {}),
-            predicted=dict(trial.system_attrs.get(ATTR.SEARCH_PREDICTED) or {}),
-            schedule=dict(a.get(ATTR.SCHEDULE) or {}),
+            **values,
         )
         return record.redacted()  # a database written before redaction may hold secrets
 
@@ -354,35 +366,16 @@ class TrialRecord:
         left out)."""
         if self is not (clean := self.redacted()) and clean != self:
             return clean.to_attrs()
-        values: dict[str, Any] = {
-            ATTR.KIND: None if self.kind is Kind.UNKNOWN else self.kind.value,
-            ATTR.CONFIG: None if self.config is None else self.config.as_dict(),
-            ATTR.FAILURE: None if self.failure is None else self.failure.as_dict(),
-            ATTR.LEVELS: [dict(level) for level in self.levels] or None,
-            ATTR.WARNINGS: list(self.warnings) or None,
+        values = {
+            f.metadata["attr"]: f.metadata["codec"].write(getattr(self, f.name))
+            for f in _STORED
+            if not f.metadata["system"]
         }
-        for f in fields(self):
-            name = _ATTR_OF.get(f.name)
-            if name is None or name in values:
-                continue
-            value = getattr(self, f.name)
-            values[name] = dict(value) if isinstance(value, Mapping) else value
         return {k: v for k, v in values.items() if v not in (None, {}, [])}
 
 
-_ATTR_OF = {
-    "key": ATTR.KEY, "host": ATTR.HOST, "objective": ATTR.OBJECTIVE,
-    "accept_length": ATTR.ACCEPT_LENGTH, "resolved": ATTR.RESOLVED, "command": ATTR.COMMAND,
-    "env": ATTR.ENV, "engine_version": ATTR.ENGINE_VERSION, "gpu": ATTR.GPU,
-    "timings": ATTR.TIMINGS, "attempt": ATTR.ATTEMPT, "duplicate_of": ATTR.DUPLICATE_OF,
-    "excluded": ATTR.EXCLUDED, "baseline": ATTR.BASELINE, "speedup": ATTR.SPEEDUP,
-    "drift": ATTR.DRIFT, "started": ATTR.STARTED, "finished": ATTR.FINISHED,
-    "requeued_from": ATTR.REQUEUED_FROM, "reaped_from": ATTR.REAPED_FROM,
-    "replicate_of": ATTR.REPLICATE_OF, "stderr": ATTR.STDERR, "estimate": ATTR.ESTIMATE,
-    "kind": ATTR.KIND, "config": ATTR.CONFIG,
-    "failure": ATTR.FAILURE, "levels": ATTR.LEVELS, "warnings": ATTR.WARNINGS,
-    "schedule": ATTR.SCHEDULE,
-}  # fmt: skip
+_STORED = tuple(f for f in fields(TrialRecord) if "attr" in f.metadata)
+"""The stored fields, in declaration order."""
 
 
 @dataclass(frozen=True)
@@ -435,15 +428,3 @@ SAMPLE_COLUMNS: tuple[tuple[str, type], ...] = (
 
 def _constraints(trial: FrozenTrial) -> Mapping[str, float]:
     return trial.constraints if isinstance(trial.constraints, Mapping) else {}
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else str(value)
-
-
-def _opt_int(value: object) -> int | None:
-    return None if value is None else int(value)  # type: ignore[call-overload]
-
-
-def _opt_float(value: object) -> float | None:
-    return None if value is None else float(value)  # type: ignore[arg-type]

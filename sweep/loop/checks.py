@@ -9,19 +9,14 @@ loads, and the storage URL can be used. :func:`require_results` is what `sweep s
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
-
-import optuna
-import sqlalchemy as sa
 
 from sweep.core.space import Plan, plan
 from sweep.engines import rules_for
 from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFileError
 from sweep.loop import wiring
 from sweep.redact import redact_url
-from sweep.store import quiet_optuna, storage_errors
+from sweep.store import check_storage_url, quiet_optuna, sqlite_file, stored_study_names
 from sweep.study.model import Study
 
 EXCLUSIONS_SHOWN = 3  # reasons quoted when no configuration is valid
@@ -74,53 +69,6 @@ def _check_workload(study: Study) -> None:
         raise StudyFileError(study.path, "workload.prompts", str(exc)) from exc
 
 
-def check_storage_url(url: str) -> None:
-    """The URL parses, its database driver imports, and for SQLite the file's folder exists or
-    can be created (nothing is created here).
-
-    Raises:
-        StorageError: naming the URL (password hidden) and what is wrong.
-    """
-    shown = redact_url(url)
-    try:
-        parsed = sa.engine.make_url(url)
-    except (sa.exc.ArgumentError, ValueError) as exc:
-        raise StorageError(
-            f"storage {shown!r} is not a database URL (expected e.g. sqlite:///path/study.db "
-            f"or postgresql+psycopg://user@host/db): {exc}"
-        ) from exc
-    try:
-        parsed.get_dialect().import_dbapi()
-    except (sa.exc.NoSuchModuleError, ImportError) as exc:
-        raise StorageError(
-            f"storage {shown}: the {parsed.drivername!r} database driver is not available ({exc})"
-        ) from exc
-    path = sqlite_file(url)
-    if path is not None:
-        _check_folder(shown, path.parent)
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The database file of an ``sqlite:///path`` URL (None: another database, in memory, or
-    an SQLite ``file:`` URI, which sweep leaves to SQLite)."""
-    parsed = sa.engine.make_url(url)
-    database = parsed.database
-    if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return None
-    if database.startswith("file:"):
-        return None
-    return Path(database).expanduser().absolute()
-
-
-def _check_folder(shown: str, folder: Path) -> None:
-    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        raise StorageError(f"storage {shown}: {existing} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        created = "" if existing == folder else f"{folder} cannot be created: "
-        raise StorageError(f"storage {shown}: {created}folder {existing} is not writable")
-
-
 def create_sqlite_folder(url: str) -> None:
     """Create an SQLite file's folder (``sweep run`` only; checked by :func:`preflight`)."""
     path = sqlite_file(url)
@@ -148,27 +96,11 @@ def require_results(study: Study, storage_url: str | None = None) -> str:
     path = sqlite_file(url)
     if path is not None and not path.exists():
         raise StorageError(f"no results for study {study.name!r}: {path} does not exist; {hint}")
-    names = _study_names(url)
+    quiet_optuna()
+    names = stored_study_names(url)
     if study.name not in names:
         held = ", ".join(repr(n) for n in names) or "nothing"
         raise StorageError(
             f"no results for study {study.name!r} in {redact_url(url)} (it holds {held}); {hint}"
         )
     return url
-
-
-def _study_names(url: str) -> list[str]:
-    """The studies stored at ``url``; an empty database (no tables) holds none."""
-    quiet_optuna()
-    with storage_errors(url, "cannot read"):
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        try:
-            if not sa.inspect(engine).has_table("studies"):
-                return []
-        finally:
-            engine.dispose()
-        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
-        try:
-            return [s.study_name for s in storage.get_all_studies()]
-        finally:
-            storage.engine.dispose()

@@ -20,12 +20,12 @@ from sweep.core.policy import Limits, Now, run_end
 from sweep.core.records import TrialRecord
 from sweep.core.space import Rules, TrialConfig
 from sweep.loop.background import Background
-from sweep.loop.claims import Claims
 from sweep.loop.history import History
 from sweep.loop.measure import Measurer, Rig
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions
+from sweep.store.claims import Claims
 from sweep.study.model import HostSpec, Study
 
 if TYPE_CHECKING:

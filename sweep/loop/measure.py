@@ -28,10 +28,10 @@ from sweep.core.space import TrialConfig
 from sweep.engines.base import Deployment, EngineAdapter
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
 from sweep.loop.progress import Display
+from sweep.redact import redact_env
 from sweep.server.executor import Executor
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import EventSink
-from sweep.store import redact_env
 from sweep.study.model import Study
 
 SaveSamples = Callable[[BenchmarkResult], None]

@@ -15,12 +15,13 @@ import random
 from collections.abc import Callable, Collection, Mapping
 
 import optuna
-from optuna.trial import Trial, TrialState
+from optuna.trial import TrialState
 
 from sweep.core.policy import requeue_needed
 from sweep.core.records import REQUEUED_STUDY, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.store import write_record
+from sweep.store.db import trial_handle
 from sweep.study.model import Study
 
 Once = Callable[[str], bool]  # True for exactly one caller per study and marker
@@ -43,7 +44,7 @@ def requeue_unfinished(optuna_study: optuna.Study, study: Study, host: str,
         if not once(f"requeue:{optuna_study.study_name}:{t.number}"):
             continue
         if why == "orchestrator_died":
-            stale = Trial(optuna_study, t._trial_id)
+            stale = trial_handle(optuna_study, t)
             died = Failure("orchestrator_died", "the previous sweep run was killed during this "
                            "trial; re-queued")  # fmt: skip
             write_record(stale, dataclasses.replace(record, failure=died))

@@ -5,7 +5,7 @@ Each step is small and has one owner:
 * *ask*, *validity rules*, *duplicates*, *claim* (:mod:`sweep.loop.propose`): Optuna
   proposes (or a queued configuration is taken); a configuration that cannot work is told
   as excluded, one already measured is answered from storage, several workers never launch
-  one configuration twice (:mod:`sweep.loop.claims`);
+  one configuration twice (:mod:`sweep.store.claims`);
 * *measure* (:mod:`sweep.loop.attempt`, :mod:`sweep.loop.measure`): one launch, with
   retries, returns an outcome value;
 * *decide* (:mod:`sweep.core.policy`): what next — stop, baseline due, parser gate, wait
@@ -15,7 +15,7 @@ Each step is small and has one owner:
 The runner keeps no result state of its own: what was measured is read back from storage
 (:class:`~sweep.loop.history.History`), so a resumed run, another worker and ``sweep
 status`` all see the same thing. One runner per study and host holds a lease
-(:class:`~sweep.loop.claims.Lease`) for the whole run; solo and shared studies differ only
+(:class:`~sweep.store.claims.Lease`) for the whole run; solo and shared studies differ only
 in their strategy (:mod:`sweep.loop.sharing`).
 """
 

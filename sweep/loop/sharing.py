@@ -17,10 +17,10 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from sweep.clock import Clock
 from sweep.core.records import TrialRecord
-from sweep.loop.claims import Claims, Lease
 from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions, beating, heartbeat_for, reap_stale
 from sweep.store import Heartbeat, read_records
+from sweep.store.claims import Claims, Lease
 
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -32,7 +32,7 @@ class Sharing:
 
     @contextlib.contextmanager
     def lease(self, claims: Claims, host: str, clock: Clock) -> Iterator[None]:
-        """One live run per study and host (:class:`~sweep.loop.claims.Lease`)."""
+        """One live run per study and host (:class:`~sweep.store.claims.Lease`)."""
         held = Lease(claims, host, clock)
         held.acquire()
         try:

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import optuna
-import sqlalchemy as sa
 
 from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
@@ -32,7 +31,7 @@ from sweep.core.schedule import Schedule, decide_schedule, render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import Verdict, best_static, figures_of, verdict
 from sweep.engines.base import EngineAdapter
-from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
+from sweep.exceptions import ConfigError, ExecutorError, ScheduleError, StorageError
 from sweep.loop import wiring
 from sweep.loop.attempt import saver, with_retries
 from sweep.loop.measure import Rig, measure, start_record
@@ -43,9 +42,9 @@ from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
     open_study,
-    rdb_storage,
     read_records,
     schedule_study_name,
+    stored_study,
     write_record,
 )
 from sweep.study.model import Study
@@ -141,11 +140,11 @@ def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[
 
 def _records(storage: str, name: str) -> list[TrialRecord] | None:
     try:
-        return read_records(optuna.load_study(study_name=name, storage=rdb_storage(storage)))
+        return read_records(stored_study(storage, name))
     except KeyError:
         return None
-    except sa.exc.SQLAlchemyError as exc:
-        raise ScheduleError(name, f"cannot read {storage}: {exc}") from exc
+    except StorageError as exc:
+        raise ScheduleError(name, str(exc)) from exc
 
 
 # --- the engine's own documents -------------------------------------------------------------------
@@ -249,7 +248,7 @@ def verify_with(
         Interrupted: Ctrl-C during a launch (it is recorded first).
     """
     study = rig.study
-    owner = open_study(study, storage_url=storage, name=schedule_study_name(study.name))
+    owner = open_study(study, None, storage_url=storage, name=schedule_study_name(study.name))
     baselines = _records(storage, baseline_study_name(study.name)) or []
     values = policy.baseline_values(baselines, study.objective.metric)
     records = []

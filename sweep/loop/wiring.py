@@ -21,18 +21,19 @@ from sweep.core.timing import deadline_from_clock
 from sweep.engines import registry, rules_for
 from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
-from sweep.loop.claims import Claims
 from sweep.loop.context import EngineCheckCall, RunContext, RunOptions, RunSummary, Stores
 from sweep.loop.measure import Measurer, Rig, measure
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.sharing import sharing_for
 from sweep.loop.worker import requeue_stale
+from sweep.search.samplers import sampler_for
 from sweep.server.engine_check import EngineCheck, gate_study
 from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.lifecycle import LifecycleOptions
 from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.store import baseline_study_name, open_study
+from sweep.store.claims import Claims
 from sweep.study.model import HostSpec, NotifySpec, Study
 
 
@@ -164,11 +165,16 @@ def run_context(
     summary = RunSummary(study.name, options.storage_url or study.storage)
     claims = Claims(summary.storage, study.name)
     on_stale = requeue_stale(study, claims, display.message)
+    rules = rules_for(study)  # the engine adapter's validity rules
     trials = open_study(
-        study, storage_url=options.storage_url, heartbeat=sharing.heartbeat(on_stale)
+        study,
+        sampler_for(study, rules),
+        storage_url=options.storage_url,
+        heartbeat=sharing.heartbeat(on_stale),
     )
     baselines = open_study(
         study,
+        None,
         storage_url=options.storage_url,
         name=baseline_study_name(study.name),
         heartbeat=sharing.heartbeat(lambda s, t: None),
@@ -177,7 +183,6 @@ def run_context(
     rig = rig_for(
         study, host, executor, clock, display, _watch(display, stop_warnings), **options.lifecycle
     )
-    rules = rules_for(study)  # the engine adapter's validity rules
     started = clock.now()
     return RunContext(
         study,

@@ -23,14 +23,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import optuna
-import sqlalchemy as sa
 from optuna.trial import FrozenTrial, Trial
 
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import params_of
-from sweep.exceptions import ConfigError
-from sweep.loop.claims import Claims
-from sweep.store import Heartbeat
+from sweep.exceptions import ConfigError, StorageError
+from sweep.store import Claims, Heartbeat
+from sweep.store.db import heartbeat_recorder
 from sweep.study.model import HostSpec, Study
 
 HEARTBEAT_S = 10  # a running trial's heartbeat period
@@ -110,19 +109,17 @@ def reap_stale(study: optuna.Study) -> None:
 @contextlib.contextmanager
 def beating(trial: Trial, interval_s: float) -> Iterator[None]:
     """Record ``trial``'s heartbeat now and every ``interval_s`` seconds until the block ends."""
-    # The study's storage is Optuna's cache around the RDBStorage; both record heartbeats.
-    record: Callable[[int], None] | None = getattr(trial.storage, "record_heartbeat", None)
+    record = heartbeat_recorder(trial)
     if record is None:
         yield
         return
-    trial_id = trial._trial_id
-    record(trial_id)
+    record()
     stop = threading.Event()
 
     def loop() -> None:
         while not stop.wait(interval_s):
-            with contextlib.suppress(sa.exc.SQLAlchemyError):  # the next beat may succeed
-                record(trial_id)
+            with contextlib.suppress(StorageError):  # the next beat may succeed
+                record()
 
     thread = threading.Thread(target=loop, name=f"heartbeat-{trial.number}", daemon=True)
     thread.start()

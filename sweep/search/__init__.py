@@ -38,6 +38,7 @@ from sweep.search.samplers import (
     REPLICATE_ATTR,
     ConfigSampler,
     ValidRandomSampler,
+    sampler_for,
 )
 
 __all__ = [
@@ -66,4 +67,5 @@ __all__ = [
     "estimates",
     "history_of",
     "launch_variance",
+    "sampler_for",
 ]

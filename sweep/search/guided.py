@@ -29,6 +29,7 @@ from sweep.search.confirm import (
 )
 from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
 from sweep.search.samplers import PREDICTED_ATTR, ConfigSampler
+from sweep.store.db import set_system_attr
 
 REPLICATE_CAP = 1000  # the search's own replicates are limited by its budget, not a count
 CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
@@ -283,7 +284,7 @@ class PhysicsSampler(ConfigSampler):
             mean, sd = self._last
             i = self.index[pick.key]
             predicted = {"mean": float(math.exp(mean[i])), "sd": float(math.exp(mean[i]) * sd[i])}
-            study._storage.set_trial_system_attr(trial._trial_id, PREDICTED_ATTR, predicted)
+            set_system_attr(study, trial, PREDICTED_ATTR, predicted)
             self._last = None
 
     def _prior_best(self, pool: Sequence[Candidate]) -> Candidate:

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweep.core.records import ATTR, FEASIBLE
 from sweep.search.candidates import DRAFT_TOKENS_PARAM, Candidate
 
-# The names sweep.loop.runner / sweep.store write (this package does not import them).
+# The names the loop stores on each trial (spelled once, in sweep.core.records).
 KIND_ATTR = ATTR.KIND
 KEY_ATTR = ATTR.KEY
 ACCEPT_LENGTH_ATTR = ATTR.ACCEPT_LENGTH

@@ -11,17 +11,22 @@ follows the cost model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from optuna.distributions import BaseDistribution
-from optuna.samplers import BaseSampler, RandomSampler
+from optuna.samplers import BaseSampler, RandomSampler, TPESampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from sweep.core.records import ATTR
-from sweep.search.candidates import Candidate, by_key
+from sweep.search.candidates import Candidate, by_key, candidates_for
 from sweep.search.history import History, Matcher, history_of
+from sweep.store.db import set_system_attr, system_attrs
+
+if TYPE_CHECKING:
+    from sweep.core.space import Rules
+    from sweep.study.model import Study as StudyFile
 
 PICK_ATTR = ATTR.SEARCH_PICK  # trial system attr: the key the sampler proposed
 REPLICATE_ATTR = ATTR.SEARCH_REPLICATE  # trial system attr: True when it asks for a relaunch
@@ -57,9 +62,9 @@ class ConfigSampler(BaseSampler):
         """Record what was proposed, and whether it is a deliberate relaunch of a measured
         configuration (the loop launches it as a replicate instead of answering from
         storage); subclasses add their prediction."""
-        study._storage.set_trial_system_attr(trial._trial_id, PICK_ATTR, pick.key)
+        set_system_attr(study, trial, PICK_ATTR, pick.key)
         if self.repeat:
-            study._storage.set_trial_system_attr(trial._trial_id, REPLICATE_ATTR, True)
+            set_system_attr(study, trial, REPLICATE_ATTR, True)
 
     # --- optuna's sampler interface -----------------------------------------------------------
 
@@ -133,5 +138,18 @@ class ValidRandomSampler(ConfigSampler):
 
 def asks_relaunch(study: Study, trial: Trial) -> bool:
     """Whether the sampler proposed ``trial`` as a fresh start of a measured configuration."""
-    attrs = study._storage.get_trial_system_attrs(trial._trial_id)
-    return bool(attrs.get(REPLICATE_ATTR))
+    return bool(system_attrs(study, trial).get(REPLICATE_ATTR))
+
+
+def sampler_for(study: StudyFile, rules: Rules) -> BaseSampler:
+    """The study's sampler: the cost-model-guided one (``physics``, the default; see
+    docs/search.md), TPE or random search over the configurations ``rules`` leave valid;
+    grid and brute force enqueue every valid configuration and use a seeded random sampler
+    only to break ties (see :mod:`sweep.loop.runner`)."""
+    if study.sampler == "tpe":
+        return TPESampler(seed=study.seed, n_startup_trials=5)
+    if study.sampler == "physics":
+        from sweep.search.guided import PhysicsSampler  # guided imports this module
+
+        return PhysicsSampler(candidates_for(study, rules), seed=study.seed)
+    return RandomSampler(seed=study.seed)

@@ -182,7 +182,7 @@ def test_status_with_a_missing_storage_folder_creates_nothing(tmp_path: Path) ->
 def test_status_of_a_database_without_the_study(tmp_path: Path) -> None:
     path = write_study(tmp_path)
     other = write_study(tmp_path, name="other")
-    open_study(load_study(other), storage_url=load_study(path).storage)  # t.db holds "other"
+    open_study(load_study(other), None, storage_url=load_study(path).storage)  # t.db holds "other"
     sweep("status", str(path), cwd=tmp_path).one_line_error(
         "no results for study 't' in sqlite:///", "(it holds 'other')"
     )
@@ -202,7 +202,7 @@ def test_an_unreachable_database_hides_its_password(tmp_path: Path) -> None:
 
 def test_a_read_only_database_is_a_storage_error_before_any_launch(tmp_path: Path) -> None:
     path = write_study(tmp_path)
-    open_study(load_study(path))  # the study exists; its database is then opened read-only
+    open_study(load_study(path), None)  # the study exists; its database is then opened read-only
     url = f"sqlite:///file:{tmp_path / 't.db'}?mode=ro&uri=true"
     sweep("run", str(path), "--storage", url, cwd=tmp_path).one_line_error(
         "the database is read-only", "attempt to write a readonly database"

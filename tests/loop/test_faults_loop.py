@@ -20,11 +20,11 @@ import pytest
 
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.exceptions import StorageError, StudyBusy
-from sweep.loop.claims import Claims, Lease
 from sweep.loop.progress import Display
 from sweep.loop.start import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
 from sweep.store import baseline_study_name, read_records
+from sweep.store.claims import Claims, Lease
 from sweep.study import load_study
 from tests.support.procs import wait_until
 from tests.support.simproc import write_profile

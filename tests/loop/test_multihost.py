@@ -22,12 +22,12 @@ from sweep.core.records import ATTR
 from sweep.core.space import plan
 from sweep.engines import rules_for  # [engines] the rules come from the adapter
 from sweep.exceptions import ConfigError
-from sweep.loop.claims import Claims
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
 from sweep.loop.resume import enqueue_grid
 from sweep.loop.start import RunOptions, run_study, run_worker
 from sweep.store import baseline_study_name, open_study, quiet_optuna, rdb_storage
+from sweep.store.claims import Claims
 from sweep.study import load_study
 from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
@@ -158,7 +158,7 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
 ) -> None:
     path = shared_study(tmp_path, postgres.new_database(), output_len=80, sampler="random")
     quiet_optuna()
-    open_study(load_study(path))  # create the schema once, as `sweep run` does
+    open_study(load_study(path), None)  # create the schema once, as `sweep run` does
     procs = {h: worker_process(path, h, tmp_path / f"{h}.log") for h in ("a", "b", "c")}
     try:
         victim = kill_mid_trial(path, procs["b"])
@@ -221,9 +221,9 @@ def test_two_workers_enqueue_the_grid_once(tmp_path: Path, postgres: Postgres) -
     quiet_optuna()
     valid = {c.key(): c for c in plan(study, rules_for(study)).valid}
     for _ in range(2):  # as two workers starting together would
-        handle = open_study(study)
+        handle = open_study(study, None)
         enqueue_grid(handle, study, valid, {}, Claims(study.storage, study.name).once)
-    waiting = open_study(study).get_trials(states=(TrialState.WAITING,))
+    waiting = open_study(study, None).get_trials(states=(TrialState.WAITING,))
     assert len(waiting) == len(valid) == 6
 
 

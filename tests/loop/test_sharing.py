@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from sweep.clock import Clock
-from sweep.loop.claims import LEASE_PREFIX, Claims
 from sweep.loop.progress import Display
 from sweep.loop.sharing import Shared, Solo, sharing_for, stale_claim
 from sweep.loop.worker import SharedOptions, ask
+from sweep.store.claims import LEASE_PREFIX, Claims
 from tests.support.runs import run_context
 
 

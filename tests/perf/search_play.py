@@ -194,7 +194,7 @@ def random_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.sampler
 
 
 def tpe_sampler(candidates: Sequence[Candidate], seed: int) -> optuna.samplers.BaseSampler:
-    """What ``sampler = "tpe"`` builds (sweep.store.sampler_for)."""
+    """What ``sampler = "tpe"`` builds (sweep.search.samplers.sampler_for)."""
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=5)
 
 

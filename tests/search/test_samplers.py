@@ -11,11 +11,10 @@ from sweep.core.space import suggest
 from sweep.engines import rules_for
 from sweep.search import PhysicsSampler, ValidRandomSampler
 from sweep.search.candidates import Candidate, by_key
-from sweep.search.samplers import PICK_ATTR, PREDICTED_ATTR
+from sweep.search.samplers import PICK_ATTR, PREDICTED_ATTR, sampler_for
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
-from sweep.store import sampler_for
 from sweep.study import parse_study
 from sweep.study.model import Study
 from tests.support.search_helpers import valid_candidates
@@ -189,5 +188,7 @@ def test_physics_refuses_a_minimising_study() -> None:
 
 def test_the_physics_sampler_is_the_default() -> None:
     unset = parse_study(SMALL.replace('sampler = "{sampler}"', "").format(), "t.toml")
-    assert unset.sampler == "physics" and isinstance(sampler_for(unset), PhysicsSampler)
-    assert isinstance(sampler_for(small("tpe")), optuna.samplers.TPESampler)
+    assert unset.sampler == "physics" and isinstance(
+        sampler_for(unset, rules_for(unset)), PhysicsSampler
+    )
+    assert isinstance(sampler_for(small("tpe"), rules_for(unset)), optuna.samplers.TPESampler)

@@ -27,7 +27,21 @@ import sqlalchemy as sa
 
 from sweep.clock import Clock
 from sweep.exceptions import StorageError, StudyBusy
-from sweep.store import claims_table, ensure_samples_table, sql_engine
+from sweep.store.db import METADATA, ensure_tables, sql_engine
+from sweep.store.errors import storage_errors
+
+CLAIMS_TABLE = "sweep_claims"
+
+# One row per configuration key and study, so an INSERT is an atomic claim on every SQL database.
+claims_table = sa.Table(
+    CLAIMS_TABLE,
+    METADATA,
+    sa.Column("study_name", sa.String(512), primary_key=True),
+    sa.Column("key", sa.String(1024), primary_key=True),
+    sa.Column("host", sa.String(512), nullable=False),
+    sa.Column("trial_number", sa.Integer, nullable=False),
+    sa.Column("claimed_at", sa.Float, nullable=False),
+)
 
 ONCE_PREFIX = "once:"
 ONCE_TRIAL = -1  # trial_number of a one-off marker
@@ -39,10 +53,11 @@ class Claims:
     def __init__(self, url: str, study_name: str) -> None:
         self.url = url
         self.study_name = study_name
-        ensure_samples_table(url)
+        ensure_tables(url)
 
-    def claim(self, key: str, host: str, trial_number: int,
-              stale: Callable[[int], bool]) -> int | None:  # fmt: skip
+    def claim(
+        self, key: str, host: str, trial_number: int, stale: Callable[[int], bool]
+    ) -> int | None:
         """Claim ``key`` for ``trial_number``; take over a claim whose owner is ``stale``.
 
         Returns:
@@ -64,7 +79,7 @@ class Claims:
     def owner(self, key: str) -> int | None:
         """The trial number holding ``key``, if any."""
         query = sa.select(claims_table.c.trial_number).where(self._row(key))
-        with sql_engine(self.url).connect() as conn:
+        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
             value = conn.execute(query).scalar()
         return None if value is None else int(value)
 
@@ -72,10 +87,11 @@ class Claims:
         """Every configuration key claimed in this study → its trial number."""
         c = claims_table.c
         query = sa.select(c.key, c.trial_number).where(c.study_name == self.study_name)
-        with sql_engine(self.url).connect() as conn:
+        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
             rows = conn.execute(query).all()
-        return {str(k): int(n) for k, n in rows
-                if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX))}  # fmt: skip
+        return {
+            str(k): int(n) for k, n in rows if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX))
+        }
 
     def once(self, marker: str, host: str = "") -> bool:
         """True for exactly one caller per study and ``marker``, whatever the concurrency."""
@@ -84,8 +100,13 @@ class Claims:
     # --- SQL --------------------------------------------------------------------------------
 
     def _insert(self, key: str, host: str, trial_number: int) -> bool:
-        row = {"study_name": self.study_name, "key": key, "host": host,
-               "trial_number": trial_number, "claimed_at": time.time()}  # fmt: skip
+        row = {
+            "study_name": self.study_name,
+            "key": key,
+            "host": host,
+            "trial_number": trial_number,
+            "claimed_at": time.time(),
+        }
         try:
             self._execute(claims_table.insert().values(**row))
         except sa.exc.IntegrityError:
@@ -150,8 +171,9 @@ class Lease:
     not renewed for :data:`LEASE_GRACE_S` elsewhere) is taken over.
     """
 
-    def __init__(self, claims: Claims, host: str, clock: Clock | None = None,
-                 beat_s: float = LEASE_BEAT_S) -> None:  # fmt: skip
+    def __init__(
+        self, claims: Claims, host: str, clock: Clock | None = None, beat_s: float = LEASE_BEAT_S
+    ) -> None:
         self.claims = claims
         self.key = f"{LEASE_PREFIX}{host}"
         self.host = host
@@ -184,21 +206,26 @@ class Lease:
             self._thread.join()
         c = claims_table.c
         with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
-            self.claims._execute(claims_table.delete().where(self.claims._row(self.key),
-                                                             c.host == self.me))  # fmt: skip
+            self.claims._execute(
+                claims_table.delete().where(self.claims._row(self.key), c.host == self.me)
+            )
 
     def _holder(self) -> tuple[str | None, float]:
         c = claims_table.c
         query = sa.select(c.host, c.claimed_at).where(self.claims._row(self.key))
-        with sql_engine(self.claims.url).connect() as conn:
+        url = self.claims.url
+        with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
             row = conn.execute(query).first()
         if row is None:
             return None, 0.0
         return str(row[0]), max(0.0, time.time() - float(row[1]))
 
     def _take(self) -> None:
-        update = claims_table.update().where(self.claims._row(self.key)).values(
-            host=self.me, trial_number=os.getpid(), claimed_at=time.time())  # fmt: skip
+        update = (
+            claims_table.update()
+            .where(self.claims._row(self.key))
+            .values(host=self.me, trial_number=os.getpid(), claimed_at=time.time())
+        )
         if self.claims._execute(update) != 1:
             self.claims._insert(self.key, self.me, os.getpid())
 

@@ -1,0 +1,59 @@
+"""Where results are stored: a plain Optuna RDB study plus sweep's own tables.
+
+The only package that imports SQLAlchemy or calls Optuna's storage internals; a database
+error leaves it as a :class:`sweep.exceptions.StorageError`.
+
+* :mod:`~sweep.store.trials` — open a study, write and read trial records, the answer;
+* :mod:`~sweep.store.samples` — raw per-request samples (``sweep_samples``), keyed by study
+  and trial, so every figure can be recomputed later;
+* :mod:`~sweep.store.claims` — who measures which configuration, one-off markers and the
+  run's lease (``sweep_claims``);
+* :mod:`~sweep.store.db` — connection settings, heartbeats, Optuna's private API;
+* :mod:`~sweep.store.urls` — storage URLs checked before anything runs;
+* :mod:`~sweep.store.errors` — database errors as one-line messages.
+
+Importing the package registers both tables (``samples``, ``claims``) on
+:data:`~sweep.store.db.METADATA`, so :func:`~sweep.store.db.ensure_tables` creates both.
+"""
+
+from __future__ import annotations
+
+from sweep.store.claims import Claims, Lease
+from sweep.store.db import Heartbeat, quiet_optuna
+from sweep.store.errors import STORAGE_PROBLEMS, storage_errors, storage_problem
+from sweep.store.samples import load_samples, save_samples
+from sweep.store.trials import (
+    baseline_study_name,
+    open_study,
+    rdb_storage,
+    read_records,
+    schedule_study_name,
+    stored_study,
+    stored_study_names,
+    write_answer,
+    write_record,
+)
+from sweep.store.urls import check_storage_url, sqlite_file
+
+__all__ = [
+    "STORAGE_PROBLEMS",
+    "Claims",
+    "Heartbeat",
+    "Lease",
+    "baseline_study_name",
+    "check_storage_url",
+    "load_samples",
+    "open_study",
+    "quiet_optuna",
+    "rdb_storage",
+    "read_records",
+    "save_samples",
+    "schedule_study_name",
+    "sqlite_file",
+    "storage_errors",
+    "storage_problem",
+    "stored_study",
+    "stored_study_names",
+    "write_answer",
+    "write_record",
+]

@@ -1,0 +1,163 @@
+"""The study database: a plain Optuna RDB study per study, plus its companions.
+
+The study is an ordinary Optuna study (SQLite by default, any SQLAlchemy URL such as
+PostgreSQL), so ``optuna-dashboard <url>`` opens it. Each trial keeps what was asked and
+measured as user attributes (:class:`sweep.core.records.TrialRecord`); the baselines and the
+verified schedules live in companion studies of the same database.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+import sqlalchemy as sa
+
+from sweep import __version__
+from sweep.core.records import ATTR, StudyInfo, TrialRecord
+from sweep.exceptions import StorageError
+from sweep.redact import redact_data, redact_text, redact_url
+from sweep.store.db import OPEN_ATTEMPTS, Heartbeat, ensure_tables, optuna_storage
+from sweep.store.errors import RETRIED_ERRORS, retryable, storage_errors, storage_problem
+from sweep.study.model import Study
+
+
+def baseline_study_name(name: str) -> str:
+    """The companion study holding a study's no-speculation baselines."""
+    return f"{name}.baselines"
+
+
+def schedule_study_name(name: str) -> str:
+    """The companion study holding a study's verified schedules (``sweep schedule --verify``).
+
+    Kept apart from the search's study so that the sampler, the loop and ``sweep status``
+    see only the configurations the search proposed.
+    """
+    return f"{name}.schedules"
+
+
+def open_study(
+    study: Study,
+    sampler: optuna.samplers.BaseSampler | None,
+    *,
+    storage_url: str | None = None,
+    name: str | None = None,
+    heartbeat: Heartbeat | None = None,
+) -> optuna.Study:
+    """Create or load the study's Optuna study (or the companion ``name``) and record the
+    study file on it.
+
+    ``sampler`` proposes the search's trials (build it with
+    :func:`sweep.search.samplers.sampler_for`); None for a study that needs no search (a
+    companion, or a study opened only to create the schema).
+
+    Raises:
+        StorageError: the database cannot be opened.
+    """
+    url = storage_url or study.storage
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            optuna_study = optuna.create_study(
+                study_name=name or study.name,
+                storage=optuna_storage(url, heartbeat),
+                direction="maximize",
+                sampler=sampler or optuna.samplers.RandomSampler(),
+                load_if_exists=True,
+            )
+            break
+        except (*RETRIED_ERRORS, optuna.exceptions.StorageInternalError) as exc:
+            if attempt + 1 == OPEN_ATTEMPTS or not retryable(exc):
+                raise _open_error(url, study, exc) from exc
+            time.sleep(0.2 * (attempt + 1))  # another worker is creating the schema right now
+        except (sa.exc.SQLAlchemyError, OSError, ValueError, ImportError) as exc:
+            raise _open_error(url, study, exc) from exc
+    with storage_errors(url, f"cannot record study {study.name!r} in"):
+        _record_study(optuna_study, study)
+        ensure_tables(url)
+    return optuna_study
+
+
+def _open_error(url: str, study: Study, exc: BaseException) -> StorageError:
+    return StorageError(
+        f"cannot open storage {redact_url(url)} for study {study.name!r}: {storage_problem(exc)}"
+    )
+
+
+def rdb_storage(url: str) -> optuna.storages.RDBStorage:
+    """An Optuna storage for ``url`` with sweep's connection settings (for reading).
+
+    Raises:
+        StorageError: the database cannot be opened.
+    """
+    with storage_errors(url, "cannot read"):
+        return optuna_storage(url)
+
+
+def stored_study(url: str, name: str) -> optuna.Study:
+    """The stored study ``name`` at ``url``, for reading.
+
+    Raises:
+        KeyError: no study of that name is stored there.
+        StorageError: the database cannot be read.
+    """
+    with storage_errors(url, "cannot read"):
+        return optuna.load_study(study_name=name, storage=optuna_storage(url))
+
+
+def stored_study_names(url: str) -> list[str]:
+    """The studies stored at ``url``; an empty database (no tables) holds none. Creates
+    nothing.
+
+    Raises:
+        StorageError: the database cannot be read.
+    """
+    with storage_errors(url, "cannot read"):
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+        try:
+            if not sa.inspect(engine).has_table("studies"):
+                return []
+        finally:
+            engine.dispose()
+        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
+        try:
+            return [s.study_name for s in storage.get_all_studies()]
+        finally:
+            storage.engine.dispose()
+
+
+def _record_study(optuna_study: optuna.Study, study: Study) -> None:
+    """The study file's text, path, tags and description, secrets redacted (sweep.redact)."""
+    attrs = optuna_study.user_attrs
+    info = StudyInfo(
+        redact_text(study.text),
+        study.path,
+        redact_data(dict(study.tags)),
+        redact_text(study.description),
+        __version__,
+    )
+    for key, value in info.to_attrs().items():
+        if attrs.get(key) != value:
+            optuna_study.set_user_attr(key, value)
+
+
+def write_answer(optuna_study: optuna.Study, answer: Mapping[str, Any]) -> None:
+    """Store the confirmed answer on the study (see :func:`sweep.search.answer.answer_of`)."""
+    optuna_study.set_user_attr(ATTR.ANSWER, dict(answer))
+
+
+def write_record(trial: optuna.trial.Trial, record: TrialRecord) -> None:
+    """Store ``record``'s attributes on a running trial (only what changed)."""
+    current = trial.user_attrs
+    for key, value in record.to_attrs().items():
+        if current.get(key) != value:
+            trial.set_user_attr(key, value)
+
+
+def read_records(
+    optuna_study: optuna.Study, *, states: tuple[Any, ...] | None = None
+) -> list[TrialRecord]:
+    """Every trial of ``optuna_study`` as a record, in trial-number order."""
+    trials = optuna_study.get_trials(deepcopy=False, states=states)
+    return [TrialRecord.from_frozen(t) for t in trials]

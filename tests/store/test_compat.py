@@ -1,0 +1,110 @@
+"""A database written by sweep before the store package (commit 1aa27a8) still reads, shows,
+reports and resumes identically.
+
+``tests/support/fixtures/compat/`` holds what that commit wrote and printed: ``compat.db``
+(``sweep run compat.toml --n-trials 3`` on the fast simulator profile: 3 trials, 2
+replicates, 2 baselines and a confirmed answer), ``records.txt`` (``repr`` of every
+``read_records`` record), ``status.txt`` (``sweep status``), ``report.md`` (``sweep report``)
+and ``trials.csv`` (``sweep export``); each command ran with ``--storage
+sqlite:///compat.db`` in the fixture's folder, and ``COLUMNS=160``. One value was edited
+after the run: the simulator's own launch command (``sweep.resolved``'s
+``launch_command``) held the generating checkout's absolute path, replaced by
+``sweep/__main__.py``; it is shown in none of the outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep.core.records import Kind, StudyInfo
+from sweep.store import baseline_study_name, quiet_optuna, read_records, stored_study
+
+FIXTURE = Path(__file__).parents[1] / "support" / "fixtures" / "compat"
+STORAGE = "sqlite:///compat.db"  # relative: the outputs name no folder
+WRITTEN = re.compile(r"^\| report written \| .* \|$", re.MULTILINE)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A copy of the fixture (the tests write into the database and next to it)."""
+    copy = tmp_path / "compat"
+    shutil.copytree(FIXTURE, copy)
+    return copy
+
+
+def sweep(folder: Path, *args: str) -> str:
+    """``sweep ARGS`` in ``folder`` as the fixture's commands ran: 160 columns, and ``python``
+    (the study's launcher) being this interpreter."""
+    env = {
+        **os.environ,
+        "COLUMNS": "160",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def records_text(url: str) -> str:
+    quiet_optuna()
+    lines = []
+    for name in ("compat", baseline_study_name("compat")):
+        lines += [f"{name}\t{r!r}\n" for r in read_records(stored_study(url, name))]
+    return "".join(lines)
+
+
+def test_the_records_read_the_same(folder: Path) -> None:
+    url = f"sqlite:///{folder / 'compat.db'}"
+    assert records_text(url) == (FIXTURE / "records.txt").read_text()
+
+
+def test_status_is_byte_identical(folder: Path) -> None:
+    shown = sweep(folder, "status", "compat.toml", "--storage", STORAGE)
+    assert shown == (FIXTURE / "status.txt").read_text()
+
+
+@pytest.mark.slow
+def test_the_report_and_the_export_are_byte_identical(folder: Path) -> None:
+    sweep(folder, "report", "compat.toml", "--storage", STORAGE, "--out", "report")
+    sweep(folder, "export", "compat.toml", "--storage", STORAGE, "--out", "exported.csv")
+    # The one line that depends on the time the report is written (not on the database).
+    markdown = WRITTEN.sub("| report written | - |", (folder / "report" / "report.md").read_text())
+    before = WRITTEN.sub("| report written | - |", (FIXTURE / "report.md").read_text())
+    assert markdown == before
+    assert (folder / "report" / "trials.csv").read_text() == (FIXTURE / "trials.csv").read_text()
+    assert (folder / "exported.csv").read_text() == (FIXTURE / "trials.csv").read_text()
+
+
+@pytest.mark.slow
+def test_a_run_resumes_the_study(folder: Path) -> None:
+    """The fixture's physics sampler sees no untried configuration that could win, so the
+    resumed run enumerates the space instead (grid): the one configuration left is measured
+    into the same study, after a fresh baseline, and the answer is confirmed again."""
+    url = f"sqlite:///{folder / 'compat.db'}"
+    before = records_text(url).splitlines(keepends=True)
+    answered = StudyInfo.from_attrs(stored_study(url, "compat").user_attrs).answer
+    study = (folder / "compat.toml").read_text().replace("seed = 0", 'seed = 0\nsampler = "grid"')
+    (folder / "resume.toml").write_text(study)
+    sweep(folder, "run", "resume.toml", "--storage", STORAGE)
+    trials = read_records(stored_study(url, "compat"))
+    assert "".join(f"compat\t{r!r}\n" for r in trials[:5]) == "".join(before[:5])  # untouched
+    searched = [r.config.num_steps for r in trials if r.kind is Kind.TRIAL and r.config]
+    assert searched == [2, 4, 1, 3] and all(r.measured for r in trials)
+    assert len(read_records(stored_study(url, baseline_study_name("compat")))) == 3
+    answer = StudyInfo.from_attrs(stored_study(url, "compat").user_attrs).answer
+    assert answered and answer and answer != answered  # confirmed again with the new launches
