@@ -132,7 +132,7 @@ def test_the_recorded_key_wins_over_the_parameters() -> None:
 
 
 def test_attribute_names_match_what_the_runner_writes() -> None:
-    from sweep.loop.runner import FEASIBLE
+    from sweep.core.records import FEASIBLE
     from sweep.search import history
 
     assert history.FEASIBLE == FEASIBLE
