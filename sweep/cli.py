@@ -489,7 +489,7 @@ def report(
 
     Example: sweep report studies/demo-sim.toml --out reports/demo-sim --format png,svg
     """
-    from analysis.report import write_report  # lazily: pandas and matplotlib load only here
+    from analysis.report.write import write_report  # lazily: pandas and matplotlib load only here
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
@@ -511,7 +511,7 @@ def compare(
 
     Example: sweep compare studies/kimi-v1.toml studies/kimi-v2.toml --out reports/v1-vs-v2
     """
-    from analysis.report import write_comparison
+    from analysis.report.write import write_comparison
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
@@ -532,7 +532,7 @@ def export(
 
     Example: sweep export studies/demo-sim.toml --format parquet --out demo.parquet
     """
-    from analysis.report import EXPORT_FORMATS, export_trials
+    from analysis.report.write import EXPORT_FORMATS, export_trials
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 

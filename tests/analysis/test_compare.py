@@ -9,11 +9,11 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 from typer.testing import CliRunner
 
-from analysis.compare import compare_studies, study_labels
+from analysis.data.load import load_trials
 from analysis.errors import AnalysisError
-from analysis.load import load_trials
-from analysis.plots import plot_compare
-from analysis.report import write_comparison
+from analysis.models.compare import compare_studies, study_labels
+from analysis.plots.curves import plot_compare
+from analysis.report.write import write_comparison
 from sweep.cli import app
 from tests.support.frames import Config, Synth, chain_configs, write_study
 

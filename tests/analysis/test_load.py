@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from analysis.errors import AnalysisError
-from analysis.load import (
+from analysis.data.load import (
     StudyRef,
     load_baselines,
     load_samples,
@@ -22,7 +21,8 @@ from analysis.load import (
     load_trials,
     study_ref,
 )
-from analysis.report import write_report
+from analysis.errors import AnalysisError
+from analysis.report.write import write_report
 from sweep.cli import app
 from sweep.loop.run import run_study
 from sweep.study import load_study

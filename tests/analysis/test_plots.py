@@ -14,12 +14,12 @@ from matplotlib.container import ErrorbarContainer
 from PIL import Image
 from typer.testing import CliRunner
 
-from analysis import plots
-from analysis.best import best_per_level
-from analysis.document import to_html, to_markdown
+from analysis.data.best import best_per_level
+from analysis.data.load import load_trials
 from analysis.errors import AnalysisError
-from analysis.load import load_trials
-from analysis.report import write_report
+from analysis.plots import curves as plots
+from analysis.report.document import to_html, to_markdown
+from analysis.report.write import write_report
 from sweep.cli import app
 from tests.support.frames import Config, Synth, chain_configs, write_study
 
@@ -192,7 +192,7 @@ def test_report_cli_and_a_clear_error_for_unknown_formats(study: Path, tmp_path:
 
 
 def test_markdown_and_html_render_the_same_document() -> None:
-    from analysis.document import Code, Details, Document, FigureRef, Section, table
+    from analysis.report.document import Code, Details, Document, FigureRef, Section, table
 
     doc = Document(
         "T",

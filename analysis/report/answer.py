@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.document import Block, Section, table
-from analysis.sections import StudyData
+from analysis.report.data import StudyData
+from analysis.report.document import Block, Section, table
 from sweep.search.answer import answer_text
 
 

@@ -9,7 +9,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
-from analysis.style import (
+from analysis.data.transform import measured
+from analysis.plots.style import (
     BASELINE_COLOR,
     FAIL_COLOR,
     STEPS_LABEL,
@@ -18,7 +19,6 @@ from analysis.style import (
     legend_outside,
     new_axes,
 )
-from analysis.transform import measured
 
 
 def plot_failures(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:

@@ -2,7 +2,7 @@
 
 Accept length does not depend on the draft TP, so a configuration measured at
 one draft TP lends its accept length to the others; for step counts nobody
-measured, the group's fitted accept-length curve (:mod:`analysis.acceptance`)
+measured, the group's fitted accept-length curve (:mod:`analysis.models.acceptance`)
 interpolates or extrapolates. Cycle time comes from :class:`CostModel`.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.acceptance import AcceptCurve, fit_accept_curve
-from analysis.configs import CHAIN, draft_rule
-from analysis.costmodel import CostModel
-from analysis.transform import measured
+from analysis.data.groups import CHAIN, draft_rule
+from analysis.data.transform import measured
+from analysis.models.acceptance import AcceptCurve, fit_accept_curve
+from analysis.models.costmodel import CostModel
 from sweep.core.space import TrialConfig
 
 EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate

@@ -1,9 +1,9 @@
 """Figures of one study: each ``plot_*(df, *, ax=None) -> Axes`` draws, never saves.
 
-``df`` is the tidy frame of :func:`analysis.load.load_trials`. Each function
+``df`` is the tidy frame of :func:`analysis.data.load.load_trials`. Each function
 draws at one concurrency level (default: the objective's) and returns the
 axes; :func:`plot_per_level` makes a figure with one panel per level, and
-:mod:`analysis.report` is the only place that writes files.
+:mod:`analysis.report.write` is the only place that writes files.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.acceptance import fit_accept_curve
-from analysis.configs import draft_rule
-from analysis.plots_compare import plot_compare
-from analysis.plots_costmodel import plot_cycle_breakdown
-from analysis.plots_failures import plot_failures
-from analysis.style import (
+from analysis.data.groups import draft_rule
+from analysis.data.transform import default_level, levels, measured, per_config
+from analysis.models.acceptance import fit_accept_curve
+from analysis.plots.compare import plot_compare
+from analysis.plots.costmodel import plot_cycle_breakdown
+from analysis.plots.failures import plot_failures
+from analysis.plots.style import (
     BASELINE_COLOR,
     FAIL_COLOR,
     STEPS_LABEL,
@@ -38,7 +39,6 @@ from analysis.style import (
     new_axes,
     shown_note,
 )
-from analysis.transform import default_level, levels, measured, per_config
 
 __all__ = [
     "plot_accept_length_vs_steps",

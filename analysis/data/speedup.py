@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.schema import BASELINE, typed
+from analysis.data.schema import BASELINE, typed
 
 MATCH_BY = ["study", "host", "concurrency"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import formatting as fmt
-from analysis.costmodel import CostModel
-from analysis.document import Block, Section, table
-from analysis.plots import plot_cycle_breakdown
-from analysis.predict import Prediction, predict_configs
-from analysis.sections import FigureSet
+from analysis.models.costmodel import CostModel
+from analysis.models.predict import Prediction, predict_configs
+from analysis.plots.curves import plot_cycle_breakdown
+from analysis.report import formatting as fmt
+from analysis.report.data import FigureSet
+from analysis.report.document import Block, Section, table
 
 MAX_RESIDUALS = 12
 

@@ -6,12 +6,12 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis import formatting as fmt
-from analysis.compare import Change, Comparison
-from analysis.document import Block, Document, FigureRef, Section, table
-from analysis.plots import plot_compare, plot_per_level, plot_throughput_vs_steps
-from analysis.sections import ReportContent
-from analysis.transform import levels
+from analysis.data.transform import levels
+from analysis.models.compare import Change, Comparison
+from analysis.plots.curves import plot_compare, plot_per_level, plot_throughput_vs_steps
+from analysis.report import formatting as fmt
+from analysis.report.data import ReportContent
+from analysis.report.document import Block, Document, FigureRef, Section, table
 
 
 def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent:

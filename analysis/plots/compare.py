@@ -6,8 +6,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
-from analysis.compare import Comparison, compare_studies
-from analysis.style import (
+from analysis.data.transform import baseline_band, per_config
+from analysis.models.compare import Comparison, compare_studies
+from analysis.plots.style import (
     STEPS_LABEL,
     LineStyle,
     color,
@@ -18,7 +19,6 @@ from analysis.style import (
     new_axes,
     shown_note,
 )
-from analysis.transform import baseline_band, per_config
 
 MAX_GROUPS = 3
 LINESTYLES: tuple[LineStyle, ...] = ("-", "--", "-.", ":")

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import formatting as fmt
-from analysis.document import Block, Code, Section, Table, table
-from analysis.plots_schedule import plot_pareto, plot_schedule
-from analysis.schedule import SERIES, ScheduleComparison, compare_schedule
-from analysis.sections import FigureSet, StudyData
-from analysis.transform import levels
+from analysis.data.transform import levels
+from analysis.models.schedule_compare import SERIES, ScheduleComparison, compare_schedule
+from analysis.plots.schedule import plot_pareto, plot_schedule
+from analysis.report import formatting as fmt
+from analysis.report.data import FigureSet, StudyData
+from analysis.report.document import Block, Code, Section, Table, table
 
 COLUMN_ORDER = ("schedule", "best_here", "single_best", "builtin", "none")
 

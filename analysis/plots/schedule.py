@@ -17,9 +17,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 
-from analysis.schedule import BUILTIN, SCHEDULE, SERIES
-from analysis.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
-from analysis.style import metric_label as axis_label
+from analysis.models.schedule_compare import BUILTIN, SCHEDULE, SERIES
+from analysis.plots.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
+from analysis.plots.style import metric_label as axis_label
 from sweep.study.spec import Constraint
 
 SERIES_STYLE = {
@@ -37,8 +37,8 @@ def plot_schedule(df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | 
     """Per level, each series' figure over no speculation's (its 95 % interval as error bars).
 
     Args:
-        df: the long table of :func:`analysis.schedule.compare_schedule` (``concurrency``,
-            ``series``, ``value``, ``ci_low``, ``ci_high``).
+        df: the long table of :func:`analysis.models.schedule_compare.compare_schedule`
+            (``concurrency``, ``series``, ``value``, ``ci_low``, ``ci_high``).
         metric: the figure compared (for the axis text).
         ax: where to draw; default a new figure.
     """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.configs import with_groups
+from analysis.data.groups import with_groups
 
 
 def levels(df: pd.DataFrame) -> list[int]:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.best import overall_best
-from analysis.transform import default_level, measured, per_config
+from analysis.data.best import overall_best
+from analysis.data.transform import default_level, measured, per_config
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
-from analysis.costmodel import CostModel, fit_cost_model, observations
-from analysis.style import BASELINE_COLOR, legend_outside, new_axes, shown_note
+from analysis.models.costmodel import CostModel, fit_cost_model, observations
+from analysis.plots.style import BASELINE_COLOR, legend_outside, new_axes, shown_note
 
 MAX_CONFIGS = 14
 PARTS = (

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.transform import best_row, levels, measured
+from analysis.data.transform import best_row, levels, measured
 
 
 @dataclass(frozen=True)

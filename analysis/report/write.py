@@ -1,6 +1,6 @@
 """The only writer: reports (HTML, Markdown), figures (PNG, SVG, PDF) and trial exports.
 
-``write_report`` loads a study, builds its content (:mod:`analysis.content`)
+``write_report`` loads a study, builds its content (:mod:`analysis.report.study`)
 and writes into one folder::
 
     report.html          self-contained (figures embedded as base64 PNG)
@@ -24,13 +24,13 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.compare import compare_studies
-from analysis.content import study_report
-from analysis.content_compare import comparison_report
-from analysis.document import to_html, to_markdown
+from analysis.data.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
 from analysis.errors import AnalysisError
-from analysis.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
-from analysis.sections import ReportContent, StudyData
+from analysis.models.compare import compare_studies
+from analysis.report.compare import comparison_report
+from analysis.report.data import ReportContent, StudyData
+from analysis.report.document import to_html, to_markdown
+from analysis.report.study import study_report
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 EXPORT_FORMATS = ("csv", "parquet")
