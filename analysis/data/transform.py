@@ -106,3 +106,22 @@ def baseline_band(df: pd.DataFrame, concurrency: int) -> tuple[float, float, flo
     low = unique["baseline_ci_low"].fillna(unique["baseline_value"]).min()
     high = unique["baseline_ci_high"].fillna(unique["baseline_value"]).max()
     return float(low), float(unique["baseline_value"].median()), float(high)
+
+
+def top_groups(df: pd.DataFrame, table: pd.DataFrame, limit: int) -> tuple[list[str], int]:
+    """The ``limit`` best groups of ``table`` (of :func:`per_config`) and how many there are.
+
+    Groups are ranked at the objective's level, so every level's panel shows the same groups.
+    """
+    reference = per_config(df, default_level(df))
+    ranking = reference if not reference.empty else table
+    order = ranking.groupby("group")["value"].max().sort_values(ascending=False)
+    return list(order.index[:limit]), len(order)
+
+
+def speedup_grid(df: pd.DataFrame, x: str, y: str, concurrency: int) -> pd.DataFrame:
+    """The best speedup per (``y``, ``x``) cell at ``concurrency`` (rows ``y``, columns ``x``)."""
+    rows = measured(df, concurrency).dropna(subset=["speedup", x, y])
+    if rows.empty:
+        return pd.DataFrame()
+    return rows.groupby([y, x])["speedup"].max().unstack(x).sort_index()

@@ -8,7 +8,8 @@ from matplotlib.figure import Figure
 
 from analysis.data.transform import levels
 from analysis.models.compare import Change, Comparison
-from analysis.plots.curves import plot_compare, plot_per_level, plot_throughput_vs_steps
+from analysis.plots.compare import plot_compare
+from analysis.plots.curves import plot_per_level, plot_throughput_vs_steps
 from analysis.report import formatting as fmt
 from analysis.report.data import ReportContent
 from analysis.report.document import Block, Document, FigureRef, Section, table
@@ -16,7 +17,7 @@ from analysis.report.document import Block, Document, FigureRef, Section, table
 
 def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent:
     """Studies side by side: tags, best configurations with speedups, regressions, curves."""
-    figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison=comparison))}
+    figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison))}
     sections = [_studies(df, comparison), _changes(comparison), _curves(df, comparison, figures)]
     title = "Sweep comparison: " + " vs ".join(comparison.studies)
     summary = {

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pandas as pd
 
-from analysis.plots.curves import plot_failures
+from analysis.plots.failures import plot_failures
 from analysis.report import formatting as fmt
 from analysis.report.data import FigureSet, StudyData
 from analysis.report.document import Block, Details, Section, table
