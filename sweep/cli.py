@@ -373,11 +373,14 @@ def schedule(
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
+    from sweep.files import check_writable_folder
     from sweep.loop.schedule import make_schedule
     from sweep.study import load_study
 
-    result = make_schedule(load_study(study_file), out=out or None, verify=verify,
-                           storage_url=storage or None)  # fmt: skip
+    study = load_study(study_file)
+    folder = out or f"{study.name}-schedule"
+    check_writable_folder(folder)  # a read-only or full folder: one line now, before any launch
+    result = make_schedule(study, out=folder, verify=verify, storage_url=storage or None)
     print(result.export.table)
     print(f"launch command:\n  {result.export.command}\n")
     for path in result.export.files:
