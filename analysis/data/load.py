@@ -3,7 +3,7 @@
 A study is named by a study file (``studies/x.toml``) or a :class:`StudyRef`
 (storage URL + study name). :func:`load_trials` gives one row per trial and
 concurrency level (columns in :mod:`analysis.data.schema`), each paired with the
-baseline measured nearest in time on its host (:mod:`analysis.data.speedup`);
+latest baseline measured on its host before it (:mod:`analysis.data.speedup`);
 :func:`load_baselines` gives the baselines in the same shape and
 :func:`load_samples` the raw per-request samples.
 """
@@ -135,7 +135,7 @@ def load_trials(
 ) -> pd.DataFrame:
     """One row per trial and concurrency level of one or several studies.
 
-    Each row carries the baseline measured nearest in time on its host at its
+    Each row carries the latest baseline measured on its host before it, at its
     level, and the speedup over it with a 95 % interval.
 
     Raises:

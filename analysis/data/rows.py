@@ -69,6 +69,7 @@ def trial_columns(record: TrialRecord, context: StudyContext) -> Row:
         "objective": record.value,
         "metric": context.metric,
         "objective_concurrency": context.objective_concurrency,
+        "baseline_trial": record.baseline.get("trial"),  # the reference stored with the trial
     }
     row.update(config_columns(record.config.as_dict() if record.config else {}))
     row.update(_resolved(record.resolved))

@@ -1,8 +1,10 @@
-"""Pair each trial with its baseline and compute speedup with a confidence interval (pure).
+"""Pair each trial with its reference baseline; speedup with a confidence interval (pure).
 
-A trial is compared with the no-speculation baseline measured nearest in time
-on the same host, at the same concurrency level and for the same metric. The
-speedup's 95 % interval combines both relative half-widths in quadrature::
+The reference is the one rule of :func:`sweep.core.speedup.reference_baseline`: the latest
+measured no-speculation baseline on the trial's host that finished before the trial finished
+— the baseline ``sweep run`` stored with the trial (``sweep.baseline``, used when present).
+Each row is compared with that baseline's figure at the row's concurrency level and metric.
+The speedup's 95 % interval combines both relative half-widths in quadrature::
 
     r = sqrt((hw_trial / value)² + (hw_baseline / baseline)²)
     speedup · (1 − r) … speedup · (1 + r)
@@ -12,19 +14,31 @@ speedup's 95 % interval combines both relative half-widths in quadrature::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
 from analysis.data.schema import BASELINE, typed
+from sweep.core.speedup import reference_baseline
 
-MATCH_BY = ["study", "host", "concurrency"]
+REFERENCE = (
+    "baseline_trial",
+    "baseline_value",
+    "baseline_ci_low",
+    "baseline_ci_high",
+    "baseline_decode_tok_s",
+)
 
 
-def midpoint_s(frame: pd.DataFrame) -> pd.Series:
-    """Each row's time as epoch seconds: the middle of the trial (start if unfinished)."""
-    start = _epoch(frame["started_at"])
-    end = _epoch(frame["finished_at"]).fillna(start)
-    return (start + end) / 2
+@dataclass(frozen=True)
+class Launch:
+    """A trial or a baseline as :func:`reference_baseline` reads it."""
+
+    number: int
+    host: str | None
+    finished: float | None
+    measured: bool
 
 
 def _epoch(column: pd.Series) -> pd.Series:
@@ -33,47 +47,82 @@ def _epoch(column: pd.Series) -> pd.Series:
 
 
 def attach_baselines(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFrame:
-    """``trials`` with ``baseline_*`` and ``speedup*`` columns filled (row order kept)."""
-    out = trials.drop(columns=list(BASELINE)).copy()
-    out["_row"] = np.arange(len(out))
-    out["_t"] = midpoint_s(out)
-    reference = _reference(baselines)
-    usable = out.dropna(subset=[*MATCH_BY, "_t"])
-    if usable.empty or reference.empty:
-        return typed(out.drop(columns=["_row", "_t"]))
-    matched = pd.merge_asof(
-        usable[["_row", "_t", *MATCH_BY]].sort_values("_t"),
-        reference.sort_values("_t"),
-        on="_t",
-        by=MATCH_BY,
-        direction="nearest",
-    ).set_index("_row")
-    for name in (
-        "baseline_trial",
-        "baseline_value",
-        "baseline_ci_low",
-        "baseline_ci_high",
-        "baseline_decode_tok_s",
-    ):
-        out[name] = matched[name].reindex(out["_row"]).to_numpy()
-    out = with_speedup(out)
-    return typed(out.drop(columns=["_row", "_t"]))
+    """``trials`` with ``baseline_*`` and ``speedup*`` columns filled (row order kept).
+
+    ``trials["baseline_trial"]`` holds the reference stored with each trial, if any; the
+    others get theirs from the same rule.
+    """
+    out = trials.drop(columns=[c for c in BASELINE if c != "baseline_trial"]).copy()
+    chosen = out["baseline_trial"].astype("Float64")
+    missing = chosen.isna().to_numpy()
+    if missing.any():
+        computed = _references(out[missing], baselines)
+        chosen[missing] = computed.to_numpy()
+    figures = _figures(baselines)
+    keys = pd.DataFrame(
+        {"study": out["study"], "_trial": chosen, "concurrency": out["concurrency"]}
+    ).reset_index(drop=True)
+    matched = keys.merge(figures, how="left", on=["study", "_trial", "concurrency"])
+    for name in REFERENCE:
+        out[name] = matched[name].to_numpy()
+    return typed(with_speedup(out))
 
 
-def _reference(baselines: pd.DataFrame) -> pd.DataFrame:
-    measured = baselines[(baselines["state"] == "measured") & baselines["value"].notna()]
-    measured = measured.dropna(subset=["host", "concurrency"])
+def _references(rows: pd.DataFrame, baselines: pd.DataFrame) -> pd.Series:
+    """The reference baseline's number for each of ``rows`` (NaN: none), by the one rule."""
+    by_host: dict[tuple[str, str | None], list[Launch]] = {}
+    for b in _launches(baselines).itertuples(index=False):
+        launch = Launch(int(b.trial), b.host, b.finished, bool(b.measured))
+        by_host.setdefault((b.study, b.host), []).append(launch)
+    trials = _launches(rows)
+    numbers = {}
+    for t in trials.itertuples(index=False):
+        record = Launch(int(t.trial), t.host, t.finished, True)
+        found = reference_baseline(record, by_host.get((t.study, t.host), ()))
+        numbers[(t.study, int(t.trial))] = np.nan if found is None else float(found.number)
+    return pd.Series(
+        [
+            numbers.get((s, int(n)), np.nan)
+            for s, n in zip(rows["study"], rows["trial"], strict=True)
+        ],
+        index=rows.index,
+        dtype="float64",
+    )
+
+
+def _launches(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per launch: study, trial, host (None if unknown), finished (epoch s), measured."""
+    once = frame.drop_duplicates(["study", "trial"])
+    finished = _epoch(once["finished_at"])
     return pd.DataFrame(
         {
-            "_t": midpoint_s(measured),
-            **{k: measured[k] for k in MATCH_BY},
+            "study": once["study"].to_numpy(),
+            "trial": once["trial"].to_numpy(),
+            "host": once["host"].astype("object").where(once["host"].notna(), None).to_numpy(),
+            "finished": finished.astype("object").where(finished.notna(), None).to_numpy(),
+            "measured": (once["state"] == "measured").fillna(False).to_numpy(dtype=bool),
+        }
+    )
+
+
+def _figures(baselines: pd.DataFrame) -> pd.DataFrame:
+    """Each measured baseline's figures per level, keyed by study, trial and concurrency."""
+    measured = baselines[(baselines["state"] == "measured") & baselines["value"].notna()]
+    measured = measured.dropna(subset=["concurrency"]).drop_duplicates(
+        ["study", "trial", "concurrency"]
+    )
+    return pd.DataFrame(
+        {
+            "study": measured["study"],
+            "_trial": measured["trial"].astype("Float64"),
+            "concurrency": measured["concurrency"],
             "baseline_trial": measured["trial"],
             "baseline_value": measured["value"],
             "baseline_ci_low": measured["value_ci_low"],
             "baseline_ci_high": measured["value_ci_high"],
             "baseline_decode_tok_s": measured["decode_tok_s"],
         }
-    ).dropna(subset=["_t"])
+    )
 
 
 def with_speedup(frame: pd.DataFrame) -> pd.DataFrame:

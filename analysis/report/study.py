@@ -171,7 +171,9 @@ def _baseline_text(row: pd.Series, unit: str) -> str:
     value = fmt.with_ci(
         row["baseline_value"], row["baseline_ci_low"], row["baseline_ci_high"], unit
     )
-    return f"{value} (baseline trial {row['baseline_trial']}, nearest in time on the same host)"
+    return (
+        f"{value} (baseline trial {row['baseline_trial']}, the latest before it on the same host)"
+    )
 
 
 def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
