@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -125,3 +128,32 @@ def speedup_grid(df: pd.DataFrame, x: str, y: str, concurrency: int) -> pd.DataF
     if rows.empty:
         return pd.DataFrame()
     return rows.groupby([y, x])["speedup"].max().unstack(x).sort_index()
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The search's failed and infeasible trials, for the failures figure.
+
+    ``trials``: search trials in all; ``failed``: failed or infeasible ones; ``placed``: those
+    of them with a configuration (once each, with a ``reason``); ``measured``: the measured
+    trials, for context.
+    """
+
+    trials: int
+    failed: int
+    placed: pd.DataFrame
+    measured: pd.DataFrame
+
+
+def failed_trials(df: pd.DataFrame) -> Failures:
+    """Which search trials failed or were infeasible, and why (kind, and whether for good)."""
+    trials = df[(df["kind"] == "trial").to_numpy()].drop_duplicates("trial")
+    bad = trials[trials["state"].isin(["failed", "infeasible"]).to_numpy()]
+    placed = bad.dropna(subset=["num_steps", "num_draft_tokens", "draft_tp"])
+    reasons = [_reason(s, k) for s, k in zip(placed["state"], placed["failure_kind"], strict=True)]
+    return Failures(len(trials), len(bad), placed.assign(reason=reasons), measured(trials))
+
+
+def _reason(state: str, kind: Any) -> str:
+    kind_text = "unknown" if kind is None or pd.isna(kind) else str(kind)
+    return f"{kind_text} ({'infeasible' if state == 'infeasible' else 'failed after retries'})"
