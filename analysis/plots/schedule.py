@@ -32,8 +32,9 @@ SERIES_STYLE = {
 OTHER_COLOR = "#b0b0b0"
 
 
-def plot_schedule(df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | None = None
-                  ) -> Axes:  # fmt: skip
+def plot_schedule(
+    df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | None = None
+) -> Axes:
     """Per level, each series' figure over no speculation's (its 95 % interval as error bars).
 
     Args:
@@ -59,8 +60,16 @@ def plot_schedule(df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | 
         low = np.clip(value - (rows["ci_low"] / scale).to_numpy(dtype=float), 0, None)
         high = np.clip((rows["ci_high"] / scale).to_numpy(dtype=float) - value, 0, None)
         colour, marker = SERIES_STYLE[name]
-        ax.errorbar(x, value, yerr=[np.nan_to_num(low), np.nan_to_num(high)], fmt=marker,
-                    color=colour, capsize=3, markersize=6, label=SERIES[name])  # fmt: skip
+        ax.errorbar(
+            x,
+            value,
+            yerr=[np.nan_to_num(low), np.nan_to_num(high)],
+            fmt=marker,
+            color=colour,
+            capsize=3,
+            markersize=6,
+            label=SERIES[name],
+        )
     ax.set_xticks(np.arange(len(levels)), [str(c) for c in levels])
     ax.set_xlabel("concurrency (requests in flight)")
     if relative:
@@ -121,22 +130,49 @@ def _static_lines(ax: Axes, rows: pd.DataFrame) -> None:
     _, starts = np.unique(ordered["_key"].to_numpy(), return_index=True)
     segments = np.split(points, np.sort(starts)[1:])
     ax.add_collection(LineCollection(segments, colors=OTHER_COLOR, linewidths=1.0, zorder=2))
-    ax.scatter(ordered["output_tok_s"], ordered["decode_tok_s"], color=OTHER_COLOR, marker=".",
-               s=20, zorder=2)  # fmt: skip
+    ax.scatter(
+        ordered["output_tok_s"],
+        ordered["decode_tok_s"],
+        color=OTHER_COLOR,
+        marker=".",
+        s=20,
+        zorder=2,
+    )
     ax.plot([], [], color=OTHER_COLOR, marker=".", label="static configurations")
     ax.autoscale_view()
 
 
-def _line(ax: Axes, group: pd.DataFrame, colour: str, label: str | None, style: str, *,
-          width: float, annotate: bool = False) -> None:  # fmt: skip
+def _line(
+    ax: Axes,
+    group: pd.DataFrame,
+    colour: str,
+    label: str | None,
+    style: str,
+    *,
+    width: float,
+    annotate: bool = False,
+) -> None:
     g = group.sort_values("concurrency")
-    ax.plot(g["output_tok_s"], g["decode_tok_s"], color=colour, marker="o" if annotate else ".",
-            linestyle=style, linewidth=width, label=label, zorder=3 if annotate else 2)  # fmt: skip
+    ax.plot(
+        g["output_tok_s"],
+        g["decode_tok_s"],
+        color=colour,
+        marker="o" if annotate else ".",
+        linestyle=style,
+        linewidth=width,
+        label=label,
+        zorder=3 if annotate else 2,
+    )
     if annotate:
         for _, r in g.iterrows():
-            ax.annotate(str(int(r["concurrency"])), (r["output_tok_s"], r["decode_tok_s"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize="x-small",
-                        color=colour)  # fmt: skip
+            ax.annotate(
+                str(int(r["concurrency"])),
+                (r["output_tok_s"], r["decode_tok_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize="x-small",
+                color=colour,
+            )
 
 
 def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]) -> None:
@@ -153,8 +189,15 @@ def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]
         if column not in at.columns:
             continue
         broken = at[_breaks(at[column], c)]
-        ax.scatter(broken["output_tok_s"], broken["decode_tok_s"], marker="x", s=60,
-                   color=FAIL_COLOR, zorder=4, label=f"breaks {text}")  # fmt: skip
+        ax.scatter(
+            broken["output_tok_s"],
+            broken["decode_tok_s"],
+            marker="x",
+            s=60,
+            color=FAIL_COLOR,
+            zorder=4,
+            label=f"breaks {text}",
+        )
 
 
 def _breaks(values: pd.Series, c: Constraint) -> pd.Series:

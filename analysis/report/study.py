@@ -68,8 +68,18 @@ def _prediction_error(trials: pd.DataFrame) -> float | None:
     return None if predicted.empty else prediction_error_pct(predicted)
 
 
-TEXT_ONLY = ("command", "env", "failure_message", "failure_log_tail", "failure_phase", "warnings",
-             "stop_reason", "excluded_reason", "resolved_algorithm", "engine_version")  # fmt: skip
+TEXT_ONLY = (
+    "command",
+    "env",
+    "failure_message",
+    "failure_log_tail",
+    "failure_phase",
+    "warnings",
+    "stop_reason",
+    "excluded_reason",
+    "resolved_algorithm",
+    "engine_version",
+)
 
 
 def slim(df: pd.DataFrame) -> pd.DataFrame:
@@ -292,8 +302,11 @@ def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
         "verdict": None if v is None else v.text,
         "single_best_static": comparison.single_best,
         "levels": [
-            {k: _plain(r[k]) for k in ("concurrency", "series", "config", "steps", "value",
-                                       "ci_low", "ci_high") if not fmt.missing(r[k])}
+            {
+                k: _plain(r[k])
+                for k in ("concurrency", "series", "config", "steps", "value", "ci_low", "ci_high")
+                if not fmt.missing(r[k])
+            }
             for _, r in comparison.table.iterrows()
         ],
-    }  # fmt: skip
+    }
