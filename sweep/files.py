@@ -126,6 +126,9 @@ def _move_into_place(staging: Path, target: Path) -> None:
         _fsync_dir(target.parent)
         return
     files = sorted(p for p in staging.rglob("*") if p.is_file())
+    for folder in {(target / p.relative_to(staging)).parent for p in files}:
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):  # fail before any move
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
     for source in files:  # every file is written already: only renames are left
         destination = target / source.relative_to(staging)
         destination.parent.mkdir(parents=True, exist_ok=True)

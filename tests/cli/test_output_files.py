@@ -105,6 +105,23 @@ def test_a_folder_built_new_is_renamed_into_place(tmp_path: Path) -> None:
     }
 
 
+def test_a_folder_that_cannot_take_every_file_gets_none_of_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "report"
+    (target / "figures").mkdir(parents=True)
+    (target / "report.md").write_text("old\n")
+    # root may write anywhere: a figures folder the user cannot write, as access() reports it
+    monkeypatch.setattr("sweep.files.os.access", lambda path, mode: Path(path).name != "figures")
+    refused = pytest.raises(OutputError, match="report: Permission denied")
+    with refused, building_folder(target) as staging:
+        (staging / "report.md").write_text("new\n")
+        (staging / "figures").mkdir()
+        (staging / "figures" / "a.png").write_bytes(b"png")
+    assert (target / "report.md").read_text() == "old\n"
+    assert files_in(target) == {target / "figures", target / "report.md"}
+
+
 def test_checking_a_folder_leaves_it_as_it_was(tmp_path: Path, blocker: Path) -> None:
     check_writable_folder(tmp_path / "new")
     assert not (tmp_path / "new").exists()
