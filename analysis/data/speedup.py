@@ -14,6 +14,7 @@ The speedup's 95 % interval combines both relative half-widths in quadrature::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,17 +70,33 @@ def attach_baselines(trials: pd.DataFrame, baselines: pd.DataFrame) -> pd.DataFr
 
 
 def _references(rows: pd.DataFrame, baselines: pd.DataFrame) -> pd.Series:
-    """The reference baseline's number for each of ``rows`` (NaN: none), by the one rule."""
+    """The reference baseline's number for each of ``rows`` (NaN: none), by the one rule.
+
+    Trials are taken in the order they finished, each host's baselines likewise: a trial's
+    candidates are the previous trial's reference plus the baselines that finished since
+    (the rule is a latest-of, so that set holds its answer) — linear, not trials × baselines.
+    """
     by_host: dict[tuple[str, str | None], list[Launch]] = {}
     for b in _launches(baselines).itertuples(index=False):
         launch = Launch(int(b.trial), b.host, b.finished, bool(b.measured))
         by_host.setdefault((b.study, b.host), []).append(launch)
-    trials = _launches(rows)
-    numbers = {}
-    for t in trials.itertuples(index=False):
-        record = Launch(int(t.trial), t.host, t.finished, True)
-        found = reference_baseline(record, by_host.get((t.study, t.host), ()))
-        numbers[(t.study, int(t.trial))] = np.nan if found is None else float(found.number)
+    trials: dict[tuple[str, str | None], list[Launch]] = {}
+    for r in _launches(rows).itertuples(index=False):
+        trials.setdefault((r.study, r.host), []).append(
+            Launch(int(r.trial), r.host, r.finished, True)
+        )
+    numbers: dict[tuple[str, int], float] = {}
+    for (study, host), mine in trials.items():
+        pending = sorted(by_host.get((study, host), []), key=_order)
+        best: Launch | None = None
+        for record in sorted(mine, key=_order):
+            end = _order(record)[0]
+            done = 0
+            while done < len(pending) and _order(pending[done])[0] <= end:
+                done += 1
+            candidates, pending = [*([best] if best else []), *pending[:done]], pending[done:]
+            best = reference_baseline(record, candidates)
+            numbers[(study, record.number)] = np.nan if best is None else float(best.number)
     return pd.Series(
         [
             numbers.get((s, int(n)), np.nan)
@@ -88,6 +105,11 @@ def _references(rows: pd.DataFrame, baselines: pd.DataFrame) -> pd.Series:
         index=rows.index,
         dtype="float64",
     )
+
+
+def _order(launch: Launch) -> tuple[float, int]:
+    """When a launch finished (never: last), then its number."""
+    return (math.inf if launch.finished is None else launch.finished, launch.number)
 
 
 def _launches(frame: pd.DataFrame) -> pd.DataFrame:

@@ -22,10 +22,11 @@ from analysis.data.load import (
     study_ref,
 )
 from analysis.data.schema import typed
-from analysis.data.speedup import attach_baselines
+from analysis.data.speedup import Launch, attach_baselines
 from analysis.errors import AnalysisError
 from analysis.report.write import write_report
 from sweep.cli import app
+from sweep.core.speedup import reference_baseline
 from sweep.loop.run import run_study
 from sweep.study import load_study
 from tests.support.frames import Config, Synth, write_study
@@ -297,3 +298,39 @@ def test_speedup_uses_the_stored_reference_else_the_latest_baseline_before() -> 
     assert paired["baseline_trial"].iloc[:2].tolist() == [0, 0]  # 1 is nearer to 10, but later
     assert paired["speedup"].iloc[:2].tolist() == pytest.approx([1.2, 1.3])
     assert paired[["baseline_trial", "speedup"]].iloc[2].isna().all()  # b's baseline failed
+
+
+def test_the_pairing_is_the_rule_on_every_trial() -> None:
+    """The report's linear pairing gives what the rule gives trial by trial, on random launches
+    (two hosts, failed baselines, equal finish times)."""
+    rng = np.random.default_rng(7)
+
+    def frame(kind: str, n: int) -> pd.DataFrame:
+        finished = rng.integers(0, 40, n).astype(float) * 10
+        return typed(
+            pd.DataFrame(
+                {
+                    "study": ["s"] * n,
+                    "trial": range(n),
+                    "kind": [kind] * n,
+                    "state": rng.choice(["measured", "measured", "failed"], n),
+                    "host": rng.choice(["a", "b"], n),
+                    "concurrency": [1] * n,
+                    "value": [100.0] * n,
+                    "started_at": finished - 5,
+                    "finished_at": finished,
+                }
+            )
+        )
+
+    trials, baselines = frame("trial", 60), frame("baseline", 25)
+    paired = attach_baselines(trials, baselines)
+    launches = [
+        Launch(int(b.trial), b.host, b.finished_at.timestamp(), b.state == "measured")
+        for b in baselines.itertuples()
+    ]
+    for t, got in zip(trials.itertuples(), paired["baseline_trial"], strict=True):
+        want = reference_baseline(
+            Launch(int(t.trial), t.host, t.finished_at.timestamp(), True), launches
+        )
+        assert (None if pd.isna(got) else int(got)) == (None if want is None else want.number)
