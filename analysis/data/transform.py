@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.data.groups import with_groups
+from sweep.study.spec import Constraint
 
 
 def levels(df: pd.DataFrame) -> list[int]:
@@ -157,3 +158,37 @@ def failed_trials(df: pd.DataFrame) -> Failures:
 def _reason(state: str, kind: Any) -> str:
     kind_text = "unknown" if kind is None or pd.isna(kind) else str(kind)
     return f"{kind_text} ({'infeasible' if state == 'infeasible' else 'failed after retries'})"
+
+
+# --- the Pareto view across levels ---
+
+
+def measured_speeds(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured rows with both speeds and a level (trials, baselines, schedules alike)."""
+    rows = df[(df["state"] == "measured").fillna(False).astype(bool)]
+    return rows.dropna(subset=["decode_tok_s", "output_tok_s", "concurrency"])
+
+
+def breaking(rows: pd.DataFrame, c: Constraint) -> pd.DataFrame | None:
+    """The rows at the constraint's level that break it (a missing figure breaks it too);
+    ``None`` when the frame has no column for its metric."""
+    column = constraint_column(c.metric)
+    at = rows[(rows["concurrency"] == c.concurrency).to_numpy()]
+    if column not in at.columns:
+        return None
+    values = at[column]
+    bad = values.isna()
+    if c.maximum is not None:
+        bad |= values > c.maximum
+    if c.minimum is not None:
+        bad |= values < c.minimum
+    return at[bad.fillna(True).astype(bool)]
+
+
+def constraint_column(metric: str) -> str:
+    """A constraint's metric name → the frame's column (``ttft_p90_ms`` → ``ttft_ms_p90``)."""
+    if metric in ("accept_length", "decode_tok_s", "output_tok_s"):
+        return metric
+    family, _, unit = metric.rpartition("_")
+    name, _, pct = family.partition("_")
+    return f"{name}_{unit}_{pct}"

@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 
+from analysis.data.transform import breaking, measured_speeds
 from analysis.models.schedule_compare import BUILTIN, SCHEDULE, SERIES
 from analysis.plots.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
 from analysis.plots.style import metric_label as axis_label
@@ -97,8 +98,7 @@ def plot_pareto(
     """
     ax = new_axes(ax, width=9.0, height=5.6)
     title = "Per-request speed against total throughput, across concurrency levels"
-    rows = df[(df["state"] == "measured").fillna(False).astype(bool)]
-    rows = rows.dropna(subset=["decode_tok_s", "output_tok_s", "concurrency"])
+    rows = measured_speeds(df)
     if rows.empty:
         return empty(ax, title, "Nothing measured at any level yet.")
     plain = rows[rows["schedule"].isna()]
@@ -184,11 +184,9 @@ def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]
                 if bound is not None:
                     draw(bound, color=FAIL_COLOR, linestyle=":", linewidth=1.2, label=text)
             continue
-        column = _column(c.metric)
-        at = rows[(rows["concurrency"] == c.concurrency).to_numpy()]
-        if column not in at.columns:
+        broken = breaking(rows, c)
+        if broken is None:
             continue
-        broken = at[_breaks(at[column], c)]
         ax.scatter(
             broken["output_tok_s"],
             broken["decode_tok_s"],
@@ -198,24 +196,6 @@ def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]
             zorder=4,
             label=f"breaks {text}",
         )
-
-
-def _breaks(values: pd.Series, c: Constraint) -> pd.Series:
-    bad = values.isna()
-    if c.maximum is not None:
-        bad |= values > c.maximum
-    if c.minimum is not None:
-        bad |= values < c.minimum
-    return bad.fillna(True).astype(bool)
-
-
-def _column(metric: str) -> str:
-    """A constraint's metric name → the frame's column (``ttft_p90_ms`` → ``ttft_ms_p90``)."""
-    if metric in ("accept_length", "decode_tok_s", "output_tok_s"):
-        return metric
-    family, _, unit = metric.rpartition("_")
-    name, _, pct = family.partition("_")
-    return f"{name}_{unit}_{pct}"
 
 
 def _constraint_text(c: Constraint) -> str:
