@@ -401,12 +401,14 @@ def schedule(
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
+    from sweep.files import check_writable_folder
     from sweep.loop.verify_schedule import make_schedule
     from sweep.study import load_study
 
-    result = make_schedule(
-        load_study(study_file), out=out or None, verify=verify, storage_url=storage or None
-    )
+    study = load_study(study_file)
+    folder = out or f"{study.name}-schedule"
+    check_writable_folder(folder)  # a read-only or full folder: one line now, before any launch
+    result = make_schedule(study, out=folder, verify=verify, storage_url=storage or None)
     print(result.export.table)
     print(f"launch command:\n  {result.export.command}\n")
     for path in result.export.files:
@@ -541,7 +543,7 @@ def report(
 
     Example: sweep report studies/demo-sim.toml --out reports/demo-sim --format png,svg
     """
-    from analysis.report import write_report  # lazily: pandas and matplotlib load only here
+    from analysis.report.write import write_report  # lazily: pandas and matplotlib load only here
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
@@ -569,7 +571,7 @@ def compare(
 
     Example: sweep compare studies/kimi-v1.toml studies/kimi-v2.toml --out reports/v1-vs-v2
     """
-    from analysis.report import write_comparison
+    from analysis.report.write import write_comparison
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
@@ -590,7 +592,7 @@ def export(
 
     Example: sweep export studies/demo-sim.toml --format parquet --out demo.parquet
     """
-    from analysis.report import EXPORT_FORMATS, export_trials
+    from analysis.report.write import EXPORT_FORMATS, export_trials
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 

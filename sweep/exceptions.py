@@ -17,6 +17,7 @@ escaping is a bug. The tree::
     │   └── StudyBusy          another live run holds the study (its lease)
     ├── WorkerFailed           a worker of a multi-host run ended with an error
     ├── ScheduleError          no per-concurrency schedule can be made from what was measured
+    ├── OutputError            an output file or folder cannot be written (nothing partial left)
     ├── AnalysisError          (analysis/errors.py) a study cannot be loaded or analysed
     │   └── CostModelError     too little data to fit the cost model
     └── Interrupted            the user stopped a sweep (Ctrl-C); what was measured is kept
@@ -252,6 +253,20 @@ class ScheduleError(SweepError):
     def __init__(self, study: str, message: str) -> None:
         super().__init__(f"study {study!r}: {message}")
         self.study = study
+
+
+class OutputError(SweepError):
+    """A report, export or schedule could not be written; nothing partial was left behind.
+
+    Attributes:
+        path: the file or folder that was being written.
+        reason: the operating system's reason, e.g. ``"No space left on device"``.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class Interrupted(SweepError):

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sweep.core import speedup as speedups
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
@@ -173,8 +174,9 @@ def drift(previous: TrialRecord | None, value: float) -> float | None:
 
 def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRecord],
                   threshold: float) -> tuple[TrialRecord, str]:  # fmt: skip
-    """``record`` with its speedup against the host's latest measured baseline (a baseline
-    record: with its drift since the previous one), and the drift warning to show (or ``""``).
+    """``record`` with its speedup against its reference baseline (the one rule,
+    :mod:`sweep.core.speedup`; a baseline record: with its drift since the previous one), and
+    the drift warning to show (or ``""``).
     """
     good = [b for b in baselines if b.state is State.MEASURED]
     last = good[-1] if good else None
@@ -185,6 +187,7 @@ def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRe
             warning = (f"  baseline drift: {change:+.1%} since baseline trial {last.number} "
                        f"(threshold {threshold:.0%})")  # fmt: skip
         return dataclasses.replace(record, drift=change), warning
+    last = speedups.reference_baseline(record, baselines)  # the one rule (core/speedup.py)
     if last is None:
         return record, ""
     warnings = record.warnings
@@ -192,7 +195,7 @@ def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRe
         warnings = (*warnings, "baseline stale: the latest baseline failed; speedup is "
                     f"against baseline trial {last.number}")  # fmt: skip
     ref = {"trial": last.number, "value": last.value, "at": last.finished}
-    speedup = value / last.value if last.value else None
+    speedup = speedups.speedup(value, last.value)
     change = last.drift if last.drift is not None and abs(last.drift) > threshold else None
     return dataclasses.replace(record, baseline=ref, speedup=speedup, drift=change,
                                warnings=warnings), ""  # fmt: skip

@@ -1,9 +1,9 @@
 """Did a verified schedule win? Against the single best static configuration, summed over levels.
 
 Pure. ``sweep schedule --verify`` prints :func:`verdict`, and the report states the same
-verdict (``analysis.schedule``): the schedule *won* when its figure summed over the levels is
-higher than the single best static configuration's and at no level that configuration beats
-it with confidence (:func:`sweep.core.schedule.beats`).
+verdict (``analysis.models.schedule_compare``): the schedule *won* when its figure summed over
+the levels is higher than the single best static configuration's and at no level that
+configuration beats it with confidence (:func:`sweep.core.schedule.beats`).
 """
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ import pytest
 from matplotlib.container import ErrorbarContainer
 from typer.testing import CliRunner
 
-from analysis.compare import compare_studies, study_labels
+from analysis.data.load import load_trials
 from analysis.errors import AnalysisError
-from analysis.load import load_trials
-from analysis.plots import plot_compare
-from analysis.report import write_comparison
+from analysis.models.compare import compare_studies, study_labels
+from analysis.plots.compare import plot_compare
+from analysis.report.write import write_comparison
 from sweep.cli import app
 from tests.support.frames import Config, Synth, chain_configs, write_study
 
@@ -74,7 +74,7 @@ def test_regressions_are_the_configurations_whose_intervals_moved_down(df: pd.Da
 
 
 def test_overlaid_curves_one_per_study_and_group(df: pd.DataFrame) -> None:
-    ax = plot_compare(df)
+    ax = plot_compare(df, compare_studies(df))
     lines = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert len(lines) == 4  # 2 studies × 2 groups (draft TP 1 and 8)
     handles, labels = ax.get_legend_handles_labels()

@@ -7,12 +7,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.acceptance import fit_accept_curve
-from analysis.costmodel import fit_cost_model
+from analysis.data.load import load_trials
+from analysis.data.speedup import with_speedup
 from analysis.errors import CostModelError
-from analysis.load import load_trials
-from analysis.predict import best_untried, predict_configs
-from analysis.speedup import with_speedup
+from analysis.models.acceptance import fit_accept_curve
+from analysis.models.costmodel import fit_cost_model
+from analysis.models.predict import best_untried, predict_configs
 from sweep.core.space import TrialConfig
 from sweep.sim.model import SimConfig, accept_length, predict
 from sweep.sim.profile import load_profile

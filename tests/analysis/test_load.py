@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from analysis.errors import AnalysisError
-from analysis.load import (
+from analysis.data.load import (
     StudyRef,
     load_baselines,
     load_samples,
@@ -22,8 +21,12 @@ from analysis.load import (
     load_trials,
     study_ref,
 )
-from analysis.report import write_report
+from analysis.data.schema import typed
+from analysis.data.speedup import Launch, attach_baselines
+from analysis.errors import AnalysisError
+from analysis.report.write import write_report
 from sweep.cli import app
+from sweep.core.speedup import reference_baseline
 from sweep.loop.start import run_study
 from sweep.study import load_study
 from tests.support.frames import Config, Synth, write_study
@@ -89,7 +92,8 @@ def test_one_row_per_trial_and_level_with_integer_dtypes(real: Path) -> None:
     df = load_trials(real)
     measured = df[df["state"] == "measured"]
     assert sorted(measured["num_steps"].unique()) == [1, 2]
-    assert len(measured) == 4 and sorted(measured["concurrency"].unique()) == [1, 2]
+    searched = measured[measured["kind"] == "trial"]  # confirmation may add replicates
+    assert len(searched) == 4 and sorted(measured["concurrency"].unique()) == [1, 2]
     oom = df[df["state"] == "infeasible"]
     assert len(oom) == 1 and oom["num_steps"].iloc[0] == 3
     assert oom["failure_kind"].iloc[0] == "out_of_memory"
@@ -253,3 +257,80 @@ def test_cli_reports_a_study_without_results_cleanly(tmp_path: Path) -> None:
     assert message.startswith("error: no results for study 'empty'")
     assert f"empty.db does not exist; run `sweep run {study}` first" in message
     assert not study.with_suffix(".db").exists()
+
+
+def test_speedup_uses_the_stored_reference_else_the_latest_baseline_before() -> None:
+    """The report's pairing is the loop's: the reference stored with a trial when there is one,
+    else the latest measured baseline of its host that finished before it (never a later one,
+    however near)."""
+    trials = typed(
+        pd.DataFrame(
+            {
+                "study": ["s"] * 3,
+                "trial": [10, 11, 12],
+                "kind": ["trial"] * 3,
+                "state": ["measured"] * 3,
+                "host": ["a", "a", "b"],
+                "concurrency": [1, 1, 1],
+                "value": [120.0, 130.0, 140.0],
+                "started_at": [100.0, 200.0, 200.0],
+                "finished_at": [150.0, 250.0, 250.0],
+                "baseline_trial": [None, 0, None],  # trial 11 stored baseline 0 as its reference
+            }
+        )
+    )
+    baselines = typed(
+        pd.DataFrame(
+            {
+                "study": ["s"] * 3,
+                "trial": [0, 1, 2],
+                "kind": ["baseline"] * 3,
+                "state": ["measured", "measured", "failed"],
+                "host": ["a", "a", "b"],
+                "concurrency": [1, 1, 1],
+                "value": [100.0, 110.0, 90.0],
+                "started_at": [40.0, 151.0, 100.0],
+                "finished_at": [90.0, 152.0, 150.0],
+            }
+        )
+    )
+    paired = attach_baselines(trials, baselines)
+    assert paired["baseline_trial"].iloc[:2].tolist() == [0, 0]  # 1 is nearer to 10, but later
+    assert paired["speedup"].iloc[:2].tolist() == pytest.approx([1.2, 1.3])
+    assert paired[["baseline_trial", "speedup"]].iloc[2].isna().all()  # b's baseline failed
+
+
+def test_the_pairing_is_the_rule_on_every_trial() -> None:
+    """The report's linear pairing gives what the rule gives trial by trial, on random launches
+    (two hosts, failed baselines, equal finish times)."""
+    rng = np.random.default_rng(7)
+
+    def frame(kind: str, n: int) -> pd.DataFrame:
+        finished = rng.integers(0, 40, n).astype(float) * 10
+        return typed(
+            pd.DataFrame(
+                {
+                    "study": ["s"] * n,
+                    "trial": range(n),
+                    "kind": [kind] * n,
+                    "state": rng.choice(["measured", "measured", "failed"], n),
+                    "host": rng.choice(["a", "b"], n),
+                    "concurrency": [1] * n,
+                    "value": [100.0] * n,
+                    "started_at": finished - 5,
+                    "finished_at": finished,
+                }
+            )
+        )
+
+    trials, baselines = frame("trial", 60), frame("baseline", 25)
+    paired = attach_baselines(trials, baselines)
+    launches = [
+        Launch(int(b.trial), b.host, b.finished_at.timestamp(), b.state == "measured")
+        for b in baselines.itertuples()
+    ]
+    for t, got in zip(trials.itertuples(), paired["baseline_trial"], strict=True):
+        want = reference_baseline(
+            Launch(int(t.trial), t.host, t.finished_at.timestamp(), True), launches
+        )
+        assert (None if pd.isna(got) else int(got)) == (None if want is None else want.number)

@@ -14,12 +14,16 @@ from matplotlib.container import ErrorbarContainer
 from PIL import Image
 from typer.testing import CliRunner
 
-from analysis import plots
-from analysis.best import best_per_level
-from analysis.document import to_html, to_markdown
+from analysis.data.best import best_per_level
+from analysis.data.load import load_trials
 from analysis.errors import AnalysisError
-from analysis.load import load_trials
-from analysis.report import write_report
+from analysis.models.costmodel import fit_cost_model
+from analysis.models.predict import measured_cycles
+from analysis.plots import curves as plots
+from analysis.plots.costmodel import plot_cycle_breakdown
+from analysis.plots.failures import plot_failures
+from analysis.report.document import to_html, to_markdown
+from analysis.report.write import write_report
 from sweep.cli import app
 from tests.support.frames import Config, Synth, chain_configs, write_study
 
@@ -85,7 +89,7 @@ def test_speedup_heatmap_cells(df: pd.DataFrame) -> None:
 
 
 def test_cycle_breakdown_has_three_parts_per_configuration(df: pd.DataFrame) -> None:
-    ax = plots.plot_cycle_breakdown(df)
+    ax = plot_cycle_breakdown(measured_cycles(df, fit_cost_model(df), limit=14))
     configurations = 10 + 1  # measured at concurrency 1, plus the baseline bar
     assert len(ax.patches) == 3 * configurations
     assert {"draft steps", "target verify", "fixed overhead"} <= set(labels(ax))
@@ -102,11 +106,11 @@ def test_best_so_far_never_decreases_and_marks_failures(df: pd.DataFrame) -> Non
 
 
 def test_failures_say_which_configurations_and_why(df: pd.DataFrame) -> None:
-    ax = plots.plot_failures(df)
+    ax = plot_failures(df)
     assert "oom (infeasible): 1" in labels(ax)
     assert "ssh (failed after retries): 1" in labels(ax)
     assert "2 of 12 trials" in ax.get_title()
-    clean = plots.plot_failures(df[df["state"] == "measured"])
+    clean = plot_failures(df[df["state"] == "measured"])
     assert [t.get_text() for t in clean.texts] == ["no failed or infeasible trials"]
 
 
@@ -192,7 +196,7 @@ def test_report_cli_and_a_clear_error_for_unknown_formats(study: Path, tmp_path:
 
 
 def test_markdown_and_html_render_the_same_document() -> None:
-    from analysis.document import Code, Details, Document, FigureRef, Section, table
+    from analysis.report.document import Code, Details, Document, FigureRef, Section, table
 
     doc = Document(
         "T",

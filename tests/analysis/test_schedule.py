@@ -12,10 +12,10 @@ from matplotlib.collections import LineCollection
 from matplotlib.container import ErrorbarContainer
 from optuna.trial import create_trial
 
-from analysis.load import load_schedules, load_study_data
-from analysis.plots_schedule import plot_pareto, plot_schedule
-from analysis.report import write_report
-from analysis.schedule import compare_schedule
+from analysis.data.load import load_schedules, load_study_data
+from analysis.models.schedule_compare import compare_schedule
+from analysis.plots.schedule import plot_pareto, plot_schedule
+from analysis.report.write import write_report
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.store import schedule_study_name

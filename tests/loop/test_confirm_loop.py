@@ -47,7 +47,7 @@ def test_contenders_are_relaunched_and_the_answer_states_its_confidence(tmp_path
 
 
 def test_the_report_states_the_confirmed_answer(tmp_path: Path) -> None:
-    from analysis.report import write_report
+    from analysis.report.write import write_report
 
     profile = write_profile(tmp_path, "[noise]\nlaunch_cv = 0.02\n")
     path = write_study(tmp_path, space="num_steps = [1, 2, 3]", profile=profile, confirm=True)

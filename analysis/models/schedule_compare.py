@@ -69,8 +69,9 @@ def static_launches(trials: pd.DataFrame, baselines: pd.DataFrame, metric: str) 
         frames.append(frame[mask.fillna(False).astype(bool)])
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     if rows.empty:
-        return pd.DataFrame(columns=["key", "config", "steps", "trial", "concurrency", "value",
-                                     "ci_low", "ci_high"])  # fmt: skip
+        return pd.DataFrame(
+            columns=["key", "config", "steps", "trial", "concurrency", "value", "ci_low", "ci_high"]
+        )
     steps = rows["num_steps"].where(rows["speculative"].fillna(False).astype(bool), 0)
     return pd.DataFrame(
         {

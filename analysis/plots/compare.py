@@ -6,8 +6,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
-from analysis.compare import Comparison, compare_studies
-from analysis.style import (
+from analysis.data.transform import baseline_band, per_config
+from analysis.models.compare import Comparison
+from analysis.plots.style import (
     STEPS_LABEL,
     LineStyle,
     color,
@@ -18,7 +19,6 @@ from analysis.style import (
     new_axes,
     shown_note,
 )
-from analysis.transform import baseline_band, per_config
 
 MAX_GROUPS = 3
 LINESTYLES: tuple[LineStyle, ...] = ("-", "--", "-.", ":")
@@ -26,18 +26,17 @@ LINESTYLES: tuple[LineStyle, ...] = ("-", "--", "-.", ":")
 
 def plot_compare(
     df: pd.DataFrame,
+    comparison: Comparison,
     *,
-    comparison: Comparison | None = None,
     ax: Axes | None = None,
-    concurrency: int | None = None,
     max_groups: int = MAX_GROUPS,
 ) -> Axes:
     """Throughput vs steps of several studies: colour = study, line style = group.
 
-    Dotted horizontal lines are each study's baseline; red rings mark
+    ``comparison`` is :func:`analysis.models.compare.compare_studies` of ``df`` (its level is
+    drawn). Dotted horizontal lines are each study's baseline; red rings mark
     configurations that regressed against the first (reference) study.
     """
-    comparison = comparison or compare_studies(df, concurrency=concurrency)
     level = comparison.concurrency
     ax = new_axes(ax, width=9.5, height=5.2)
     table = per_config(df, level)

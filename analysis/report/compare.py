@@ -6,17 +6,18 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis import formatting as fmt
-from analysis.compare import Change, Comparison
-from analysis.document import Block, Document, FigureRef, Section, table
-from analysis.plots import plot_compare, plot_per_level, plot_throughput_vs_steps
-from analysis.sections import ReportContent
-from analysis.transform import levels
+from analysis.data.transform import levels
+from analysis.models.compare import Change, Comparison
+from analysis.plots.compare import plot_compare
+from analysis.plots.curves import plot_per_level, plot_throughput_vs_steps
+from analysis.report import formatting as fmt
+from analysis.report.data import ReportContent
+from analysis.report.document import Block, Document, FigureRef, Section, table
 
 
 def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent:
     """Studies side by side: tags, best configurations with speedups, regressions, curves."""
-    figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison=comparison))}
+    figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison))}
     sections = [_studies(df, comparison), _changes(comparison), _curves(df, comparison, figures)]
     title = "Sweep comparison: " + " vs ".join(comparison.studies)
     summary = {

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
-from analysis.style import (
+from analysis.data.transform import failed_trials
+from analysis.plots.style import (
     BASELINE_COLOR,
     FAIL_COLOR,
     STEPS_LABEL,
@@ -18,7 +17,6 @@ from analysis.style import (
     legend_outside,
     new_axes,
 )
-from analysis.transform import measured
 
 
 def plot_failures(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
@@ -28,15 +26,11 @@ def plot_failures(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     dots are the measured trials, for context.
     """
     ax = new_axes(ax)
-    trials = df[(df["kind"] == "trial").to_numpy()].drop_duplicates("trial")
-    bad = trials[trials["state"].isin(["failed", "infeasible"]).to_numpy()]
+    failures = failed_trials(df)
     title = "Failed and infeasible configurations"
-    if bad.empty:
+    if not failures.failed:
         return empty(ax, title, "no failed or infeasible trials")
-    bad = bad.dropna(subset=["num_steps", "num_draft_tokens", "draft_tp"])
-    reasons = [_reason(s, k) for s, k in zip(bad["state"], bad["failure_kind"], strict=True)]
-    bad = bad.assign(reason=reasons)
-    good = measured(trials)
+    bad, good = failures.placed, failures.measured
     tps = sorted({int(t) for t in pd.concat([bad["draft_tp"], good["draft_tp"]])})
     ax.scatter(
         _jitter(good, tps),
@@ -75,7 +69,7 @@ def plot_failures(df: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
             label=f"draft TP {tp}",
         )
     ax.set(
-        title=f"{title} ({len(bad)} of {len(trials)} trials)",
+        title=f"{title} ({len(bad)} of {failures.trials} trials)",
         xlabel=STEPS_LABEL,
         ylabel="draft tokens (verify width)",
     )
@@ -95,11 +89,6 @@ def _jitter(rows: pd.DataFrame, tps: list[int]) -> np.ndarray:
     steps = rows["num_steps"].astype(float).to_numpy()
     shifted: np.ndarray = steps + np.array([offsets[int(tp)] for tp in rows["draft_tp"]])
     return shifted
-
-
-def _reason(state: str, kind: Any) -> str:
-    kind_text = "unknown" if kind is None or pd.isna(kind) else str(kind)
-    return f"{kind_text} ({'infeasible' if state == 'infeasible' else 'failed after retries'})"
 
 
 def _reason_color(reason: str, index: int) -> str:

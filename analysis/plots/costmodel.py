@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
-from analysis.costmodel import CostModel, fit_cost_model, observations
-from analysis.style import BASELINE_COLOR, legend_outside, new_axes, shown_note
+from analysis.models.costmodel import CostModel
+from analysis.models.predict import Cycles
+from analysis.plots.style import BASELINE_COLOR, legend_outside, new_axes, shown_note
 
-MAX_CONFIGS = 14
 PARTS = (
     ("draft", "draft steps", "#1f77b4"),
     ("verify", "target verify", "#ff7f0e"),
@@ -17,26 +17,14 @@ PARTS = (
 )
 
 
-def plot_cycle_breakdown(
-    df: pd.DataFrame,
-    *,
-    model: CostModel | None = None,
-    ax: Axes | None = None,
-    concurrency: int | None = None,
-    max_configs: int = MAX_CONFIGS,
-    legend: bool = True,
-) -> Axes:
+def plot_cycle_breakdown(cycles: Cycles, *, ax: Axes | None = None, legend: bool = True) -> Axes:
     """Stacked bars: each configuration's cycle split into draft, verify and overhead time.
 
-    The model is fitted from ``df`` unless given; a diamond marks the measured
-    cycle (accept length / decode speed), and each bar is labelled with the
+    ``cycles`` is :func:`analysis.models.predict.measured_cycles`; a diamond marks the
+    measured cycle (accept length / decode speed), and each bar is labelled with the
     measured speed and accept length. The top bar is the baseline (one decode step).
-
-    Raises:
-        CostModelError: no model given and none can be fitted from ``df``.
     """
-    model = model or fit_cost_model(df, concurrency=concurrency)
-    table, total = _measured_cycles(df, model, max_configs)
+    model, table, total = cycles.model, cycles.table, cycles.total
     ax = new_axes(ax, height=max(3.0, 1.3 + 0.36 * (len(table) + 1)))
     labels = ["no speculation (baseline)"]
     parts = {"draft": [0.0], "verify": [model.decode_ms], "overhead": [0.0]}
@@ -60,26 +48,6 @@ def plot_cycle_breakdown(
     if legend:
         legend_outside(ax)
     return ax
-
-
-def _measured_cycles(df: pd.DataFrame, model: CostModel, limit: int) -> tuple[pd.DataFrame, int]:
-    obs = observations(df, model.concurrency, model.extras)
-    table = pd.DataFrame(
-        {
-            "config": [o.config for o in obs],
-            "cycle_ms": [o.cycle_ms for o in obs],
-            "tok_s": [o.decode_tok_s for o in obs],
-            "accept_length": [o.accept_length for o in obs],
-        }
-    )
-    table = table.groupby("config", sort=False).mean().reset_index()
-    total = len(table)
-    table = table.sort_values("tok_s", ascending=False).head(limit)
-    order = sorted(
-        table["config"], key=lambda c: (c.draft_tp, c.eagle_topk, c.num_draft_tokens, c.num_steps)
-    )
-    table = table.set_index("config").loc[order].reset_index()
-    return table, total
 
 
 def _bars(ax: Axes, parts: dict[str, list[float]], labels: list[str]) -> np.ndarray:

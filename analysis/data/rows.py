@@ -1,4 +1,4 @@
-"""Flatten one stored trial into tidy rows: pure, no storage (see :mod:`analysis.load`).
+"""Flatten one stored trial into tidy rows: pure, no storage (see :mod:`analysis.data.load`).
 
 A trial with per-level figures gives one row per concurrency level; a trial
 without (failed, excluded, duplicate) gives one row whose level is missing.
@@ -13,7 +13,13 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from analysis.schema import DISTRIBUTION_FIGURES, RESOLVED, SPEC_PARAMS, SUMMARY_FIGURES, TIMINGS
+from analysis.data.schema import (
+    DISTRIBUTION_FIGURES,
+    RESOLVED,
+    SPEC_PARAMS,
+    SUMMARY_FIGURES,
+    TIMINGS,
+)
 from sweep.core.objective import metric_value
 from sweep.core.records import Failure, TrialRecord
 
@@ -58,6 +64,7 @@ def trial_columns(record: TrialRecord, context: StudyContext) -> Row:
         "objective": record.value,
         "metric": context.metric,
         "objective_concurrency": context.objective_concurrency,
+        "baseline_trial": record.baseline.get("trial"),  # the reference stored with the trial
     }
     row.update(config_columns(record.config.as_dict() if record.config else {}))
     row.update(_resolved(record.resolved))

@@ -1,6 +1,6 @@
 """The only writer: reports (HTML, Markdown), figures (PNG, SVG, PDF) and trial exports.
 
-``write_report`` loads a study, builds its content (:mod:`analysis.content`)
+``write_report`` loads a study, builds its content (:mod:`analysis.report.study`)
 and writes into one folder::
 
     report.html          self-contained (figures embedded as base64 PNG)
@@ -8,6 +8,10 @@ and writes into one folder::
     figures/NAME.png     (≥ 150 dpi), .svg, .pdf — as many formats as asked
     trials.csv, trials.parquet, baselines.csv, schedules.csv (verified schedules, if any)
     summary.json         best configuration, best per level, cost-model constants
+
+Every file is written whole or not at all (:mod:`sweep.files`): a report is built in a
+temporary folder and moved into place when complete, an export goes to a temporary name and
+is renamed; a full or read-only destination raises :class:`~sweep.exceptions.OutputError`.
 """
 
 from __future__ import annotations
@@ -18,19 +22,20 @@ import json
 import os
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.compare import compare_studies
-from analysis.content import study_report
-from analysis.content_compare import comparison_report
-from analysis.document import to_html, to_markdown
+from analysis.data.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
 from analysis.errors import AnalysisError
-from analysis.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
-from analysis.sections import ReportContent, StudyData
+from analysis.models.compare import compare_studies
+from analysis.report.compare import comparison_report
+from analysis.report.data import ReportContent, StudyData
+from analysis.report.document import to_html, to_markdown
+from analysis.report.study import study_report
+from sweep.files import atomic_write, building_folder
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 EXPORT_FORMATS = ("csv", "parquet")
@@ -46,6 +51,21 @@ class ReportFiles:
     markdown: Path
     figures: tuple[Path, ...]
     data: tuple[Path, ...]
+
+    def moved(self, staging: Path, folder: Path) -> ReportFiles:
+        """The same files, named where they ended up (``folder``) rather than ``staging``."""
+
+        def there(path: Path) -> Path:
+            return folder / path.relative_to(staging)
+
+        return replace(
+            self,
+            folder=folder,
+            html=there(self.html),
+            markdown=there(self.markdown),
+            figures=tuple(map(there, self.figures)),
+            data=tuple(map(there, self.data)),
+        )
 
 
 def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
@@ -76,19 +96,22 @@ def write_report(
     Raises:
         AnalysisError: the study is not in its storage, or a format is unknown.
         StudyFileError: the study file is invalid.
+        OutputError: the folder cannot be written (nothing partial is left in it).
     """
     chosen = check_formats(formats)
     info, trials, baselines = load_study_data(study_ref(study, storage))
     schedules = load_schedules(info)
     content = study_report(StudyData(info, trials, baselines, schedules))
     out = Path(folder)
-    data = (
-        export_frame(trials, out / "trials.csv"),
-        export_frame(trials, out / "trials.parquet"),
-        export_frame(baselines, out / "baselines.csv"),
-        *((export_frame(schedules, out / "schedules.csv"),) if not schedules.empty else ()),
-    )
-    return _write(content, out, chosen, data)
+    with building_folder(out) as staging:
+        data = (
+            export_frame(trials, staging / "trials.csv"),
+            export_frame(trials, staging / "trials.parquet"),
+            export_frame(baselines, staging / "baselines.csv"),
+            *((export_frame(schedules, staging / "schedules.csv"),) if not schedules.empty else ()),
+        )
+        files = _write(content, staging, chosen, data)
+    return files.moved(staging, out)
 
 
 def write_comparison(
@@ -98,6 +121,7 @@ def write_comparison(
 
     Raises:
         AnalysisError: fewer than two studies, a study missing, or a format unknown.
+        OutputError: the folder cannot be written (nothing partial is left in it).
     """
     chosen = check_formats(formats)
     refs = [study_ref(s) for s in studies]
@@ -107,11 +131,13 @@ def write_comparison(
     comparison = compare_studies(trials, [r.name for r in refs])
     content = comparison_report(trials, comparison)
     out = Path(folder)
-    data = (
-        export_frame(trials, out / "trials.csv"),
-        export_frame(comparison.changes_table(), out / "changes.csv"),
-    )
-    return _write(content, out, chosen, data)
+    with building_folder(out) as staging:
+        data = (
+            export_frame(trials, staging / "trials.csv"),
+            export_frame(comparison.changes_table(), staging / "changes.csv"),
+        )
+        files = _write(content, staging, chosen, data)
+    return files.moved(staging, out)
 
 
 def export_trials(
@@ -125,25 +151,24 @@ def export_trials(
 
     Raises:
         AnalysisError: the study is not in its storage, or the format is unknown.
+        OutputError: the file cannot be written (nothing is left at ``path``).
     """
     return export_frame(load_trials(study_ref(study, storage)), Path(path), export_format)
 
 
 def export_frame(frame: pd.DataFrame, path: Path, export_format: str | None = None) -> Path:
-    """Write ``frame`` as CSV or Parquet (``export_format``, or ``path``'s suffix).
+    """Write ``frame`` as CSV or Parquet (``export_format``, or ``path``'s suffix), whole.
 
     Raises:
         AnalysisError: an unknown format.
+        OutputError: the file cannot be written (nothing is left at ``path``).
     """
     chosen = export_format or path.suffix.removeprefix(".")
     if chosen not in EXPORT_FORMATS:
         raise AnalysisError(f"{path}: export format must be csv or parquet, got {chosen!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     if chosen == "csv":
-        frame.to_csv(path, index=False)
-    else:
-        frame.to_parquet(path, index=False)
-    return path
+        return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
+    return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 def save_figure(figure: Figure, stem: Path, formats: Sequence[str]) -> list[Path]:

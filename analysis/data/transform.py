@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
-from analysis.configs import with_groups
+from analysis.data.groups import with_groups
+from sweep.study.model import Constraint
 
 
 def levels(df: pd.DataFrame) -> list[int]:
@@ -106,3 +110,85 @@ def baseline_band(df: pd.DataFrame, concurrency: int) -> tuple[float, float, flo
     low = unique["baseline_ci_low"].fillna(unique["baseline_value"]).min()
     high = unique["baseline_ci_high"].fillna(unique["baseline_value"]).max()
     return float(low), float(unique["baseline_value"].median()), float(high)
+
+
+def top_groups(df: pd.DataFrame, table: pd.DataFrame, limit: int) -> tuple[list[str], int]:
+    """The ``limit`` best groups of ``table`` (of :func:`per_config`) and how many there are.
+
+    Groups are ranked at the objective's level, so every level's panel shows the same groups.
+    """
+    reference = per_config(df, default_level(df))
+    ranking = reference if not reference.empty else table
+    order = ranking.groupby("group")["value"].max().sort_values(ascending=False)
+    return list(order.index[:limit]), len(order)
+
+
+def speedup_grid(df: pd.DataFrame, x: str, y: str, concurrency: int) -> pd.DataFrame:
+    """The best speedup per (``y``, ``x``) cell at ``concurrency`` (rows ``y``, columns ``x``)."""
+    rows = measured(df, concurrency).dropna(subset=["speedup", x, y])
+    if rows.empty:
+        return pd.DataFrame()
+    return rows.groupby([y, x])["speedup"].max().unstack(x).sort_index()
+
+
+@dataclass(frozen=True)
+class Failures:
+    """The search's failed and infeasible trials, for the failures figure.
+
+    ``trials``: search trials in all; ``failed``: failed or infeasible ones; ``placed``: those
+    of them with a configuration (once each, with a ``reason``); ``measured``: the measured
+    trials, for context.
+    """
+
+    trials: int
+    failed: int
+    placed: pd.DataFrame
+    measured: pd.DataFrame
+
+
+def failed_trials(df: pd.DataFrame) -> Failures:
+    """Which search trials failed or were infeasible, and why (kind, and whether for good)."""
+    trials = df[(df["kind"] == "trial").to_numpy()].drop_duplicates("trial")
+    bad = trials[trials["state"].isin(["failed", "infeasible"]).to_numpy()]
+    placed = bad.dropna(subset=["num_steps", "num_draft_tokens", "draft_tp"])
+    reasons = [_reason(s, k) for s, k in zip(placed["state"], placed["failure_kind"], strict=True)]
+    return Failures(len(trials), len(bad), placed.assign(reason=reasons), measured(trials))
+
+
+def _reason(state: str, kind: Any) -> str:
+    kind_text = "unknown" if kind is None or pd.isna(kind) else str(kind)
+    return f"{kind_text} ({'infeasible' if state == 'infeasible' else 'failed after retries'})"
+
+
+# --- the Pareto view across levels ---
+
+
+def measured_speeds(df: pd.DataFrame) -> pd.DataFrame:
+    """Measured rows with both speeds and a level (trials, baselines, schedules alike)."""
+    rows = df[(df["state"] == "measured").fillna(False).astype(bool)]
+    return rows.dropna(subset=["decode_tok_s", "output_tok_s", "concurrency"])
+
+
+def breaking(rows: pd.DataFrame, c: Constraint) -> pd.DataFrame | None:
+    """The rows at the constraint's level that break it (a missing figure breaks it too);
+    ``None`` when the frame has no column for its metric."""
+    column = constraint_column(c.metric)
+    at = rows[(rows["concurrency"] == c.concurrency).to_numpy()]
+    if column not in at.columns:
+        return None
+    values = at[column]
+    bad = values.isna()
+    if c.maximum is not None:
+        bad |= values > c.maximum
+    if c.minimum is not None:
+        bad |= values < c.minimum
+    return at[bad.fillna(True).astype(bool)]
+
+
+def constraint_column(metric: str) -> str:
+    """A constraint's metric name → the frame's column (``ttft_p90_ms`` → ``ttft_ms_p90``)."""
+    if metric in ("accept_length", "decode_tok_s", "output_tok_s"):
+        return metric
+    family, _, unit = metric.rpartition("_")
+    name, _, pct = family.partition("_")
+    return f"{name}_{unit}_{pct}"

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import formatting as fmt
-from analysis.costmodel import CostModel
-from analysis.document import Block, Section, table
-from analysis.plots import plot_cycle_breakdown
-from analysis.predict import Prediction, predict_configs
-from analysis.sections import FigureSet
+from analysis.models.costmodel import CostModel
+from analysis.models.predict import Prediction, measured_cycles, predict_configs
+from analysis.plots.costmodel import plot_cycle_breakdown
+from analysis.report import formatting as fmt
+from analysis.report.data import FigureSet
+from analysis.report.document import Block, Section, table
 
 MAX_RESIDUALS = 12
+MAX_CYCLES = 14  # bars in the cycle figure
 
 
 def cost_model_section(
@@ -37,7 +38,8 @@ def cost_model_section(
     blocks += [f"Note: {note}." for note in model.notes]
     blocks.append(_residuals(model))
     blocks += _predictions(model, df)
-    blocks.append(figures.draw("cycle_breakdown", lambda: plot_cycle_breakdown(df, model=model)))
+    cycles = measured_cycles(df, model, MAX_CYCLES)
+    blocks.append(figures.draw("cycle_breakdown", lambda: plot_cycle_breakdown(cycles)))
     return Section(title, tuple(blocks))
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis import formatting as fmt
-from analysis.document import Block, Code, Section, Table, table
-from analysis.plots_schedule import plot_pareto, plot_schedule
-from analysis.schedule import SERIES, ScheduleComparison, compare_schedule
-from analysis.sections import FigureSet, StudyData
-from analysis.transform import levels
+from analysis.data.transform import levels
+from analysis.models.schedule_compare import SERIES, ScheduleComparison, compare_schedule
+from analysis.plots.schedule import plot_pareto, plot_schedule
+from analysis.report import formatting as fmt
+from analysis.report.data import FigureSet, StudyData
+from analysis.report.document import Block, Code, Section, Table, table
 
 COLUMN_ORDER = ("schedule", "best_here", "single_best", "builtin", "none")
 
@@ -19,8 +19,9 @@ def schedule_comparison(data: StudyData) -> ScheduleComparison:
     return compare_schedule(data.trials, data.baselines, data.schedules, data.info.schedule_metric)
 
 
-def schedule_section(data: StudyData, comparison: ScheduleComparison, figures: FigureSet
-                     ) -> Section:  # fmt: skip
+def schedule_section(
+    data: StudyData, comparison: ScheduleComparison, figures: FigureSet
+) -> Section:
     """The verdict in plain words, the table per level, the command, and both figures."""
     blocks: list[Block] = []
     if comparison.table.empty:
@@ -33,8 +34,9 @@ def schedule_section(data: StudyData, comparison: ScheduleComparison, figures: F
         blocks += _verified(comparison, figures)
     if len(levels(data.trials)) > 1:
         frame = pd.concat([data.trials, data.baselines, data.schedules], ignore_index=True)
-        blocks.append(figures.draw(
-            "pareto", lambda: plot_pareto(frame, constraints=data.info.constraints)))  # fmt: skip
+        blocks.append(
+            figures.draw("pareto", lambda: plot_pareto(frame, constraints=data.info.constraints))
+        )
     return Section("Per-concurrency schedule", tuple(blocks))
 
 
@@ -43,8 +45,10 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
     if comparison.verdict is not None:
         blocks.append(f"**{comparison.verdict.text}**")
     else:
-        blocks.append("No static configuration was measured at every level of the schedule, "
-                      "so there is no single best one to compare with.")  # fmt: skip
+        blocks.append(
+            "No static configuration was measured at every level of the schedule, "
+            "so there is no single best one to compare with."
+        )
     metric = comparison.metric
     blocks.append(
         f"{metric} per level, mean [95 % interval]. The schedules were measured on their own "

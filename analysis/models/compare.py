@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis.best import overall_best
-from analysis.transform import default_level, measured, per_config
+from analysis.data.best import overall_best
+from analysis.data.transform import default_level, measured, per_config
 
 
 @dataclass(frozen=True)
@@ -105,11 +105,18 @@ class Comparison:
             for c in changes
         ]
         rows += [
-            {"change": b.state, "config": b.config, "concurrency": None,
-             "reference": b.reference, "study": b.study, "reference_value": None,
-             "value": None, "relative": None}
+            {
+                "change": b.state,
+                "config": b.config,
+                "concurrency": None,
+                "reference": b.reference,
+                "study": b.study,
+                "reference_value": None,
+                "value": None,
+                "relative": None,
+            }
             for b in self.broken
-        ]  # fmt: skip
+        ]
         return pd.DataFrame(
             rows,
             columns=[
@@ -151,8 +158,15 @@ def compare_studies(
     best = tuple(b for s in order if (b := _best(df[df["study"] == s], labels[s])) is not None)
     table = per_config(df, level)
     regressions, improvements = _changes(table, order, level)
-    return Comparison(tuple(order), tuple(labels.items()), level, best, regressions,
-                      improvements, _broken(df, order))  # fmt: skip
+    return Comparison(
+        tuple(order),
+        tuple(labels.items()),
+        level,
+        best,
+        regressions,
+        improvements,
+        _broken(df, order),
+    )
 
 
 def _best(rows: pd.DataFrame, label: str) -> StudyBest | None:
@@ -217,6 +231,5 @@ def _broken(df: pd.DataFrame, order: Sequence[str]) -> tuple[Breakage, ...]:
         for _, row in rows.drop_duplicates("trial").iterrows():
             if row["config"] in worked:
                 reason = "" if pd.isna(row["failure_kind"]) else str(row["failure_kind"])
-                out.append(Breakage(str(row["config"]), order[0], study, str(row["state"]),
-                                    reason))  # fmt: skip
+                out.append(Breakage(str(row["config"]), order[0], study, str(row["state"]), reason))
     return tuple(out)

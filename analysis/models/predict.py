@@ -2,7 +2,7 @@
 
 Accept length does not depend on the draft TP, so a configuration measured at
 one draft TP lends its accept length to the others; for step counts nobody
-measured, the group's fitted accept-length curve (:mod:`analysis.acceptance`)
+measured, the group's fitted accept-length curve (:mod:`analysis.models.acceptance`)
 interpolates or extrapolates. Cycle time comes from :class:`CostModel`.
 """
 
@@ -11,13 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import pandas as pd
 
-from analysis.acceptance import AcceptCurve, fit_accept_curve
-from analysis.configs import CHAIN, draft_rule
-from analysis.costmodel import CostModel
-from analysis.transform import measured
+from analysis.data.groups import CHAIN, draft_rule
+from analysis.data.transform import measured
+from analysis.models.acceptance import AcceptCurve, fit_accept_curve
+from analysis.models.costmodel import CostModel, observations
 from sweep.core.space import TrialConfig
 
 EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate
@@ -139,3 +140,83 @@ def _candidates(model: CostModel, rows: pd.DataFrame, extra_steps: int) -> Itera
 def _legal(steps: int, topk: int, tokens: int) -> bool:
     """SGLang's tree bound, and no more depth than draft tokens can hold."""
     return steps <= tokens - 1 <= topk + (steps - 1) * topk * topk
+
+
+# --- what the figures draw, computed here (plots only draw) ---
+
+
+class AcceptGroup(NamedTuple):
+    """One (topk, draft rule) group's measured accept lengths and its fitted curve."""
+
+    eagle_topk: int
+    draft_rule: str
+    steps: pd.Series
+    accept_length: pd.Series
+    curve: AcceptCurve | None
+
+
+@dataclass(frozen=True)
+class AcceptGroups:
+    """The largest groups at one level (``total``: how many groups there were)."""
+
+    concurrency: int
+    groups: tuple[AcceptGroup, ...]
+    total: int
+
+
+def accept_groups(df: pd.DataFrame, concurrency: int, limit: int) -> AcceptGroups:
+    """The ``limit`` groups with the most trials at ``concurrency``, each with its fitted curve."""
+    rows = measured(df, concurrency).dropna(subset=["accept_length"])
+    if rows.empty:
+        return AcceptGroups(concurrency, (), 0)
+    rules = [
+        draft_rule(int(s), int(n))
+        for s, n in zip(rows["num_steps"], rows["num_draft_tokens"], strict=True)
+    ]
+    rows = rows.assign(_rule=rules)
+    sizes = rows.groupby(["eagle_topk", "_rule"]).size().sort_values(ascending=False, kind="stable")
+    groups = []
+    for topk, rule in sizes.index[:limit]:
+        group = rows[((rows["eagle_topk"] == topk) & (rows["_rule"] == rule)).to_numpy()]
+        steps = group["num_steps"].astype(int)
+        curve = fit_accept_curve(
+            list(steps),
+            list(group["accept_length"].astype(float)),
+            eagle_topk=int(topk),
+            draft_rule=str(rule),
+        )
+        groups.append(AcceptGroup(int(topk), str(rule), steps, group["accept_length"], curve))
+    return AcceptGroups(concurrency, tuple(groups), len(sizes))
+
+
+@dataclass(frozen=True)
+class Cycles:
+    """Measured cycles of the fastest configurations beside the model that explains them.
+
+    ``table``: config, cycle_ms, tok_s, accept_length (one row per configuration, means of
+    repeats, ordered by draft TP, topk, draft tokens, steps); ``total``: configurations measured.
+    """
+
+    model: CostModel
+    table: pd.DataFrame
+    total: int
+
+
+def measured_cycles(df: pd.DataFrame, model: CostModel, limit: int) -> Cycles:
+    """The ``limit`` fastest configurations the model was fitted on, with their measured cycles."""
+    obs = observations(df, model.concurrency, model.extras)
+    table = pd.DataFrame(
+        {
+            "config": [o.config for o in obs],
+            "cycle_ms": [o.cycle_ms for o in obs],
+            "tok_s": [o.decode_tok_s for o in obs],
+            "accept_length": [o.accept_length for o in obs],
+        }
+    )
+    table = table.groupby("config", sort=False).mean().reset_index()
+    total = len(table)
+    table = table.sort_values("tok_s", ascending=False).head(limit)
+    order = sorted(
+        table["config"], key=lambda c: (c.draft_tp, c.eagle_topk, c.num_draft_tokens, c.num_steps)
+    )
+    return Cycles(model, table.set_index("config").loc[order].reset_index(), total)

@@ -1,7 +1,7 @@
-"""What a study report says, as a :class:`~analysis.document.Document` plus figures.
+"""What a study report says, as a :class:`~analysis.report.document.Document` plus figures.
 
-Pure apart from drawing: takes frames (from :mod:`analysis.load`) and returns
-the document and matplotlib figures; :mod:`analysis.report` writes them.
+Pure apart from drawing: takes frames (from :mod:`analysis.data.load`) and returns
+the document and matplotlib figures; :mod:`analysis.report.write` writes them.
 """
 
 from __future__ import annotations
@@ -9,25 +9,25 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import formatting as fmt
-from analysis.best import BestSchedule, best_per_level, overall_best
-from analysis.content_answer import answer_section, prediction_error_pct, prediction_table
-from analysis.content_costmodel import cost_model_section, model_summary
-from analysis.content_health import drift_section, failures_section, provenance_section
-from analysis.content_schedule import schedule_comparison, schedule_section
-from analysis.costmodel import CostModel, fit_cost_model
-from analysis.document import Block, Code, Document, Section, table
+from analysis.data.best import BestSchedule, best_per_level, overall_best
+from analysis.data.transform import default_level, levels, measured
 from analysis.errors import CostModelError
-from analysis.plots import (
+from analysis.models.costmodel import CostModel, fit_cost_model
+from analysis.models.schedule_compare import ScheduleComparison
+from analysis.plots.curves import (
     plot_accept_length_vs_steps,
     plot_best_so_far,
     plot_per_level,
     plot_speedup_heatmap,
     plot_throughput_vs_steps,
 )
-from analysis.schedule import ScheduleComparison
-from analysis.sections import FigureSet, ReportContent, StudyData
-from analysis.transform import default_level, levels, measured
+from analysis.report import formatting as fmt
+from analysis.report.answer import answer_section, prediction_error_pct, prediction_table
+from analysis.report.costmodel import cost_model_section, model_summary
+from analysis.report.data import FigureSet, ReportContent, StudyData
+from analysis.report.document import Block, Code, Document, Section, table
+from analysis.report.health import drift_section, failures_section, provenance_section
+from analysis.report.schedule import schedule_comparison, schedule_section
 from sweep.redact import redact_url
 
 
@@ -68,8 +68,18 @@ def _prediction_error(trials: pd.DataFrame) -> float | None:
     return None if predicted.empty else prediction_error_pct(predicted)
 
 
-TEXT_ONLY = ("command", "env", "failure_message", "failure_log_tail", "failure_phase", "warnings",
-             "stop_reason", "excluded_reason", "resolved_algorithm", "engine_version")  # fmt: skip
+TEXT_ONLY = (
+    "command",
+    "env",
+    "failure_message",
+    "failure_log_tail",
+    "failure_phase",
+    "warnings",
+    "stop_reason",
+    "excluded_reason",
+    "resolved_algorithm",
+    "engine_version",
+)
 
 
 def slim(df: pd.DataFrame) -> pd.DataFrame:
@@ -171,7 +181,9 @@ def _baseline_text(row: pd.Series, unit: str) -> str:
     value = fmt.with_ci(
         row["baseline_value"], row["baseline_ci_low"], row["baseline_ci_high"], unit
     )
-    return f"{value} (baseline trial {row['baseline_trial']}, nearest in time on the same host)"
+    return (
+        f"{value} (baseline trial {row['baseline_trial']}, the latest before it on the same host)"
+    )
 
 
 def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
@@ -290,8 +302,11 @@ def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
         "verdict": None if v is None else v.text,
         "single_best_static": comparison.single_best,
         "levels": [
-            {k: _plain(r[k]) for k in ("concurrency", "series", "config", "steps", "value",
-                                       "ci_low", "ci_high") if not fmt.missing(r[k])}
+            {
+                k: _plain(r[k])
+                for k in ("concurrency", "series", "config", "steps", "value", "ci_low", "ci_high")
+                if not fmt.missing(r[k])
+            }
             for _, r in comparison.table.iterrows()
         ],
-    }  # fmt: skip
+    }

@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.document import Block, Section, table
-from analysis.sections import StudyData
+from analysis.report.data import StudyData
+from analysis.report.document import Block, Section, table
 from sweep.search.answer import answer_text
 
 
@@ -32,8 +32,15 @@ def answer_section(data: StudyData) -> Section:
             f"Predicted before measuring, by the physics sampler's cost model: median absolute "
             f"error {error:.1f} % over {len(predicted)} configurations."
         )
-        rows = [(r.config, f"{r.predicted_mean:.2f} ± {r.predicted_sd:.2f}", f"{r.value:.2f}",
-                 f"{r.error_pct:+.1f} %") for r in predicted.head(12).itertuples()]  # fmt: skip
+        rows = [
+            (
+                r.config,
+                f"{r.predicted_mean:.2f} ± {r.predicted_sd:.2f}",
+                f"{r.value:.2f}",
+                f"{r.error_pct:+.1f} %",
+            )
+            for r in predicted.head(12).itertuples()
+        ]
         blocks.append(table(("configuration", "predicted", "measured", "error"), rows))
     return Section("Confirmed answer", tuple(blocks))
 
@@ -43,17 +50,29 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     rows = [
         ("winner", str(answer["label"])),
         ("launches", ", ".join(f"{v:.2f}" for v in answer["replicates"])),
-        (f"estimate ({level} % interval)",
-         f"{answer['mean']:.2f} [{answer['ci_low']:.2f}, {answer['ci_high']:.2f}]"),
-    ]  # fmt: skip
-    for name, key in (("over the runner-up", "over_runner_up"),
-                      ("over no speculation", "over_baseline")):  # fmt: skip
+        (
+            f"estimate ({level} % interval)",
+            f"{answer['mean']:.2f} [{answer['ci_low']:.2f}, {answer['ci_high']:.2f}]",
+        ),
+    ]
+    for name, key in (
+        ("over the runner-up", "over_runner_up"),
+        ("over no speculation", "over_baseline"),
+    ):
         a = answer.get(key)
         if a:
-            rows.append((f"{name} ({a['versus_label']})",
-                         f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]"))  # fmt: skip
-    rows.append((f"tie within {100 * float(answer['tie_margin']):.0f} %",
-                 "; ".join(answer.get("tie") or []) or "none"))  # fmt: skip
+            rows.append(
+                (
+                    f"{name} ({a['versus_label']})",
+                    f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]",
+                )
+            )
+    rows.append(
+        (
+            f"tie within {100 * float(answer['tie_margin']):.0f} %",
+            "; ".join(answer.get("tie") or []) or "none",
+        )
+    )
     rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
     rows.append(("confirmation launches", str(answer.get("confirmation_launches", 0))))
     return rows
@@ -64,8 +83,9 @@ def prediction_table(trials: pd.DataFrame) -> pd.DataFrame:
     needed = {"predicted_mean", "predicted_sd", "value", "config", "kind"}
     if trials.empty or not needed <= set(trials.columns):
         return pd.DataFrame()
-    df = trials[(trials["kind"] == "trial") & trials["predicted_mean"].notna()
-                & trials["value"].notna()].drop_duplicates("trial")  # fmt: skip
+    df = trials[
+        (trials["kind"] == "trial") & trials["predicted_mean"].notna() & trials["value"].notna()
+    ].drop_duplicates("trial")
     df = df[["trial", "config", "predicted_mean", "predicted_sd", "value"]].copy()
     df["error_pct"] = 100 * (df["predicted_mean"] - df["value"]) / df["value"]
     return df.sort_values("trial").reset_index(drop=True)

@@ -1,9 +1,9 @@
 """Figures of one study: each ``plot_*(df, *, ax=None) -> Axes`` draws, never saves.
 
-``df`` is the tidy frame of :func:`analysis.load.load_trials`. Each function
+``df`` is the tidy frame of :func:`analysis.data.load.load_trials`. Each function
 draws at one concurrency level (default: the objective's) and returns the
 axes; :func:`plot_per_level` makes a figure with one panel per level, and
-:mod:`analysis.report` is the only place that writes files.
+:mod:`analysis.report.write` is the only place that writes files.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from analysis.acceptance import fit_accept_curve
-from analysis.configs import draft_rule
-from analysis.plots_compare import plot_compare
-from analysis.plots_costmodel import plot_cycle_breakdown
-from analysis.plots_failures import plot_failures
-from analysis.style import (
+from analysis.data.best import progress_rows, progress_x
+from analysis.data.transform import levels, per_config, speedup_grid, top_groups
+from analysis.models.predict import AcceptGroup, accept_groups
+from analysis.plots.style import (
     BASELINE_COLOR,
     FAIL_COLOR,
     STEPS_LABEL,
@@ -38,31 +36,16 @@ from analysis.style import (
     new_axes,
     shown_note,
 )
-from analysis.transform import default_level, levels, measured, per_config
 
 __all__ = [
     "plot_accept_length_vs_steps",
     "plot_best_so_far",
-    "plot_compare",
-    "plot_cycle_breakdown",
-    "plot_failures",
     "plot_per_level",
     "plot_speedup_heatmap",
     "plot_throughput_vs_steps",
 ]
 
 MAX_GROUPS = 8
-
-
-def _ranking_table(df: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
-    """Groups are ranked at the objective's level, so every panel shows the same groups."""
-    reference = per_config(df, default_level(df))
-    return reference if not reference.empty else table
-
-
-def _top_groups(table: pd.DataFrame, limit: int) -> tuple[list[str], int]:
-    order = table.groupby("group")["value"].max().sort_values(ascending=False)
-    return list(order.index[:limit]), len(order)
 
 
 def _integer_steps(ax: Axes) -> None:
@@ -91,7 +74,7 @@ def plot_throughput_vs_steps(
     table = per_config(df, level)
     if table.empty:
         return empty(ax, title, f"no measured trials at concurrency {level}")
-    groups, total = _top_groups(_ranking_table(df, table), max_groups)
+    groups, total = top_groups(df, table, max_groups)
     groups = [g for g in groups if g in set(table["group"])]
     for i, group in enumerate(groups):
         errorbar_line(ax, table[table["group"] == group], color(i), group)
@@ -146,23 +129,17 @@ def plot_accept_length_vs_steps(
     """Accept length (tokens per cycle, bonus included) vs steps, per (topk, draft rule).
 
     Dots are trials (every draft TP: accept length does not depend on it); the
-    dashed line is the fitted saturating curve the cost model extrapolates with.
+    dashed line is the fitted saturating curve the cost model extrapolates with
+    (fitted by :func:`analysis.models.predict.accept_groups`).
     """
     ax = new_axes(ax)
     level = frame_level(df, concurrency)
     title = f"Accept length vs steps (concurrency {level})"
-    rows = measured(df, level).dropna(subset=["accept_length"])
-    if rows.empty:
+    fitted = accept_groups(df, level, max_groups)
+    if not fitted.groups:
         return empty(ax, title, f"no accept lengths measured at concurrency {level}")
-    rules = [
-        draft_rule(int(s), int(n))
-        for s, n in zip(rows["num_steps"], rows["num_draft_tokens"], strict=True)
-    ]
-    rows = rows.assign(_rule=rules)
-    sizes = rows.groupby(["eagle_topk", "_rule"]).size().sort_values(ascending=False, kind="stable")
-    for i, (topk, rule) in enumerate(sizes.index[:max_groups]):
-        group = rows[((rows["eagle_topk"] == topk) & (rows["_rule"] == rule)).to_numpy()]
-        _accept_group(ax, group, int(topk), str(rule), color(i))
+    for i, group in enumerate(fitted.groups):
+        _accept_group(ax, group, color(i))
     ax.axhline(
         1.0,
         color=BASELINE_COLOR,
@@ -171,7 +148,7 @@ def plot_accept_length_vs_steps(
         label="no speculation (1 token per step)",
     )
     ax.set(
-        title=title + shown_note(min(max_groups, len(sizes)), len(sizes), "groups"),
+        title=title + shown_note(len(fitted.groups), fitted.total, "groups"),
         xlabel=STEPS_LABEL,
         ylabel="accept length (tokens per verify cycle)",
     )
@@ -181,20 +158,17 @@ def plot_accept_length_vs_steps(
     return ax
 
 
-def _accept_group(ax: Axes, rows: pd.DataFrame, topk: int, rule: str, colour: str) -> None:
-    label = f"topk {topk} · draft = {rule}"
-    steps = rows["num_steps"].astype(int)
+def _accept_group(ax: Axes, group: AcceptGroup, colour: str) -> None:
+    label = f"topk {group.eagle_topk} · draft = {group.draft_rule}"
+    steps, curve = group.steps, group.curve
     ax.scatter(
         steps,
-        rows["accept_length"],
+        group.accept_length,
         color=colour,
         s=22,
         alpha=0.7,
         zorder=3,
         label=f"{label} (trials)",
-    )
-    curve = fit_accept_curve(
-        list(steps), list(rows["accept_length"].astype(float)), eagle_topk=topk, draft_rule=rule
     )
     if curve is not None:
         xs = np.arange(1, int(steps.max()) + 3)
@@ -225,10 +199,9 @@ def plot_speedup_heatmap(
     """
     level = frame_level(df, concurrency)
     title = f"Speedup vs no speculation (concurrency {level})"
-    rows = measured(df, level).dropna(subset=["speedup", x, y])
-    if rows.empty:
+    grid = speedup_grid(df, x, y, level)
+    if grid.empty:
         return empty(new_axes(ax), title, f"no speedups at concurrency {level} (no baseline?)")
-    grid = rows.groupby([y, x])["speedup"].max().unstack(x).sort_index()
     ax = new_axes(
         ax,
         width=max(5.0, 1.6 + 0.75 * len(grid.columns)),
@@ -293,10 +266,10 @@ def plot_best_so_far(
     level, metric = frame_level(df, concurrency), frame_metric(df)
     by_time = x == "time"
     title = f"Best so far vs {'wall-clock time' if by_time else 'trial number'}"
-    trials = _progress_rows(df, level)
+    trials = progress_rows(df, level)
     if trials.empty:
         return empty(ax, title, "no trials")
-    xs, xlabel = _progress_x(trials, by_time)
+    xs, xlabel = progress_x(trials, by_time)
     trials = trials.assign(_x=xs).dropna(subset=["_x"]).sort_values("_x")
     ok = trials["_ok"].to_numpy(dtype=bool)
     good = trials[ok]
@@ -328,26 +301,6 @@ def plot_best_so_far(
     if legend:
         legend_outside(ax)
     return ax
-
-
-def _progress_rows(df: pd.DataFrame, level: int) -> pd.DataFrame:
-    trials = df[(df["kind"] == "trial").to_numpy()]
-    at_level = trials[(trials["concurrency"] == level).fillna(False).to_numpy()]
-    others = trials[trials["concurrency"].isna().to_numpy()]
-    rows = pd.concat([at_level, others]).drop_duplicates("trial").sort_values("trial")
-    ok = (rows["state"] == "measured") & rows["value"].notna()
-    ok &= rows["feasible"].fillna(True).astype(bool)
-    return rows.assign(_ok=ok.to_numpy(dtype=bool))
-
-
-def _progress_x(rows: pd.DataFrame, by_time: bool) -> tuple[pd.Series, str]:
-    if not by_time:
-        return rows["trial"].astype(float), "trial number"
-    end = rows["finished_at"].fillna(rows["started_at"])
-    seconds = (end - rows["started_at"].min()).dt.total_seconds()
-    if seconds.max() < 2 * 3600:
-        return seconds / 60, "wall-clock time since the first trial (min)"
-    return seconds / 3600, "wall-clock time since the first trial (h)"
 
 
 # --- one panel per concurrency level ------------------------------------------------------------

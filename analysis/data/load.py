@@ -2,8 +2,8 @@
 
 A study is named by a study file (``studies/x.toml``) or a :class:`StudyRef`
 (storage URL + study name). :func:`load_trials` gives one row per trial and
-concurrency level (columns in :mod:`analysis.schema`), each paired with the
-baseline measured nearest in time on its host (:mod:`analysis.speedup`);
+concurrency level (columns in :mod:`analysis.data.schema`), each paired with the
+latest baseline measured on its host before it (:mod:`analysis.data.speedup`);
 :func:`load_baselines` gives the baselines in the same shape and
 :func:`load_samples` the raw per-request samples.
 """
@@ -18,10 +18,10 @@ from typing import Any
 import optuna
 import pandas as pd
 
+from analysis.data.rows import StudyContext, trial_rows
+from analysis.data.schema import INT, STR, empty_frame, typed
+from analysis.data.speedup import attach_baselines
 from analysis.errors import AnalysisError
-from analysis.rows import StudyContext, trial_rows
-from analysis.schema import INT, STR, empty_frame, typed
-from analysis.speedup import attach_baselines
 from sweep.core.records import StudyInfo as StoredInfo
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
@@ -56,7 +56,7 @@ class StudyRef:
 
 
 @dataclass(frozen=True)
-class StudyInfo:
+class LoadedStudy:
     """Study-level facts recorded by ``sweep run``: tags, description, the study file."""
 
     ref: StudyRef
@@ -95,7 +95,7 @@ def study_ref(study: StudyLike, storage: str | None = None) -> StudyRef:
     return StudyRef(storage or spec.storage, spec.name)
 
 
-def load_study_info(study: StudyLike) -> StudyInfo:
+def load_study_info(study: StudyLike) -> LoadedStudy:
     """Tags, description, sweep version and the objective recorded on the study.
 
     Raises:
@@ -103,7 +103,7 @@ def load_study_info(study: StudyLike) -> StudyInfo:
     """
     ref = study_ref(study)
     stored = StoredInfo.from_attrs(_open(ref).user_attrs)
-    info = StudyInfo(
+    info = LoadedStudy(
         ref=ref,
         tags={str(k): str(v) for k, v in redact_data(dict(stored.tags)).items()},
         description=redact_text(stored.description),
@@ -115,7 +115,7 @@ def load_study_info(study: StudyLike) -> StudyInfo:
     return _with_objective(info)
 
 
-def _with_objective(info: StudyInfo) -> StudyInfo:
+def _with_objective(info: LoadedStudy) -> LoadedStudy:
     if not info.study_file:
         return info
     try:
@@ -123,7 +123,7 @@ def _with_objective(info: StudyInfo) -> StudyInfo:
     except Exception:  # an older or newer study-file format: keep the defaults
         return info
     objective = spec.objective
-    return StudyInfo(
+    return LoadedStudy(
         **{
             **vars(info),
             "metric": objective.metric,
@@ -141,7 +141,7 @@ def load_trials(
 ) -> pd.DataFrame:
     """One row per trial and concurrency level of one or several studies.
 
-    Each row carries the baseline measured nearest in time on its host at its
+    Each row carries the latest baseline measured on its host before it, at its
     level, and the speedup over it with a 95 % interval.
 
     Raises:
@@ -157,7 +157,7 @@ def load_trials(
     return _concat(frames)
 
 
-def load_study_data(study: StudyLike) -> tuple[StudyInfo, pd.DataFrame, pd.DataFrame]:
+def load_study_data(study: StudyLike) -> tuple[LoadedStudy, pd.DataFrame, pd.DataFrame]:
     """A study's facts, its trial frame (paired with baselines) and its baselines frame.
 
     Raises:
@@ -169,9 +169,9 @@ def load_study_data(study: StudyLike) -> tuple[StudyInfo, pd.DataFrame, pd.DataF
     return info, attach_baselines(trials, baselines), baselines
 
 
-def load_baselines(study: StudyLike | StudyInfo) -> pd.DataFrame:
+def load_baselines(study: StudyLike | LoadedStudy) -> pd.DataFrame:
     """The no-speculation baselines of a study, in the trial frame's shape (empty if none)."""
-    info = study if isinstance(study, StudyInfo) else load_study_info(study)
+    info = study if isinstance(study, LoadedStudy) else load_study_info(study)
     try:
         companion = _open(info.ref.baselines)
     except AnalysisError:
@@ -179,10 +179,10 @@ def load_baselines(study: StudyLike | StudyInfo) -> pd.DataFrame:
     return _frame(_trials(info.ref.baselines, companion), info.context())
 
 
-def load_schedules(study: StudyLike | StudyInfo) -> pd.DataFrame:
+def load_schedules(study: StudyLike | LoadedStudy) -> pd.DataFrame:
     """The verified schedules of a study (``sweep schedule --verify``), in the trial frame's
     shape, ``schedule`` naming each (``schedule`` or ``builtin``); empty if none."""
-    info = study if isinstance(study, StudyInfo) else load_study_info(study)
+    info = study if isinstance(study, LoadedStudy) else load_study_info(study)
     try:
         companion = _open(info.ref.schedules)
     except AnalysisError:

@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from analysis.data.transform import default_level, measured
 from analysis.errors import CostModelError
-from analysis.transform import default_level, measured
 from sweep.core.space import TrialConfig
 
 VERIFY_BASE = "verify_base"
@@ -267,7 +267,7 @@ def fit_cost_model(
     """Fit the cycle-time constants of one study at one concurrency level.
 
     Args:
-        df: the tidy trial frame of one study (:func:`analysis.load.load_trials`).
+        df: the tidy trial frame of one study (:func:`analysis.data.load.load_trials`).
         concurrency: the level to fit (default: the objective's).
         extras: only trials with these extra flags/env (default: the best trial's).
 

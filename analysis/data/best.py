@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.transform import best_row, levels, measured
+from analysis.data.transform import best_row, levels, measured
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,27 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return value
+
+
+def progress_rows(df: pd.DataFrame, level: int) -> pd.DataFrame:
+    """One row per search trial (at ``level`` when it measured), in trial order; ``_ok``: it
+    counts towards the best so far (measured, feasible)."""
+    trials = df[(df["kind"] == "trial").to_numpy()]
+    at_level = trials[(trials["concurrency"] == level).fillna(False).to_numpy()]
+    others = trials[trials["concurrency"].isna().to_numpy()]
+    rows = pd.concat([at_level, others]).drop_duplicates("trial").sort_values("trial")
+    ok = (rows["state"] == "measured") & rows["value"].notna()
+    ok &= rows["feasible"].fillna(True).astype(bool)
+    return rows.assign(_ok=ok.to_numpy(dtype=bool))
+
+
+def progress_x(rows: pd.DataFrame, by_time: bool) -> tuple[pd.Series, str]:
+    """Each row's place on the progress axis (trial number, or minutes/hours since the first
+    trial) and the axis text."""
+    if not by_time:
+        return rows["trial"].astype(float), "trial number"
+    end = rows["finished_at"].fillna(rows["started_at"])
+    seconds = (end - rows["started_at"].min()).dt.total_seconds()
+    if seconds.max() < 2 * 3600:
+        return seconds / 60, "wall-clock time since the first trial (min)"
+    return seconds / 3600, "wall-clock time since the first trial (h)"

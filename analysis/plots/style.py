@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from analysis.transform import baseline_band, default_level
+from analysis.data.transform import baseline_band, default_level
 
 WIDTH = 8.0
 HEIGHT = 4.8

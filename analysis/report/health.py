@@ -6,10 +6,10 @@ import datetime as dt
 
 import pandas as pd
 
-from analysis import formatting as fmt
-from analysis.document import Block, Details, Section, table
-from analysis.plots import plot_failures
-from analysis.sections import FigureSet, StudyData
+from analysis.plots.failures import plot_failures
+from analysis.report import formatting as fmt
+from analysis.report.data import FigureSet, StudyData
+from analysis.report.document import Block, Details, Section, table
 from sweep import __version__
 
 MAX_FAILURE_DETAILS = 20

@@ -17,9 +17,10 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection
 
-from analysis.schedule import BUILTIN, SCHEDULE, SERIES
-from analysis.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
-from analysis.style import metric_label as axis_label
+from analysis.data.transform import breaking, measured_speeds
+from analysis.models.schedule_compare import BUILTIN, SCHEDULE, SERIES
+from analysis.plots.style import BASELINE_COLOR, FAIL_COLOR, color, empty, legend_outside, new_axes
+from analysis.plots.style import metric_label as axis_label
 from sweep.study.model import Constraint
 
 SERIES_STYLE = {
@@ -32,13 +33,14 @@ SERIES_STYLE = {
 OTHER_COLOR = "#b0b0b0"
 
 
-def plot_schedule(df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | None = None
-                  ) -> Axes:  # fmt: skip
+def plot_schedule(
+    df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | None = None
+) -> Axes:
     """Per level, each series' figure over no speculation's (its 95 % interval as error bars).
 
     Args:
-        df: the long table of :func:`analysis.schedule.compare_schedule` (``concurrency``,
-            ``series``, ``value``, ``ci_low``, ``ci_high``).
+        df: the long table of :func:`analysis.models.schedule_compare.compare_schedule`
+            (``concurrency``, ``series``, ``value``, ``ci_low``, ``ci_high``).
         metric: the figure compared (for the axis text).
         ax: where to draw; default a new figure.
     """
@@ -59,8 +61,16 @@ def plot_schedule(df: pd.DataFrame, *, metric: str = "output_tok_s", ax: Axes | 
         low = np.clip(value - (rows["ci_low"] / scale).to_numpy(dtype=float), 0, None)
         high = np.clip((rows["ci_high"] / scale).to_numpy(dtype=float) - value, 0, None)
         colour, marker = SERIES_STYLE[name]
-        ax.errorbar(x, value, yerr=[np.nan_to_num(low), np.nan_to_num(high)], fmt=marker,
-                    color=colour, capsize=3, markersize=6, label=SERIES[name])  # fmt: skip
+        ax.errorbar(
+            x,
+            value,
+            yerr=[np.nan_to_num(low), np.nan_to_num(high)],
+            fmt=marker,
+            color=colour,
+            capsize=3,
+            markersize=6,
+            label=SERIES[name],
+        )
     ax.set_xticks(np.arange(len(levels)), [str(c) for c in levels])
     ax.set_xlabel("concurrency (requests in flight)")
     if relative:
@@ -88,8 +98,7 @@ def plot_pareto(
     """
     ax = new_axes(ax, width=9.0, height=5.6)
     title = "Per-request speed against total throughput, across concurrency levels"
-    rows = df[(df["state"] == "measured").fillna(False).astype(bool)]
-    rows = rows.dropna(subset=["decode_tok_s", "output_tok_s", "concurrency"])
+    rows = measured_speeds(df)
     if rows.empty:
         return empty(ax, title, "Nothing measured at any level yet.")
     plain = rows[rows["schedule"].isna()]
@@ -121,22 +130,49 @@ def _static_lines(ax: Axes, rows: pd.DataFrame) -> None:
     _, starts = np.unique(ordered["_key"].to_numpy(), return_index=True)
     segments = np.split(points, np.sort(starts)[1:])
     ax.add_collection(LineCollection(segments, colors=OTHER_COLOR, linewidths=1.0, zorder=2))
-    ax.scatter(ordered["output_tok_s"], ordered["decode_tok_s"], color=OTHER_COLOR, marker=".",
-               s=20, zorder=2)  # fmt: skip
+    ax.scatter(
+        ordered["output_tok_s"],
+        ordered["decode_tok_s"],
+        color=OTHER_COLOR,
+        marker=".",
+        s=20,
+        zorder=2,
+    )
     ax.plot([], [], color=OTHER_COLOR, marker=".", label="static configurations")
     ax.autoscale_view()
 
 
-def _line(ax: Axes, group: pd.DataFrame, colour: str, label: str | None, style: str, *,
-          width: float, annotate: bool = False) -> None:  # fmt: skip
+def _line(
+    ax: Axes,
+    group: pd.DataFrame,
+    colour: str,
+    label: str | None,
+    style: str,
+    *,
+    width: float,
+    annotate: bool = False,
+) -> None:
     g = group.sort_values("concurrency")
-    ax.plot(g["output_tok_s"], g["decode_tok_s"], color=colour, marker="o" if annotate else ".",
-            linestyle=style, linewidth=width, label=label, zorder=3 if annotate else 2)  # fmt: skip
+    ax.plot(
+        g["output_tok_s"],
+        g["decode_tok_s"],
+        color=colour,
+        marker="o" if annotate else ".",
+        linestyle=style,
+        linewidth=width,
+        label=label,
+        zorder=3 if annotate else 2,
+    )
     if annotate:
         for _, r in g.iterrows():
-            ax.annotate(str(int(r["concurrency"])), (r["output_tok_s"], r["decode_tok_s"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize="x-small",
-                        color=colour)  # fmt: skip
+            ax.annotate(
+                str(int(r["concurrency"])),
+                (r["output_tok_s"], r["decode_tok_s"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize="x-small",
+                color=colour,
+            )
 
 
 def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]) -> None:
@@ -148,31 +184,18 @@ def _constraints(ax: Axes, rows: pd.DataFrame, constraints: Sequence[Constraint]
                 if bound is not None:
                     draw(bound, color=FAIL_COLOR, linestyle=":", linewidth=1.2, label=text)
             continue
-        column = _column(c.metric)
-        at = rows[(rows["concurrency"] == c.concurrency).to_numpy()]
-        if column not in at.columns:
+        broken = breaking(rows, c)
+        if broken is None:
             continue
-        broken = at[_breaks(at[column], c)]
-        ax.scatter(broken["output_tok_s"], broken["decode_tok_s"], marker="x", s=60,
-                   color=FAIL_COLOR, zorder=4, label=f"breaks {text}")  # fmt: skip
-
-
-def _breaks(values: pd.Series, c: Constraint) -> pd.Series:
-    bad = values.isna()
-    if c.maximum is not None:
-        bad |= values > c.maximum
-    if c.minimum is not None:
-        bad |= values < c.minimum
-    return bad.fillna(True).astype(bool)
-
-
-def _column(metric: str) -> str:
-    """A constraint's metric name → the frame's column (``ttft_p90_ms`` → ``ttft_ms_p90``)."""
-    if metric in ("accept_length", "decode_tok_s", "output_tok_s"):
-        return metric
-    family, _, unit = metric.rpartition("_")
-    name, _, pct = family.partition("_")
-    return f"{name}_{unit}_{pct}"
+        ax.scatter(
+            broken["output_tok_s"],
+            broken["decode_tok_s"],
+            marker="x",
+            s=60,
+            color=FAIL_COLOR,
+            zorder=4,
+            label=f"breaks {text}",
+        )
 
 
 def _constraint_text(c: Constraint) -> str:

@@ -1,8 +1,8 @@
 """What report sections share: the data they read, the figures they draw, the result.
 
-A section is a function of frames returning a :class:`~analysis.document.Section`;
+A section is a function of frames returning a :class:`~analysis.report.document.Section`;
 figures it needs are drawn through :meth:`FigureSet.draw`, which keeps them by
-name for :mod:`analysis.report` to save (a figure that cannot be drawn becomes
+name for :mod:`analysis.report.write` to save (a figure that cannot be drawn becomes
 a sentence saying why).
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.document import Document, FigureRef
+from analysis.data.load import LoadedStudy
+from analysis.data.schema import empty_frame
 from analysis.errors import CostModelError
-from analysis.load import StudyInfo
-from analysis.schema import empty_frame
+from analysis.report.document import Document, FigureRef
 
 CAPTIONS = {
     "throughput_vs_steps": "Throughput vs speculative steps, one line per (draft TP, topk, draft "
@@ -45,7 +45,7 @@ CAPTIONS = {
 class StudyData:
     """Everything a study report is built from (``schedules``: verified schedule launches)."""
 
-    info: StudyInfo
+    info: LoadedStudy
     trials: pd.DataFrame
     baselines: pd.DataFrame
     schedules: pd.DataFrame = field(default_factory=empty_frame)

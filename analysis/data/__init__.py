@@ -1,0 +1,1 @@
+"""Study data: load from storage, the tidy frames, their schema, speedups, selections (pandas)."""

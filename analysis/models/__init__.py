@@ -1,0 +1,1 @@
+"""Fitted and derived figures: the cost model, accept curves, predictions, comparisons."""

@@ -1,0 +1,1 @@
+"""Figures: each ``plot_*`` draws computed frames or values into an Axes and never saves."""

@@ -1,0 +1,1 @@
+"""Reports: what a report says (a Document plus figures) and the only writer of files."""
