@@ -79,6 +79,8 @@ class SGLangRules(Rules):
         if self.algorithm in BLOCK_DRAFTERS:
             return replace(config, num_steps=1, eagle_topk=1)
         if self.algorithm in EAGLE_FAMILY and config.eagle_topk == 1:
+            if config.num_draft_tokens == config.num_steps + 1:
+                return config  # already what SGLang runs (no copy: plan() resolves every point)
             return replace(config, num_draft_tokens=config.num_steps + 1)
         return config
 
@@ -114,7 +116,7 @@ class SGLangRules(Rules):
         return self._check_flags(config)
 
     def _check_flags(self, config: TrialConfig) -> Ruling | None:
-        k = self.resolve(config).eagle_topk
+        k = config.eagle_topk  # the EAGLE family's resolution keeps topk
         backend = self._flag(config, "--attention-backend")
         if k > 1 and backend == "trtllm_mha":
             return self._ruling("attention backend", f"trtllm_mha needs topk = 1, got topk={k}")

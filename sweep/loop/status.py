@@ -14,7 +14,7 @@ from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.search import answer
 from sweep.server import deploy
-from sweep.server.engine_check import gate_study
+from sweep.server.engine_check import gate_study, stderr_progress
 from sweep.store import baseline_study_name, rdb_storage, read_records
 from sweep.study.spec import Study
 
@@ -126,7 +126,13 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     note = ""
     if gate:  # [engines] the parser gate; rejected configurations become exclusions
         with deploy.open_host(study.host) as executor:
-            check = gate_study(executor, study, adapter, {c.key(): c for c in result.valid})
+            check = gate_study(
+                executor,
+                study,
+                adapter,
+                {c.key(): c for c in result.valid},
+                progress=stderr_progress,
+            )
         result, note = plan(study, check.gate(rules)), check.note
     config = deploy.server_config(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)

@@ -23,7 +23,8 @@ values, flags sweep sets itself; those are study-file errors naming the key.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.core.space import Gated, Rules, Ruling, TrialConfig
@@ -37,6 +38,15 @@ from sweep.study.spec import Study
 PROBE_TIMEOUT_S = 60.0
 GATE_TIMEOUT_S = 300.0
 """One import (3.5-4 s for SGLang, ~10 s for vLLM) plus milliseconds per command."""
+
+Progress = Callable[[int, int], None]
+"""Called after each parser process with (commands checked so far, all commands)."""
+
+
+def stderr_progress(done: int, total: int) -> None:
+    """A line on stderr per parser process (a long plan is a few; `sweep plan` prints them)."""
+    print(f"the engine's parser checked {done:,} of {total:,} planned commands", file=sys.stderr,
+          flush=True)  # fmt: skip
 
 
 class VersionSource(enum.StrEnum):
@@ -104,6 +114,8 @@ def check_engine(
     executor: Executor,
     adapter: EngineAdapter,
     commands: Mapping[str, LaunchCommand] | Sequence[LaunchCommand] = (),
+    *,
+    progress: Progress | None = None,
 ) -> EngineCheck:
     """Find the engine version on the host and, where the engine imports, parse ``commands``.
 
@@ -112,6 +124,7 @@ def check_engine(
         adapter: the engine; a pinned ``adapter.version`` skips the version probe.
         commands: the planned commands, keyed by configuration key (a sequence is keyed
             by each command's shell text); none = the version only.
+        progress: told after each parser process when a long plan needs several.
 
     Returns:
         The check; ``rejected`` holds the commands the engine's parser refused.
@@ -120,10 +133,7 @@ def check_engine(
     if not keyed:
         return _version_only(executor, adapter)
     try:
-        reports = [
-            _gate_report(executor, adapter, probe)
-            for probe in adapter.gate_probes(list(keyed.values()))
-        ]
+        reports = _gate_reports(executor, adapter, list(keyed.values()), progress)
     except ExecutorError as exc:
         version, source = _version_of(adapter, "")
         note = (
@@ -138,7 +148,12 @@ def check_engine(
 
 
 def gate_study(
-    executor: Executor, study: Study, adapter: EngineAdapter, configs: Mapping[str, TrialConfig]
+    executor: Executor,
+    study: Study,
+    adapter: EngineAdapter,
+    configs: Mapping[str, TrialConfig],
+    *,
+    progress: Progress | None = None,
 ) -> EngineCheck:
     """The parser gate for a study's planned configurations, and its flags checked.
 
@@ -147,6 +162,7 @@ def gate_study(
         study: the study (its flags are checked, its deployment builds the commands).
         adapter: the study's engine adapter on this host.
         configs: the planned configurations by key (``plan(...).valid``).
+        progress: see :func:`check_engine`.
 
     Raises:
         StudyFileError: a flag is abbreviated, a switch has a value other than true or
@@ -159,7 +175,7 @@ def gate_study(
     _raise(study, _conflicts(study, adapter, uses))
     server = deploy.server_config(study)
     commands = {key: adapter.command(server, c) for key, c in configs.items()}
-    check = check_engine(executor, adapter, commands)
+    check = check_engine(executor, adapter, commands, progress=progress)
     table = check.options or adapter.known_flags()
     _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))
     return check
@@ -201,6 +217,23 @@ def _version_only(executor: Executor, adapter: EngineAdapter) -> EngineCheck:
         return _assumed(executor, adapter, _last_line(probe.stderr, probe.exit_code))
     note = f"{adapter.display_name} {version} on {executor.host}"
     return EngineCheck(version, VersionSource.HOST, note)
+
+
+def _gate_reports(
+    executor: Executor,
+    adapter: EngineAdapter,
+    commands: Sequence[LaunchCommand],
+    progress: Progress | None,
+) -> list[gate.GateReport]:
+    probes = adapter.gate_probes(commands)
+    reports: list[gate.GateReport] = []
+    for probe in probes:
+        reports.append(_gate_report(executor, adapter, probe))
+        if not reports[-1].importable:
+            break  # the next processes would fail the same way
+        if progress is not None and len(probes) > 1:
+            progress(min(len(commands), sum(len(r.verdicts) for r in reports)), len(commands))
+    return reports
 
 
 def _gate_report(

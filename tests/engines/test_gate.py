@@ -7,9 +7,12 @@ over a real sshd; the study's flags are checked against the parser's option list
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import subprocess
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -247,3 +250,26 @@ def test_an_unreachable_host_is_said_once_and_relies_on_fail_fast(tmp_path: Path
         check = check_engine(executor, adapter, [adapter.command(CONFIG, PARAMS)])
     assert (check.source, check.validated) == (VersionSource.ASSUMED, False)
     assert "the engine's parser could not be run on" in check.note and "fail-fast" in check.note
+
+
+def test_a_long_plan_is_encoded_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: each command was re-compressed with every one before it (9,900 points ran
+    for minutes); now a plan is compressed about once, in a few words."""
+    from sweep.engines import gate
+
+    encoded: list[int] = []
+    real = gate._encode
+
+    def counting(header: Mapping[str, object], commands: list[list[str]]) -> str:
+        encoded.append(len(commands))
+        return real(header, commands)
+
+    monkeypatch.setattr(gate, "_encode", counting)
+    commands = [["--model-path", "m", "--mem-fraction-static", f"0.{i:06d}"] for i in range(20_000)]
+    words = payloads(commands, ("sglang",), "sglang serve", max_chars=20_000)
+    assert 1 < len(words) and all(len(w) <= 20_000 for w in words)
+    assert sum(encoded) < 3 * len(commands)  # was ~len(commands)**2 / 2 / len(words)
+    decoded = [
+        c for w in words for c in json.loads(zlib.decompress(base64.b64decode(w)))["commands"]
+    ]
+    assert decoded == commands  # every command once, in order
