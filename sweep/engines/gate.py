@@ -13,8 +13,9 @@ SGLang, the algorithm-name resolution). It prints one line ``SWEEP-GATE {json}``
 ``version``, ``importable`` (and ``error`` when not), the parser's ``options``
 (option string → argparse ``nargs``), ``abbreviations`` (the parser's
 ``allow_abbrev``) and one result per command: ``ok`` true, false (rejected, with
-``stage`` and the parser's exact ``message``) or null (the check itself failed:
-inconclusive, never a rejection).
+``stage`` and the parser's exact ``message``: its last stderr line on a parser error,
+the exception type and text when the engine's argument handling raised one) or null
+(SGLang's name resolution itself failed: inconclusive, never a rejection).
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def run_parser(parse, argv):
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         return None, {"ok": False, "stage": "parser",
                       "message": lines[-1].strip() if lines else "exit code %s" % exc.code}
-    except Exception as exc:
-        return None, {"ok": None, "stage": "parser",
+    except Exception as exc:  # raised inside the engine's own argument handling: it would
+        # raise the same at launch (e.g. SGLang's --config with a non-YAML file: ValueError)
+        return None, {"ok": False, "stage": "parser",
                       "message": type(exc).__name__ + ": " + str(exc)}
 def option_table(parser):
     if parser is None:

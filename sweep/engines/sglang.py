@@ -138,7 +138,9 @@ class SGLangAdapter(EngineAdapter):
     # --- the command ------------------------------------------------------------------------
 
     def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
-        config, extra = self.fold(config, (*config.extra_flags, *flag_words(params.flags)))
+        config, extra = self.fold(
+            config, (*config.extra_flags, *flag_words(params.flags, self.known_flags().negatable))
+        )
         self._refuse_abbreviated(extra)
         server_args = (
             "--model-path", config.model_path,

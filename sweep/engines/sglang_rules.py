@@ -10,11 +10,14 @@ Facts from ``reference/sglang.md`` §1.2 (SGLang 0.5.23, ``speculative_hook.py``
   EAGLE/EAGLE3 and topk = 1; STANDALONE cannot run with DP attention.
 * NGRAM has no draft model: SGLang sets topk to ``--speculative-ngram-max-bfs-breadth``
   (default 10) whatever was asked, and steps to draft tokens // topk; draft tokens
-  are honoured. So NGRAM's dimensions are draft tokens, the BFS breadth and the
+  are honoured (fewer draft tokens than the breadth derive steps 0, which SGLang
+  accepts). So NGRAM's dimensions are draft tokens, the BFS breadth and the
   other ``--speculative-ngram-*`` flags; steps, topk and draft TP are rewritten.
   NGRAM cannot run with DP attention; topk > 1 with ``--page-size`` > 1 needs
   flashinfer.
 * DFLASH and DSPARK force steps = 1 and topk = 1 (they use block sizes).
+* ``NONE`` is SGLang's name for no speculation: a study naming it has no speculative
+  configuration (each would run as the baseline), so every one is excluded.
 * Other names (UNO, names registered by plugins, typos) get no rules here: the
   engine's own resolution judges them (the parser gate, or fail-fast at launch).
 """
@@ -33,6 +36,8 @@ BUILT_IN = (*sorted(EAGLE_FAMILY), "NGRAM", *sorted(BLOCK_DRAFTERS), "UNO")
 """SGLang 0.5.23's built-in algorithm names (``SpeculativeAlgorithm``)."""
 BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
 MIN_BREADTH_FLAG = "--speculative-ngram-min-bfs-breadth"
+NO_ALGORITHM = "NONE"
+"""``SpeculativeAlgorithm.NONE``: SGLang accepts the name and runs without speculation."""
 NGRAM_DEFAULT_BREADTH = 10
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
 PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
@@ -61,6 +66,12 @@ class SGLangRules(Rules):
     def check(self, config: TrialConfig) -> Ruling | None:
         if not config.speculative:
             return None
+        if self.algorithm == NO_ALGORITHM:
+            return self._ruling(
+                "algorithm",
+                f'"{NO_ALGORITHM}" is SGLang\'s name for no speculation: every configuration would '
+                "run as the baseline; set [engine] algorithm to a speculative one (e.g. EAGLE3)",
+            )
         if self.algorithm == "NGRAM":
             return self._check_ngram(config)
         if self.algorithm in BLOCK_DRAFTERS:
@@ -171,12 +182,8 @@ class SGLangRules(Rules):
                 f"{MIN_BREADTH_FLAG} {self._int_flag(config, MIN_BREADTH_FLAG, 1)} > "
                 f"{BREADTH_FLAG} {breadth}",
             )
-        if d < max(2, breadth):
-            return self._ruling(
-                "draft tokens",
-                f"draft tokens {d} < max(2, {BREADTH_FLAG} {breadth}): SGLang would derive "
-                f"steps = {d // breadth}",
-            )
+        if d < 2:  # fewer than the breadth is accepted: SGLang derives steps 0 and runs
+            return self._ruling("draft tokens", f"draft tokens must be >= 2, got {d}")
         if self._dp_attention(config):
             return self._ruling("DP attention", "NGRAM cannot run with DP attention")
         backend = self._flag(config, "--attention-backend")

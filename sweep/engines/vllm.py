@@ -14,6 +14,7 @@ merged into the JSON, so a study can sweep any key of the speculative config.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -130,7 +131,9 @@ class VLLMAdapter(EngineAdapter):
     # --- the command ------------------------------------------------------------------------
 
     def command(self, config: ServerConfig, params: TrialConfig) -> LaunchCommand:
-        overrides, words = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
+        overrides, words = split_spec_flags(
+            (*config.extra_flags, *flag_words(params.flags, self.known_flags().negatable))
+        )
         config, extra = self.fold(config, words)
         server_args = (
             "--model", config.model_path,
@@ -153,7 +156,9 @@ class VLLMAdapter(EngineAdapter):
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
     def schedule_documents(self, config: ServerConfig, params: TrialConfig) -> dict[str, str]:
-        overrides, _ = split_spec_flags((*config.extra_flags, *flag_words(params.flags)))
+        overrides, _ = split_spec_flags(
+            (*config.extra_flags, *flag_words(params.flags, self.known_flags().negatable))
+        )
         spec = speculative_config(config, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
 
@@ -211,12 +216,14 @@ class VLLMAdapter(EngineAdapter):
         return interpreter_for(self.launcher, self.python)
 
     def known_flags(self) -> FlagTable:
-        return FlagTable.of(
-            f"sweep's list for vLLM {self.effective_version}",
-            switches=VLLM_SWITCHES,
-            one=VLLM_ONE_VALUE,
-            abbreviations=False,
-        )
+        return vllm_flags(self.effective_version)
+
+
+@functools.lru_cache(maxsize=16)
+def vllm_flags(version: str) -> FlagTable:
+    """The options of vLLM ``version`` that sweep knows (one table per version: cached)."""
+    return FlagTable.of(f"sweep's list for vLLM {version}", switches=VLLM_SWITCHES,
+                        one=VLLM_ONE_VALUE, abbreviations=False)  # fmt: skip
 
 
 VLLM_SWITCHES = (

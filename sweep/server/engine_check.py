@@ -31,7 +31,7 @@ from sweep.core.space import Gated, Rules, Ruling, TrialConfig
 from sweep.engines import gate
 from sweep.engines.base import EngineAdapter, LaunchCommand
 from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
-from sweep.exceptions import ExecutorError, StudyFileError
+from sweep.exceptions import ConfigError, ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
 from sweep.study.spec import Study
 
@@ -171,13 +171,22 @@ def gate_study(
     from sweep.server import deploy
 
     uses = study_flag_uses(study)
-    _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
+    folded = adapter.folded_flags
+    # before any command is built: what the adapter would refuse without naming the key
+    _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags, folded=folded))
     _raise(study, _conflicts(study, adapter, uses))
     server = deploy.server_config(study)
     commands = {key: adapter.command(server, c) for key, c in configs.items()}
     check = check_engine(executor, adapter, commands, progress=progress)
     table = check.options or adapter.known_flags()
-    _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))
+    _raise(study, flag_problems(uses, table, folded=folded))
+    _raise(study, _unsent_negations(uses, table, adapter.known_flags()))
+    if configs and len(check.rejected) == len(configs):
+        first = check.rejected[0]
+        raise ConfigError(
+            f"{study.path}: the engine's parser rejected every planned configuration "
+            f"({len(configs)}), nothing to run; e.g. {first.message} [{first.rule}]"
+        )
     return check
 
 
@@ -313,6 +322,22 @@ def _conflicts(study: Study, adapter: EngineAdapter, uses: Sequence[FlagUse]) ->
         FlagProblem(use.key, message.format(use.flag))
         for use in uses
         if adapter.folded_flags.get(use.flag) == "max_running_requests"
+    ]
+
+
+def _unsent_negations(
+    uses: Sequence[FlagUse], parser: FlagTable, known: FlagTable
+) -> list[FlagProblem]:
+    """``false`` for a flag the engine's parser negates (``--no-X``) but sweep's list does not
+    know: it would be left out, keeping the engine's default."""
+    return [
+        FlagProblem(
+            use.key,
+            f"{use.flag} is switched off by --no-{use.flag[2:]} ({parser.source}); false would "
+            f'leave it out and keep the engine\'s default: write "--no-{use.flag[2:]}" = true',
+        )
+        for use in uses
+        if "false" in use.values and use.flag in parser.negatable - known.negatable
     ]
 
 
