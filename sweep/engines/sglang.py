@@ -30,8 +30,10 @@ from sweep.engines.base import (
     interpreter_for,
     parse_version,
 )
+from sweep.engines.fallbacks import refuse_fallback
 from sweep.engines.flags import FlagTable, flag_words
 from sweep.engines.sglang_flags import sglang_flags
+from sweep.engines.sglang_rules import ADAPTIVE_FALLBACKS
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -344,6 +346,7 @@ def check_adaptive(config: ServerConfig, params: TrialConfig) -> None:
             f"SGLang would ignore --speculative-adaptive for {reason} and run static steps "
             "instead; a schedule needs EAGLE or EAGLE3 with topk 1"
         )
+    refuse_fallback("SGLang", ADAPTIVE_FALLBACKS, (*config.extra_flags, *flag_words(params.flags)))
     document = BUILTIN_ADAPTIVE if adaptive.builtin else adaptive_config(adaptive.steps_by_batch)
     check_adaptive_config(document, params.num_steps)
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from sweep.core.space import Rules, Ruling, TrialConfig
+from sweep.engines.fallbacks import Fallback
 from sweep.study.spec import FlagValue
 
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
@@ -41,6 +42,24 @@ NO_ALGORITHM = "NONE"
 NGRAM_DEFAULT_BREADTH = 10
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
 PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+
+ADAPTIVE_FALLBACKS = (
+    Fallback("--enable-dp-attention", "enable_dp_attention=True is not supported (adaptive tier "
+             "decisions are not synchronized across DP ranks)"),
+    Fallback("--attn-dp-size", "enable_dp_attention=True is not supported (attention DP: adaptive "
+             "tier decisions are not synchronized across DP ranks)", above=1),
+    Fallback("--enable-multi-layer-eagle", "enable_multi_layer_eagle=True is not supported "
+             "(MultiLayerEagleWorkerV2 does not implement adaptive)"),
+    Fallback("--enable-two-batch-overlap", "enable_two_batch_overlap=True is not supported "
+             "(adaptive state swap would discard the TboAttnBackend wrapper)"),
+    Fallback("--enable-pdmux", "enable_pdmux=True is not supported (adaptive state swap does not "
+             "update decode_attn_backend_group)"),
+)  # fmt: skip
+"""The flags with which SGLang 0.5.23 turns ``--speculative-adaptive`` off
+(``adaptive_unsupported_reason`` in ``srt/speculative/adaptive_spec_params.py``; the
+algorithm and topk cases are :func:`sweep.engines.sglang.adaptive_refusal`): it logs
+``speculative_adaptive disabled: <reason>`` and runs the static (largest) steps at every
+batch size."""
 
 
 @dataclass(frozen=True)

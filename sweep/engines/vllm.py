@@ -32,6 +32,7 @@ from sweep.engines.base import (
     Signature,
     interpreter_for,
 )
+from sweep.engines.fallbacks import refuse_fallback
 from sweep.engines.flags import FlagTable, flag_words
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
@@ -294,6 +295,11 @@ def speculative_config(
         if params.draft_tp:  # 0: the target's (vLLM's default)
             spec["draft_tensor_parallel_size"] = params.draft_tp
     if params.adaptive is not None:
+        from sweep.engines.vllm_rules import SCHEDULE_FALLBACKS  # vllm_rules imports this module
+
+        refuse_fallback(
+            "vLLM", SCHEDULE_FALLBACKS, (*config.extra_flags, *flag_words(params.flags))
+        )
         spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, config)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 

@@ -466,3 +466,44 @@ def test_a_schedule_without_speculation_exports_the_plain_command(tmp_path: Path
     out = export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
     assert "--speculative" not in out.command and "deploy without it" in out.table
     assert not (tmp_path / "o" / "sglang-adaptive-config.json").exists()
+
+
+# --- silent fallbacks: refused before anything runs, naming the flag (issue 22) ---
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        ('"--enable-two-batch-overlap" = true', "--enable-two-batch-overlap"),
+        ('"--enable-multi-layer-eagle" = true', "--enable-multi-layer-eagle"),
+        ('"--enable-dp-attention" = true', "--enable-dp-attention"),
+        ('"--attn-dp-size" = 2', "--attn-dp-size"),
+        ('"--enable-pdmux" = true', "--enable-pdmux"),
+    ],
+)
+def test_sglang_schedules_it_would_silently_drop_are_refused(
+    tmp_path: Path, flags: str, flag: str
+) -> None:
+    study = study_of(f'model_path = "m"\ntp_size = 8\nflags = {{ {flags} }}')
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    with pytest.raises(EngineConfigError) as error:
+        export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
+    message = str(error.value)
+    assert message.startswith(f"{flag}: SGLang would silently drop the schedule")
+    assert "\n" not in message and "is not supported" in message
+    config = deploy.server_config(study)
+    with pytest.raises(EngineConfigError, match=flag):  # the verification launch too
+        SGLangAdapter().command(config, params(Adaptive(SCHEDULE, "/w/s.json")))
+    assert SGLangAdapter().command(config, params(None))  # a static launch is fine
+    off = study_of(
+        f'model_path = "m"\ntp_size = 8\nflags = {{ "{flag}" = {"1" if "size" in flag else "false"} }}'
+    )  # noqa: E501
+    assert export(off, s, deploy.adapter_for(off, off.host), tmp_path / "ok").files
+
+
+def test_vllm_schedules_with_data_parallelism_are_refused(tmp_path: Path) -> None:
+    study = study_of('name = "vllm"\nmodel_path = "m"\nalgorithm = "DRAFT_MODEL"\n'
+                     'draft_model_path = "d"\nflags = { "--data-parallel-size" = 2 }')  # fmt: skip
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    with pytest.raises(EngineConfigError, match=r"^--data-parallel-size: vLLM would silently"):
+        export(study, s, deploy.adapter_for(study, study.host), tmp_path / "o")
