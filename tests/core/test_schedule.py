@@ -495,9 +495,8 @@ def test_sglang_schedules_it_would_silently_drop_are_refused(
     with pytest.raises(EngineConfigError, match=flag):  # the verification launch too
         SGLangAdapter().command(config, params(Adaptive(SCHEDULE, "/w/s.json")))
     assert SGLangAdapter().command(config, params(None))  # a static launch is fine
-    off = study_of(
-        f'model_path = "m"\ntp_size = 8\nflags = {{ "{flag}" = {"1" if "size" in flag else "false"} }}'
-    )  # noqa: E501
+    value = "1" if "size" in flag else "false"  # off: the schedule runs
+    off = study_of(f'model_path = "m"\ntp_size = 8\nflags = {{ "{flag}" = {value} }}')
     assert export(off, s, deploy.adapter_for(off, off.host), tmp_path / "ok").files
 
 
