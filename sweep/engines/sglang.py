@@ -33,7 +33,7 @@ from sweep.engines.base import (
 from sweep.engines.fallbacks import refuse_fallback
 from sweep.engines.flags import FlagTable, flag_words
 from sweep.engines.sglang_flags import sglang_flags
-from sweep.engines.sglang_rules import ADAPTIVE_FALLBACKS
+from sweep.engines.sglang_rules import ADAPTIVE_FALLBACKS, graph_sizes
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -217,6 +217,10 @@ class SGLangAdapter(EngineAdapter):
     def builtin_adaptive_steps(self) -> int | None:
         union = check_adaptive_config(BUILTIN_ADAPTIVE, None)
         return union[len(union) // 2]  # what SGLang picks when no steps are given
+
+    def graph_batch_sizes(self, config: ServerConfig) -> tuple[int, ...]:
+        config, words = self.fold(config, config.extra_flags)
+        return graph_sizes(words, config.cuda_graph_max_bs, config.max_running_requests)
 
     def adaptive_file(self, params: TrialConfig) -> str | None:
         adaptive = params.adaptive

@@ -24,7 +24,8 @@ Facts from ``reference/sglang.md`` §1.2 (SGLang 0.5.23, ``speculative_hook.py``
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sweep.core.space import Rules, Ruling, TrialConfig
@@ -239,3 +240,36 @@ class SGLangRules(Rules):
 
     def _ruling(self, rule: str, reason: str) -> Ruling:
         return Ruling(f"SGLang {self.version} {self.algorithm} {rule}", reason)
+
+
+# --- CUDA-graph padding (where a schedule's batch-size keys sit) ------------------------------
+
+GRAPHS_OFF = ("--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-cuda-graph-padding")
+"""Flags with which a running batch is not padded up to a captured size."""
+
+
+def capture_sizes(max_bs: int, pool: int) -> tuple[int, ...]:
+    """SGLang 0.5.23's decode CUDA-graph batch sizes under speculation
+    (``generate_decode_cuda_graph_batch_sizes``): ``1..8``, ``10..32`` step 2, ``40..64`` step
+    4, ``72..256`` step 8, then step 16, up to ``max_bs`` (added itself), then capped at the
+    request pool at capture (``pool``: sized from ``--max-running-requests``; the exact pool
+    size is assumed equal to it)."""
+    sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+             *range(272, max_bs + 1, 16)]  # fmt: skip
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return tuple(bs for bs in sizes if bs <= pool)
+
+
+def graph_sizes(words: Sequence[str], max_bs: int | None, pool: int) -> tuple[int, ...]:
+    """The sizes a running batch is padded up to for a speculative server started with the
+    flags ``words``: none with graphs or padding off, the ``--cuda-graph-bs-decode`` list when
+    given, else :func:`capture_sizes` (``max_bs`` unset: assumed to cover the pool, as SGLang's
+    defaults of 160 to 512 do for a pool up to 160)."""
+    if any(word.partition("=")[0] in GRAPHS_OFF for word in words):
+        return ()
+    if "--cuda-graph-bs-decode" in words:
+        given = itertools.takewhile(str.isdigit, words[words.index("--cuda-graph-bs-decode") + 1 :])
+        return tuple(sorted({int(w) for w in given if int(w) <= pool}))
+    return capture_sizes(max_bs if max_bs is not None else pool, pool)

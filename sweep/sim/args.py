@@ -167,10 +167,12 @@ class Resolved:
         a = self.args
         if a["disable_cuda_graph"]:
             return None
-        limit = min(int(a["cuda_graph_max_bs_decode"]), int(a["max_running_requests"]))
+        pool = int(a["max_running_requests"])  # the request pool caps the captured sizes
         if a["cuda_graph_bs_decode"]:
-            return sorted(bs for bs in set(a["cuda_graph_bs_decode"]) if bs <= limit) or None
-        return adaptive.default_cuda_graph_bs(limit)
+            return sorted(bs for bs in set(a["cuda_graph_bs_decode"]) if bs <= pool) or None
+        speculative = a["speculative_algorithm"] is not None
+        max_bs = int(a["cuda_graph_max_bs_decode"])
+        return adaptive.default_cuda_graph_bs(max_bs, speculative=speculative, pool=pool)
 
     def sim_config(self) -> SimConfig:
         a = self.args
