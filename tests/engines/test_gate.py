@@ -389,3 +389,20 @@ def test_managed_abbreviations_and_folded_values_name_the_file_and_key(
     err = flat(done.stderr)
     assert f"engine.flags.{key}" in err and "s.toml" in err and message in err, err
     assert "Traceback" not in done.stderr
+
+
+def test_a_plan_of_several_parser_processes_reports_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sweep.engines import gate
+
+    monkeypatch.setattr(gate.payloads, "__defaults__", (1_000,))  # small words: several processes
+    adapter = adapter_in(install(tmp_path))
+    commands = {f"c{s}": adapter.command(CONFIG, TrialConfig(s, 1, s + 1)) for s in range(1, 301)}
+    seen: list[tuple[int, int]] = []
+    check = check_engine(
+        LocalExecutor(), adapter, commands, progress=lambda d, t: seen.append((d, t))
+    )
+    assert check.validated and not check.rejected and not check.inconclusive
+    assert len(seen) > 1 and seen[-1] == (300, 300)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
