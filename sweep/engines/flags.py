@@ -179,7 +179,7 @@ def _name_problem(flag: str, table: FlagTable, managed: Mapping[str, str]) -> st
     if name in managed:
         return f"{name} is set by sweep itself: use {managed[name]} instead"
     ours = sorted(m for m in managed if m.startswith(name) and m != name)
-    if ours:  # the engine would take the prefix as a flag sweep sets
+    if ours and table.abbreviations:  # the engine would take the prefix as a flag sweep sets
         return (
             f"{name} is an abbreviation of {', '.join(ours)}, which sweep sets itself: use "
             f"{managed[ours[0]]} instead"

@@ -173,7 +173,8 @@ def gate_study(
     uses = study_flag_uses(study)
     folded = adapter.folded_flags
     # before any command is built: what the adapter would refuse without naming the key
-    _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags, folded=folded))
+    empty = FlagTable({}, "", adapter.known_flags().abbreviations)
+    _raise(study, flag_problems(uses, empty, adapter.managed_flags, folded=folded))
     _raise(study, _conflicts(study, adapter, uses))
     server = deploy.server_config(study)
     commands = {key: adapter.command(server, c) for key, c in configs.items()}
