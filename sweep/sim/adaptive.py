@@ -128,6 +128,28 @@ def unsupported_reason(algorithm: str | None, topk: int | None) -> str | None:
     return None
 
 
+UNSUPPORTED_SETTINGS = (
+    ("enable_dp_attention", "enable_dp_attention=True is not supported (adaptive tier decisions "
+     "are not synchronized across DP ranks)"),
+    ("enable_multi_layer_eagle", "enable_multi_layer_eagle=True is not supported "
+     "(MultiLayerEagleWorkerV2 does not implement adaptive)"),
+    ("enable_two_batch_overlap", "enable_two_batch_overlap=True is not supported (adaptive state "
+     "swap would discard the TboAttnBackend wrapper)"),
+    ("enable_pdmux", "enable_pdmux=True is not supported (adaptive state swap does not update "
+     "decode_attn_backend_group)"),
+)  # fmt: skip
+"""SGLang 0.5.23's other ``adaptive_unsupported_reason`` cases, in its order."""
+
+
+def unsupported_setting(args: Mapping[str, Any]) -> str | None:
+    """Why SGLang would turn ``--speculative-adaptive`` off for these server arguments (attention
+    DP — ``--enable-dp-attention`` or ``--attn-dp-size`` > 1 —, multi-layer EAGLE, two-batch
+    overlap, PD-mux), or ``None``."""
+    resolved = {**args, "enable_dp_attention": bool(args.get("enable_dp_attention"))
+                or int(args.get("attn_dp_size") or 1) > 1}  # fmt: skip
+    return next((why for key, why in UNSUPPORTED_SETTINGS if resolved.get(key)), None)
+
+
 def default_cuda_graph_bs(max_bs: int, *, speculative: bool = True, pool: int | None = None
                           ) -> list[int]:  # fmt: skip
     """SGLang 0.5.23's decode capture sizes (``generate_decode_cuda_graph_batch_sizes``).

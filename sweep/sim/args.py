@@ -87,6 +87,11 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-port", type=int, default=None)
     g.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     g.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    g.add_argument("--attn-dp-size", type=int, default=1)
+    g.add_argument("--enable-dp-attention", action="store_true")
+    g.add_argument("--enable-multi-layer-eagle", action="store_true")
+    g.add_argument("--enable-two-batch-overlap", action="store_true")
+    g.add_argument("--enable-pdmux", action="store_true")
 
 
 def _add_speculative_flags(parser: argparse.ArgumentParser, profile: Profile) -> None:
@@ -280,7 +285,7 @@ def _resolve_adaptive(out: Resolved) -> None:
     args = out.args
     reason = adaptive.unsupported_reason(
         args["speculative_algorithm"], args["speculative_eagle_topk"]
-    )
+    ) or adaptive.unsupported_setting(args)
     if reason is not None:
         out.warnings.append(
             f"speculative_adaptive disabled: {reason}. Falling back to static speculative params."

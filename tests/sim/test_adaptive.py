@@ -450,3 +450,20 @@ def test_a_schedule_measurably_beats_single_settings(tmp_path: Path) -> None:
     # the schedule's gain is a benchmark figure (make perf: schedule_gain_pct).
     assert speed["schedule"][1] > 1.3 * speed["no speculation"][1]
     assert speed["schedule"][64] > 1.15 * speed["4 steps"][64]
+
+
+@pytest.mark.parametrize(
+    "flag", ["--enable-two-batch-overlap", "--enable-multi-layer-eagle", "--enable-pdmux",
+             "--enable-dp-attention"],
+)  # fmt: skip
+def test_the_simulator_falls_back_to_static_steps_as_sglang_does(flag: str) -> None:
+    """The silent fallback `sweep schedule` refuses (issue 22), as SGLang 0.5.23 logs it."""
+    from sweep.sim.args import build_parser, resolve
+    from sweep.sim.profile import load_profile
+
+    profile = load_profile("batch-dependent")
+    argv = ["--model-path", "m", *EAGLE, "--speculative-adaptive", flag]
+    resolved = resolve(build_parser(profile).parse_args(argv), profile)
+    assert not resolved.adaptive
+    assert any(w.startswith("speculative_adaptive disabled:") and "is not supported" in w
+               for w in resolved.warnings)  # fmt: skip
