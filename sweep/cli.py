@@ -444,13 +444,12 @@ def plan(
         return
     if report.engine_note:
         out.print(report.engine_note, markup=False)
-    out.print(f"{len(report.valid)} valid configurations:")
-    for config in report.valid:
-        out.print(f"  {config.label()}", markup=False)
+    # one plain write per list: rich renders a line in ~2 ms, minutes for a 100,000-point plan
+    print(f"{len(report.valid)} valid configurations:", flush=True)
+    print("".join(f"  {config.label()}\n" for config in report.valid), end="", flush=True)
     if report.excluded:
-        out.print(f"{len(report.excluded)} excluded:")
-        for config, reason in report.excluded:
-            out.print(f"  {config.label()}: {reason}", markup=False)
+        print(f"{len(report.excluded)} excluded:")
+        print("".join(f"  {c.label()}: {reason}\n" for c, reason in report.excluded), end="")
     hours = report.total_s / 3600
     out.print(
         f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "

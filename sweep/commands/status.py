@@ -13,7 +13,7 @@ from sweep.engines import rules_for
 from sweep.exceptions import StorageError
 from sweep.loop import wiring
 from sweep.search import answer
-from sweep.server.engine_check import gate_study
+from sweep.server.engine_check import gate_study, stderr_progress
 from sweep.store import baseline_study_name, read_records, stored_study
 from sweep.study.model import Study
 
@@ -124,7 +124,14 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     if gate:  # [engines] the parser gate; rejected configurations become exclusions
         with wiring.open_host(study.host) as executor:
             valid = {c.key(): c for c in result.valid}
-            check = gate_study(executor, study, adapter, valid, wiring.deployment_for(study))
+            check = gate_study(
+                executor,
+                study,
+                adapter,
+                valid,
+                wiring.deployment_for(study),
+                progress=stderr_progress,
+            )
         result, note = plan(study, check.gate(rules)), check.note
     config = wiring.deployment_for(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)

@@ -143,11 +143,20 @@ class Schedule:
     levels: tuple[LevelChoice, ...]
     notes: tuple[str, ...] = ()
     allowance: float = LAUNCH_ALLOWANCE
+    keys: tuple[tuple[int, int], ...] = ()  # level → the engine's batch-size key (padding)
 
     @property
     def steps_by_batch(self) -> tuple[tuple[int, int], ...]:
-        """``(batch size, steps)`` pairs, ascending: what the engines' schedules take."""
-        return tuple((c.concurrency, c.steps) for c in self.levels)
+        """``(batch size, steps)`` pairs, ascending: what the engines' schedules take.
+
+        Each level's batch size is where the engine's padding puts it (:func:`keyed_by_graph`;
+        the level itself without padding); levels padded to one size share its key, and the
+        highest of them gives the steps (see the notes)."""
+        key_of = dict(self.keys)
+        out: dict[int, int] = {}
+        for c in self.levels:
+            out[key_of.get(c.concurrency, c.concurrency)] = c.steps
+        return tuple(sorted(out.items()))
 
     @property
     def speculative(self) -> bool:
@@ -168,6 +177,7 @@ class Schedule:
             "metric": self.metric,
             "family": self.family.label(),
             "steps_by_batch": {str(b): s for b, s in self.steps_by_batch},
+            "keys": {str(level): key for level, key in self.keys},
             "allowance": self.allowance,
             "levels": [
                 {"concurrency": c.concurrency, "steps": c.steps, "key": c.chosen.key,
@@ -301,8 +311,9 @@ def _schedule(
         spec = list(table.get((family, level), {}).values())
         base = list(table.get((None, level), {}).values())
         if not spec and not base:
-            notes.append(f"concurrency {level}: nothing measured; batches there run the "
-                         "steps of the level below")  # fmt: skip
+            notes.append(f"concurrency {level}: nothing measured; batches there run the steps "
+                         "of the nearest level below (below the lowest level: the lowest "
+                         "level's)")  # fmt: skip
             continue
         choices.append(choose(level, spec, base[0] if base else None, allowance))
     return Schedule(metric, family, tuple(choices), tuple(notes), allowance)
@@ -359,6 +370,38 @@ def _closeness(schedule: Schedule, reference: Mapping[int, float]) -> float:
     """Σ over levels of the chosen mean / the best mean there (levels count alike)."""
     return sum(c.chosen.mean / reference[c.concurrency] for c in schedule.levels if
                reference.get(c.concurrency))  # fmt: skip
+
+
+def keyed_by_graph(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
+    """``schedule`` with each level keyed where the engine pads a running batch of that size.
+
+    SGLang pads a running batch up to the next CUDA-graph size (``sizes``, ascending; under
+    speculation ``1..8, 10..32`` step 2, …: 13 pads to 14), then runs the slot with the
+    largest key ≤ that size, and a batch below the smallest key runs the smallest key's slot.
+    A level's key is its padded size, so a batch of exactly that level runs that level's steps;
+    two levels padded to one size share one slot (the higher level's steps, with a note).
+    Levels above every size are not padded. ``sizes`` empty: ``schedule`` unchanged.
+    """
+    if not sizes:
+        return schedule
+    ordered = sorted(sizes)
+    keys = tuple((c.concurrency, _padded(c.concurrency, ordered)) for c in schedule.levels)
+    notes = list(schedule.notes)
+    by_key: dict[int, list[int]] = {}
+    for level, key in keys:
+        by_key.setdefault(key, []).append(level)
+    for key, levels in by_key.items():
+        if len(levels) > 1:
+            notes.append(
+                f"concurrency {', '.join(map(str, levels))} pad to one CUDA-graph batch size "
+                f"({key}): the engine runs one slot for them, with the steps chosen at "
+                f"{levels[-1]}"
+            )
+    return replace(schedule, keys=keys, notes=tuple(notes))
+
+
+def _padded(level: int, sizes: Sequence[int]) -> int:
+    return next((size for size in sizes if size >= level), level)
 
 
 def render_table(schedule: Schedule) -> str:

@@ -257,6 +257,11 @@ class EngineAdapter(abc.ABC):
         engine has no built-in schedule."""
         return None
 
+    def graph_batch_sizes(self, config: Deployment) -> tuple[int, ...]:
+        """The batch sizes a running batch is padded up to (CUDA graphs) under speculation,
+        ascending; ``()``: none (a schedule's keys sit at the levels themselves)."""
+        return ()
+
     def adaptive_file(self, params: TrialConfig) -> str | None:
         """The text of the file the engine reads ``params.adaptive`` from (to be written at
         ``params.adaptive.config_path`` on the host), or ``None`` when it needs no file."""

@@ -14,6 +14,7 @@ sets itself, naming the study setting to use instead.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +26,8 @@ class FlagKind(enum.StrEnum):
 
     SWITCH = "switch"  # none: store_true and friends
     ONE = "one"  # one value
-    SEVERAL = "several"  # nargs "+", "*" or a number > 1
+    SEVERAL = "several"  # nargs "+" or a number > 1
+    ANY = "any"  # nargs "*": none (``true``, the bare flag) or several
     OPTIONAL = "optional"  # nargs "?": zero or one
 
 
@@ -42,6 +44,17 @@ class FlagTable:
     kinds: Mapping[str, FlagKind]
     source: str
     abbreviations: bool = True
+
+    @functools.cached_property
+    def negatable(self) -> frozenset[str]:
+        """Switches with a ``--no-`` form (argparse's ``BooleanOptionalAction``): ``false`` is
+        sent as ``--no-X``, since leaving the flag out keeps the engine's default."""
+        return frozenset(
+            name
+            for name, kind in self.kinds.items()
+            if kind is FlagKind.SWITCH and not name.startswith("--no-")
+            and self.kinds.get("--no-" + name[2:]) is FlagKind.SWITCH
+        )  # fmt: skip
 
     def completions(self, name: str) -> list[str]:
         """The options ``name`` is a strict prefix of, sorted."""
@@ -71,7 +84,9 @@ def kind_of_nargs(nargs: object) -> FlagKind:
         return FlagKind.SWITCH
     if nargs == "?":
         return FlagKind.OPTIONAL
-    if nargs in ("+", "*") or (isinstance(nargs, int) and nargs > 1):
+    if nargs == "*":
+        return FlagKind.ANY
+    if nargs == "+" or (isinstance(nargs, int) and nargs > 1):
         return FlagKind.SEVERAL
     return FlagKind.ONE
 
@@ -99,12 +114,16 @@ class FlagProblem:
     message: str
 
 
-def flag_words(flags: Iterable[tuple[str, FlagValue]]) -> tuple[str, ...]:
+def flag_words(
+    flags: Iterable[tuple[str, FlagValue]], negatable: Collection[str] = ()
+) -> tuple[str, ...]:
     """``(("--x", "1"), ("--y", "true"), ("--z", "false"), ("--bs", ("1", "2")))`` →
     ``("--x", "1", "--y", "--bs", "1", "2")``.
 
-    ``true`` passes a bare flag, ``false`` omits it, a tuple gives the flag several
-    words; every other value is one word, never split or interpreted by a shell.
+    ``true`` passes a bare flag, ``false`` omits it — or, for a flag in ``negatable`` (an
+    argparse ``BooleanOptionalAction``, see :attr:`FlagTable.negatable`), passes ``--no-X``;
+    a tuple gives the flag several words; every other value is one word, never split or
+    interpreted by a shell.
     """
     words: list[str] = []
     for flag, value in flags:
@@ -112,7 +131,10 @@ def flag_words(flags: Iterable[tuple[str, FlagValue]]) -> tuple[str, ...]:
             words += [flag, *value]
         elif value == "true":
             words.append(flag)
-        elif value != "false":
+        elif value == "false":
+            if flag in negatable:
+                words.append("--no-" + flag.removeprefix("--"))
+        else:
             words += [flag, value]
     return tuple(words)
 
@@ -138,7 +160,8 @@ def flag_problems(
         if use.flag in folded:
             message = _folded_problem(use)
         else:
-            message = _name_problem(use.flag, table, managed or {}) or _value_problem(use, table)
+            ours = {**{f: f"the full name {f}" for f in folded}, **(managed or {})}
+            message = _name_problem(use.flag, table, ours) or _value_problem(use, table)
         if message:
             problems.append(FlagProblem(use.key, message))
     return problems
@@ -155,6 +178,12 @@ def _name_problem(flag: str, table: FlagTable, managed: Mapping[str, str]) -> st
     name = flag
     if name in managed:
         return f"{name} is set by sweep itself: use {managed[name]} instead"
+    ours = sorted(m for m in managed if m.startswith(name) and m != name)
+    if ours and table.abbreviations:  # the engine would take the prefix as a flag sweep sets
+        return (
+            f"{name} is an abbreviation of {', '.join(ours)}, which sweep sets itself: use "
+            f"{managed[ours[0]]} instead"
+        )
     if name in table.kinds:
         return None
     matches = table.completions(name)
@@ -179,6 +208,11 @@ def _value_problem(use: FlagUse, table: FlagTable) -> str | None:
             )
         if kind in (FlagKind.ONE, FlagKind.SEVERAL) and value in SWITCH_VALUES:
             return f"{use.flag} takes a value ({table.source}), got {value}"
+        if kind is FlagKind.ANY and value == "false":
+            return (
+                f"{use.flag} takes none or several values ({table.source}): write true for "
+                "the bare flag, or leave it out"
+            )
         if kind is FlagKind.ONE and isinstance(value, tuple) and len(value) > 1:
             return f"{use.flag} takes one value ({table.source}), got several: {_show(value)}"
     return None

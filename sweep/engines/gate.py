@@ -13,8 +13,9 @@ SGLang, the algorithm-name resolution). It prints one line ``SWEEP-GATE {json}``
 ``version``, ``importable`` (and ``error`` when not), the parser's ``options``
 (option string → argparse ``nargs``), ``abbreviations`` (the parser's
 ``allow_abbrev``) and one result per command: ``ok`` true, false (rejected, with
-``stage`` and the parser's exact ``message``) or null (the check itself failed:
-inconclusive, never a rejection).
+``stage`` and the parser's exact ``message``: its last stderr line on a parser error,
+the exception type and text when the engine's argument handling raised one) or null
+(SGLang's name resolution itself failed: inconclusive, never a rejection).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from sweep.engines.flags import FlagTable
 MARKER = "SWEEP-GATE "
 MAX_PAYLOAD_CHARS = 60_000
 """One argv word stays far below Linux's 128 KiB limit per argument."""
+SAMPLE = 1_000
+"""A longer plan's payload size is estimated from this many commands (linear in the plan)."""
 
 PRELUDE = """
 import base64, json, sys, zlib
@@ -69,8 +72,9 @@ def run_parser(parse, argv):
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         return None, {"ok": False, "stage": "parser",
                       "message": lines[-1].strip() if lines else "exit code %s" % exc.code}
-    except Exception as exc:
-        return None, {"ok": None, "stage": "parser",
+    except Exception as exc:  # raised inside the engine's own argument handling: it would
+        # raise the same at launch (e.g. SGLang's --config with a non-YAML file: ValueError)
+        return None, {"ok": False, "stage": "parser",
                       "message": type(exc).__name__ + ": " + str(exc)}
 def option_table(parser):
     if parser is None:
@@ -180,7 +184,9 @@ def payloads(
     prog: str,
     max_chars: int = MAX_PAYLOAD_CHARS,
 ) -> list[str]:
-    """The commands as few argv words as possible, each under ``max_chars``.
+    """The commands as a few argv words, each under ``max_chars`` (a command longer than that
+    goes alone). Linear in the plan: each command is compressed about once, and a word that
+    comes out too long is retried with as many commands as its measured ratio says fit.
 
     Args:
         commands: each command's server flags.
@@ -190,16 +196,21 @@ def payloads(
     """
     header = {"distributions": list(distributions), "prog": prog}
     out: list[str] = []
-    batch: list[list[str]] = []
-    for command in commands:
-        candidate = [*batch, list(command)]
-        if batch and len(_encode(header, candidate)) > max_chars:
-            out.append(_encode(header, batch))
-            candidate = [list(command)]
-        batch = candidate
-    if batch or not out:
-        out.append(_encode(header, batch))
-    return out
+    start, size = 0, max(1, len(commands))
+    if size > SAMPLE:  # how many fit, from a sample, rather than compress the whole plan at once
+        sample = _encode(header, [list(c) for c in commands[:SAMPLE]])
+        size = max(1, int(SAMPLE * max_chars / len(sample) * 0.9))
+    while start < len(commands):
+        batch = [list(c) for c in commands[start : start + size]]
+        word = _encode(header, batch)
+        if len(word) > max_chars and len(batch) > 1:
+            # too long: try as many commands as the measured ratio says fit (with a margin);
+            # each command is encoded a bounded number of times, so the split is linear
+            size = max(1, min(len(batch) - 1, int(len(batch) * max_chars / len(word) * 0.9)))
+            continue
+        out.append(word)
+        start += len(batch)
+    return out or [_encode(header, [])]
 
 
 def _encode(header: Mapping[str, object], commands: list[list[str]]) -> str:

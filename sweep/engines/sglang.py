@@ -30,8 +30,10 @@ from sweep.engines.base import (
     interpreter_for,
     parse_version,
 )
+from sweep.engines.fallbacks import refuse_fallback
 from sweep.engines.flags import FlagTable, flag_words
 from sweep.engines.sglang_flags import sglang_flags
+from sweep.engines.sglang_rules import ADAPTIVE_FALLBACKS, graph_sizes
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 
@@ -142,7 +144,8 @@ class SGLangAdapter(EngineAdapter):
 
     def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
         deployment, extra = self.fold(
-            deployment, (*deployment.extra_flags, *flag_words(params.flags))
+            deployment,
+            (*deployment.extra_flags, *flag_words(params.flags, self.known_flags().negatable)),
         )
         self._refuse_abbreviated(extra)
         server_args = (
@@ -227,6 +230,10 @@ class SGLangAdapter(EngineAdapter):
     def builtin_adaptive_steps(self) -> int | None:
         union = check_adaptive_config(BUILTIN_ADAPTIVE, None)
         return union[len(union) // 2]  # what SGLang picks when no steps are given
+
+    def graph_batch_sizes(self, config: Deployment) -> tuple[int, ...]:
+        config, words = self.fold(config, config.extra_flags)
+        return graph_sizes(words, config.cuda_graph_max_bs, config.max_running_requests)
 
     def adaptive_file(self, params: TrialConfig) -> str | None:
         adaptive = params.adaptive
@@ -356,6 +363,7 @@ def check_adaptive(deployment: Deployment, params: TrialConfig) -> None:
             f"SGLang would ignore --speculative-adaptive for {reason} and run static steps "
             "instead; a schedule needs EAGLE or EAGLE3 with topk 1"
         )
+    refuse_fallback("SGLang", ADAPTIVE_FALLBACKS, (*config.extra_flags, *flag_words(params.flags)))
     document = BUILTIN_ADAPTIVE if adaptive.builtin else adaptive_config(adaptive.steps_by_batch)
     check_adaptive_config(document, params.num_steps)
 

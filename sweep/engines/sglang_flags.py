@@ -10,6 +10,8 @@ were replaced by the ``-decode``/``-prefill`` pairs in 0.5.20).
 
 from __future__ import annotations
 
+import functools
+
 from sweep.engines.flags import FlagTable
 
 SWITCHES = tuple(
@@ -81,6 +83,7 @@ NEW_IN_0_5_20 = frozenset(
 )
 
 
+@functools.lru_cache(maxsize=16)
 def sglang_flags(version: str, *, new_flags: bool) -> FlagTable:
     """The options of SGLang ``version`` that sweep knows (``new_flags``: 0.5.20 or later)."""
     source = f"sweep's list for SGLang {version}"

@@ -10,30 +10,55 @@ Facts from ``reference/sglang.md`` §1.2 (SGLang 0.5.23, ``speculative_hook.py``
   EAGLE/EAGLE3 and topk = 1; STANDALONE cannot run with DP attention.
 * NGRAM has no draft model: SGLang sets topk to ``--speculative-ngram-max-bfs-breadth``
   (default 10) whatever was asked, and steps to draft tokens // topk; draft tokens
-  are honoured. So NGRAM's dimensions are draft tokens, the BFS breadth and the
+  are honoured (fewer draft tokens than the breadth derive steps 0, which SGLang
+  accepts). So NGRAM's dimensions are draft tokens, the BFS breadth and the
   other ``--speculative-ngram-*`` flags; steps, topk and draft TP are rewritten.
   NGRAM cannot run with DP attention; topk > 1 with ``--page-size`` > 1 needs
   flashinfer.
 * DFLASH and DSPARK force steps = 1 and topk = 1 (they use block sizes).
+* ``NONE`` is SGLang's name for no speculation: a study naming it has no speculative
+  configuration (each would run as the baseline), so every one is excluded.
 * Other names (UNO, names registered by plugins, typos) get no rules here: the
   engine's own resolution judges them (the parser gate, or fail-fast at launch).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from sweep.core.space import Rules, Ruling, TrialConfig
+from sweep.engines.fallbacks import Fallback
 from sweep.study.model import FlagValue
 
 EAGLE_FAMILY = frozenset({"EAGLE", "EAGLE3", "NEXTN", "STANDALONE"})
 BLOCK_DRAFTERS = frozenset({"DFLASH", "DSPARK"})
 BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
 MIN_BREADTH_FLAG = "--speculative-ngram-min-bfs-breadth"
+NO_ALGORITHM = "NONE"
+"""``SpeculativeAlgorithm.NONE``: SGLang accepts the name and runs without speculation."""
 NGRAM_DEFAULT_BREADTH = 10
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
 PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+
+ADAPTIVE_FALLBACKS = (
+    Fallback("--enable-dp-attention", "enable_dp_attention=True is not supported (adaptive tier "
+             "decisions are not synchronized across DP ranks)"),
+    Fallback("--attn-dp-size", "enable_dp_attention=True is not supported (attention DP: adaptive "
+             "tier decisions are not synchronized across DP ranks)", above=1),
+    Fallback("--enable-multi-layer-eagle", "enable_multi_layer_eagle=True is not supported "
+             "(MultiLayerEagleWorkerV2 does not implement adaptive)"),
+    Fallback("--enable-two-batch-overlap", "enable_two_batch_overlap=True is not supported "
+             "(adaptive state swap would discard the TboAttnBackend wrapper)"),
+    Fallback("--enable-pdmux", "enable_pdmux=True is not supported (adaptive state swap does not "
+             "update decode_attn_backend_group)"),
+)  # fmt: skip
+"""The flags with which SGLang 0.5.23 turns ``--speculative-adaptive`` off
+(``adaptive_unsupported_reason`` in ``srt/speculative/adaptive_spec_params.py``; the
+algorithm and topk cases are :func:`sweep.engines.sglang.adaptive_refusal`): it logs
+``speculative_adaptive disabled: <reason>`` and runs the static (largest) steps at every
+batch size."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,12 @@ class SGLangRules(Rules):
     def check(self, config: TrialConfig) -> Ruling | None:
         if not config.speculative:
             return None
+        if self.algorithm == NO_ALGORITHM:
+            return self._ruling(
+                "algorithm",
+                f'"{NO_ALGORITHM}" is SGLang\'s name for no speculation: every configuration would '
+                "run as the baseline; set [engine] algorithm to a speculative one (e.g. EAGLE3)",
+            )
         if self.algorithm == "NGRAM":
             return self._check_ngram(config)
         if self.algorithm in BLOCK_DRAFTERS:
@@ -77,6 +108,8 @@ class SGLangRules(Rules):
         if self.algorithm in BLOCK_DRAFTERS:
             return replace(config, num_steps=1, eagle_topk=1)
         if self.algorithm in EAGLE_FAMILY and config.eagle_topk == 1:
+            if config.num_draft_tokens == config.num_steps + 1:
+                return config  # already what SGLang runs (no copy: plan() resolves every point)
             return replace(config, num_draft_tokens=config.num_steps + 1)
         return config
 
@@ -112,7 +145,7 @@ class SGLangRules(Rules):
         return self._check_flags(config)
 
     def _check_flags(self, config: TrialConfig) -> Ruling | None:
-        k = self.resolve(config).eagle_topk
+        k = config.eagle_topk  # the EAGLE family's resolution keeps topk
         backend = self._flag(config, "--attention-backend")
         if k > 1 and backend == "trtllm_mha":
             return self._ruling("attention backend", f"trtllm_mha needs topk = 1, got topk={k}")
@@ -167,12 +200,8 @@ class SGLangRules(Rules):
                 f"{MIN_BREADTH_FLAG} {self._int_flag(config, MIN_BREADTH_FLAG, 1)} > "
                 f"{BREADTH_FLAG} {breadth}",
             )
-        if d < max(2, breadth):
-            return self._ruling(
-                "draft tokens",
-                f"draft tokens {d} < max(2, {BREADTH_FLAG} {breadth}): SGLang would derive "
-                f"steps = {d // breadth}",
-            )
+        if d < 2:  # fewer than the breadth is accepted: SGLang derives steps 0 and runs
+            return self._ruling("draft tokens", f"draft tokens must be >= 2, got {d}")
         if self._dp_attention(config):
             return self._ruling("DP attention", "NGRAM cannot run with DP attention")
         backend = self._flag(config, "--attention-backend")
@@ -209,3 +238,36 @@ class SGLangRules(Rules):
 
     def _ruling(self, rule: str, reason: str) -> Ruling:
         return Ruling(f"SGLang {self.version} {self.algorithm} {rule}", reason)
+
+
+# --- CUDA-graph padding (where a schedule's batch-size keys sit) ------------------------------
+
+GRAPHS_OFF = ("--disable-cuda-graph", "--disable-decode-cuda-graph", "--disable-cuda-graph-padding")
+"""Flags with which a running batch is not padded up to a captured size."""
+
+
+def capture_sizes(max_bs: int, pool: int) -> tuple[int, ...]:
+    """SGLang 0.5.23's decode CUDA-graph batch sizes under speculation
+    (``generate_decode_cuda_graph_batch_sizes``): ``1..8``, ``10..32`` step 2, ``40..64`` step
+    4, ``72..256`` step 8, then step 16, up to ``max_bs`` (added itself), then capped at the
+    request pool at capture (``pool``: sized from ``--max-running-requests``; the exact pool
+    size is assumed equal to it)."""
+    sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+             *range(272, max_bs + 1, 16)]  # fmt: skip
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return tuple(bs for bs in sizes if bs <= pool)
+
+
+def graph_sizes(words: Sequence[str], max_bs: int | None, pool: int) -> tuple[int, ...]:
+    """The sizes a running batch is padded up to for a speculative server started with the
+    flags ``words``: none with graphs or padding off, the ``--cuda-graph-bs-decode`` list when
+    given, else :func:`capture_sizes` (``max_bs`` unset: assumed to cover the pool, as SGLang's
+    defaults of 160 to 512 do for a pool up to 160)."""
+    if any(word.partition("=")[0] in GRAPHS_OFF for word in words):
+        return ()
+    if "--cuda-graph-bs-decode" in words:
+        given = itertools.takewhile(str.isdigit, words[words.index("--cuda-graph-bs-decode") + 1 :])
+        return tuple(sorted({int(w) for w in given if int(w) <= pool}))
+    return capture_sizes(max_bs if max_bs is not None else pool, pool)

@@ -14,6 +14,7 @@ merged into the JSON, so a study can sweep any key of the speculative config.
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,7 @@ from sweep.engines.base import (
     Signature,
     interpreter_for,
 )
+from sweep.engines.fallbacks import refuse_fallback
 from sweep.engines.flags import FlagTable, flag_words
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
@@ -132,7 +134,9 @@ class VLLMAdapter(EngineAdapter):
     # --- the command ------------------------------------------------------------------------
 
     def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
-        overrides, words = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        overrides, words = split_spec_flags(
+            (*deployment.extra_flags, *flag_words(params.flags, self.known_flags().negatable))
+        )
         deployment, extra = self.fold(deployment, words)
         server_args = (
             "--model",
@@ -160,7 +164,9 @@ class VLLMAdapter(EngineAdapter):
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
 
     def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
-        overrides, _ = split_spec_flags((*deployment.extra_flags, *flag_words(params.flags)))
+        overrides, _ = split_spec_flags(
+            (*deployment.extra_flags, *flag_words(params.flags, self.known_flags().negatable))
+        )
         spec = speculative_config(deployment, params, overrides)
         return {SPEC_CONFIG_NAME: json.dumps(spec, indent=2) + "\n"}
 
@@ -218,12 +224,14 @@ class VLLMAdapter(EngineAdapter):
         return interpreter_for(self.launcher, self.python)
 
     def known_flags(self) -> FlagTable:
-        return FlagTable.of(
-            f"sweep's list for vLLM {self.effective_version}",
-            switches=VLLM_SWITCHES,
-            one=VLLM_ONE_VALUE,
-            abbreviations=False,
-        )
+        return vllm_flags(self.effective_version)
+
+
+@functools.lru_cache(maxsize=16)
+def vllm_flags(version: str) -> FlagTable:
+    """The options of vLLM ``version`` that sweep knows (one table per version: cached)."""
+    return FlagTable.of(f"sweep's list for vLLM {version}", switches=VLLM_SWITCHES,
+                        one=VLLM_ONE_VALUE, abbreviations=False)  # fmt: skip
 
 
 VLLM_SWITCHES = tuple(
@@ -297,6 +305,11 @@ def speculative_config(
         if params.draft_tp:  # 0: the target's (vLLM's default)
             spec["draft_tensor_parallel_size"] = params.draft_tp
     if params.adaptive is not None:
+        from sweep.engines.vllm_rules import SCHEDULE_FALLBACKS  # vllm_rules imports this module
+
+        refuse_fallback(
+            "vLLM", SCHEDULE_FALLBACKS, (*deployment.extra_flags, *flag_words(params.flags))
+        )
         spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, deployment)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 

@@ -27,7 +27,7 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import policy
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, render_table
+from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import Verdict, best_static, figures_of, verdict
 from sweep.engines.base import EngineAdapter
@@ -110,14 +110,15 @@ def decide(
     study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
 ) -> Schedule:
     """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys)."""
-    return decide_schedule(
+    sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
+    return keyed_by_graph(decide_schedule(
         trials,
         baselines,
         metric=schedule_metric(study),
         levels=study.workload.concurrency,
         constraints=study.objective.constraints,
         study=study.name,
-    )
+    ), sizes)  # fmt: skip
 
 
 def schedule_metric(study: Study) -> str:

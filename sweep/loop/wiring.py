@@ -74,7 +74,7 @@ def deployment_for(study: Study) -> Deployment:
         algorithm=e.algorithm,
         draft_model_path=e.draft_model_path,
         max_running_requests=e.max_running_requests or max(study.workload.concurrency),
-        extra_flags=flag_words(e.flags),
+        extra_flags=flag_words(e.flags, adapter_for(study, study.host).known_flags().negatable),
         env=e.env,
     )
 

@@ -23,20 +23,30 @@ values, flags sweep sets itself; those are study-file errors naming the key.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.core.space import Gated, Rules, Ruling, TrialConfig
 from sweep.engines import gate
 from sweep.engines.base import Deployment, EngineAdapter, LaunchCommand
 from sweep.engines.flags import FlagProblem, FlagTable, FlagUse, flag_problems
-from sweep.exceptions import ExecutorError, StudyFileError
+from sweep.exceptions import ConfigError, ExecutorError, StudyFileError
 from sweep.server.executor.base import Executor
 from sweep.study.model import Study
 
 PROBE_TIMEOUT_S = 60.0
 GATE_TIMEOUT_S = 300.0
 """One import (3.5-4 s for SGLang, ~10 s for vLLM) plus milliseconds per command."""
+
+Progress = Callable[[int, int], None]
+"""Called after each parser process with (commands checked so far, all commands)."""
+
+
+def stderr_progress(done: int, total: int) -> None:
+    """A line on stderr per parser process (a long plan is a few; `sweep plan` prints them)."""
+    print(f"the engine's parser checked {done:,} of {total:,} planned commands", file=sys.stderr,
+          flush=True)  # fmt: skip
 
 
 class VersionSource(enum.StrEnum):
@@ -104,6 +114,8 @@ def check_engine(
     executor: Executor,
     adapter: EngineAdapter,
     commands: Mapping[str, LaunchCommand] | Sequence[LaunchCommand] = (),
+    *,
+    progress: Progress | None = None,
 ) -> EngineCheck:
     """Find the engine version on the host and, where the engine imports, parse ``commands``.
 
@@ -112,6 +124,7 @@ def check_engine(
         adapter: the engine; a pinned ``adapter.version`` skips the version probe.
         commands: the planned commands, keyed by configuration key (a sequence is keyed
             by each command's shell text); none = the version only.
+        progress: told after each parser process when a long plan needs several.
 
     Returns:
         The check; ``rejected`` holds the commands the engine's parser refused.
@@ -120,10 +133,7 @@ def check_engine(
     if not keyed:
         return _version_only(executor, adapter)
     try:
-        reports = [
-            _gate_report(executor, adapter, probe)
-            for probe in adapter.gate_probes(list(keyed.values()))
-        ]
+        reports = _gate_reports(executor, adapter, list(keyed.values()), progress)
     except ExecutorError as exc:
         version, source = _version_of(adapter, "")
         note = (
@@ -143,6 +153,8 @@ def gate_study(
     adapter: EngineAdapter,
     configs: Mapping[str, TrialConfig],
     deployment: Deployment,
+    *,
+    progress: Progress | None = None,
 ) -> EngineCheck:
     """The parser gate for a study's planned configurations, and its flags checked.
 
@@ -152,18 +164,29 @@ def gate_study(
         adapter: the study's engine adapter on this host.
         configs: the planned configurations by key (``plan(...).valid``).
         deployment: the study's server (``sweep.loop.wiring.deployment_for``).
+        progress: see :func:`check_engine`.
 
     Raises:
         StudyFileError: a flag is abbreviated, a switch has a value other than true or
             false, a flag is one sweep sets itself, or a setting is given twice.
     """
     uses = study_flag_uses(study)
-    _raise(study, flag_problems(uses, FlagTable({}, ""), adapter.managed_flags))
+    folded = adapter.folded_flags
+    # before any command is built: what the adapter would refuse without naming the key
+    empty = FlagTable({}, "", adapter.known_flags().abbreviations)
+    _raise(study, flag_problems(uses, empty, adapter.managed_flags, folded=folded))
     _raise(study, _conflicts(study, adapter, uses))
     commands = {key: adapter.command(deployment, c) for key, c in configs.items()}
-    check = check_engine(executor, adapter, commands)
+    check = check_engine(executor, adapter, commands, progress=progress)
     table = check.options or adapter.known_flags()
-    _raise(study, flag_problems(uses, table, folded=adapter.folded_flags))
+    _raise(study, flag_problems(uses, table, folded=folded))
+    _raise(study, _unsent_negations(uses, table, adapter.known_flags()))
+    if configs and len(check.rejected) == len(configs):
+        first = check.rejected[0]
+        raise ConfigError(
+            f"{study.path}: the engine's parser rejected every planned configuration "
+            f"({len(configs)}), nothing to run; e.g. {first.message} [{first.rule}]"
+        )
     return check
 
 
@@ -203,6 +226,23 @@ def _version_only(executor: Executor, adapter: EngineAdapter) -> EngineCheck:
         return _assumed(executor, adapter, _last_line(probe.stderr, probe.exit_code))
     note = f"{adapter.display_name} {version} on {executor.host}"
     return EngineCheck(version, VersionSource.HOST, note)
+
+
+def _gate_reports(
+    executor: Executor,
+    adapter: EngineAdapter,
+    commands: Sequence[LaunchCommand],
+    progress: Progress | None,
+) -> list[gate.GateReport]:
+    probes = adapter.gate_probes(commands)
+    reports: list[gate.GateReport] = []
+    for probe in probes:
+        reports.append(_gate_report(executor, adapter, probe))
+        if not reports[-1].importable:
+            break  # the next processes would fail the same way
+        if progress is not None and len(probes) > 1:
+            progress(min(len(commands), sum(len(r.verdicts) for r in reports)), len(commands))
+    return reports
 
 
 def _gate_report(
@@ -282,6 +322,22 @@ def _conflicts(study: Study, adapter: EngineAdapter, uses: Sequence[FlagUse]) ->
         FlagProblem(use.key, message.format(use.flag))
         for use in uses
         if adapter.folded_flags.get(use.flag) == "max_running_requests"
+    ]
+
+
+def _unsent_negations(
+    uses: Sequence[FlagUse], parser: FlagTable, known: FlagTable
+) -> list[FlagProblem]:
+    """``false`` for a flag the engine's parser negates (``--no-X``) but sweep's list does not
+    know: it would be left out, keeping the engine's default."""
+    return [
+        FlagProblem(
+            use.key,
+            f"{use.flag} is switched off by --no-{use.flag[2:]} ({parser.source}); false would "
+            f'leave it out and keep the engine\'s default: write "--no-{use.flag[2:]}" = true',
+        )
+        for use in uses
+        if "false" in use.values and use.flag in parser.negatable - known.negatable
     ]
 
 

@@ -6,7 +6,9 @@ The behaviour follows ``shared/reference/schedules.md``:
   ``candidate_steps`` and tuning knobs; non-digit keys are defaults merged
   under every slot; without a file SGLang's built-in default is used;
 - the running batch size is padded up to the next CUDA-graph batch size (when
-  graphs are on), then routed to the slot with the largest key ≤ that size;
+  graphs are on; under speculation SGLang captures ``1..8, 10..32`` step 2, ``40..64``
+  step 4, ``72..256`` step 8, …: 13 pads to 14), then routed to the slot with the
+  largest key ≤ that size (a batch below the smallest key uses the smallest key's slot);
 - each slot keeps an EMA of accepted drafts per request and, after its warm-up
   batches, re-decides its steps every ``update_interval`` batches;
 - steps 0 means no drafting at that batch size (a plain decode).
@@ -126,10 +128,49 @@ def unsupported_reason(algorithm: str | None, topk: int | None) -> str | None:
     return None
 
 
-def default_cuda_graph_bs(max_bs: int) -> list[int]:
-    """SGLang's default decode capture sizes up to ``max_bs``."""
-    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 513, 16), *range(544, 1025, 32)]
-    return [bs for bs in sizes if bs <= max_bs]
+UNSUPPORTED_SETTINGS = (
+    ("enable_dp_attention", "enable_dp_attention=True is not supported (adaptive tier decisions "
+     "are not synchronized across DP ranks)"),
+    ("enable_multi_layer_eagle", "enable_multi_layer_eagle=True is not supported "
+     "(MultiLayerEagleWorkerV2 does not implement adaptive)"),
+    ("enable_two_batch_overlap", "enable_two_batch_overlap=True is not supported (adaptive state "
+     "swap would discard the TboAttnBackend wrapper)"),
+    ("enable_pdmux", "enable_pdmux=True is not supported (adaptive state swap does not update "
+     "decode_attn_backend_group)"),
+)  # fmt: skip
+"""SGLang 0.5.23's other ``adaptive_unsupported_reason`` cases, in its order."""
+
+
+def unsupported_setting(args: Mapping[str, Any]) -> str | None:
+    """Why SGLang would turn ``--speculative-adaptive`` off for these server arguments (attention
+    DP — ``--enable-dp-attention`` or ``--attn-dp-size`` > 1 —, multi-layer EAGLE, two-batch
+    overlap, PD-mux), or ``None``."""
+    resolved = {**args, "enable_dp_attention": bool(args.get("enable_dp_attention"))
+                or int(args.get("attn_dp_size") or 1) > 1}  # fmt: skip
+    return next((why for key, why in UNSUPPORTED_SETTINGS if resolved.get(key)), None)
+
+
+def default_cuda_graph_bs(max_bs: int, *, speculative: bool = True, pool: int | None = None
+                          ) -> list[int]:  # fmt: skip
+    """SGLang 0.5.23's decode capture sizes (``generate_decode_cuda_graph_batch_sizes``).
+
+    With a speculative algorithm: ``1..8``, ``10..32`` step 2, ``40..64`` step 4, ``72..256``
+    step 8, then step 16 (a batch of 13 pads to 14); without: ``1, 2, 4, 8, 12``, ``16..256``
+    step 8, ``272..496`` step 16, then step 32. Sizes above ``max_bs``
+    (``--cuda-graph-max-bs-decode``) are dropped and ``max_bs`` itself is added; at capture,
+    sizes above the request pool (``pool``, sized from ``--max-running-requests``) are
+    dropped too.
+    """
+    if speculative:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+                 *range(272, max_bs + 1, 16)]  # fmt: skip
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+                 *range(512, max_bs + 1, 32)]  # fmt: skip
+    sizes = [bs for bs in sizes if bs <= max_bs]
+    if max_bs not in sizes:
+        sizes.append(max_bs)
+    return [bs for bs in sizes if pool is None or bs <= pool]
 
 
 def route(slot_keys: Sequence[int], cuda_graph_bs: Sequence[int] | None, batch: int) -> int:

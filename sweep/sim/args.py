@@ -87,6 +87,11 @@ def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nccl-port", type=int, default=None)
     g.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     g.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    g.add_argument("--attn-dp-size", type=int, default=1)
+    g.add_argument("--enable-dp-attention", action="store_true")
+    g.add_argument("--enable-multi-layer-eagle", action="store_true")
+    g.add_argument("--enable-two-batch-overlap", action="store_true")
+    g.add_argument("--enable-pdmux", action="store_true")
 
 
 def _add_speculative_flags(parser: argparse.ArgumentParser, profile: Profile) -> None:
@@ -167,10 +172,12 @@ class Resolved:
         a = self.args
         if a["disable_cuda_graph"]:
             return None
-        limit = min(int(a["cuda_graph_max_bs_decode"]), int(a["max_running_requests"]))
+        pool = int(a["max_running_requests"])  # the request pool caps the captured sizes
         if a["cuda_graph_bs_decode"]:
-            return sorted(bs for bs in set(a["cuda_graph_bs_decode"]) if bs <= limit) or None
-        return adaptive.default_cuda_graph_bs(limit)
+            return sorted(bs for bs in set(a["cuda_graph_bs_decode"]) if bs <= pool) or None
+        speculative = a["speculative_algorithm"] is not None
+        max_bs = int(a["cuda_graph_max_bs_decode"])
+        return adaptive.default_cuda_graph_bs(max_bs, speculative=speculative, pool=pool)
 
     def sim_config(self) -> SimConfig:
         a = self.args
@@ -278,7 +285,7 @@ def _resolve_adaptive(out: Resolved) -> None:
     args = out.args
     reason = adaptive.unsupported_reason(
         args["speculative_algorithm"], args["speculative_eagle_topk"]
-    )
+    ) or adaptive.unsupported_setting(args)
     if reason is not None:
         out.warnings.append(
             f"speculative_adaptive disabled: {reason}. Falling back to static speculative params."

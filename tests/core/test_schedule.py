@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from sweep.core.schedule import (
     beats,
     choose,
     decide_schedule,
+    keyed_by_graph,
     render_table,
 )
 from sweep.core.space import Adaptive, TrialConfig
@@ -467,3 +469,81 @@ def test_a_schedule_without_speculation_exports_the_plain_command(tmp_path: Path
     out = export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
     assert "--speculative" not in out.command and "deploy without it" in out.table
     assert not (tmp_path / "o" / "sglang-adaptive-config.json").exists()
+
+
+# --- silent fallbacks: refused before anything runs, naming the flag (issue 22) ---
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        ('"--enable-two-batch-overlap" = true', "--enable-two-batch-overlap"),
+        ('"--enable-multi-layer-eagle" = true', "--enable-multi-layer-eagle"),
+        ('"--enable-dp-attention" = true', "--enable-dp-attention"),
+        ('"--attn-dp-size" = 2', "--attn-dp-size"),
+        ('"--enable-pdmux" = true', "--enable-pdmux"),
+    ],
+)
+def test_sglang_schedules_it_would_silently_drop_are_refused(
+    tmp_path: Path, flags: str, flag: str
+) -> None:
+    study = study_of(f'model_path = "m"\ntp_size = 8\nflags = {{ {flags} }}')
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    with pytest.raises(EngineConfigError) as error:
+        export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
+    message = str(error.value)
+    assert message.startswith(f"{flag}: SGLang would silently drop the schedule")
+    assert "\n" not in message and "is not supported" in message
+    config = wiring.deployment_for(study)
+    with pytest.raises(EngineConfigError, match=flag):  # the verification launch too
+        SGLangAdapter().command(config, params(Adaptive(SCHEDULE, "/w/s.json")))
+    assert SGLangAdapter().command(config, params(None))  # a static launch is fine
+    value = "1" if "size" in flag else "false"  # off: the schedule runs
+    off = study_of(f'model_path = "m"\ntp_size = 8\nflags = {{ "{flag}" = {value} }}')
+    assert export(off, s, wiring.adapter_for(off, off.host), tmp_path / "ok").files
+
+
+def test_vllm_schedules_with_data_parallelism_are_refused(tmp_path: Path) -> None:
+    study = study_of('name = "vllm"\nmodel_path = "m"\nalgorithm = "DRAFT_MODEL"\n'
+                     'draft_model_path = "d"\nflags = { "--data-parallel-size" = 2 }')  # fmt: skip
+    s = decide_schedule(TRIALS, BASELINES, metric=METRIC, levels=[1, 16, 64])
+    with pytest.raises(EngineConfigError, match=r"^--data-parallel-size: vLLM would silently"):
+        export(study, s, wiring.adapter_for(study, study.host), tmp_path / "o")
+
+
+# --- where the keys sit: SGLang's CUDA-graph padding under speculation (issue 22) ---
+
+ODD = [
+    trial(1, {1: 130, 13: 1000, 14: 1010, 20: 1100, 64: 1330}, number=0),
+    trial(2, {1: 160, 13: 1100, 14: 1020, 20: 1250, 64: 1250}, number=1),
+    trial(4, {1: 182, 13: 900, 14: 1000, 20: 1010, 64: 1040}, number=2),
+]
+ODD_BASE = [baseline({1: 89, 13: 800, 14: 810, 20: 870, 64: 1380})]
+
+
+def test_keys_sit_where_sglang_pads_each_level() -> None:
+    levels = [1, 13, 14, 20, 64]
+    sizes = SGLangAdapter().graph_batch_sizes(CONFIG)  # max running requests 64
+    assert sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12) and sizes[-3:] == (56, 60, 64)
+    s = keyed_by_graph(decide_schedule(ODD, ODD_BASE, metric=METRIC, levels=levels), sizes)
+    assert dict(s.keys) == {1: 1, 13: 14, 14: 14, 20: 20, 64: 64}  # 13 pads to 14, not 16
+    steps = dict(s.steps_by_batch)
+    assert sorted(steps) == [1, 14, 20, 64] and steps[14] == s.levels[2].steps  # 14's choice
+    assert any("concurrency 13, 14 pad to one CUDA-graph batch size (14)" in n for n in s.notes)
+    graphs = sim_adaptive.default_cuda_graph_bs(256, pool=64)
+    assert list(graphs) == list(sizes)  # the simulator pads as the adapter says SGLang does
+    keys = [k for k, _ in s.steps_by_batch]
+    for level, key in s.keys:  # a batch of exactly a level runs its key's slot
+        assert sim_adaptive.route(keys, graphs, level) == key
+    assert keyed_by_graph(s, ()) is s  # no padding (vLLM): keys at the levels
+
+
+def test_sglangs_padding_follows_the_deployments_graph_flags() -> None:
+    adapter = SGLangAdapter()
+    limited = dataclasses.replace(CONFIG, extra_flags=("--cuda-graph-max-bs-decode", "50"))
+    assert adapter.graph_batch_sizes(limited)[-3:] == (44, 48, 50)  # max_bs itself is added
+    off = dataclasses.replace(CONFIG, extra_flags=("--disable-cuda-graph",))
+    assert adapter.graph_batch_sizes(off) == ()
+    given = dataclasses.replace(CONFIG, extra_flags=("--cuda-graph-bs-decode", "1", "16", "64"))
+    assert adapter.graph_batch_sizes(given) == (1, 16, 64)
+    assert VLLMAdapter().graph_batch_sizes(CONFIG) == ()

@@ -7,9 +7,12 @@ over a real sshd; the study's flags are checked against the parser's option list
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import json
 import subprocess
 import sys
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -259,3 +262,159 @@ def test_an_unreachable_host_is_said_once_and_relies_on_fail_fast(tmp_path: Path
         check = check_engine(executor, adapter, [adapter.command(CONFIG, PARAMS)])
     assert (check.source, check.validated) == (VersionSource.ASSUMED, False)
     assert "the engine's parser could not be run on" in check.note and "fail-fast" in check.note
+
+
+def test_a_long_plan_is_encoded_in_linear_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: each command was re-compressed with every one before it (9,900 points ran
+    for minutes); now a plan is compressed about once, in a few words."""
+    from sweep.engines import gate
+
+    encoded: list[int] = []
+    real = gate._encode
+
+    def counting(header: Mapping[str, object], commands: list[list[str]]) -> str:
+        encoded.append(len(commands))
+        return real(header, commands)
+
+    monkeypatch.setattr(gate, "_encode", counting)
+    commands = [["--model-path", "m", "--mem-fraction-static", f"0.{i:06d}"] for i in range(20_000)]
+    words = payloads(commands, ("sglang",), "sglang serve", max_chars=20_000)
+    assert len(words) > 1 and all(len(w) <= 20_000 for w in words)
+    assert sum(encoded) < 3 * len(commands)  # was ~len(commands)**2 / 2 / len(words)
+    decoded = [
+        c for w in words for c in json.loads(zlib.decompress(base64.b64decode(w)))["commands"]
+    ]
+    assert decoded == commands  # every command once, in order
+
+
+# --- issue 22: the gate's holes, each through `sweep plan` against the stand-in parser -------
+
+
+def sweep_plan(folder: Path, text: str) -> subprocess.CompletedProcess[str]:
+    study = folder / "s.toml"
+    study.write_text(text)
+    return subprocess.run([str(SWEEP), "plan", str(study)], capture_output=True, text=True,
+                          timeout=120, cwd=folder)  # fmt: skip
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())  # rich wraps long lines
+
+
+def test_an_exception_in_the_engines_argument_handling_is_a_rejection(tmp_path: Path) -> None:
+    done = sweep_plan(tmp_path, study_text(tmp_path, '"--log-level" = ["info", "verbose"]'))
+    assert done.returncode == 0, done.stderr
+    out = flat(done.stdout)
+    assert "3 valid configurations" in out and "3 rejected" in out and "could not be" not in out
+    assert (
+        "AttributeError: module 'logging' has no attribute 'VERBOSE' "
+        "[SGLang 0.5.23's argument parser]" in out
+    )
+
+
+def test_a_gate_that_rejects_every_configuration_exits_1_with_the_reason(tmp_path: Path) -> None:
+    (tmp_path / "c.json").write_text("{}")
+    text = study_text(tmp_path, "", engine_flags=f'"--config" = "{tmp_path / "c.json"}"')
+    done = sweep_plan(tmp_path, text)
+    assert done.returncode == 1
+    err = flat(done.stderr)
+    assert "rejected every planned configuration (3), nothing to run" in err
+    assert "ValueError: Config file must be YAML format, got: .json" in err
+    assert "Traceback" not in done.stderr
+
+
+def test_algorithm_none_plans_no_speculative_configuration(tmp_path: Path) -> None:
+    text = study_text(tmp_path, "").replace(
+        'model_path = "m"', 'model_path = "m"\nalgorithm = "NONE"'
+    )
+    done = sweep_plan(tmp_path, text)
+    assert done.returncode == 1
+    err = flat(done.stderr)
+    assert "no valid configuration" in err and "SGLang's name for no speculation" in err
+
+
+def test_ngram_with_fewer_draft_tokens_than_the_breadth_is_planned(tmp_path: Path) -> None:
+    text = study_text(tmp_path, "").replace(
+        'model_path = "m"', 'model_path = "m"\nalgorithm = "NGRAM"'
+    )
+    text = text.replace("num_steps = [1, 2, 3]", "num_steps = [1]\nnum_draft_tokens = [4, 12]")
+    done = sweep_plan(tmp_path, text)
+    assert done.returncode == 0, done.stderr
+    out = flat(done.stdout)
+    assert "2 valid configurations" in out and "0 rejected" in out
+    assert "steps=0 topk=10 draft=4" in out  # SGLang derives steps 0 and runs it
+
+
+def test_false_for_a_negatable_flag_is_never_silently_dropped(tmp_path: Path) -> None:
+    done = sweep_plan(
+        tmp_path, study_text(tmp_path, "", engine_flags='"--enable-cache-report" = false')
+    )
+    assert done.returncode == 1
+    err = flat(done.stderr)
+    assert 'engine.flags."--enable-cache-report"' in err and "s.toml" in err
+    assert 'write "--no-enable-cache-report" = true' in err
+    done = sweep_plan(
+        tmp_path, study_text(tmp_path, "", engine_flags='"--no-enable-cache-report" = true')
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_false_is_sent_as_no_x_where_the_adapter_knows_the_negation() -> None:
+    from sweep.engines.vllm import VLLMAdapter
+
+    adapter = VLLMAdapter(launcher=("vllm", "serve"))
+    params = dataclasses.replace(PARAMS, flags=(("--enable-prefix-caching", "false"),))
+    config = dataclasses.replace(CONFIG, algorithm="DRAFT_MODEL", draft_model_path="d")
+    argv = adapter.command(config, params).argv
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+
+
+def test_a_bare_nargs_star_flag_is_written_true(tmp_path: Path) -> None:
+    done = sweep_plan(
+        tmp_path, study_text(tmp_path, "", engine_flags='"--json-model-override-args" = true')
+    )
+    assert done.returncode == 0, done.stderr
+    assert "3 valid configurations" in flat(done.stdout) and "0 rejected" in flat(done.stdout)
+    study = parse_study(
+        study_text(tmp_path, "", engine_flags='"--json-model-override-args" = true'), "s.toml"
+    )
+    argv = wiring.adapter_for(study, study.host).command(wiring.deployment_for(study), PARAMS).argv
+    assert argv[-1] == "--json-model-override-args"
+
+
+MANAGED = "which sweep sets itself"
+
+
+@pytest.mark.parametrize(
+    ("flags", "key", "message"),
+    [
+        ('"--speculative-num" = 3', '"--speculative-num"', f"--speculative-num-steps, {MANAGED}"),
+        ('"--max-running" = 8', '"--max-running"', "abbreviation of --max-running-requests"),
+        ('"--max-running-requests" = "x"', '"--max-running-requests"', "integer, got 'x'"),
+    ],
+)
+def test_managed_abbreviations_and_folded_values_name_the_file_and_key(
+    tmp_path: Path, flags: str, key: str, message: str
+) -> None:
+    done = sweep_plan(tmp_path, study_text(tmp_path, "", engine_flags=flags))
+    assert done.returncode == 1
+    err = flat(done.stderr)
+    assert f"engine.flags.{key}" in err and "s.toml" in err and message in err, err
+    assert "Traceback" not in done.stderr
+
+
+def test_a_plan_of_several_parser_processes_reports_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sweep.engines import gate
+
+    monkeypatch.setattr(gate.payloads, "__defaults__", (1_000,))  # small words: several processes
+    adapter = adapter_in(install(tmp_path))
+    commands = {f"c{s}": adapter.command(CONFIG, TrialConfig(s, 1, s + 1)) for s in range(1, 301)}
+    seen: list[tuple[int, int]] = []
+    check = check_engine(
+        LocalExecutor(), adapter, commands, progress=lambda d, t: seen.append((d, t))
+    )
+    assert check.validated and not check.rejected and not check.inconclusive
+    assert len(seen) > 1 and seen[-1] == (300, 300)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)

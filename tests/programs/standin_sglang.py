@@ -2,7 +2,9 @@
 
 :func:`install` writes it into a folder: ``sglang/srt/server_args.py`` exposes
 ``prepare_server_args`` over a real argparse parser (abbreviations allowed, like
-SGLang's) with the flags the tests need, types and choices as in SGLang 0.5.23;
+SGLang's) with the flags the tests need, types and choices as in SGLang 0.5.23, and
+the two exceptions 0.5.23's argument handling raises outside argparse (``--config``
+with a non-YAML file: ``ValueError``; an unknown ``--log-level``: ``AttributeError``);
 ``sglang/srt/speculative/spec_info.py`` resolves algorithm names like 0.5.23 (an
 unknown name is a ``ValueError`` at resolution, not at parse time); a
 ``sglang-<version>.dist-info`` folder gives ``importlib.metadata`` its version.
@@ -19,6 +21,8 @@ from pathlib import Path
 
 SERVER_ARGS = '''
 import argparse
+import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 SCHEDULE_POLICIES = ["lpm", "random", "fcfs", "dfs-weight", "lof", "priority"]
@@ -51,12 +55,37 @@ def build_parser():
     add("--speculative-num-draft-tokens", type=int, default=None)
     add("--speculative-ngram-min-bfs-breadth", type=int, default=1)
     add("--speculative-ngram-max-bfs-breadth", type=int, default=10)
+    add("--enable-two-batch-overlap", action="store_true")
+    add("--enable-multi-layer-eagle", action="store_true")
+    add("--enable-pdmux", action="store_true")
+    add("--log-level", default="info")
+    add("--config", default=None)
+    # argparse forms SGLang's parser mixes in (its field names are illustrative here):
+    add("--enable-cache-report", action=argparse.BooleanOptionalAction, default=True)
+    add("--json-model-override-args", nargs="*", default=None)
     return parser
 
 
+def _check_config(argv):
+    """0.5.23's ConfigArgumentMerger, called before parsing when --config is given."""
+    if "--config" in argv:
+        index = argv.index("--config")
+        if index == len(argv) - 1:
+            raise ValueError("No config file specified after --config flag!")
+        path = Path(argv[index + 1])
+        if path.suffix.lower() not in [".yaml", ".yml"]:
+            raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+        if not path.exists():
+            raise ValueError(f"Config file not found: {path}")
+
+
 def prepare_server_args(argv):
-    """Parse only, like 0.5.23's (resolution is a later step)."""
-    return SimpleNamespace(**vars(build_parser().parse_args(argv)))
+    """Parse, as 0.5.23's does: --config merged first, the log level applied after parsing
+    (``getattr(logging, level.upper())``: an unknown level is an AttributeError)."""
+    _check_config(argv)
+    args = build_parser().parse_args(argv)
+    getattr(logging, args.log_level.upper())
+    return SimpleNamespace(**vars(args))
 '''
 
 SPEC_INFO = """
@@ -64,6 +93,7 @@ import enum
 
 
 class SpeculativeAlgorithm(enum.Enum):
+    NONE = "NONE"
     EAGLE = "EAGLE"
     EAGLE3 = "EAGLE3"
     STANDALONE = "STANDALONE"

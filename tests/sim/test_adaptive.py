@@ -91,24 +91,39 @@ def test_bad_configs_raise_sglangs_value_error(config: dict, message: str) -> No
 # --- routing ---------------------------------------------------------------------------------
 
 
+def test_sglangs_capture_lists_with_and_without_speculation() -> None:
+    """``generate_decode_cuda_graph_batch_sizes`` in SGLang 0.5.23 (issue 22: the simulator
+    used the non-speculative list for speculative servers, 13 → 16 instead of 14)."""
+    spec = adaptive.default_cuda_graph_bs(256)
+    assert spec[:8] == list(range(1, 9))
+    assert spec[8:20] == list(range(10, 33, 2))
+    assert [bs for bs in spec if 32 < bs <= 72] == [40, 44, 48, 52, 56, 60, 64, 72]
+    assert spec[-3:] == [240, 248, 256]
+    assert adaptive.default_cuda_graph_bs(300)[-4:] == [256, 272, 288, 300]  # max_bs added
+    assert adaptive.default_cuda_graph_bs(48, pool=50)[-3:] == [40, 44, 48]
+    assert adaptive.default_cuda_graph_bs(256, pool=50)[-2:] == [44, 48]  # the pool clamps
+    plain = adaptive.default_cuda_graph_bs(48, speculative=False)
+    assert plain == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
+
+
 def test_batch_is_padded_to_a_graph_size_then_floor_matched() -> None:
-    keys = [1, 8, 32, 64]
-    graphs = adaptive.default_cuda_graph_bs(48)
-    assert graphs == [1, 2, 4, 8, 12, 16, 24, 32, 40, 48]
-    assert adaptive.route(keys, graphs, 3) == 1  # padded to 4
-    assert adaptive.route(keys, graphs, 5) == 8  # padded to 8
-    assert adaptive.route(keys, graphs, 31) == 32  # padded to 32
+    keys = [1, 8, 14, 32, 64]
+    graphs = adaptive.default_cuda_graph_bs(256, pool=48)
+    assert adaptive.route(keys, graphs, 5) == 1  # a graph size: not padded, the level below
+    assert adaptive.route(keys, graphs, 13) == 14  # padded to 14 (not 16)
+    assert adaptive.route(keys, graphs, 33) == 32  # padded to 40
     assert adaptive.route(keys, graphs, 60) == 32  # above every graph: not padded
     assert adaptive.route(keys, None, 5) == 1  # no CUDA graphs: no padding
-    assert adaptive.route([4, 16], None, 1) == 4  # below the smallest key: the smallest slot
+    assert adaptive.route([4, 16], graphs, 1) == 4  # below the smallest key: the smallest slot
+    assert adaptive.route([4, 16], graphs, 3) == 4  # (not "the level below")
 
 
 def test_graphs_are_captured_only_where_a_step_can_run() -> None:
     steps = AdaptiveSteps(
         adaptive.parse_slots(adaptive.DEFAULT_CONFIG), 3, adaptive.default_cuda_graph_bs(48)
     )
-    # 5 and 7 steps run only in slot "1" (batch sizes 1, 2, 4); 0 steps from batch 8 up.
-    assert steps.graph_sizes() == [(0, 48), (1, 48), (3, 24), (5, 4), (7, 4)]
+    # 5 and 7 steps run only in slot "1" (batch sizes 1 to 7); 0 steps from batch 8 up.
+    assert steps.graph_sizes() == [(0, 48), (1, 48), (3, 30), (5, 7), (7, 7)]
     assert AdaptiveSteps(adaptive.parse_slots(SCHEDULE), 2, None).graph_sizes() == []
 
 
@@ -288,14 +303,16 @@ def test_predict_follows_the_schedule_per_level(tmp_path: Path) -> None:
     argv = [sys.executable, "-m", "sweep", "sim", *BASE, "--sim-profile", "batch-dependent"]
     argv += [*EAGLE, "--speculative-adaptive", "--speculative-adaptive-config"]
     argv += [schedule_file(tmp_path), "--max-running-requests", "64"]
-    argv += ["--predict", "--predict-concurrency", "1,12,13,64"]
+    argv += ["--predict", "--predict-concurrency", "1,12,13,15,64"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
     levels = json.loads(out.stdout)["levels"]
-    # 13 is padded to the CUDA-graph size 16 and so runs slot "16".
+    # Under speculation 13 pads to the CUDA-graph size 14 (not 16) and so runs slot "1";
+    # 15 pads to 16 and runs slot "16".
     assert {k: v["adaptive_steps"] for k, v in levels.items()} == {
         "1": 4,
         "12": 4,
-        "13": 2,
+        "13": 4,
+        "15": 2,
         "64": 0,
     }
     assert levels["64"]["accept_length"] == 1.0
@@ -433,3 +450,20 @@ def test_a_schedule_measurably_beats_single_settings(tmp_path: Path) -> None:
     # the schedule's gain is a benchmark figure (make perf: schedule_gain_pct).
     assert speed["schedule"][1] > 1.3 * speed["no speculation"][1]
     assert speed["schedule"][64] > 1.15 * speed["4 steps"][64]
+
+
+@pytest.mark.parametrize(
+    "flag", ["--enable-two-batch-overlap", "--enable-multi-layer-eagle", "--enable-pdmux",
+             "--enable-dp-attention"],
+)  # fmt: skip
+def test_the_simulator_falls_back_to_static_steps_as_sglang_does(flag: str) -> None:
+    """The silent fallback `sweep schedule` refuses (issue 22), as SGLang 0.5.23 logs it."""
+    from sweep.sim.args import build_parser, resolve
+    from sweep.sim.profile import load_profile
+
+    profile = load_profile("batch-dependent")
+    argv = ["--model-path", "m", *EAGLE, "--speculative-adaptive", flag]
+    resolved = resolve(build_parser(profile).parse_args(argv), profile)
+    assert not resolved.adaptive
+    assert any(w.startswith("speculative_adaptive disabled:") and "is not supported" in w
+               for w in resolved.warnings)  # fmt: skip
