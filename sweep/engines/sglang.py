@@ -363,7 +363,9 @@ def check_adaptive(deployment: Deployment, params: TrialConfig) -> None:
             f"SGLang would ignore --speculative-adaptive for {reason} and run static steps "
             "instead; a schedule needs EAGLE or EAGLE3 with topk 1"
         )
-    refuse_fallback("SGLang", ADAPTIVE_FALLBACKS, (*config.extra_flags, *flag_words(params.flags)))
+    refuse_fallback(
+        "SGLang", ADAPTIVE_FALLBACKS, (*deployment.extra_flags, *flag_words(params.flags))
+    )
     document = BUILTIN_ADAPTIVE if adaptive.builtin else adaptive_config(adaptive.steps_by_batch)
     check_adaptive_config(document, params.num_steps)
 
