@@ -18,7 +18,7 @@ from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm import VLLMAdapter
 from sweep.engines.vllm_rules import VLLMRules
 from sweep.exceptions import ConfigError, StudyFileError
-from sweep.server import deploy
+from sweep.loop import wiring
 from sweep.study import HostSpec, Study, parse_study
 
 STUDY = """
@@ -51,12 +51,12 @@ def test_each_engine_builds_its_adapter_rules_and_protocol(
     name: str, adapter: type, rules: type, protocol: str
 ) -> None:
     s = study(name, 'version = "1.2.3"')
-    built = deploy.adapter_for(s, HostSpec(python="/py"))
+    built = wiring.adapter_for(s, HostSpec(python="/py"))
     assert type(built) is adapter and built.name == name
     assert built.launcher == ENGINES[name].launcher and built.version == "1.2.3"
     built_rules = rules_for(s)
     assert type(built_rules) is rules and getattr(built_rules, "version", None) == "1.2.3"
-    assert deploy.benchmark_settings(s).protocol == protocol and protocol in PROTOCOLS
+    assert wiring.benchmark_settings(s).protocol == protocol and protocol in PROTOCOLS
 
 
 def test_an_unpinned_version_is_the_engines_default_for_the_rules() -> None:
@@ -83,7 +83,7 @@ def test_a_sweep_launcher_on_this_machine_is_this_installation() -> None:
 
 def test_an_unknown_engine_names_the_file_the_key_and_the_known_engines() -> None:
     s = study("trtllm")  # parsing accepts any name: the registry decides
-    for call in (engine_for, rules_for, lambda x: deploy.adapter_for(x, x.host)):
+    for call in (engine_for, rules_for, lambda x: wiring.adapter_for(x, x.host)):
         with pytest.raises(StudyFileError) as err:
             call(s)
         assert isinstance(err.value, ConfigError)
@@ -110,12 +110,12 @@ def _fake_rules(s: Study, version: str) -> Rules:
 def test_one_registry_line_adds_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(ENGINES, "fake", Engine(_fake, _fake_rules, "openai", ("fk",), "9.9"))
     s = study("fake", 'algorithm = "NGRAM"')
-    adapter = deploy.adapter_for(s, s.host)
+    adapter = wiring.adapter_for(s, s.host)
     assert type(adapter) is FakeAdapter and adapter.launcher == ("fk",)
     rules = rules_for(s)
     assert isinstance(rules, VLLMRules) and rules.version == "9.9"
-    assert deploy.benchmark_settings(s).protocol == "openai"
-    command = adapter.command(deploy.deployment_for(s), TrialConfig(1, 1, 2))
+    assert wiring.benchmark_settings(s).protocol == "openai"
+    command = adapter.command(wiring.deployment_for(s), TrialConfig(1, 1, 2))
     assert command.argv[0] == "fk"
 
 
