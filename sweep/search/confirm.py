@@ -45,6 +45,7 @@ from scipy import special
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
 PRIOR_DOF = 4.0  # how many degrees of freedom that assumption is worth
 OUTLIER = 3.0  # a launch this many launch σ from its group's median is a bad launch
+ROUND = 3  # contenders relaunched per confirmation round, best first
 
 
 @dataclass(frozen=True)
@@ -491,8 +492,10 @@ def _round(
     baseline: str | None,
     excluded: Collection[str],
 ) -> tuple[str, ...]:
-    """One interleaved round: contenders below the replicate cap, then the baseline."""
-    rivals = [k for k in contenders(est, options) if est[k].n < options.max_replicates]
+    """One interleaved round: the ``ROUND`` best contenders below the replicate cap (launches
+    go where they can change the answer, not spread thin), then the baseline while it has
+    fewer than 2 launches."""
+    rivals = [k for k in contenders(est, options) if est[k].n < options.max_replicates][:ROUND]
     if not any(k not in excluded for k in rivals):
         return ()
     order = list(rivals)
