@@ -129,7 +129,7 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "confident": decision.confident,
         "confidence": options.confidence,
         "tie_margin": options.tie_margin,
-        "reason": decision.reason,
+        "reason": _labelled(decision.reason, labels),
         "confirmation_launches": confirmation_launches,
         # added fields: a tie only when established; what would decide; labelled model figure
         "near": [labels.get(k, k) for k in decision.near],
@@ -137,6 +137,13 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "model_adjusted_mean": decision.model_mean,
         "ignored_launches": [{"label": labels.get(k, k), "value": v} for k, v in decision.ignored],
     }
+
+
+def _labelled(text: str, labels: Mapping[str, str]) -> str:
+    """``text`` with configuration keys written as users write configurations."""
+    for key in sorted(labels, key=len, reverse=True):
+        text = text.replace(key, labels[key])
+    return text
 
 
 def _to_decide(decision: Decision, labels: Mapping[str, str]) -> str:
