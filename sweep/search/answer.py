@@ -95,13 +95,14 @@ CONFIRM_FLOOR = 6  # two contenders to 3 launches each (4), the baseline once, a
 
 
 def confirmation_budget(search_launches: int, share: float) -> int:
-    """Launches kept for confirmation: ``share`` of the whole (at most ``share / (1 −
-    share)`` of the search's), but never fewer than ``CONFIRM_FLOOR`` — enough for the top
-    two contenders to reach 3 launches each, whatever the search's length. ``share = 0``
-    turns the confirmation off."""
+    """Launches kept for confirmation: ``share`` of the whole (``share / (1 − share)`` of the
+    search's), but never fewer than ``CONFIRM_FLOOR`` — enough for the top two contenders to
+    reach 3 launches each, whatever the search's length — nor than half the search's (a long
+    search leaves more close contenders). ``share = 0`` turns the confirmation off."""
     if share <= 0:
         return 0
-    return max(CONFIRM_FLOOR, math.floor(search_launches * share / (1 - share) + 1e-9))
+    floor = max(CONFIRM_FLOOR, math.ceil(search_launches / 2))
+    return max(floor, math.floor(search_launches * share / (1 - share) + 1e-9))
 
 
 def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOptions,

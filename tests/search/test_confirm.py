@@ -215,12 +215,12 @@ def test_the_confirmation_budget_is_the_share_of_the_whole() -> None:
 
 @pytest.mark.parametrize(
     ("search", "share", "budget"),
-    [(8, 0.2, 6), (3, 0.2, 6), (24, 0.2, 6), (40, 0.2, 10), (20, 0.3, 8), (5, 0.0, 0)],
+    [(8, 0.2, 6), (3, 0.2, 6), (17, 0.2, 9), (40, 0.2, 20), (20, 0.6, 30), (5, 0.0, 0)],
 )
 def test_the_loop_s_confirmation_gets_its_share_or_the_floor(
     search: int, share: float, budget: int
 ) -> None:
     """After a search of ``search`` launches the loop keeps ``share`` of the whole for the
     confirmation (share / (1 - share) of the search's launches), but never fewer than the
-    floor of 6: enough for two contenders to reach 3 launches each."""
+    floor of 6 (two contenders to 3 launches each) nor than half the search's."""
     assert confirmation_budget(search, share) == budget
