@@ -91,12 +91,18 @@ def confirm_step(
                   baseline=baseline, simplicity=simplicity, prior=prior)  # fmt: skip
 
 
+CONFIRM_FLOOR = 6  # two contenders to 3 launches each (4), the baseline once, and one relaunch
+
+
 def confirmation_budget(search_launches: int, share: float) -> int:
-    """Launches kept for confirmation: ``share`` of the whole, so at most ``share / (1 -
-    share)`` of the search's, and at least 1 (a single launch cannot be confirmed at all)."""
+    """Launches kept for confirmation: ``share`` of the whole (``share / (1 − share)`` of the
+    search's), but never fewer than ``CONFIRM_FLOOR`` — enough for the top two contenders to
+    reach 3 launches each, whatever the search's length — nor than half the search's (a long
+    search leaves more close contenders). ``share = 0`` turns the confirmation off."""
     if share <= 0:
         return 0
-    return max(1, math.floor(search_launches * share / (1 - share) + 1e-9))
+    floor = max(CONFIRM_FLOOR, math.ceil(search_launches / 2))
+    return max(floor, math.floor(search_launches * share / (1 - share) + 1e-9))
 
 
 def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOptions,
@@ -124,9 +130,30 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "confident": decision.confident,
         "confidence": options.confidence,
         "tie_margin": options.tie_margin,
-        "reason": decision.reason,
+        "reason": _labelled(decision.reason, labels),
         "confirmation_launches": confirmation_launches,
+        # added fields: a tie only when established; what would decide; labelled model figure
+        "near": [labels.get(k, k) for k in decision.near],
+        "to_decide": _to_decide(decision, labels),
+        "model_adjusted_mean": decision.model_mean,
+        "ignored_launches": [{"label": labels.get(k, k), "value": v} for k, v in decision.ignored],
     }
+
+
+def _labelled(text: str, labels: Mapping[str, str]) -> str:
+    """``text`` with configuration keys written as users write configurations."""
+    for key in sorted(labels, key=len, reverse=True):
+        text = text.replace(key, labels[key])
+    return text
+
+
+def _to_decide(decision: Decision, labels: Mapping[str, str]) -> str:
+    if decision.confident or decision.to_decide is None:
+        return ""
+    more, keys = decision.to_decide
+    names = " and ".join(labels.get(k, k) for k in keys)
+    each = " each" if len(keys) > 1 else ""
+    return f"about {more} more launch{'es' if more > 1 else ''}{each} of {names}"
 
 
 def answer_text(answer: Mapping[str, Any]) -> str:
@@ -142,10 +169,12 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     if runner_up:
         text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over the runner-up "
                  f"({runner_up['versus_label']})")  # fmt: skip
-    if len(answer.get("tie") or ()) > 1:
+    if answer.get("confident") and len(answer.get("tie") or ()) > 1:
         text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
     if not answer.get("confident"):
         text += "; NOT confident (budget spent)"
+        if answer.get("to_decide"):
+            text += f": {answer['to_decide']} would decide"
     return text
 
 

@@ -33,6 +33,7 @@ decision says it is not confident.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,8 @@ from scipy import special
 
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
 PRIOR_DOF = 4.0  # how many degrees of freedom that assumption is worth
+OUTLIER = 3.0  # a launch this many launch σ from its group's median is a bad launch
+ROUND = 3  # contenders relaunched per confirmation round, best first
 
 
 @dataclass(frozen=True)
@@ -271,8 +274,18 @@ class Decision:
         tie: the tie set (see the module), simplest first; the winner is its first member
             when ``confident``.
         probability: lower bound on P(winner within ``tie_margin`` of the best).
-        confident: ``probability`` reached the options' confidence.
+        confident: the winner is established: within the margin of every other
+            configuration with the options' confidence, or the simplest of a tie the
+            equivalence test established; either way surviving the loss of any one launch.
         reason: one sentence for the report.
+        near: not confident: the configurations whose mean is within the margin of the
+            winner's (a tie that is *not* established); confident: the tie.
+        to_decide: not confident: ``(launches, keys)`` — about this many more launches of
+            each of these configurations would decide; None when confident.
+        model_mean: the winner's value adjusted by the cost model's held-out prediction
+            (precision-weighted; a model-adjusted figure, never the answer's value), or None.
+        ignored: launches left out as bad launches (``OUTLIER`` launch σ from their
+            configuration's median), per configuration.
     """
 
     winner: str
@@ -284,6 +297,10 @@ class Decision:
     probability: float
     confident: bool
     reason: str
+    near: tuple[str, ...] = ()
+    to_decide: tuple[int, tuple[str, ...]] | None = None
+    model_mean: float | None = None
+    ignored: tuple[tuple[str, float], ...] = ()
 
 
 Simplicity = Callable[[str], Any]
@@ -302,21 +319,28 @@ def decide(
 ) -> Relaunch | Decision:
     """Decide the winner from every configuration's launches, or ask for more.
 
+    Values and intervals come from the launches alone (bad launches left out, see
+    :func:`robust_launches`). The winner is confident when (a) it is within the tie margin
+    of every other configuration with the options' confidence, or (b) the contenders pass
+    the equivalence test (:func:`equivalent`: every pairwise ratio within the margin, two
+    one-sided tests) and it is the simplest of them — and, either way, the same holds with
+    any one launch of a contender left out (no single launch decides the order).
+
     Args:
         launches: every measured configuration's launches (values or :class:`Launch`), in
             the order they were made; the baseline's too, under ``baseline``.
         variance: the launch variance (:func:`launch_variance`).
         options: margin, confidence, replicate cap.
         remaining: confirmation launches left (None: no limit but ``max_replicates``).
-        baseline: the baseline's key in ``launches``: never the winner; launched once per
-            round while it has fewer than ``max_replicates`` launches.
+        baseline: the baseline's key in ``launches``: never the winner; relaunched in a
+            round while it has fewer than 2 launches.
         simplicity: sort key of a configuration key for the tie-break (smaller is simpler;
             e.g. ``lambda k: candidates[k].simplicity()``); default: the key itself.
         excluded: keys that may not win (e.g. a violated constraint); they still count as
             competitors.
-        prior: what else is known of each configuration, independent of its own launches
-            (:meth:`PhysicsSampler.holdout_predictions`: the cost model fitted to every
-            other launch); combined with its launches by precision.
+        prior: the cost model's held-out prediction of each configuration
+            (:meth:`PhysicsSampler.holdout_predictions`); only for the labelled
+            ``model_mean`` of the decision, never for its value or its confidence.
 
     Returns:
         :class:`Relaunch` when another round can still change the answer, else the
@@ -325,23 +349,139 @@ def decide(
     Raises:
         ValueError: no configuration has been measured.
     """
-    configs = {k: v for k, v in launches.items() if k != baseline and v}
-    if not configs:
+    raw = {k: v for k, v in launches.items() if k != baseline and v}
+    if not raw:
         raise ValueError("no measured configuration to decide from")
-    est = estimates(configs, variance, prior)
-    eligible = [k for k in est if k not in excluded] or list(est)
-    chance = {k: within_margin_probability(k, est, options.tie_margin) for k in eligible}
+    configs, ignored, doubtful = robust_launches(raw, variance)
     simple = simplicity or (lambda k: k)
-    tie = sorted((k for k in eligible if chance[k] >= options.confidence), key=simple)
-    if tie:
-        return _decision(tie[0], tie, chance, est, launches, variance, options, baseline, True)
+    verdict = _verdict(configs, variance, options, simple, excluded)
+    est, chance, winner, tie = verdict
+    settled = winner is not None and not doubtful & set(contenders(est, options))
+    if winner is not None and settled and _survives(configs, options, winner):
+        return _decision(
+            winner,
+            tie,
+            chance,
+            est,
+            launches,
+            variance,
+            options,
+            baseline,
+            True,
+            raw,
+            ignored,
+            prior,
+        )
     order = _round(est, launches, options, remaining, baseline, excluded)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, chance, options))
-    winner = max(eligible, key=lambda k: (chance[k], est[k].mean))
-    near = _near(winner, est, eligible, options)
-    return _decision(winner, near, chance, est, launches, variance, options, baseline, False)
+    eligible = [k for k in est if k not in excluded] or list(est)
+    best = max(eligible, key=lambda k: (chance[k], est[k].mean))
+    near = _near(best, est, eligible, options)
+    return _decision(
+        best,
+        (best,),
+        chance,
+        est,
+        launches,
+        variance,
+        options,
+        baseline,
+        False,
+        raw,
+        ignored,
+        prior,
+        near,
+    )
+
+
+Verdict = tuple[dict[str, "Estimate"], dict[str, float], str | None, tuple[str, ...]]
+
+
+def _verdict(
+    configs: Mapping[str, Sequence[Launch]],
+    variance: LaunchVariance,
+    options: ConfirmOptions,
+    simple: Simplicity,
+    excluded: Collection[str],
+) -> Verdict:
+    """Estimates, within-margin probabilities, and the confident winner with its tie (or
+    None) from these launches."""
+    est = estimates(configs, variance)
+    eligible = [k for k in est if k not in excluded] or list(est)
+    chance = {k: within_margin_probability(k, est, options.tie_margin) for k in eligible}
+    tie = sorted((k for k in eligible if chance[k] >= options.confidence), key=simple)
+    if tie:
+        return est, chance, tie[0], tuple(tie)
+    rivals = contenders(est, options)
+    if len(rivals) > 1 and equivalent([est[k] for k in rivals], options):
+        tied = sorted((k for k in rivals if k not in excluded), key=simple)
+        if tied:
+            return est, chance, tied[0], tuple(tied)
+    return est, chance, None, ()
+
+
+def _survives(
+    configs: Mapping[str, Sequence[Launch]], options: ConfirmOptions, winner: str
+) -> bool:
+    """No single launch decides the order: with any one launch of any configuration left
+    out, the winner's mean is still within the margin of every other configuration's."""
+    means = {k: sum(x.value for x in v) / len(v) for k, v in configs.items() if v}
+    for key, group in configs.items():
+        if len(group) < 2:
+            continue
+        for i in range(len(group)):
+            rest = [x.value for j, x in enumerate(group) if j != i]
+            fewer = {**means, key: sum(rest) / len(rest)}
+            top = max(v for k, v in fewer.items() if k != winner) if len(fewer) > 1 else 0.0
+            if fewer[winner] < (1 - options.tie_margin) * top:
+                return False
+    return True
+
+
+def equivalent(group: Sequence[Estimate], options: ConfirmOptions) -> bool:
+    """The equivalence test (two one-sided t tests on every pair's log ratio): every
+    pair's ratio lies within ``1 ± tie_margin`` with the options' confidence."""
+    margin = math.log1p(options.tie_margin)
+    for a, b in itertools.combinations(group, 2):
+        if a.mean <= 0 or b.mean <= 0:
+            return False
+        d = math.log(a.mean / b.mean)
+        se = math.hypot(a.stderr / a.mean, b.stderr / b.mean)
+        t = _one_sided(options.confidence, min(a.dof, b.dof))
+        if d - t * se <= -margin or d + t * se >= margin:
+            return False
+    return True
+
+
+def robust_launches(
+    configs: Mapping[str, Sequence[LaunchLike]], variance: LaunchVariance
+) -> tuple[dict[str, list[Launch]], tuple[tuple[str, float], ...], set[str]]:
+    """Bad launches left out: in a group of 3 or more, a launch more than ``OUTLIER``
+    launch σ (at least the prior's 2 %) from the group's median is dropped; a group of 2
+    that far apart is *doubtful* (which one is bad is unknown: it needs a third launch).
+
+    Returns:
+        the kept launches per configuration, the dropped ``(key, value)`` pairs, and the
+        doubtful keys.
+    """
+    limit = OUTLIER * max(PRIOR_SD, variance.relative_sd)
+    kept: dict[str, list[Launch]] = {}
+    dropped: list[tuple[str, float]] = []
+    doubtful: set[str] = set()
+    for key, group in configs.items():
+        values = [as_launch(x) for x in group]
+        centre = float(np.median([x.value for x in values]))
+        far = [centre > 0 and abs(x.value / centre - 1) > limit for x in values]
+        if len(values) == 2 and abs(values[0].value / values[1].value - 1) > limit:
+            doubtful.add(key)
+        if len(values) >= 3 and any(far) and not all(far):
+            kept[key] = [x for x, bad in zip(values, far, strict=True) if not bad]
+            dropped += [(key, x.value) for x, bad in zip(values, far, strict=True) if bad]
+        else:
+            kept[key] = values
+    return kept, tuple(dropped), doubtful
 
 
 def _round(
@@ -352,12 +492,14 @@ def _round(
     baseline: str | None,
     excluded: Collection[str],
 ) -> tuple[str, ...]:
-    """One interleaved round: contenders below the replicate cap, then the baseline."""
-    rivals = [k for k in contenders(est, options) if est[k].n < options.max_replicates]
+    """One interleaved round: the ``ROUND`` best contenders below the replicate cap (launches
+    go where they can change the answer, not spread thin), then the baseline while it has
+    fewer than 2 launches."""
+    rivals = [k for k in contenders(est, options) if est[k].n < options.max_replicates][:ROUND]
     if not any(k not in excluded for k in rivals):
         return ()
     order = list(rivals)
-    if baseline is not None and len(launches.get(baseline, ())) < options.max_replicates:
+    if baseline is not None and len(launches.get(baseline, ())) < min(2, options.max_replicates):
         order.append(baseline)
     if remaining is not None:
         if remaining < 1:
@@ -387,6 +529,10 @@ def _decision(
     options: ConfirmOptions,
     baseline: str | None,
     confident: bool,
+    raw: Mapping[str, Sequence[LaunchLike]],
+    ignored: tuple[tuple[str, float], ...],
+    prior: Mapping[str, Prior] | None,
+    near: Sequence[str] = (),
 ) -> Decision:
     others = sorted((e for k, e in est.items() if k != winner), key=lambda e: -e.mean)
     runner_up = advantage(est[winner], others[0], options.confidence) if others else None
@@ -394,20 +540,31 @@ def _decision(
     if baseline is not None and launches.get(baseline):
         base = estimate(baseline, launches[baseline], variance)
         over_base = advantage(est[winner], base, options.confidence)
-    p = chance[winner]
+    p = chance.get(winner, 0.0)
+    to_decide = None
     if confident:
         reason = (
             f"{winner} is within {options.tie_margin:.1%} of the best with probability "
             f"≥ {p:.3f}; the simplest of {len(tie)} such configuration(s)"
         )
+        if p < options.confidence:
+            reason = (
+                f"a tie: {len(tie)} configurations are equivalent within "
+                f"{options.tie_margin:.1%} (equivalence test at {options.confidence:.2f}); "
+                f"{winner} is the simplest"
+            )
     else:
+        to_decide = launches_to_decide(est, options, winner)
         reason = (
             f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
             f"of the best (probability ≥ {p:.3f}, below {options.confidence:.2f})"
         )
+    model_mean = None
+    if prior and winner in prior:
+        model_mean = combine(est[winner], prior[winner]).mean
     return Decision(
         winner,
-        tuple(as_launch(x).value for x in launches[winner]),
+        tuple(as_launch(x).value for x in raw[winner]),
         est[winner],
         runner_up,
         over_base,
@@ -415,7 +572,36 @@ def _decision(
         p,
         confident,
         reason,
+        tuple(tie) if confident else tuple(near),
+        to_decide,
+        model_mean,
+        ignored,
     )
+
+
+def launches_to_decide(
+    est: Mapping[str, Estimate], options: ConfirmOptions, winner: str
+) -> tuple[int, tuple[str, ...]] | None:
+    """About how many more launches of the winner and its closest rival would decide: enough
+    for the winner to be within the margin of it (gap + margin over the difference's
+    standard error reaching the one-sided t), or for the two to pass the equivalence test
+    (margin − |gap|), whichever needs fewer — assuming the gap and the launch noise stay
+    what they are now."""
+    others = [e for k, e in est.items() if k != winner]
+    if not others:
+        return None
+    me = est[winner]
+    rival = max(others, key=lambda e: e.mean)
+    gap = abs(math.log(me.mean / rival.mean))
+    per_launch = max(me.stderr / me.mean * math.sqrt(me.n), 1e-9)
+    t = _one_sided(options.confidence, me.dof)
+    margin = math.log1p(options.tie_margin)
+    needs = [2 * (t * per_launch / (gap + margin)) ** 2]
+    if gap < margin:
+        needs.append(2 * (t * per_launch / (margin - gap)) ** 2)
+    total = math.ceil(min(needs))
+    more = max(1, total - min(me.n, rival.n))
+    return more, (winner, rival.key)
 
 
 def advantage(winner: Estimate, other: Estimate, confidence: float) -> Advantage:

@@ -28,11 +28,16 @@ from sweep.search.confirm import (
     launch_variance,
 )
 from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
+from sweep.search.neighbours import Neighbours
 from sweep.search.samplers import PREDICTED_ATTR, ConfigSampler
 from sweep.store.db import set_system_attr
 
 REPLICATE_CAP = 1000  # the search's own replicates are limited by its budget, not a count
 CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
+MIN_SEARCH_LAUNCHES = 5  # the search never stops on the model's word before this many launches
+SURPRISE_Z = 3.0  # a launch this many (calibrated) sds from its prediction: the model is wrong
+STALL = 8  # launches without a 1 % improvement: the neighbourhood search has settled
+STALL_GAIN = 0.01
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,8 @@ class PhysicsSampler(ConfigSampler):
         self.features = _features(self.candidates)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
         self._fitted: tuple[tuple[Any, ...], physics.Fit] | None = None
+        self.neighbours = Neighbours(self.candidates)
+        self.min_launches = MIN_SEARCH_LAUNCHES
 
     def history(self, study: Study, skip: int | None = None) -> History:
         return history_of(
@@ -178,13 +185,71 @@ class PhysicsSampler(ConfigSampler):
         }
 
     def exhausted(self, study: Study) -> bool:
-        """True when no untried configuration can plausibly beat the best measured one
-        (the search may stop and confirmation start)."""
+        """True when the search may stop and confirmation start: at least
+        ``MIN_SEARCH_LAUNCHES`` launches, every untried neighbour of the measured leader
+        launched (the neighbour check), and — unless the model was found wrong (a surprise,
+        or residuals above ``misfit``), when the leader's measured neighbourhood decides —
+        no untried configuration can plausibly beat the best measured one, or the last
+        ``STALL`` new configurations did not beat the best by more than ``STALL_GAIN``
+        (:func:`stalled`). The neighbour check gives way only to a stall twice as long (a
+        flat top, where the leader changes by noise and its neighbours never run out)."""
         history = self.history(study)
-        if not history.eligible() or history.launches() < self.n_startup:
-            return not self.untried(history)
-        _, mean, sd = self.predict(history)
+        untried = self.untried(history)
+        if not untried:
+            return True
+        if not history.eligible() or history.launches() < max(self.n_startup, self.min_launches):
+            return False
+        if self._untried_neighbours(history) and not stalled(history, 2 * STALL):
+            return False  # on a flat top the leader changes by noise: a long stall ends it
+        if stalled(history):
+            return True  # the measurements stopped improving, whatever the model promises
+        result, mean, sd = self.predict(history)
+        widen = self.surprise(study, history)
+        if widen > 1.0 or result.rms > self.misfit:
+            return True  # the local search converged: the leader beats its whole neighbourhood
         return not self._plausible(history, mean, sd)
+
+    def leader(self, history: History) -> Candidate | None:
+        """The eligible configuration with the highest mean measured value."""
+        eligible = history.eligible()
+        if not eligible:
+            return None
+        key = max(eligible, key=lambda k: (sum(m.value for m in eligible[k]) / len(eligible[k]), k))
+        return self.candidates[self.index[key]]
+
+    def _untried_neighbours(self, history: History, of: Candidate | None = None) -> list[Candidate]:
+        lead = of or self.leader(history)
+        if lead is None:
+            return []
+        tried = history.tried()
+        return [c for c in self.neighbours.of(lead) if c.key not in tried]
+
+    def surprise(self, study: Study, history: History | None = None) -> float:
+        """How far the worst-predicted launch missed, in calibrated sds, when beyond
+        ``SURPRISE_Z`` (1.0: no surprise). Each first launch is compared with the prediction
+        recorded before it (``sweep.search.predicted``, whose sd the fit of that moment
+        calibrated: widened by its residuals) combined with the launch noise. (The held-out
+        error of the model *now* would hide the surprise: a misfit inflates it too.)"""
+        history = history or self.history(study)
+        variance = launch_variance([[m.value for m in v] for v in history.measured.values()])
+        worst = 1.0
+        seen: set[str] = set()
+        for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+            predicted = t.system_attrs.get(PREDICTED_ATTR)
+            key = self.matcher.key_of(t)
+            if key is None or key in seen or key not in history.measured:
+                continue
+            seen.add(key)
+            first = history.measured[key][0]
+            if not isinstance(predicted, dict) or first.trial != t.number:
+                continue
+            mean, sd = float(predicted["mean"]), float(predicted["sd"])
+            if mean <= 0 or first.value <= 0:
+                continue
+            error = abs(math.log(first.value / mean))
+            scale = math.hypot(sd / mean, variance.relative_sd)
+            worst = max(worst, error / scale)
+        return worst / SURPRISE_Z if worst > SURPRISE_Z else 1.0
 
     def _plausible(self, history: History, mean: np.ndarray, sd: np.ndarray) -> list[int]:
         best = max(mean[self.index[k]] for k in history.eligible())
@@ -205,17 +270,42 @@ class PhysicsSampler(ConfigSampler):
         if history.launches() < self.n_startup or not history.eligible():
             return self._space_filling(history, untried)
         result, mean, sd = self.predict(history)
-        if result.rms > self.misfit and untried:
-            return self._space_filling(history, untried)
+        widen = self.surprise(study, history)
+        sd = sd * widen  # one surprise widens the model's uncertainty everywhere
         self._last = (mean, sd)
+        if (widen > 1.0 or result.rms > self.misfit) and untried:
+            return self._local(history, untried, mean, sd)
         plausible = self._plausible(history, mean, sd)
         if not plausible:
+            near = self._untried_neighbours(history)
+            if near:  # the neighbour check: never stop on the model's word alone
+                return self._best(near, mean, sd)
             pick = self._replicate(history, untried)
             self.repeat = pick.key in history.measured
             return pick
         pool = np.array(plausible)
         upper = mean[pool] + self.kappa * sd[pool]
         return self.candidates[int(pool[int(np.argmax(upper))])]
+
+    def _best(self, pool: Sequence[Candidate], mean: np.ndarray, sd: np.ndarray) -> Candidate:
+        rows = np.array([self.index[c.key] for c in pool])
+        return self.candidates[int(rows[int(np.argmax(mean[rows] + self.kappa * sd[rows]))])]
+
+    def _local(
+        self, history: History, untried: list[Candidate], mean: np.ndarray, sd: np.ndarray
+    ) -> Candidate:
+        """The model was found wrong: climb by measurement. Propose an untried neighbour of
+        the best measured configuration that has one (the model only orders them); when no
+        measured configuration has one left, the most promising untried configuration."""
+        eligible = history.eligible()
+        ranked = sorted(
+            eligible, key=lambda k: -sum(m.value for m in eligible[k]) / len(eligible[k])
+        )
+        for key in ranked:
+            near = self._untried_neighbours(history, self.candidates[self.index[key]])
+            if near:
+                return self._best(near, mean, sd)
+        return self._best(untried, mean, sd)
 
     def _replicate(self, history: History, untried: list[Candidate]) -> Candidate:
         """Nothing untried can win: relaunch the leader or its strongest challenger, whichever
@@ -309,6 +399,21 @@ class PhysicsSampler(ConfigSampler):
         ).min(axis=1)
         best = np.flatnonzero(gaps >= gaps.max() - 1e-12)
         return self.candidates[int(pool[int(self.rng.choice(best))])]
+
+
+def stalled(history: History, window: int = STALL, gain: float = STALL_GAIN) -> bool:
+    """None of the last ``window`` configurations launched first beat the best measured
+    before it by more than ``gain`` (on a flat top the leader keeps changing by noise, and
+    its neighbours never run out)."""
+    firsts = sorted((v[0].trial, v[0].value) for v in history.eligible().values())
+    if len(firsts) <= window:
+        return False
+    best = max(value for _, value in firsts[:-window])
+    for _, value in firsts[-window:]:
+        if value > (1 + gain) * best:
+            return False
+        best = max(best, value)
+    return True
 
 
 def log_throughput_of(result: physics.Fit, d: physics.Design) -> np.ndarray:

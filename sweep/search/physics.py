@@ -46,6 +46,7 @@ PRIOR_SCALE_SD = 3.0  # on log mean overhead around the first guess
 FAMILY_OVERHEAD_SD = 0.3  # families' overheads spread around their mean (log)
 FAMILY_DRAFT_SD = 1.0  # families' draft steps spread around their mean (log)
 STARTS = ((0.65, 0.85, 0.2), (0.85, 0.97, 0.2), (0.45, 0.7, 0.35))
+RESTART_COST = 4.0  # mean squared standardised residual above which fresh starts are tried
 # Shared parameters, then (log overhead, log draft step) per family.
 P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT = range(7)
 SHARED = 7
@@ -247,10 +248,14 @@ def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
     accept_guess = 2.0
     scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0
     best = None
-    for x0 in _starts(len(d.families), scale, start):
+    starts = _starts(len(d.families), scale, start)
+    for i, x0 in enumerate(starts):
         result = least_squares(_residuals, x0, args=(sub, data, scale), method="trf")
         if best is None or result.cost < best.cost:
             best = result
+        n = max(1, len(data.rows))
+        if i == 0 and len(starts) > len(STARTS) and 2 * best.cost / n < RESTART_COST:
+            break  # the previous fit, updated, still explains the data: no fresh starts
     assert best is not None
     jac = np.asarray(best.jac)
     covariance = np.linalg.pinv(jac.T @ jac)

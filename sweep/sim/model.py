@@ -102,12 +102,33 @@ def forward_ms(profile: Profile, tokens: int, batch: int, tp: int, nccl: float =
     return base * (1 + t.batch_slope * (batch - 1)) + allreduce + compute
 
 
-def draft_step_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
-    """One draft forward step (all topk branches together)."""
+def draft_step_ms(
+    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, step: int = 1
+) -> float:
+    """One draft forward step (all topk branches together); ``step`` (1-based) is its place
+    in the cycle (its all-reduce grows by ``draft.allreduce_growth`` per earlier step)."""
     d = profile.draft
     allreduce = _table(d.allreduce_ms, config.draft_tp_size, "draft.allreduce_ms") * nccl
+    allreduce *= 1 + d.allreduce_growth * (step - 1)
     width = d.topk_ms * max(0, config.eagle_topk - 1)
     return (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1))
+
+
+def drafting_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+    """All ``steps`` draft steps of one cycle."""
+    return sum(
+        draft_step_ms(profile, config, batch, nccl, step) for step in range(1, config.num_steps + 1)
+    )
+
+
+def verify_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+    """The target's verify pass over ``batch · draft_tokens`` tokens, with the profile's
+    verify cliff (eager mode from ``timing.verify_cliff_tokens`` draft tokens on)."""
+    t = profile.timing
+    verify = forward_ms(profile, batch * config.num_draft_tokens, batch, config.tp_size, nccl)
+    if t.verify_cliff_tokens and config.num_draft_tokens >= t.verify_cliff_tokens:
+        verify *= 1 + t.verify_cliff_factor
+    return verify
 
 
 def cycle_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
@@ -118,9 +139,14 @@ def cycle_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0)
     overhead = t.spec_overhead_ms
     if config.draft_tp_size != config.tp_size:
         overhead += t.draft_tp_mismatch_ms
-    drafting = config.num_steps * draft_step_ms(profile, config, batch, nccl)
-    verify = forward_ms(profile, batch * config.num_draft_tokens, batch, config.tp_size, nccl)
-    return overhead + drafting + verify
+    drafting = drafting_ms(profile, config, batch, nccl)
+    return overhead + drafting + verify_ms(profile, config, batch, nccl)
+
+
+def host_floor_ms(profile: Profile, cycle: float, tokens: int) -> float:
+    """Extra time a round that emitted ``tokens`` tokens per request waits for the host's
+    per-token floor (``timing.min_token_ms``): the ceiling that makes a flat top."""
+    return max(0.0, tokens * profile.timing.min_token_ms - cycle)
 
 
 def prefill_ms(profile: Profile, prompt_tokens: int, tp: int) -> float:
@@ -149,6 +175,8 @@ def depth_probabilities(
         extra = min(spare, max(0, config.eagle_topk - 1))
         widths[d] += extra
         spare -= extra
+    if a.fall_after and config.num_steps > a.fall_after:  # long drafts at temperature > 0
+        multiplier *= (1 - a.fall_per_step) ** (config.num_steps - a.fall_after)
     probs = []
     for d, width in enumerate(widths):
         base = min(a.cap, a.first * a.decay**d * multiplier)
@@ -245,7 +273,8 @@ def predict(
     cycle = cycle_ms(profile, config, batch, nccl)
     rounds = (output_len - 1) / al
     pauses = (batch - 1) * prefill_ms(profile, prompt_tokens, config.tp_size)
-    decode_s = (rounds * cycle + pauses) / 1000
+    decoding = max(rounds * cycle, (output_len - 1) * profile.timing.min_token_ms)
+    decode_s = (decoding + pauses) / 1000
     decode_tok_s = (output_len - 1) / decode_s
     per_request_s = decode_s + prefill_ms(profile, prompt_tokens, config.tp_size) / 1000
     output_tok_s = batch * output_len / per_request_s  # queued requests beyond batch just wait

@@ -59,6 +59,13 @@ class TimingSection:
     draft_tp_mismatch_ms: float = 0.3
     prefill_ms: float = 8.0
     prefill_token_ms: float = 0.02
+    # A verify cliff: a verify pass over at least this many draft tokens per request runs
+    # (1 + verify_cliff_factor) times slower (CUDA graphs not captured that wide: eager mode).
+    verify_cliff_tokens: int = 0  # 0: no cliff
+    verify_cliff_factor: float = 0.0
+    # A ceiling: each emitted token costs the host at least this long (sampling,
+    # detokenisation, streaming not overlapped with the GPU), so throughput is flat above it.
+    min_token_ms: float = 0.0  # 0: no ceiling
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,9 @@ class DraftSection:
     )
     batch_slope: float = 0.01
     topk_ms: float = 0.15
+    # Draft-TP communication that grows with steps: step i (1-based) pays
+    # allreduce_ms[draft_tp] · (1 + allreduce_growth · (i − 1)).
+    allreduce_growth: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,10 @@ class AcceptanceSection:
     prompt_spread: float = 0.1
     # (steps, topk, draft tokens) SGLang auto-chooses when none are given.
     auto_choice: list[int] = field(default_factory=lambda: [3, 1, 4])
+    # Acceptance that falls with long drafts (temperature > 0): with more than fall_after
+    # steps, every depth's acceptance is multiplied by (1 − fall_per_step)^(steps − fall_after).
+    fall_after: int = 0  # 0: no fall
+    fall_per_step: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -401,6 +415,12 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
         ("noise.cv", 0 <= profile.noise.cv < 0.5, "in [0, 0.5)"),
         ("noise.launch_cv", 0 <= profile.noise.launch_cv < 0.2, "in [0, 0.2)"),
         ("timing.base_ms", profile.timing.base_ms > 0, "> 0"),
+        ("timing.verify_cliff_tokens", profile.timing.verify_cliff_tokens >= 0, ">= 0"),
+        ("timing.verify_cliff_factor", profile.timing.verify_cliff_factor >= 0, ">= 0"),
+        ("timing.min_token_ms", profile.timing.min_token_ms >= 0, ">= 0"),
+        ("draft.allreduce_growth", profile.draft.allreduce_growth >= 0, ">= 0"),
+        ("acceptance.fall_after", profile.acceptance.fall_after >= 0, ">= 0"),
+        ("acceptance.fall_per_step", 0 <= profile.acceptance.fall_per_step < 1, "in [0, 1)"),
         ("startup.load_s", profile.startup.load_s >= 0, ">= 0"),
         ("memory.gpu_gb", profile.memory.gpu_gb > 0, "> 0"),
     ]

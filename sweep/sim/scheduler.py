@@ -268,7 +268,7 @@ class Scheduler:
             return
         self.last_config = config
         accepted: list[int] = []
-        emitted = 0
+        emitted = most = 0
         for request in list(self.running):
             if request.finished:  # aborted
                 self.running.remove(request)
@@ -277,11 +277,15 @@ class Scheduler:
             count = self._advance(request, config)
             accepted.append(request.correct_drafts - drafts)
             emitted += count
+            most = max(most, count)
             self._count(request, count, config)
             self._emit(request)
             if request.finished:
                 self.running.remove(request)
                 self._finish(request)
+        floor = model.host_floor_ms(self.profile, cost, most)  # the profile's ceiling
+        if floor > 0:
+            await self._sleep_ms(floor / self.speed_factor)
         self._record_round(batch, config, cost, duration, emitted, accepted)
         self._end_iteration(batch)
 

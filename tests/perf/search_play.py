@@ -124,6 +124,32 @@ def landscapes() -> dict[str, Profile]:
     return out
 
 
+def misfit_landscapes() -> dict[str, Profile]:
+    """Four landscapes of shapes the cost model cannot represent (the simulator's misfit
+    knobs, docs/simulator.md): draft-TP communication growing with steps, a verify cliff,
+    acceptance falling past 4 steps, and a flat top."""
+    default, high = load_profile("default"), load_profile("high-acceptance")
+    return {
+        "misfit-tp-comm": _perturb(
+            default,
+            acceptance={"first": 0.7, "decay": 0.88, "sibling_gain": 0.15},
+            draft={
+                "compute_ms": 0.9,
+                "allreduce_ms": {"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2},
+                "allreduce_growth": 1.0,
+            },
+            timing={"draft_tp_mismatch_ms": 2.5, "spec_overhead_ms": 2.8},
+        ),
+        "misfit-verify-cliff": _perturb(
+            high, timing={"verify_cliff_tokens": 7, "verify_cliff_factor": 0.25}
+        ),
+        "misfit-falling-acceptance": _perturb(
+            high, acceptance={"fall_after": 4, "fall_per_step": 0.05}
+        ),
+        "misfit-flat-top": _perturb(high, timing={"min_token_ms": 4.6}),
+    }
+
+
 def random_landscape(seed: int) -> Profile:
     """A landscape of the same physics with every constant drawn at random (for seed)."""
     rng = np.random.default_rng(5000 + seed)
@@ -403,7 +429,7 @@ def main() -> None:
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
-    chosen = landscapes()
+    chosen = landscapes() | misfit_landscapes()
     if args.random:
         chosen = {f"random-{i}": random_landscape(i) for i in range(args.random)}
     for space in spaces():

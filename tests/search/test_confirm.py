@@ -18,9 +18,11 @@ from sweep.search.confirm import (
     combine,
     contenders,
     decide,
+    equivalent,
     estimate,
     estimates,
     launch_variance,
+    robust_launches,
     within_margin_probability,
 )
 from sweep.search.guided import Prediction
@@ -119,7 +121,9 @@ def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> Non
     result = decide(launches, TWO_PERCENT, remaining=0)
     assert isinstance(result, Decision) and not result.confident
     assert result.winner == "a" and "budget spent" in result.reason
-    assert result.tie == ("a", "b")  # b's mean is within 1 % of a's
+    assert result.tie == ("a",)  # a tie is only printed when established
+    assert result.near == ("a", "b")  # b's mean is within 1 % of a's: not a tie
+    assert result.to_decide is not None and result.to_decide[1] == ("a", "b")
     capped = decide(launches, TWO_PERCENT, ConfirmOptions(max_replicates=1))
     assert isinstance(capped, Decision) and not capped.confident
 
@@ -142,16 +146,49 @@ def test_an_excluded_configuration_competes_but_never_wins() -> None:
         decide({"base": [90.0]}, TIGHT, baseline="base")
 
 
-def test_a_model_prior_settles_what_the_launches_alone_cannot() -> None:
+def test_the_model_never_decides_and_its_figure_is_labelled() -> None:
     launches = {"a": [100.0], "b": [101.0]}
-    alone = decide(launches, TWO_PERCENT)
-    assert isinstance(alone, Relaunch)
     prior = {"a": Prediction(104.0, 0.4, 103.2, 104.8), "b": Prediction(98.0, 0.4, 97.2, 98.8)}
-    settled = decide(launches, TWO_PERCENT, prior=prior)
-    assert isinstance(settled, Decision) and settled.winner == "a" and settled.confident
+    assert isinstance(decide(launches, TWO_PERCENT, prior=prior), Relaunch)
+    spent = decide(launches, TWO_PERCENT, prior=prior, remaining=0)
+    assert isinstance(spent, Decision) and spent.winner == "b" and not spent.confident
+    assert spent.estimate.mean == 101.0  # the launches alone
+    assert spent.model_mean == pytest.approx((101 / 4.0804 + 98 / 0.16) / (1 / 4.0804 + 1 / 0.16))
     assert estimates(launches, TWO_PERCENT, prior)["a"].mean == pytest.approx(
         (100 / 4 + 104 / 0.16) / (1 / 4 + 1 / 0.16)
     )
+
+
+def test_the_equivalence_test_establishes_a_tie_the_joint_bound_cannot() -> None:
+    launches = {"c": [100.0] * 3, "b": [100.0] * 3, "a": [100.0] * 3}
+    noise = LaunchVariance(0.0065**2, 30.0)
+    est = estimates(launches, noise)
+    assert within_margin_probability("a", est, 0.01) == pytest.approx(0.9332, abs=1e-4)
+    assert equivalent(list(est.values()), ConfirmOptions())
+    result = decide(launches, noise)
+    assert isinstance(result, Decision) and result.confident
+    assert result.winner == "a" and result.tie == ("a", "b", "c") and "a tie" in result.reason
+    wider = LaunchVariance(0.0075**2, 30.0)
+    assert not equivalent(list(estimates(launches, wider).values()), ConfirmOptions())
+
+
+def test_a_bad_launch_is_left_out_and_a_doubtful_pair_relaunched() -> None:
+    kept, dropped, doubtful = robust_launches(
+        {"a": [100.0, 101.0, 92.0], "b": [100.0, 92.0], "c": [100.0]}, TWO_PERCENT
+    )
+    assert [x.value for x in kept["a"]] == [100.0, 101.0] and dropped == (("a", 92.0),)
+    assert doubtful == {"b"} and len(kept["b"]) == 2
+    launches = {"a": [100.0, 101.0, 92.0, 100.5], "b": [95.0, 95.5, 94.5, 95.2]}
+    result = decide(launches, TIGHT)
+    assert isinstance(result, Decision) and result.confident and result.winner == "a"
+    assert result.estimate.mean == pytest.approx(100.5) and result.replicates[2] == 92.0
+    assert result.ignored == (("a", 92.0),)
+
+
+def test_a_single_launch_never_decides_the_order() -> None:
+    launches = {"a": [110.0, 100.0], "b": [100.5, 100.5]}  # a leads by its first launch alone
+    result = decide(launches, TIGHT, remaining=0)
+    assert isinstance(result, Decision) and not result.confident
 
 
 def test_the_advantage_interval_is_on_the_ratio() -> None:
@@ -178,14 +215,12 @@ def test_the_confirmation_budget_is_the_share_of_the_whole() -> None:
 
 @pytest.mark.parametrize(
     ("search", "share", "budget"),
-    [(8, 0.2, 2), (7, 0.2, 1), (3, 0.2, 1), (20, 0.3, 8), (5, 0.0, 0)],
+    [(8, 0.2, 6), (3, 0.2, 6), (17, 0.2, 9), (40, 0.2, 20), (20, 0.6, 30), (5, 0.0, 0)],
 )
-def test_the_loop_s_confirmation_adds_at_most_its_share_and_at_least_one_launch(
+def test_the_loop_s_confirmation_gets_its_share_or_the_floor(
     search: int, share: float, budget: int
 ) -> None:
     """After a search of ``search`` launches the loop keeps ``share`` of the whole for the
-    confirmation: never more than share / (1 - share) of the search's launches (a 7-launch
-    search gets 1, not 2 = 29 %), but one at least, so the best can be relaunched."""
+    confirmation (share / (1 - share) of the search's launches), but never fewer than the
+    floor of 6 (two contenders to 3 launches each) nor than half the search's."""
     assert confirmation_budget(search, share) == budget
-    if share and search * share / (1 - share) >= 1:
-        assert budget <= search * share / (1 - share)

@@ -129,7 +129,8 @@ def test_physics_never_proposes_an_infeasible_or_running_configuration() -> None
     keys = [measure_next(study, spec, values, bad) for _ in range(12)]
     assert running_key not in keys
     assert all(keys.count(k) == 1 for k in bad & set(keys))  # tried once, never again
-    assert len(set(keys)) == len(keys)
+    repeated = {k for k in keys if keys.count(k) > 1}
+    assert repeated <= {"s4-k1-d5-tp1[]"}  # only the best feasible one is relaunched
 
 
 def test_an_enqueued_configuration_is_left_alone() -> None:

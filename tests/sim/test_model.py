@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
 from sweep.sim import model
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import load_profile
+from sweep.sim.profile import Profile, load_profile
 
 NO_SPEC = SimConfig()
 
@@ -109,3 +110,56 @@ def best_steps(profile_name: str, concurrency: int) -> int:
 
 def test_batch_dependent_optimum_moves_with_concurrency() -> None:
     assert [best_steps("batch-dependent", c) for c in (1, 16, 64)] == [4, 2, 0]
+
+
+def knobs(profile_name: str, **sections: dict[str, object]) -> Profile:
+    profile = load_profile(profile_name)
+    changed = {k: dataclasses.replace(getattr(profile, k), **v) for k, v in sections.items()}
+    return dataclasses.replace(profile, **changed)
+
+
+def test_draft_communication_can_grow_with_steps() -> None:
+    profile = knobs("default", draft={"allreduce_growth": 1.0})
+    # 3 steps at draft TP 8: 3 · 0.7 compute + 2.07 · (1 + 2 + 3) all-reduce
+    assert model.drafting_ms(profile, chain(3), 1) == pytest.approx(14.52)
+    assert model.drafting_ms(profile, chain(3, draft_tp=1), 1) == pytest.approx(2.1)
+    assert model.drafting_ms(load_profile("default"), chain(3), 1) == pytest.approx(8.31)
+
+
+def test_draft_tp8_wins_only_at_few_steps_when_its_communication_grows() -> None:
+    profile = knobs(
+        "default",
+        draft={"compute_ms": 0.9, "allreduce_ms": {"1": 0.0, "8": 0.2}, "allreduce_growth": 1.0},
+        timing={"draft_tp_mismatch_ms": 2.5},
+    )
+    better = [
+        model.predict(profile, chain(s, 8)).decode_tok_s
+        > model.predict(profile, chain(s, 1)).decode_tok_s
+        for s in range(1, 9)
+    ]
+    assert better == [True] * 4 + [False] * 4
+
+
+def test_a_verify_cliff_slows_wide_verify_passes_only() -> None:
+    profile = knobs("default", timing={"verify_cliff_tokens": 4, "verify_cliff_factor": 0.25})
+    # 7.2 base + 4.0 all-reduce + 0.2 per extra token, × 1.25 from 4 draft tokens on
+    assert model.verify_ms(profile, chain(2), 1) == pytest.approx(11.6)
+    assert model.verify_ms(profile, chain(3), 1) == pytest.approx(11.8 * 1.25)
+
+
+def test_acceptance_can_fall_with_long_drafts() -> None:
+    profile = knobs("default", acceptance={"fall_after": 4, "fall_per_step": 0.05})
+    assert model.depth_probabilities(profile, chain(4))[0] == pytest.approx(0.62)
+    five = model.depth_probabilities(profile, chain(5))
+    assert five[0] == pytest.approx(0.62 * 0.95) and five[1] == pytest.approx(0.62 * 0.8 * 0.95)
+    high = knobs("high-acceptance", acceptance={"fall_after": 4, "fall_per_step": 0.05})
+    lengths = [model.accept_length(high, chain(s)) for s in (4, 5, 6, 7)]
+    assert lengths[1] > lengths[0] > lengths[2] > lengths[3]  # falls past 5 steps
+
+
+def test_a_host_ceiling_makes_a_flat_top() -> None:
+    profile = knobs("high-acceptance", timing={"min_token_ms": 20.0})
+    assert model.predict(profile, chain(5)).decode_tok_s == pytest.approx(50.0)
+    assert model.predict(profile, chain(8)).decode_tok_s == pytest.approx(50.0)
+    assert model.host_floor_ms(profile, 30.0, 2) == pytest.approx(10.0)
+    assert model.host_floor_ms(profile, 30.0, 1) == 0.0

@@ -63,3 +63,21 @@ def test_not_toml_and_missing_file(tmp_path: Path) -> None:
         parse_profile("[profile\n", source="p.toml")
     with pytest.raises(ProfileError, match="neither a file nor a shipped profile"):
         load_profile(str(tmp_path / "missing.toml"))
+
+
+def test_the_misfit_knobs_are_read_and_checked() -> None:
+    text = (
+        "[timing]\nverify_cliff_tokens = 7\nverify_cliff_factor = 0.25\nmin_token_ms = 4\n"
+        "[draft]\nallreduce_growth = 1.0\n[acceptance]\nfall_after = 4\nfall_per_step = 0.05\n"
+    )
+    p = parse_profile(text, source="p.toml")
+    assert (p.timing.verify_cliff_tokens, p.timing.verify_cliff_factor) == (7, 0.25)
+    assert (p.timing.min_token_ms, p.draft.allreduce_growth) == (4.0, 1.0)
+    assert (p.acceptance.fall_after, p.acceptance.fall_per_step) == (4, 0.05)
+    off = load_profile("default")
+    assert (off.timing.verify_cliff_tokens, off.timing.min_token_ms) == (0, 0.0)
+    assert (off.draft.allreduce_growth, off.acceptance.fall_after) == (0.0, 0)
+    with pytest.raises(ProfileError, match=r"acceptance.fall_per_step.*in \[0, 1\)"):
+        parse_profile("[acceptance]\nfall_per_step = 1.0\n", source="p.toml")
+    with pytest.raises(ProfileError, match=r"draft.allreduce_growth.*>= 0"):
+        parse_profile("[draft]\nallreduce_growth = -1.0\n", source="p.toml")

@@ -1,0 +1,40 @@
+"""The stored answer and its one line (pure)."""
+
+from __future__ import annotations
+
+from sweep.search.answer import answer_of, answer_text
+from sweep.search.confirm import ConfirmOptions, Decision, LaunchVariance, decide
+from sweep.search.guided import Prediction
+
+TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
+LABELS = {"a": "3 steps, draft TP 1", "b": "4 steps, draft TP 1", "base": "no speculation"}
+
+
+def test_a_not_confident_answer_says_what_would_decide_and_prints_no_tie() -> None:
+    launches = {"a": [100.0, 101.0], "b": [99.5, 100.0], "base": [90.0]}
+    decision = decide(launches, TWO_PERCENT, baseline="base", remaining=0)
+    assert isinstance(decision, Decision) and not decision.confident
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 2)
+    assert stored["tie"] == ["3 steps, draft TP 1"]  # a tie is only stored when established
+    assert stored["near"] == ["3 steps, draft TP 1", "4 steps, draft TP 1"]
+    assert stored["to_decide"].startswith("about ")
+    assert stored["to_decide"].endswith(
+        " more launches each of 3 steps, draft TP 1 and 4 steps, draft TP 1"
+    )
+    assert "3 steps, draft TP 1 is the most likely" in stored["reason"]  # labels, not keys
+    assert stored["mean"] == 100.5 and stored["model_adjusted_mean"] is None
+    text = answer_text(stored)
+    assert "tie of" not in text
+    assert "NOT confident (budget spent): about " in text and text.endswith(" would decide")
+
+
+def test_a_confident_tie_is_printed_and_the_model_figure_is_labelled_apart() -> None:
+    launches = {"a": [100.0] * 3, "b": [100.0] * 3}
+    prior = {"a": Prediction(102.0, 1.0, 100.0, 104.0)}
+    decision = decide(launches, LaunchVariance(0.005**2, 30.0), prior=prior)
+    assert isinstance(decision, Decision) and decision.confident
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 3)
+    assert stored["tie"] == ["3 steps, draft TP 1", "4 steps, draft TP 1"]
+    assert stored["mean"] == 100.0 and 100.0 < stored["model_adjusted_mean"] < 102.0
+    assert stored["to_decide"] == ""
+    assert answer_text(stored).endswith("; tie of 2 within 1 %")

@@ -1,0 +1,136 @@
+"""The model guides, measurements decide: the neighbour check, surprises, the stall rule."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import optuna
+
+from sweep.core.records import ATTR
+from sweep.core.space import suggest
+from sweep.engines import rules_for
+from sweep.search import PhysicsSampler
+from sweep.search.candidates import Candidate, by_key
+from sweep.search.guided import stalled
+from sweep.search.history import History, Measurement
+from sweep.search.neighbours import Neighbours
+from sweep.sim import model
+from sweep.sim.model import SimConfig
+from sweep.sim.profile import Profile, load_profile
+from sweep.study import parse_study
+from tests.support.search_helpers import valid_candidates
+
+SPACE = """
+[study]
+name = "t"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = {{ low = 1, high = 4 }}
+eagle_topk = [1, 2]
+num_draft_tokens = {{ low = 2, high = 6 }}
+draft_tp = [1, 8]
+{env}
+"""
+SMALL = """
+[study]
+name = "t"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = { low = 1, high = 10 }
+draft_tp = [1, 8]
+"""
+
+
+def keys(cs: tuple[Candidate, ...]) -> list[str]:
+    return sorted(c.key for c in cs)
+
+
+def test_neighbours_are_one_setting_away() -> None:
+    spec = parse_study(SPACE.format(env='[space.env]\nNCCL_PROTO = ["Simple", "LL"]'), "t.toml")
+    cands = by_key(valid_candidates(spec))
+    near = Neighbours(list(cands.values()))
+    simple, ll = "[NCCL_PROTO=Simple]", "[NCCL_PROTO=LL]"
+    assert keys(near.of(cands["s2-k1-d3-tp1" + simple])) == [
+        "s1-k1-d2-tp1" + simple,  # steps − 1 (a chain's draft tokens follow)
+        "s2-k1-d3-tp1" + ll,  # other extras
+        "s2-k1-d3-tp8" + simple,  # other draft TP
+        "s2-k2-d3-tp1" + simple,  # topk + 1 at the nearest draft tokens
+        "s3-k1-d4-tp1" + simple,  # steps + 1
+    ]
+    assert keys(near.of(cands["s2-k2-d4-tp8" + simple])) == [
+        "s1-k2-d3-tp8" + simple,  # steps − 1 at the nearest legal draft tokens
+        "s2-k1-d3-tp8" + simple,  # topk − 1: the chain
+        "s2-k2-d3-tp8" + simple,  # draft tokens − 1
+        "s2-k2-d4-tp1" + simple,
+        "s2-k2-d4-tp8" + ll,
+        "s2-k2-d5-tp8" + simple,  # draft tokens + 1
+        "s3-k2-d4-tp8" + simple,
+    ]
+
+
+def history(values: list[float]) -> History:
+    out = History()
+    for i, v in enumerate(values):
+        out.measured[f"c{i}"] = [Measurement(f"c{i}", i, v)]
+    return out
+
+
+def test_the_search_has_stalled_after_eight_launches_without_a_one_percent_gain() -> None:
+    assert not stalled(history([100.0] * 8))  # too few to say
+    assert stalled(history([100.0] + [100.9] * 8))
+    assert not stalled(history([100.0] + [100.0] * 7 + [101.5]))
+    assert stalled(history([90.0, 100.0] + [99.0] * 8))
+
+
+def truth(profile: Profile, c: Candidate) -> tuple[float, float]:
+    p = model.predict(profile, SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, 8, c.draft_tp))
+    return p.decode_tok_s, p.accept_length
+
+
+def play(profile: Profile, launches: int) -> tuple[PhysicsSampler, optuna.Study, list[str]]:
+    spec = parse_study(SMALL, "t.toml")
+    candidates = valid_candidates(spec)
+    values = {c.key: truth(profile, c) for c in candidates}
+    sampler = PhysicsSampler(candidates)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    out = []
+    for _ in range(launches):
+        trial = study.ask()
+        key = rules_for(spec).resolve(suggest(trial, spec)).key()
+        trial.set_user_attr(ATTR.KIND, "trial")
+        trial.set_user_attr(ATTR.KEY, key)
+        trial.set_user_attr(ATTR.ACCEPT_LENGTH, values[key][1])
+        trial.set_constraint("sweep_feasible", 0.0)
+        study.tell(trial, values[key][0])
+        out.append(key)
+        if sampler.exhausted(study):
+            break
+    return sampler, study, out
+
+
+def test_the_search_stops_only_after_the_leader_s_neighbours_are_measured() -> None:
+    sampler, study, launched = play(load_profile("default"), 20)
+    assert sampler.exhausted(study) and len(launched) >= 5
+    lead = sampler.leader(sampler.history(study))
+    assert lead is not None and lead.key == "s3-k1-d4-tp1[]"  # the optimum
+    assert {c.key for c in sampler.neighbours.of(lead)} <= set(launched)
+
+
+def test_one_surprise_widens_the_model_and_the_search_climbs_by_measurement() -> None:
+    high = load_profile("high-acceptance")
+    cliff = dataclasses.replace(
+        high,
+        timing=dataclasses.replace(high.timing, verify_cliff_tokens=6, verify_cliff_factor=0.4),
+    )
+    sampler, study, launched = play(cliff, 20)
+    assert sampler.surprise(study) > 1.0  # a launch missed its prediction by > 3 sds
+    spec = parse_study(SMALL, "t.toml")
+    values = {c.key: truth(cliff, c)[0] for c in valid_candidates(spec)}
+    best = max(values.values())
+    assert max(values[k] for k in launched) >= 0.99 * best  # s4-k1-d5-tp1 despite the cliff
