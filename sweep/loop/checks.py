@@ -3,7 +3,7 @@ and looking at a study never creates one.
 
 :func:`preflight` is what `sweep plan` shows and what `sweep run` (and every worker) checks
 before its first launch: the space has valid configurations, the workload's prompt file
-loads, and the storage URL can be used. :func:`require_results` is what `sweep status`,
+loads, the launcher can run on every host, and the storage URL can be used. :func:`require_results` is what `sweep status`,
 `report` and `export` check first: the study has run, and nothing is created to find out.
 """
 
@@ -42,6 +42,7 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
         ConfigError: no valid configuration (the first exclusion reasons are quoted).
         StudyFileError: the workload's prompt file is missing or invalid (``[workload]
             prompts``, relative to the current folder).
+        StudyFileError: also when ``[engine] launcher`` is missing or not executable on a host.
         StorageError: the storage URL cannot be parsed, its driver is not installed, or an
             SQLite file's folder can neither be found nor created.
     """
@@ -49,6 +50,7 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     if not result.valid:
         raise _nothing_to_run(study, result)
     _check_workload(study)
+    deploy.check_launchers(study)  # a missing launcher would fail every launch the same way
     url = storage_url or study.storage
     check_storage_url(url)
     return Preflight(result, url)

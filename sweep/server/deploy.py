@@ -19,8 +19,9 @@ from sweep.engines.base import EngineAdapter, ServerConfig
 from sweep.engines.flags import flag_words
 from sweep.engines.sglang import SGLangAdapter
 from sweep.engines.vllm import VLLMAdapter
-from sweep.exceptions import ConfigError
+from sweep.exceptions import ConfigError, ExecutorError, StudyFileError
 from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.launcher_check import launcher_problem
 from sweep.server.lifecycle import LifecycleOptions
 from sweep.study.spec import HostSpec, Study
 
@@ -49,6 +50,28 @@ def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
         found = shutil.which("sweep")
         return (found, *words[1:]) if found else (sys.executable, "-m", "sweep", *words[1:])
     return words
+
+
+def check_launchers(study: Study) -> None:
+    """Refuse a launcher that cannot run on one of the study's hosts (before any launch).
+
+    A host that cannot be reached is left to the run, which says so when it connects.
+
+    Raises:
+        StudyFileError: ``[engine] launcher`` is missing or not executable on a host.
+    """
+    for host in study.hosts:
+        try:
+            with open_host(host) as executor:
+                problem = launcher_problem(executor, launcher_words(study, host), dict(study.engine.env))
+        except ExecutorError:
+            continue
+        if problem:
+            raise StudyFileError(
+                study.path,
+                "engine.launcher",
+                f"{problem}: every launch would fail the same way; fix the launcher and run again",
+            )
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import optuna
 import pytest
 
 from sweep.core.records import Kind, State, TrialRecord
-from sweep.exceptions import StorageError, StudyBusy
+from sweep.exceptions import StorageError, StudyBusy, StudyFileError
 from sweep.loop.claims import Claims, Lease
 from sweep.loop.progress import Display
 from sweep.loop.run import RunOptions, run_study
@@ -179,3 +180,54 @@ def test_a_second_server_on_the_port_during_load_is_never_measured(tmp_path: Pat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)
+
+
+# --- deployment failures stop the run; nothing is marked infeasible -----------------------------
+
+
+def _with_launcher(path: Path, launcher: list[str]) -> None:
+    text = path.read_text()
+    start = text.index("launcher = ")
+    end = text.index("\n", start)
+    path.write_text(text[:start] + f"launcher = {json.dumps(launcher)}" + text[end:])
+
+
+@pytest.mark.parametrize("kind", ["missing", "not executable", "missing script"])
+def test_a_launcher_that_cannot_run_is_refused_before_any_launch(
+    tmp_path: Path, kind: str
+) -> None:
+    """Round 2 recorded every configuration as infeasible (rejected_flags) with the baseline off."""
+    path = write_study(tmp_path, space="num_steps = [1, 2]", sections="[baseline]\nenabled = false")
+    plain = tmp_path / "plain-file"
+    plain.write_text("#!/bin/sh\n")
+    launcher = {
+        "missing": [str(tmp_path / "no-such-sglang")],
+        "not executable": [str(plain)],
+        "missing script": [sys.executable, str(tmp_path / "no-such-launcher.py")],
+    }[kind]
+    _with_launcher(path, launcher)
+    with pytest.raises(StudyFileError, match=r"\[engine.launcher\]") as caught:
+        run_study(load_study(path), display=Recording())
+    expected = {"missing": "is not found", "not executable": "is not executable"}
+    assert expected.get(kind, "cannot be opened") in str(caught.value)
+    assert launches(tmp_path) == []
+    assert not (tmp_path / "t.db").exists() or records(path) == []
+
+
+def test_a_launcher_failing_with_127_at_start_stops_the_run_and_marks_nothing_infeasible(
+    tmp_path: Path,
+) -> None:
+    """A launcher that passes the check but whose program is gone (exit 127) stops the run."""
+    path = write_study(
+        tmp_path, space="num_steps = [1, 2, 3]", sections="[baseline]\nenabled = false"
+    )
+    _with_launcher(path, ["sh", "-c", "exec sweep-no-such-engine", "sh"])
+    display = Recording()
+    summary = run_study(load_study(path), display=display)
+    trials = records(path)
+    assert len(trials) == 1  # stopped at the first launch: no retry, no second configuration
+    (trial,) = trials
+    assert trial.state is State.FAILED and trial.failure is not None
+    assert trial.failure.kind == "deployment" and not trial.failure.deterministic
+    assert summary.failed_run and "deployment" in summary.stop_reason
+    assert "the run stops" in summary.stop_reason
