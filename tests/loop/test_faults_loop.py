@@ -231,3 +231,55 @@ def test_a_launcher_failing_with_127_at_start_stops_the_run_and_marks_nothing_in
     assert trial.failure.kind == "deployment" and not trial.failure.deterministic
     assert summary.failed_run and "deployment" in summary.stop_reason
     assert "the run stops" in summary.stop_reason
+
+
+# --- wrong figures never count --------------------------------------------------------------------
+
+
+def _failed_trial(path: Path, steps: int) -> TrialRecord:
+    (trial,) = [t for t in records(path) if t.config.num_steps == steps]
+    return trial
+
+
+def test_over_reported_tokens_are_never_stored_as_a_fast_configuration(tmp_path: Path) -> None:
+    """Round 2 stored such a server as 2-3x faster, accept length 4.06 where steps + 1 = 3."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "over_report_tokens"\nfactor = 2.5\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
+    display = Recording()
+    run_study(load_study(path), display=display)
+    trial = _failed_trial(path, 2)
+    assert trial.state is State.FAILED and trial.objective is None
+    assert trial.failure is not None and trial.failure.kind == "bad_response"
+    assert "completion tokens for a request of at most" in trial.failure.message
+    assert trial.attempt == 2  # transient: relaunched once (transient_retries = 1)
+    assert _failed_trial(path, 1).state is State.MEASURED
+
+
+def test_a_server_slowing_down_mid_benchmark_is_not_averaged_into_one_value(
+    tmp_path: Path,
+) -> None:
+    """Round 2 averaged a 10x slowdown into one value (precision 0.84 against 0.05)."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "slowdown"\nafter_s = 1.5\nfactor = 10\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(
+        tmp_path,
+        space="num_steps = [2]",
+        profile=profile,
+        study="transient_retries = 0",
+        workload="output_len = 24",
+        benchmark="min_rounds = 12\nmax_rounds = 12\ntarget_rel_ci = 0.5\nmax_seconds = 60",
+        sections="[baseline]\nenabled = false",
+    )
+    path.write_text(path.read_text().replace("transient_retries = 1\n", "", 1))
+    run_study(load_study(path), display=Recording())
+    (trial,) = records(path)
+    assert trial.state is State.FAILED and trial.objective is None
+    assert trial.failure is not None and trial.failure.kind == "bad_response"
+    assert "the level mixes two speeds" in trial.failure.message
