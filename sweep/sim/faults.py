@@ -139,6 +139,7 @@ def spawn_second_server(pid_file: str) -> int:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     env = {**os.environ, ROLE_ENV: SECOND_SERVER}
+    env.pop("SWEEP_SERVER_GROUP", None)  # someone else's server: not traceable to ours
     pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
     partial = Path(f"{pid_file}.tmp")
     partial.write_text(f"{pid}\n")

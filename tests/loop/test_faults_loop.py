@@ -283,3 +283,19 @@ def test_a_server_slowing_down_mid_benchmark_is_not_averaged_into_one_value(
     assert trial.state is State.FAILED and trial.objective is None
     assert trial.failure is not None and trial.failure.kind == "bad_response"
     assert "the level mixes two speeds" in trial.failure.message
+
+
+def test_a_port_held_by_the_servers_detached_child_costs_no_attempt(tmp_path: Path) -> None:
+    """Round 2: the next launch blamed "a process sweep did not start"; with
+    transient_retries = 0 a configuration was never measured."""
+    profile = write_profile(
+        tmp_path, '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 3.0\nholder = "detached"\n'
+    )
+    path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
+    path.write_text(path.read_text().replace("transient_retries = 1", "transient_retries = 0"))
+    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+    summary = run_study(load_study(path), options, display=Recording())
+    assert [t.state for t in records(path)] == [State.MEASURED, State.MEASURED]
+    assert records(path, baselines=True)[0].state is State.MEASURED
+    assert not summary.failed_run and summary.warnings == []
+    wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)
