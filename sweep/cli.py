@@ -34,7 +34,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line per message: a log grep gets it whole
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -231,9 +231,9 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def _show(event: Event) -> None:
-    from sweep.redact import redact_text
+    from sweep.redact import redact_message
 
-    message = escape(redact_text(event.message))
+    message = escape(redact_message(event.message))
     err.print(f"[dim]\\[{event.elapsed_s:7.1f} s][/dim] {message}", highlight=False)
 
 
@@ -578,15 +578,15 @@ def main() -> None:
 
 
 def _run_app() -> None:
-    from sweep.redact import redact_text
+    from sweep.redact import redact_message
 
     try:
         app()
     except Interrupted as exc:
-        err.print(f"[yellow]interrupted:[/yellow] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        err.print(f"[yellow]interrupted:[/yellow] {escape(redact_message(str(exc)))}")
         sys.exit(EXIT_INTERRUPTED)
     except SweepError as exc:
-        err.print(f"[red]error:[/red] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(redact_message(str(exc)))}")
         sys.exit(EXIT_ERROR)
 
 

@@ -3,8 +3,9 @@ and looking at a study never creates one.
 
 :func:`preflight` is what `sweep plan` shows and what `sweep run` (and every worker) checks
 before its first launch: the space has valid configurations, the workload's prompt file
-loads, the launcher can run on every host, and the storage URL can be used. :func:`require_results` is what `sweep status`,
-`report` and `export` check first: the study has run, and nothing is created to find out.
+loads, the launcher can run on every host, and the storage URL can be used.
+:func:`require_results` is what `sweep status`, `report` and `export` check first: the study
+has run, and nothing is created to find out (nor is its folder required to be writable).
 """
 
 from __future__ import annotations
@@ -76,9 +77,9 @@ def _check_workload(study: Study) -> None:
         raise StudyFileError(study.path, "workload.prompts", str(exc)) from exc
 
 
-def check_storage_url(url: str) -> None:
+def check_storage_url(url: str, *, writable: bool = True) -> None:
     """The URL parses, its database driver imports, and for SQLite the file's folder exists or
-    can be created (nothing is created here).
+    can be created (nothing is created here); ``writable=False`` (a reader) skips that.
 
     Raises:
         StorageError: naming the URL (password hidden) and what is wrong.
@@ -98,7 +99,7 @@ def check_storage_url(url: str) -> None:
             f"storage {shown}: the {parsed.drivername!r} database driver is not available ({exc})"
         ) from exc
     path = sqlite_file(url)
-    if path is not None:
+    if path is not None and writable:
         _check_folder(shown, path.parent)
 
 
@@ -145,7 +146,7 @@ def require_results(study: Study, storage_url: str | None = None) -> str:
             the storage cannot be read.
     """
     url = storage_url or study.storage
-    check_storage_url(url)
+    check_storage_url(url, writable=False)  # status, report and export only read
     hint = f"run `sweep run {study.path}` first"
     path = sqlite_file(url)
     if path is not None and not path.exists():

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.bench.result import BenchmarkResult
 from sweep.bench.checks import structural_accept_limit
+from sweep.bench.result import BenchmarkResult
 from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload
@@ -123,7 +123,9 @@ def _measure(
         bench.display.phase("benchmarking")
         try:
             running.begin_serving()  # still ours, still alive: a crash now is while serving
-            settings = dataclasses.replace(bench.settings, accept_limit=accept_limit(config, running))
+            settings = dataclasses.replace(
+                bench.settings, accept_limit=accept_limit(config, running)
+            )
             result = run_benchmark(running.url, bench.workload, settings)
         except BenchmarkError:
             running.check()  # a dead server is a ServerFailure, with its log tail

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
+from sweep.core.timing import deadline_from_clock, describe_deadline
 from sweep.loop.checks import preflight, prepare_storage
 from sweep.loop.fleet import run_hosts
 from sweep.loop.notify import ended_by, open_notifier
@@ -30,6 +32,7 @@ def run_study(
     """
     options = options or RunOptions()
     _preflight(study, options)
+    _say_deadline(study, options, display or Display())
     if len(study.hosts) > 1:
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)
@@ -81,6 +84,17 @@ def _preflight(study: Study, options: RunOptions) -> None:
     configuration, a missing prompt file, a bad storage URL)."""
     url = preflight(study, options.storage_url).storage
     prepare_storage(url)
+
+
+def _say_deadline(study: Study, options: RunOptions, display: Display) -> None:
+    """Print the resolved deadline with its date and the time left; refuse one that passed
+    minutes ago (:func:`~sweep.core.timing.deadline_from_clock`) before anything starts."""
+    deadline = options.deadline or study.deadline
+    if deadline is None:
+        return
+    now = time.time()
+    end = deadline_from_clock(deadline, now)
+    display.message(f"deadline {deadline}: {describe_deadline(end, now)}")
 
 
 def _counts(runner: Runner) -> dict[str, int]:

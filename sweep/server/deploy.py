@@ -63,7 +63,9 @@ def check_launchers(study: Study) -> None:
     for host in study.hosts:
         try:
             with open_host(host) as executor:
-                problem = launcher_problem(executor, launcher_words(study, host), dict(study.engine.env))
+                problem = launcher_problem(
+                    executor, launcher_words(study, host), dict(study.engine.env)
+                )
         except ExecutorError:
             continue
         if problem:

@@ -213,7 +213,9 @@ class ServerHost:
     def _wait_for_release(self, pgid: int, timeout: float) -> bool:
         """Wait for the port; say so when a child of our server that left its group holds it."""
         listeners = self.executor.listening_processes(self.port)
-        detached = sorted({h.pid for h in listeners.foreign(pgid) if self._ours(h.pid, h.pgid, pgid)})
+        detached = sorted(
+            {h.pid for h in listeners.foreign(pgid) if self._ours(h.pid, h.pgid, pgid)}
+        )
         if detached:
             pids = ", ".join(map(str, detached))
             self.emit(

@@ -193,9 +193,7 @@ def _with_launcher(path: Path, launcher: list[str]) -> None:
 
 
 @pytest.mark.parametrize("kind", ["missing", "not executable", "missing script"])
-def test_a_launcher_that_cannot_run_is_refused_before_any_launch(
-    tmp_path: Path, kind: str
-) -> None:
+def test_a_launcher_that_cannot_run_is_refused_before_any_launch(tmp_path: Path, kind: str) -> None:
     """Round 2 recorded every configuration as infeasible (rejected_flags) with the baseline off."""
     path = write_study(tmp_path, space="num_steps = [1, 2]", sections="[baseline]\nenabled = false")
     plain = tmp_path / "plain-file"
@@ -289,7 +287,8 @@ def test_a_port_held_by_the_servers_detached_child_costs_no_attempt(tmp_path: Pa
     """Round 2: the next launch blamed "a process sweep did not start"; with
     transient_retries = 0 a configuration was never measured."""
     profile = write_profile(
-        tmp_path, '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 3.0\nholder = "detached"\n'
+        tmp_path,
+        '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 3.0\nholder = "detached"\n',
     )
     path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
     path.write_text(path.read_text().replace("transient_retries = 1", "transient_retries = 0"))
