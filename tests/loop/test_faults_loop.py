@@ -298,3 +298,21 @@ def test_a_port_held_by_the_servers_detached_child_costs_no_attempt(tmp_path: Pa
     assert records(path, baselines=True)[0].state is State.MEASURED
     assert not summary.failed_run and summary.warnings == []
     wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)
+
+
+def test_status_reads_a_database_in_a_read_only_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 2 refused: status, report and export only read (writers still refuse)."""
+    from sweep.loop import checks
+
+    path = write_study(tmp_path, space="num_steps = [1]")
+    study = load_study(path)
+    optuna.create_study(study_name=study.name, storage=study.storage)
+    real_access = os.access
+    monkeypatch.setattr(  # the folder is read-only (root would pass any real permission check)
+        checks.os, "access", lambda p, mode: not mode & os.W_OK and real_access(p, mode)
+    )
+    assert checks.require_results(study) == study.storage
+    with pytest.raises(StorageError, match="is not writable"):
+        checks.check_storage_url(study.storage)
