@@ -532,18 +532,20 @@ def test_a_port_held_by_the_servers_own_detached_child_is_waited_for(
     """Round 2's regression: the next launch blamed "a process sweep did not start" and spent
     an attempt; now the stop waits (bounded) and the next launch starts at once."""
     port = free_port()
-    rule = '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 4.0\nholder = "detached"\n'
+    rule = '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 10.0\nholder = "detached"\n'
     profile = write_profile(tmp_path, rule, name="detached")
-    config = ServerConfig("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", profile),))
+    # over SSH the server runs the sweep this test imports (a worktree's, on PYTHONPATH)
+    here = tuple(("PYTHONPATH", v) for v in [os.environ.get("PYTHONPATH", "")] if v)
+    config = ServerConfig("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", profile), *here))
     events: list[Event] = []
     sink = reaper.event_sink(events)
-    limits = HostLimits(port_wait_s=0.2)  # preflight alone would not wait 4 s
+    limits = HostLimits(port_wait_s=0.2)  # preflight alone would not wait 10 s
     with launch(executor, config, tmp_path, sink, limits=limits) as running:
         pass
     report = running.stop_report
     assert report is not None and report.clean and report.group_gone and report.port_free
     notes = [e.message for e in events if e.kind is EventKind.NOTE]
-    assert any("a child of the server that left its process group" in n for n in notes)
+    assert any("a child of the server that left its process group" in n for n in notes), notes
     assert [e for e in events if e.kind is EventKind.WARNING] == []
     second: list[Event] = []
     clean = ServerConfig("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", FAST_PROFILE),))
