@@ -45,7 +45,7 @@ def launcher_problem(
         return "the launcher is empty"
     word = launcher[0]
     script = _script_of(launcher)
-    argv = ("sh", "-c", _SCRIPT, "sweep-launcher-check", word, script)
+    argv = ("/bin/sh", "-c", _SCRIPT, "sweep-launcher-check", word, script)  # PATH may be the env's
     result = executor.run(argv, timeout=CHECK_TIMEOUT_S, env=dict(env or {}))
     template = _PROBLEMS.get(result.exit_code)
     if template is None:

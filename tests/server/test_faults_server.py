@@ -559,3 +559,32 @@ def test_the_server_group_marker_is_read_from_a_process_environment() -> None:
     assert server_group_in("A=1\0SWEEP_SERVER_GROUP=4242\0B=2\0") == 4242
     assert server_group_in("A=1\0XSWEEP_SERVER_GROUP=4242\0") is None
     assert server_group_in("SWEEP_SERVER_GROUP=\0") is None
+
+
+# --- a launcher that cannot run -----------------------------------------------------------------
+
+
+def test_a_launcher_that_cannot_run_is_named_locally_and_over_ssh(
+    executor: Executor, tmp_path: Path
+) -> None:
+    from sweep.server.launcher_check import launcher_problem
+
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    runnable = tmp_path / "runnable"
+    runnable.write_text("#!/bin/sh\n")
+    runnable.chmod(0o755)
+    host = executor.host
+    assert launcher_problem(executor, ["sh", "-c", "true"]) is None
+    assert launcher_problem(executor, [str(runnable), "serve"]) is None
+    assert launcher_problem(executor, [PY, "-m", "sweep", "sim"]) is None
+    assert launcher_problem(executor, [str(tmp_path / "gone")]) == (
+        f"{str(tmp_path / 'gone')!r} is not found (no such file, or not on PATH) on {host}"
+    )
+    assert launcher_problem(executor, ["sweep-no-such-engine"]) is not None
+    assert launcher_problem(executor, [str(plain)]) == f"{str(plain)!r} is not executable on {host}"
+    missing = str(tmp_path / "launch.py")
+    assert launcher_problem(executor, [PY, missing, "--x"]) == (
+        f"{missing!r}, the script it runs, cannot be opened on {host}"
+    )
+    assert launcher_problem(executor, ["sweep-no-such-engine"], {"PATH": str(tmp_path)}) is not None
