@@ -7,8 +7,8 @@ over a real sshd; the study's flags are checked against the parser's option list
 
 from __future__ import annotations
 
-import os
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
