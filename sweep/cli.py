@@ -258,7 +258,9 @@ def _render_launch(report: LaunchReport) -> None:
 @app.command()
 def run(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
-    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    deadline: str = typer.Option(
+        "", help='Local time HH:MM (or "tomorrow HH:MM") by which the last trial ends.'
+    ),
     budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
     n_trials: int = typer.Option(0, help="Stop after this many measured configurations."),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
@@ -291,7 +293,9 @@ def worker(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     host: str = typer.Option(..., help="The name of the study host this worker measures on."),
     storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
-    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    deadline: str = typer.Option(
+        "", help='Local time HH:MM (or "tomorrow HH:MM") by which the last trial ends.'
+    ),
     budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
     n_trials: int = typer.Option(0, help="Stop once the study has this many measured."),
     heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),

@@ -316,3 +316,11 @@ def test_status_reads_a_database_in_a_read_only_folder(
     assert checks.require_results(study) == study.storage
     with pytest.raises(StorageError, match="is not writable"):
         checks.check_storage_url(study.storage)
+
+
+def test_the_resolved_deadline_is_printed_with_its_date_and_time_left(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1]", sections="[baseline]\nenabled = false")
+    display = Recording()
+    run_study(load_study(path), RunOptions(deadline="tomorrow 23:59"), display=display)
+    (line,) = [m for m in display.messages if m.startswith("deadline ")]
+    assert line.startswith("deadline tomorrow 23:59: 20") and " (in " in line and " h " in line
