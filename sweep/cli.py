@@ -35,7 +35,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)  # one line per message: a log grep gets it whole
 out = Console(width=None if sys.stdout.isatty() else 160)
 
 
@@ -237,9 +237,9 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def _show(event: Event) -> None:
-    from sweep.redact import redact_text
+    from sweep.redact import redact_message
 
-    message = escape(redact_text(event.message))
+    message = escape(redact_message(event.message))
     err.print(f"[dim]\\[{event.elapsed_s:7.1f} s][/dim] {message}", highlight=False)
 
 
@@ -264,7 +264,9 @@ def _render_launch(report: LaunchReport) -> None:
 @app.command()
 def run(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
-    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    deadline: str = typer.Option(
+        "", help='Local time HH:MM (or "tomorrow HH:MM") by which the last trial ends.'
+    ),
     budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
     n_trials: int = typer.Option(
         0,
@@ -306,7 +308,9 @@ def worker(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     host: str = typer.Option(..., help="The name of the study host this worker measures on."),
     storage: str = typer.Option("", help="The shared study's storage URL (PostgreSQL)."),
-    deadline: str = typer.Option("", help="Local time HH:MM by which the last trial ends."),
+    deadline: str = typer.Option(
+        "", help='Local time HH:MM (or "tomorrow HH:MM") by which the last trial ends.'
+    ),
     budget: str = typer.Option("", help='Wall time for this worker, e.g. "8h" or "90m".'),
     n_trials: int = typer.Option(
         0, help="Stop once the study has this many configurations settled (as for `sweep run`)."
@@ -638,15 +642,15 @@ def main() -> None:
 
 
 def _run_app() -> None:
-    from sweep.redact import redact_text
+    from sweep.redact import redact_message
 
     try:
         app()
     except Interrupted as exc:
-        err.print(f"[yellow]interrupted:[/yellow] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        err.print(f"[yellow]interrupted:[/yellow] {escape(redact_message(str(exc)))}")
         sys.exit(EXIT_INTERRUPTED)
     except SweepError as exc:
-        err.print(f"[red]error:[/red] {escape(redact_text(str(exc)))}", soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(redact_message(str(exc)))}")
         sys.exit(EXIT_ERROR)
 
 

@@ -62,6 +62,9 @@ class FailureKind(enum.StrEnum):
     """The server died after it was ready, before the benchmark, with no start-up-only cause."""
     CRASHED_WHILE_SERVING = "crashed_while_serving"
     """The server died while it was being benchmarked, with no recognised cause."""
+    DEPLOYMENT = "deployment"
+    """The launcher cannot be run at all (exit 126/127, a script Python "can't open"): every
+    configuration would fail the same way, so the run stops; nothing is marked infeasible."""
 
     @property
     def deterministic(self) -> bool:
@@ -82,9 +85,15 @@ _STARTUP_ONLY = frozenset(
         FailureKind.STARTUP_TIMEOUT,
         FailureKind.CRASHED_DURING_START,
         FailureKind.CRASHED_AFTER_READY,
+        FailureKind.DEPLOYMENT,
     }
 )
 """Kinds that only make sense before the phase they name (or before ready)."""
+
+
+STOPS_RUN = frozenset({FailureKind.PORT_OWNED, FailureKind.DEPLOYMENT})
+"""Kinds every later launch would meet too: the run stops at once, without retries
+(``sweep.core.policy.FATAL_KINDS`` holds their values)."""
 
 
 def at_phase(kind: FailureKind, phase: Phase) -> FailureKind:

@@ -14,6 +14,17 @@ What is secret is decided by *name*, so it works on values `sweep` has never see
 A secret value that is a URL keeps its scheme and host (``https://hooks.slack.com/<redacted>``),
 so a redacted study file still parses and says where things went.
 
+**By value, too.** Every value found under a secret name is remembered for this process
+(:func:`remember_secret`; the study's are learnt when it is parsed), and every structured
+redaction also hides it wherever it appears, whatever the name it sits under
+(``NCCL_IB_HCA = <the token>``).
+
+**Structured places only.** The name rules apply to structured text: environments,
+command lines, study files, log lines, stored attributes. `sweep`'s own message text
+(an error, a console line: paths, study names) goes through :func:`redact_message` instead,
+which hides known secret values, URL passwords and ``Bearer`` credentials but never guesses
+from a name — `sweep status turkey.toml` must not print ``<redacted>``.
+
 Redaction is only for what is kept or shown: the server still gets the real values
 (the runner launches with the study's environment and flags, never with these copies).
 Every function returns a new value and never raises on odd input.
@@ -35,6 +46,11 @@ NOT_SECRET_NAMES = frozenset({"KEY", "SWEEP_KEY", "SPECULATIVE_TOKEN_MAP"})
 
 _SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "WEBHOOK")
 _SECRET_WORD_ENDS = ("TOKEN", "KEY")
+_KEY_WORDS_NOT_SECRET = ("TURKEY", "MONKEY", "DONKEY", "WHISKEY", "JOCKEY", "HOCKEY", "HOTKEY")
+"""Words ending in KEY that name no key (a study called ``turkey``)."""
+MIN_SECRET_LENGTH = 6
+"""Shorter values are not remembered for redaction by value (they would hide common words)."""
+_KNOWN: set[str] = set()
 _EMPTY_VALUES = frozenset({"", "None", "null", "none", "''", '""', REDACTED})
 
 _QUOTED = r"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'"
@@ -68,7 +84,55 @@ def is_secret_name(name: str) -> bool:
         return False
     if any(part in normal for part in _SECRET_PARTS):
         return True
-    return any(word.endswith(_SECRET_WORD_ENDS) for word in normal.split("_"))
+    return any(
+        word.endswith(_SECRET_WORD_ENDS) and word not in _KEY_WORDS_NOT_SECRET
+        for word in normal.split("_")
+    )
+
+
+def remember_secret(value: str) -> None:
+    """Hide ``value`` by value from now on, wherever structured redaction meets it.
+
+    A URL is remembered without its scheme and host (those stay readable).
+    """
+    value = value.strip().strip("'\"")
+    url = _URL_HOST.match(value)
+    if url:
+        value = value[len(url[0]) :]
+    if len(value) >= MIN_SECRET_LENGTH and value not in _EMPTY_VALUES and value not in _KNOWN:
+        _KNOWN.add(value)
+
+
+def learn_secrets(text: str) -> None:
+    """Remember every value ``text`` (a study file) holds under a secret name."""
+    redact_text(text)
+
+
+def forget_secrets() -> None:
+    """Forget the values remembered so far (tests)."""
+    _KNOWN.clear()
+    _redact_text.cache_clear()
+    _redact_command.cache_clear()
+
+
+def redact_known(text: str) -> str:
+    """``text`` with every remembered secret value hidden (longest first)."""
+    if not text or not _KNOWN:
+        return text
+    for value in sorted(_KNOWN, key=len, reverse=True):
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def redact_message(text: str) -> str:
+    """One of `sweep`'s own messages: known secret values, URL passwords and ``Bearer``
+    credentials hidden; nothing guessed from a name (paths and study names stay whole)."""
+    if not text:
+        return text
+    text = _URL_PASSWORD.sub(_hide_password, text)
+    text = _BEARER.sub(lambda m: m["head"] + REDACTED, text)
+    return redact_known(text)
 
 
 def redact_url(url: str) -> str:
@@ -80,7 +144,11 @@ def redact_url(url: str) -> str:
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """An environment with secret-named variables hidden and URL passwords in values hidden."""
+    """An environment with secret-named variables hidden, and URL passwords and known secret
+    values (any variable's) hidden in the others."""
+    for k, v in env.items():
+        if is_secret_name(k):
+            remember_secret(str(v))
     return {
         k: (_hide(str(v)) if is_secret_name(k) else redact_text(str(v))) for k, v in env.items()
     }
@@ -103,11 +171,16 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         hide_next = False
         out.append(_redact_word(word))
         hide_next = word.startswith("-") and "=" not in word and is_secret_name(word)
-    return out
+    return [redact_known(word) for word in out]  # a secret met later in the line, by value
 
 
-@functools.lru_cache(maxsize=4096)  # pure: a report redacts thousands of similar records
 def redact_command(command: str) -> str:
+    """A shell command line with secret values hidden (see :func:`redact_argv`)."""
+    return _redact_command(command, len(_KNOWN))
+
+
+@functools.lru_cache(maxsize=4096)  # a report redacts thousands of similar records
+def _redact_command(command: str, known: int) -> str:
     """A shell command line with secret values hidden (see :func:`redact_argv`).
 
     The line is kept as written when nothing in its words is secret; otherwise its words
@@ -123,16 +196,23 @@ def redact_command(command: str) -> str:
     return " ".join(_quote(w) for w in redacted)
 
 
-@functools.lru_cache(maxsize=4096)
 def redact_text(text: str) -> str:
-    """Free text (a study file, a message, log lines) with secrets hidden.
+    """Structured text (a study file, log lines, a stored attribute) with secrets hidden.
 
-    Hides URL passwords, ``Bearer`` credentials, and the value after a secret-named key in
+    Hides URL passwords, ``Bearer`` credentials, the value after a secret-named key in
     ``KEY = "v"`` (TOML), ``"key": "v"`` (JSON), ``key='v'`` (Python), ``NAME=v`` (shell) and
-    ``--flag v`` / ``--flag=v`` (command lines). Quoting is kept, so TOML stays TOML.
+    ``--flag v`` / ``--flag=v`` (command lines), and then every known secret value wherever
+    it is. Quoting is kept, so TOML stays TOML.
     """
     if not text:
         return text
+    return redact_known(_redact_text(text, len(_KNOWN)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_text(text: str, known: int) -> str:
+    """The name rules of :func:`redact_text` (cached; ``known`` keys the cache by the registry's
+    size, so a cached result never misses a secret learnt since)."""
     text = _URL_PASSWORD.sub(_hide_password, text)
     if "://" in text and "?" in text:
         text = _URL_QUERY.sub(_hide_query_value, text)
@@ -144,10 +224,29 @@ def redact_text(text: str) -> str:
 def redact_data(value: Any) -> Any:
     """JSON-like data (dicts, lists, strings) with secrets hidden: values under secret-named
     keys become :data:`REDACTED`, every string goes through :func:`redact_text`."""
+    _learn_data(value)
+    return _redact_data(value)
+
+
+def _learn_data(value: Any) -> None:
+    """Remember the values under secret-named keys first, so every string is then searched
+    for all of them (a non-secret key may come before the secret one)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if is_secret_name(str(k)) and isinstance(v, str):
+                remember_secret(v)
+            else:
+                _learn_data(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            _learn_data(v)
+
+
+def _redact_data(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _redact_item(str(k), v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_data(v) for v in value]
+        return [_redact_data(v) for v in value]
     if isinstance(value, str):
         return redact_text(value)
     return value
@@ -156,7 +255,7 @@ def redact_data(value: Any) -> Any:
 def _redact_item(key: str, value: Any) -> Any:
     if is_secret_name(key) and isinstance(value, str | int | float) and not isinstance(value, bool):
         return value if str(value) in _EMPTY_VALUES else _hide(str(value))
-    return redact_data(value)
+    return _redact_data(value)
 
 
 def _redact_word(word: str) -> str:
@@ -185,6 +284,7 @@ def _quote(word: str) -> str:
 def _hide_password(match: re.Match[str]) -> str:
     if not match["password"] or match["password"] == REDACTED:
         return match[0]
+    remember_secret(match["password"])
     return f"{match['head']}:{REDACTED}@"
 
 
@@ -226,6 +326,8 @@ def _hidden(value: str) -> str:
 
 
 def _hide(value: str) -> str:
-    """A secret value's replacement: the marker, or for a URL its scheme and host + marker."""
+    """A secret value's replacement: the marker, or for a URL its scheme and host + marker.
+    The value is remembered, to be hidden by value wherever else it appears."""
+    remember_secret(value)
     url = _URL_HOST.match(value)
     return f"{redact_url(url[0])}/{REDACTED}" if url else REDACTED

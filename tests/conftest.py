@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> Iterator[None]:
+    """Secret values are remembered per process (sweep.redact): each test starts with none."""
+    from sweep.redact import forget_secrets
+
+    forget_secrets()
+    yield
+    forget_secrets()
 
 
 def skip_or_fail(reason: str) -> None:
@@ -19,7 +30,6 @@ def skip_or_fail(reason: str) -> None:
 # --- lifecycle and SSH (issue 3) -------------------------------------------------------------
 
 import contextlib  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 
 from tests.support.sshd import Sshd, SshdUnavailable, throwaway_sshd  # noqa: E402
 

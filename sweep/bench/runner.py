@@ -22,6 +22,11 @@ For each level ``B``:
    latencies, not for rounds) so the server is idle for the next level.
 5. **Cross-check** — accept length from the measured requests is compared
    with the server's counters: ``/metrics`` deltas, else ``/server_info``.
+6. **Believable?** — :mod:`sweep.bench.checks`: a request reporting more
+   tokens than asked for, an accept length above the draft's structural
+   maximum (ours or the server's counters') or a step change in speed between
+   rounds fails the level (``bad_response``); a level stopped on a cap far
+   from its precision target carries a warning.
 
 That is the ``"sglang"`` protocol. :data:`PROTOCOLS` holds each protocol's parts
 around the shared warm-up, closed loop and error handling; vLLM's (``protocol =
@@ -46,7 +51,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sweep.bench import figures, openai
+from sweep.bench import checks, figures, openai
 from sweep.bench.client import (
     GenerateRequest,
     OnTokens,
@@ -60,7 +65,7 @@ from sweep.bench.client import (
 )
 from sweep.bench.loop import ClosedLoop, OnRound, first_failure
 from sweep.bench.result import AcceptCheck, BenchmarkResult, LevelResult
-from sweep.bench.stats import StopRule
+from sweep.bench.stats import StopReason, StopRule
 from sweep.bench.workload import Workload
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ConfigError
@@ -78,6 +83,8 @@ class BenchmarkSettings:
         flush_interval_s: pause between ``/flush_cache`` tries.
         accept_tolerance: warn when the server's accept length differs by more.
         protocol: ``"sglang"`` (native ``/generate``) or ``"openai"`` (vLLM).
+        accept_limit: the draft's structural maximum accept length
+            (:func:`sweep.bench.checks.structural_accept_limit`); ``None``: not checked.
     """
 
     stop: StopRule = field(default_factory=StopRule)
@@ -87,6 +94,7 @@ class BenchmarkSettings:
     flush_interval_s: float = 0.1
     accept_tolerance: float = 0.05
     protocol: str = "sglang"
+    accept_limit: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,8 +214,19 @@ class _Context:
         self, request: GenerateRequest, on_tokens: OnTokens | None = None
     ) -> StreamRecord:
         record = await self.protocol.stream(self, request, on_tokens)
-        check_complete(record, int(request.sampling_params["max_new_tokens"]), self.workload)
+        max_new_tokens = int(request.sampling_params["max_new_tokens"])
+        checks.check_completion_tokens(record.completion_tokens, max_new_tokens)
+        check_complete(record, max_new_tokens, self.workload)
         return record
+
+    def checked(self, level: LevelResult) -> LevelResult:
+        """The level, once believable (:mod:`sweep.bench.checks`); ``_LevelFailed`` if not."""
+        try:
+            return checks.check_level(
+                level, self.settings.accept_limit, self.settings.stop.target_precision
+            )
+        except BenchmarkError as exc:
+            raise _LevelFailed(exc, replace(level, stop_reason=StopReason.FAILED)) from exc
 
     def result(self, levels: list[LevelResult]) -> BenchmarkResult:
         return BenchmarkResult(
@@ -301,7 +320,7 @@ async def _sglang_level(ctx: _Context, measure: Measure) -> LevelResult:
     before = await read_spec_counters(ctx.client)
     loop = await measure()
     check = await _accept_check(ctx, before, loop.records)
-    return figures.level_result(loop.log(), check, _check_notes(check, loop.records))
+    return ctx.checked(figures.level_result(loop.log(), check, _check_notes(check, loop.records)))
 
 
 async def _openai_level(ctx: _Context, measure: Measure) -> LevelResult:
@@ -316,9 +335,9 @@ async def _openai_level(ctx: _Context, measure: Measure) -> LevelResult:
         tolerance = ctx.settings.accept_tolerance
         check = figures.accept_check_from_vllm(window.accept_length, client, tolerance)
     level = figures.level_result(loop.log(), check)
-    if window is None:
-        return level
-    return replace(level, accept_length=window.accept_length, acceptance=window.as_dict())
+    if window is not None:
+        level = replace(level, accept_length=window.accept_length, acceptance=window.as_dict())
+    return ctx.checked(level)
 
 
 async def _sglang_stream(

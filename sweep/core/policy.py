@@ -37,7 +37,7 @@ from sweep.study.model import BaselineSpec
 
 STOP_AFTER_FAILURES = 5  # launches in a row failing transiently: the host is unhealthy
 # Failures every later launch would meet too: the run stops at once, without retries.
-FATAL_KINDS = frozenset({"port_owned"})
+FATAL_KINDS = frozenset({"port_owned", "deployment"})  # sweep.failures.STOPS_RUN
 
 
 @dataclass(frozen=True)

@@ -9,17 +9,59 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sweep.exceptions import ConfigError
 from sweep.study.model import BaselineSpec
+
+RECENTLY_PASSED_S = 3600.0
+"""A deadline ``HH:MM`` that passed less than this long ago is refused, not taken as tomorrow's
+(a deadline one minute in the past is a mistake, not a 24 h run)."""
+TOMORROW = "tomorrow"
+"""``"tomorrow HH:MM"``: explicitly tomorrow's ``HH:MM``, even if today's passed minutes ago."""
 
 
 def deadline_from_clock(text: str, now_wall: float, tz: dt.tzinfo | None = None) -> float:
-    """The next occurrence of local time ``HH:MM`` after ``now_wall`` (epoch seconds)."""
-    hour, minute = (int(x) for x in text.split(":"))
+    """The wall time (epoch seconds) a deadline ``"HH:MM"`` or ``"tomorrow HH:MM"`` means.
+
+    ``HH:MM`` is its next occurrence after ``now_wall``: today's, or tomorrow's once
+    today's passed more than :data:`RECENTLY_PASSED_S` ago. ``tomorrow HH:MM`` is
+    always tomorrow's.
+
+    Raises:
+        ConfigError: today's ``HH:MM`` passed less than :data:`RECENTLY_PASSED_S` ago.
+    """
+    explicit = text.strip().startswith(TOMORROW)
+    hour, minute = (int(x) for x in text.strip().removeprefix(TOMORROW).strip().split(":"))
     now = dt.datetime.fromtimestamp(now_wall, tz)
     target = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    if target <= now:
-        target += dt.timedelta(days=1)
-    return target.timestamp()
+    if explicit:
+        return _same_time_next_day(target).timestamp()
+    if target > now:
+        return target.timestamp()
+    ago = (now - target).total_seconds()
+    if ago < RECENTLY_PASSED_S:
+        raise ConfigError(
+            f"deadline {hour:02d}:{minute:02d} passed {_span(ago)} ago "
+            f"({target:%Y-%m-%d %H:%M}); for tomorrow's, write "
+            f'"{TOMORROW} {hour:02d}:{minute:02d}" (--deadline or [study] deadline)'
+        )
+    return _same_time_next_day(target).timestamp()
+
+
+def _same_time_next_day(moment: dt.datetime) -> dt.datetime:
+    day = moment.date() + dt.timedelta(days=1)
+    return dt.datetime.combine(day, moment.timetz()).replace(tzinfo=moment.tzinfo)
+
+
+def describe_deadline(end_wall: float, now_wall: float, tz: dt.tzinfo | None = None) -> str:
+    """E.g. ``"2026-12-03 07:00 (in 9 h 12 min)"``: the resolved deadline and the time left."""
+    end = dt.datetime.fromtimestamp(end_wall, tz)
+    return f"{end:%Y-%m-%d %H:%M} (in {_span(end_wall - now_wall)})"
+
+
+def _span(seconds: float) -> str:
+    minutes = max(0, round(seconds / 60))
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min"
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,9 @@ class EngineAdapter(abc.ABC):
         signatures: failure log lines, most specific first (the first kind found wins).
         rejected_exit_codes: exit codes meaning "the command line was rejected".
         validation_exit_codes: exit codes meaning "rejected" when the server
-            exits before it started loading (126/127: the launcher cannot be run).
+            exits before it started loading.
+        deployment_exit_codes: exit codes meaning "the launcher cannot be run" (the
+            shell's 126 not executable, 127 not found): a deployment failure.
     """
 
     launcher: tuple[str, ...]
@@ -202,9 +204,8 @@ class EngineAdapter(abc.ABC):
     phase_markers: tuple[PhaseMarker, ...] = ()
     signatures: tuple[Signature, ...] = ()
     rejected_exit_codes: frozenset[int] = field(default_factory=lambda: frozenset({2}))
-    validation_exit_codes: frozenset[int] = field(
-        default_factory=lambda: frozenset({1, 126, 127})  # 126/127: the shell cannot run it
-    )
+    validation_exit_codes: frozenset[int] = field(default_factory=lambda: frozenset({1}))
+    deployment_exit_codes: frozenset[int] = field(default_factory=lambda: frozenset({126, 127}))
 
     name: ClassVar[str] = "engine"
     display_name: ClassVar[str] = "engine"
@@ -374,6 +375,11 @@ class EngineAdapter(abc.ABC):
             if signature.kind is not None and line is not None:
                 return Diagnosis(signature.kind, line.strip(), signature=True)
         last = next((line.strip() for line in reversed(tail) if line.strip()), "")
+        if phase.order < Phase.LOADING_WEIGHTS.order and (
+            exit_code in self.deployment_exit_codes or _first_match(CANNOT_RUN, tail)
+        ):
+            evidence = _first_match(CANNOT_RUN, tail) or last or f"exit code {exit_code}"
+            return Diagnosis(FailureKind.DEPLOYMENT, evidence.strip())
         if exit_code in self.rejected_exit_codes:
             return Diagnosis(FailureKind.REJECTED_FLAGS, last or "the parser rejected the flags")
         if exit_code in self.validation_exit_codes and phase.order < Phase.LOADING_WEIGHTS.order:
@@ -423,6 +429,14 @@ def argv_in_launch_command(reported: str, args: Sequence[str]) -> bool:
     except ValueError:  # unbalanced quotes: not a shell-quoted line
         return False
     return _contains(words, list(args))
+
+
+CANNOT_RUN = re.compile(
+    r"can't open file|^(?:env|nohup|sh|bash|dash)\b.*"
+    r"(?:not found|Permission denied|No such file or directory)$|command not found"
+)
+"""Lines meaning the launcher itself cannot be run: Python's "can't open file", the shell's
+"not found" / "Permission denied", env's "No such file or directory"."""
 
 
 def _first_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:

@@ -3,8 +3,9 @@ and looking at a study never creates one.
 
 :func:`preflight` is what `sweep plan` shows and what `sweep run` (and every worker) checks
 before its first launch: the space has valid configurations, the workload's prompt file
-loads, and the storage URL can be used. :func:`require_results` is what `sweep status`,
-`report` and `export` check first: the study has run, and nothing is created to find out.
+loads, the launcher can run on every host, and the storage URL can be used.
+:func:`require_results` is what `sweep status`, `report` and `export` check first: the study
+has run, and nothing is created to find out (nor is its folder required to be writable).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
         ConfigError: no valid configuration (the first exclusion reasons are quoted).
         StudyFileError: the workload's prompt file is missing or invalid (``[workload]
             prompts``, relative to the current folder).
+        StudyFileError: also when ``[engine] launcher`` is missing or not executable on a host.
         StorageError: the storage URL cannot be parsed, its driver is not installed, or an
             SQLite file's folder can neither be found nor created.
     """
@@ -44,6 +46,7 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     if not result.valid:
         raise _nothing_to_run(study, result)
     _check_workload(study)
+    wiring.check_launchers(study)  # a missing launcher would fail every launch the same way
     url = storage_url or study.storage
     check_storage_url(url)
     return Preflight(result, url)
@@ -91,7 +94,7 @@ def require_results(study: Study, storage_url: str | None = None) -> str:
             the storage cannot be read.
     """
     url = storage_url or study.storage
-    check_storage_url(url)
+    check_storage_url(url, writable=False)  # status, report and export only read
     hint = f"run `sweep run {study.path}` first"
     path = sqlite_file(url)
     if path is not None and not path.exists():

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.bench.checks import structural_accept_limit
 from sweep.bench.result import BenchmarkResult
 from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
@@ -122,11 +123,14 @@ def _measure(
         rig.display.phase("benchmarking")
         try:
             running.begin_serving()  # still ours, still alive: a crash now is while serving
-            result = run_benchmark(running.url, rig.workload, rig.settings)
+            settings = dataclasses.replace(rig.settings, accept_limit=accept_limit(config, running))
+            result = run_benchmark(running.url, rig.workload, settings)
         except BenchmarkError:
             running.check()  # a dead server is a ServerFailure, with its log tail
             raise
         benchmarked_at = rig.clock.now()
+        for warning in result.warnings:
+            rig.display.message(f"  warning: {warning}")
         rig.display.phase("teardown")
     timings = _timings(running, started, ready_at, benchmarked_at, rig.clock.now())
     stop_warnings = running.stop_report.warnings() if running.stop_report else ()
@@ -198,6 +202,17 @@ def failure_of(error: SweepError) -> Failure:
     reason = getattr(error, "reason", None)
     kind = str(getattr(reason, "value", reason) or type(error).__name__)
     return Failure(kind=kind, message=str(error))
+
+
+def accept_limit(config: TrialConfig, running: RunningServer) -> float | None:
+    """The draft's structural maximum accept length, from what the server resolved (else asked)."""
+    r = running.resolved
+    if not config.speculative or config.adaptive or r.adaptive:
+        return None  # an adaptive server changes its steps at run time
+    steps = r.num_steps if r.num_steps is not None else config.num_steps
+    topk = r.eagle_topk if r.eagle_topk is not None else config.eagle_topk
+    draft = r.num_draft_tokens if r.num_draft_tokens is not None else config.num_draft_tokens
+    return structural_accept_limit(steps, topk, draft)
 
 
 def resolution_mismatch(config: TrialConfig, running: RunningServer) -> str:

@@ -11,9 +11,11 @@ alive but nothing finished); the notifier decides which events to send:
 An event is one JSON object: ``event``, ``study``, ``host``, ``at`` (ISO 8601), a
 Slack-compatible one-line ``text`` and the event's fields. The webhook gets it as the body of
 a POST; the command gets it on stdin (and in ``$SWEEP_EVENT``), run through the local
-executor. Deliveries happen on one background thread, each bounded by ``timeout_s``; a
-failing delivery is logged (and told to ``on_error``), never raised. Secrets are redacted
-(:mod:`sweep.redact`) from everything sent.
+executor. Deliveries happen on one background thread, each bounded by ``timeout_s`` as an
+overall deadline (a webhook that trickles its answer a byte at a time is abandoned at the
+deadline, not only one that goes silent). An event that could not be delivered is said in one
+line, once: to ``on_error`` when given (else logged), never raised; events still queued when
+the run ends say so too. Secrets are redacted (:mod:`sweep.redact`) from everything sent.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import httpx
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import ExecutorError, Interrupted
-from sweep.redact import redact_data, redact_text
+from sweep.redact import redact_data, redact_message, remember_secret
 from sweep.server.executor import Executor, LocalExecutor
 from sweep.study.model import NotifySpec, Study
 
@@ -93,6 +95,8 @@ class Notifier:
         watch_interval_s: float = WATCH_INTERVAL_S,
     ) -> None:
         self.spec = spec
+        if spec.webhook:
+            remember_secret(spec.webhook)  # its path is a secret: never in a message
         self.study = study
         self.host = host
         self.clock = clock
@@ -108,6 +112,7 @@ class Notifier:
         self._stall_sent = False
         self._failures = 0
         self._thread: threading.Thread | None = None
+        self._pending: list[str] = []  # events queued and not yet tried, in order
 
     # --- the loop's calls ----------------------------------------------------------------------
 
@@ -170,6 +175,10 @@ class Notifier:
                 logger.warning("notify: queue full at close; pending events dropped")
             self._thread.join(2 * self.spec.timeout_s + 1 if wait_s is None else wait_s)
             self._thread = None
+            with self._lock:
+                left, self._pending = self._pending, []
+            for name in left:
+                self._undelivered(name, "still queued when the run ended")
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
@@ -187,9 +196,11 @@ class Notifier:
             return
         self.start()  # a notifier used without `with` still delivers
         try:
-            self._queue.put_nowait(event)
+            with self._lock:
+                self._queue.put_nowait(event)
+                self._pending.append(event.name)
         except queue.Full:
-            self._failed(Delivery(event.name, "queue", False, f"{MAX_PENDING} events pending"))
+            self._undelivered(event.name, f"{MAX_PENDING} events were already pending")
 
     def _work(self) -> None:
         while True:
@@ -203,11 +214,19 @@ class Notifier:
             self._deliver(event)
 
     def _deliver(self, event: Event) -> None:
+        with self._lock:
+            if event.name in self._pending:
+                self._pending.remove(event.name)
         payload = self.payload(event)
+        done: list[Delivery] = []
         if self.spec.webhook:
-            self._record(self._post(event.name, self.spec.webhook, payload))
+            done.append(self._post(event.name, self.spec.webhook, payload))
         if self.spec.command:
-            self._record(self._run(event.name, self.spec.command, payload))
+            done.append(self._run(event.name, self.spec.command, payload))
+        self.deliveries.extend(done)
+        failed = [d for d in done if not d.ok]
+        if failed:
+            self._failed(event.name, failed)
 
     def payload(self, event: Event) -> dict[str, Any]:
         """The JSON object sent for ``event``, secrets redacted."""
@@ -218,10 +237,36 @@ class Notifier:
         return redacted
 
     def _post(self, name: str, url: str, payload: Mapping[str, Any]) -> Delivery:
+        """POST within an overall deadline of ``timeout_s`` (httpx's timeouts are per read)."""
         if self._client is None:
-            self._client = httpx.Client(timeout=self.spec.timeout_s)
+            self._client = httpx.Client(timeout=self.spec.timeout_s + 1)
+        client = self._client
+        answer: list[Delivery] = []
+
+        def post() -> None:
+            answer.append(self._post_now(client, name, url, payload))
+
+        worker = threading.Thread(target=post, name="sweep-notify-post", daemon=True)
+        worker.start()
+        worker.join(self.spec.timeout_s)
+        if answer:
+            return answer[0]
+        self._abandon(client)
+        deadline = f"no complete answer within {self.spec.timeout_s:g} s (overall deadline)"
+        return Delivery(name, "webhook", False, deadline)
+
+    def _abandon(self, client: httpx.Client) -> None:
+        """Leave a delivery past its deadline to its daemon thread; the next uses a new client."""
+        if not self._owns_client:
+            return
+        self._client = None
+        threading.Thread(target=client.close, name="sweep-notify-close", daemon=True).start()
+
+    def _post_now(
+        self, client: httpx.Client, name: str, url: str, payload: Mapping[str, Any]
+    ) -> Delivery:
         try:
-            response = self._client.post(url, json=payload, timeout=self.spec.timeout_s)
+            response = client.post(url, json=payload, timeout=self.spec.timeout_s + 1)
         except httpx.HTTPError as exc:
             return Delivery(name, "webhook", False, f"{type(exc).__name__}: {exc}")
         if response.is_success:
@@ -243,20 +288,29 @@ class Notifier:
         last = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
         return Delivery(name, "command", False, f"exit {result.exit_code}: {last[0]}")
 
-    def _record(self, delivery: Delivery) -> None:
-        self.deliveries.append(delivery)
-        if not delivery.ok:
-            self._failed(delivery)
+    def _failed(self, event: str, failed: list[Delivery]) -> None:
+        """One line for an event whose delivery failed at one target or both."""
+        if len(failed) == 1:
+            only = failed[0]
+            self._say(f"notify: {event} to the {only.target} failed: {only.detail}")
+            return
+        details = "; ".join(f"{d.target}: {d.detail}" for d in failed)
+        self._say(f"notify: {event} to the webhook and the command failed: {details}")
 
-    def _failed(self, delivery: Delivery) -> None:
-        where = "the webhook" if delivery.target == "webhook" else f"the {delivery.target}"
-        message = redact_text(f"notify: {delivery.event} to {where} failed: {delivery.detail}")
-        logger.warning(message)
-        if self.on_error is not None:
-            try:
-                self.on_error(message)
-            except Exception:  # a broken sink must not kill the notifier thread
-                logger.exception("notify: on_error failed")
+    def _undelivered(self, event: str, why: str) -> None:
+        self._say(f"notify: {event} was not delivered: {why}")
+
+    def _say(self, text: str) -> None:
+        """Tell ``on_error`` (the console) or, without one, the log: once, never both."""
+        message = redact_message(text)
+        if self.on_error is None:
+            logger.warning(message)
+            return
+        logger.debug(message)
+        try:
+            self.on_error(message)
+        except Exception:  # a broken sink must not kill the notifier thread
+            logger.exception("notify: on_error failed")
 
     # --- text ----------------------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from rich.live import Live
 from rich.status import Status
 from rich.text import Text
 
-from sweep.redact import redact_text
+from sweep.redact import redact_message
 from sweep.server.readiness import Event, EventKind
 
 
@@ -50,7 +50,7 @@ class Display:
     # --- the runner's calls ------------------------------------------------------------------
 
     def message(self, text: str) -> None:
-        self.console.print(redact_text(text), markup=False)  # faults hook: no secret printed
+        self.console.print(redact_message(text), markup=False)  # no secret printed
 
     def trial_started(self, index: str, label: str) -> None:
         self.trial = TrialView(index, label)
@@ -136,7 +136,7 @@ class HostBoard:
         with self._lock:
             if text.strip():
                 self.states[host] = text.strip()
-            self.console.print(f"[{host:<{self.width}}] {redact_text(text)}", markup=False)
+            self.console.print(f"[{host:<{self.width}}] {redact_message(text)}", markup=False)
             self._refresh()
 
     def state_lines(self) -> list[str]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
+from sweep.core.timing import deadline_from_clock, describe_deadline
 from sweep.loop import wiring
 from sweep.loop.checks import create_sqlite_folder, preflight
 from sweep.loop.context import RunOptions, RunSummary
@@ -30,6 +32,7 @@ def run_study(
     """
     options = options or RunOptions()
     _preflight(study, options)
+    _say_deadline(study, options, display or Display())
     if len(study.hosts) > 1:
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)
@@ -85,3 +88,14 @@ def _preflight(study: Study, options: RunOptions) -> None:
     configuration, a missing prompt file, a bad storage URL)."""
     url = preflight(study, options.storage_url).storage
     create_sqlite_folder(url)
+
+
+def _say_deadline(study: Study, options: RunOptions, display: Display) -> None:
+    """Print the resolved deadline with its date and the time left; refuse one that passed
+    minutes ago (:func:`~sweep.core.timing.deadline_from_clock`) before anything starts."""
+    deadline = options.deadline or study.deadline
+    if deadline is None:
+        return
+    now = time.time()
+    end = deadline_from_clock(deadline, now)
+    display.message(f"deadline {deadline}: {describe_deadline(end, now)}")

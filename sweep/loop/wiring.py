@@ -21,6 +21,7 @@ from sweep.core.timing import deadline_from_clock
 from sweep.engines import registry, rules_for
 from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
+from sweep.exceptions import ExecutorError, StudyFileError
 from sweep.loop.context import EngineCheckCall, RunContext, RunOptions, RunSummary, Stores
 from sweep.loop.measure import Measurer, Rig, measure
 from sweep.loop.notify import Notifier
@@ -30,6 +31,7 @@ from sweep.loop.worker import requeue_stale
 from sweep.search.samplers import sampler_for
 from sweep.server.engine_check import EngineCheck, gate_study
 from sweep.server.executor import Executor, LocalExecutor
+from sweep.server.launcher_check import launcher_problem
 from sweep.server.lifecycle import LifecycleOptions
 from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.store import baseline_study_name, open_study
@@ -57,6 +59,30 @@ def open_host(host: HostSpec) -> Executor:
 def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
     """The study's launcher, else its engine's (:mod:`sweep.engines.registry`)."""
     return registry.launcher_words(study, host)
+
+
+def check_launchers(study: Study) -> None:
+    """Refuse a launcher that cannot run on one of the study's hosts (before any launch).
+
+    A host that cannot be reached is left to the run, which says so when it connects.
+
+    Raises:
+        StudyFileError: ``[engine] launcher`` is missing or not executable on a host.
+    """
+    for host in study.hosts:
+        try:
+            with open_host(host) as executor:
+                problem = launcher_problem(
+                    executor, launcher_words(study, host), dict(study.engine.env)
+                )
+        except ExecutorError:
+            continue
+        if problem:
+            raise StudyFileError(
+                study.path,
+                "engine.launcher",
+                f"{problem}: every launch would fail the same way; fix the launcher and run again",
+            )
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:

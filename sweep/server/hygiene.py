@@ -177,14 +177,16 @@ class ServerHost:
     def stop(self, pgid: int) -> StopReport:
         """Terminate the group, then wait (bounded) for the port and GPUs to be released.
 
-        No wait for the port when, the group gone, other processes hold it (an
-        intruder, or a child that left the group): it would not be released.
+        A child of the server that left its group (``setsid``) and still holds the
+        port is waited for like the group (it descends from our server: it carries
+        the start script's marker). No wait when, the group gone, unrelated
+        processes hold the port (an intruder): it would not be released.
         """
         started = self.clock.now()
         sent, gone = self.terminate(pgid)
         release = self.limits.release_timeout_s
         port_free = self._port_free() or (
-            not (gone and self._held_by_others(pgid)) and self._wait_for(self._port_free, release)
+            not (gone and self._held_by_others(pgid)) and self._wait_for_release(pgid, release)
         )
         gpus_idle = None
         if self.gpu_memory() is not None:
@@ -196,13 +198,34 @@ class ServerHost:
         return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders)
 
     def _held_by_others(self, pgid: int) -> bool:
-        """True when live processes outside ``pgid`` hold the port: waiting would not free it."""
+        """True when live processes unrelated to our server hold the port: waiting would not
+        free it. A holder in ``pgid``, or one descending from it (a detached child), is ours."""
         listeners = self.executor.listening_processes(self.port)
         return (
             bool(listeners.holders)
             and not listeners.unseen()
-            and not any(h.pgid == pgid for h in listeners.holders)
+            and not any(self._ours(h.pid, h.pgid, pgid) for h in listeners.holders)
         )
+
+    def _ours(self, pid: int, holder_pgid: int, pgid: int) -> bool:
+        return holder_pgid == pgid or self.executor.server_group_of(pid) == pgid
+
+    def _wait_for_release(self, pgid: int, timeout: float) -> bool:
+        """Wait for the port; say so when a child of our server that left its group holds it."""
+        listeners = self.executor.listening_processes(self.port)
+        detached = sorted(
+            {h.pid for h in listeners.foreign(pgid) if self._ours(h.pid, h.pgid, pgid)}
+        )
+        if detached:
+            pids = ", ".join(map(str, detached))
+            self.emit(
+                Event(
+                    EventKind.NOTE,
+                    f"port {self.port} on {self.executor.host} is held by pid {pids}, a child of "
+                    f"the server that left its process group; waiting up to {timeout:g} s",
+                )
+            )
+        return self._wait_for(self._port_free, timeout)
 
     def _holders(self, pgid: int) -> str:
         """Who holds the port, for a message: our group and/or others."""
@@ -249,6 +272,8 @@ class ServerHost:
     def _require_port_free(self) -> None:
         if self._wait_for(self._port_free, self.limits.port_wait_s):
             return
+        if self._left_by_our_server() and self._wait_for_left_port():
+            return
         holders = self.executor.listening_processes(self.port).describe_others(0)
         raise self._failure(
             FailureKind.PORT_IN_USE,
@@ -256,6 +281,25 @@ class ServerHost:
             f"{f' ({holders})' if holders else ''} (waited {self.limits.port_wait_s:g} s); "
             "stop it or choose another port",
         )
+
+    def _left_by_our_server(self) -> bool:
+        """True when every holder of the port descends from a server sweep started (a child
+        that left its group, still letting go): it is waited for, not blamed on a stranger."""
+        listeners = self.executor.listening_processes(self.port)
+        if not listeners.holders or listeners.unseen():
+            return False
+        return all(self.executor.server_group_of(h.pid) is not None for h in listeners.holders)
+
+    def _wait_for_left_port(self) -> bool:
+        timeout = self.limits.release_timeout_s
+        self.emit(
+            Event(
+                EventKind.NOTE,
+                f"port {self.port} on {self.executor.host} is held by a child of an earlier "
+                f"server of sweep's that left its process group; waiting up to {timeout:g} s",
+            )
+        )
+        return self._wait_for(self._port_free, timeout)
 
     def _require_gpus_idle(self) -> tuple[int, ...] | None:
         used = self.gpu_memory()

@@ -2,8 +2,10 @@
 
 :meth:`FaultPlan.of` decides, purely, from the profile and the resolved flags.
 The rest are the few process-level actions some faults need, each bounded in
-time: keeping the listening socket after SIGTERM, and starting a second,
-independent server on our port while we load.
+time: keeping the listening socket after SIGTERM (in our process group, or in a
+detached child), and starting a second, independent server on our port while we
+load. Over-reported tokens and a slowdown are applied by the HTTP layer and the
+scheduler.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class FaultPlan:
     hold_port_s: float = 0.0
     port_holder: str = "child"
     second_server_pid_file: str = ""
+    over_report_tokens: float = 0.0
+    """Reported completion tokens are multiplied by this (0 = truthful)."""
+    slowdown_after_s: float = 0.0
+    slowdown_factor: float = 0.0
+    """From ``slowdown_after_s`` after ready, every duration is this many times longer."""
 
     @classmethod
     def of(cls, profile: Profile, resolved: Mapping[str, object]) -> FaultPlan:
@@ -70,6 +77,10 @@ class FaultPlan:
                 values.update(hold_port_s=rule.hold_s, port_holder=rule.holder)
             elif rule.kind == "second_server":
                 values["second_server_pid_file"] = rule.pid_file
+            elif rule.kind == "over_report_tokens":
+                values["over_report_tokens"] = rule.factor
+            elif rule.kind == "slowdown":
+                values.update(slowdown_after_s=rule.after_s, slowdown_factor=rule.factor)
         return cls(**values)
 
     def oom_phase(self, need: dict[str, float]) -> str:
@@ -128,6 +139,7 @@ def spawn_second_server(pid_file: str) -> int:
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
     env = {**os.environ, ROLE_ENV: SECOND_SERVER}
+    env.pop("SWEEP_SERVER_GROUP", None)  # someone else's server: not traceable to ours
     pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
     partial = Path(f"{pid_file}.tmp")
     partial.write_text(f"{pid}\n")
@@ -168,11 +180,13 @@ def wait_until_listening(host: str, port: int, pid: int, timeout: float) -> bool
 # --- the port after SIGTERM ------------------------------------------------------------------
 
 
-def hand_port_to_child(fds: Iterable[int], hold_s: float) -> int:
+def hand_port_to_child(fds: Iterable[int], hold_s: float, *, detached: bool = False) -> int:
     """Start a child in our process group that keeps the listening sockets for ``hold_s``.
 
     Call it only on the way out: it makes this process ignore SIGTERM so that the
     child is born ignoring it (a rank busy tearing down); SIGKILL stops it.
+    ``detached``: the child starts a session of its own (as a helper process that
+    called ``setsid`` does), so signals to our process group do not reach it.
     Returns its PID.
     """
     copies = [os.dup(fd) for fd in fds]
@@ -181,7 +195,7 @@ def hand_port_to_child(fds: Iterable[int], hold_s: float) -> int:
             os.set_inheritable(fd, True)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an ignored signal stays ignored in exec
         argv = [sys.executable, "-c", _HOLDER_CODE, str(hold_s)]
-        return os.posix_spawn(sys.executable, argv, dict(os.environ))
+        return os.posix_spawn(sys.executable, argv, dict(os.environ), setsid=detached)
     finally:
         for fd in copies:
             os.close(fd)

@@ -255,6 +255,11 @@ class _Api:
             yield "data: " + json.dumps({**base, "choices": [], "usage": _usage(sim)}) + "\n\n"
         yield "data: [DONE]\n\n"
 
+    def _reported(self, tokens: int) -> int:
+        """The completion tokens this server claims (the ``over_report_tokens`` fault)."""
+        factor = self.state.faults.over_report_tokens
+        return round(tokens * factor) if factor > 1 else tokens
+
     def _text(self, sim: SimRequest, start: int, end: int) -> str:
         return "".join(token_text(t) for t in sim.output_ids[start:end])
 
@@ -266,7 +271,7 @@ class _Api:
             "id": sim.rid,
             "finish_reason": sim.finish_reason if final else None,
             "prompt_tokens": sim.prompt_tokens,
-            "completion_tokens": n,
+            "completion_tokens": self._reported(n),
             "cached_tokens": 0,
             "weight_version": "default",
             "num_retractions": 0,

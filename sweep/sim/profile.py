@@ -148,8 +148,10 @@ class FailureRule:
     ``kind`` is one of :data:`FAILURE_KINDS`; each kind reads only its own keys
     (docs/simulator.md lists them): ``phase`` (``hang``), ``after_requests``
     (``crash_after_requests``), ``limit_gb`` (``oom``), ``hold_s`` and ``holder``
-    (``hold_port_after_sigterm``), ``pid_file`` (``second_server``; relative to the
-    profile file).
+    (``hold_port_after_sigterm``; ``holder = "detached"`` is a child in a session of its
+    own), ``pid_file`` (``second_server``; relative to the profile file), ``factor``
+    (``over_report_tokens``: reported completion tokens × factor; ``slowdown``: every
+    duration × factor) and ``after_s`` (``slowdown``: seconds after the server is ready).
     """
 
     kind: str
@@ -160,6 +162,8 @@ class FailureRule:
     hold_s: float = 0.0
     holder: str = "child"
     pid_file: str = ""
+    factor: float = 0.0
+    after_s: float = 0.0
 
 
 FAILURE_KINDS = frozenset(
@@ -172,10 +176,12 @@ FAILURE_KINDS = frozenset(
         "nccl_init",
         "hold_port_after_sigterm",
         "second_server",
+        "over_report_tokens",
+        "slowdown",
     }
 )
 HANG_PHASES = ("init", "load_weights", "capture", "warmup")
-PORT_HOLDERS = ("child", "main")
+PORT_HOLDERS = ("child", "main", "detached")
 
 
 @dataclass(frozen=True)
@@ -341,6 +347,8 @@ def _failure(item: Any, index: int, source: str | None) -> FailureRule:
         "oom": ("limit_gb", rule.limit_gb > 0, "> 0 (GB per GPU)"),
         "hold_port_after_sigterm": ("hold_s", rule.hold_s > 0, "> 0 (seconds)"),
         "second_server": ("pid_file", bool(rule.pid_file), "a file path for the PID"),
+        "over_report_tokens": ("factor", rule.factor > 1, "> 1"),
+        "slowdown": ("factor", rule.factor > 1 and rule.after_s >= 0, "> 1 (after_s >= 0)"),
     }
     if rule.kind in checks:
         name, ok, expected = checks[rule.kind]

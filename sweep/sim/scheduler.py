@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
@@ -156,6 +157,8 @@ class Scheduler:
         self.on_fatal = on_fatal
         self.adaptive = adaptive
         self.speed_factor = speed_factor  # this launch's speed: every duration is divided by it
+        self.slow_from = math.inf  # monotonic time from which every duration is slowed
+        self.slow_factor = 1.0
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self.counters = Counters()
@@ -176,6 +179,16 @@ class Scheduler:
     def arm_crash(self, after_requests: int) -> None:
         """Crash (like a CUDA fault) at the next forward after ``after_requests`` more served."""
         self.crash_at_served = self.served_requests + max(1, after_requests)
+
+    def arm_slowdown(self, after_s: float, factor: float) -> None:
+        """From ``after_s`` seconds on, every prefill and decode takes ``factor`` times longer."""
+        self.slow_from = time.monotonic() + after_s
+        self.slow_factor = factor
+
+    def _speed(self) -> float:
+        """This launch's speed now: its factor, divided by the slowdown once it began."""
+        slowed = time.monotonic() >= self.slow_from
+        return self.speed_factor / self.slow_factor if slowed else self.speed_factor
 
     @property
     def idle(self) -> bool:
@@ -236,7 +249,7 @@ class Scheduler:
         t = self.profile.timing
         tokens = sum(r.prompt_tokens for r in batch)
         ms = (t.prefill_ms + t.prefill_token_ms * tokens) * t.calibrated_tp / self.config.tp_size
-        await self._sleep_ms(ms * self._noise_factor() / self.speed_factor)
+        await self._sleep_ms(ms * self._noise_factor() / self._speed())
         if self._crash_due():
             return
         for request in batch:
@@ -256,7 +269,7 @@ class Scheduler:
         slot = self.adaptive.slot_for(batch) if self.adaptive else None
         config = self.config.at_steps(slot.current_steps) if slot else self.config
         cost = model.cycle_ms(self.profile, config, batch, self.nccl)
-        duration = cost * self._noise_factor() / self.speed_factor
+        duration = cost * self._noise_factor() / self._speed()
         await self._sleep_ms(duration)
         if self._crash_due():
             return

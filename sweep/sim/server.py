@@ -304,6 +304,8 @@ async def _warmup(state: ServerState, server: uvicorn.Server, rank_pid: int | No
     state.status = ServerStatus.UP
     if state.faults.crash_after_requests:
         state.scheduler.arm_crash(state.faults.crash_after_requests)
+    if state.faults.slowdown_factor > 1:
+        state.scheduler.arm_slowdown(state.faults.slowdown_after_s, state.faults.slowdown_factor)
     logger.info("The server is fired up and ready to roll!")
 
 
@@ -340,9 +342,9 @@ async def _drain(state: ServerState, server: uvicorn.Server, rank_pid: int | Non
             os.kill(rank_pid, signal.SIGKILL)
             os.waitpid(rank_pid, 0)  # gone before we exit: only a port holder may outlive us
     hold = state.faults.hold_port_s
-    if hold > 0 and state.faults.port_holder == "child":
+    if hold > 0 and state.faults.port_holder in ("child", "detached"):
         fds = [sock.fileno() for listener in server.servers for sock in listener.sockets]
-        faults.hand_port_to_child(fds, hold)
+        faults.hand_port_to_child(fds, hold, detached=state.faults.port_holder == "detached")
     elif hold > 0:
         await asyncio.sleep(hold)  # the main process keeps the listening socket
     sys.stdout.flush()

@@ -11,9 +11,9 @@ from sweep.exceptions import StorageError
 from sweep.redact import redact_url
 
 
-def check_storage_url(url: str) -> None:
+def check_storage_url(url: str, *, writable: bool = True) -> None:
     """The URL parses, its database driver imports, and for SQLite the file's folder exists or
-    can be created (nothing is created here).
+    can be created (nothing is created here); ``writable=False`` (a reader) skips that.
 
     Raises:
         StorageError: naming the URL (password hidden) and what is wrong.
@@ -33,7 +33,7 @@ def check_storage_url(url: str) -> None:
             f"storage {shown}: the {parsed.drivername!r} database driver is not available ({exc})"
         ) from exc
     path = sqlite_file(url)
-    if path is not None:
+    if path is not None and writable:
         _check_folder(shown, path.parent)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.exceptions import StudyFileError
+from sweep.redact import learn_secrets
 from sweep.study.model import (
     CONSTRAINT_METRICS,
     DEFAULT_WORKDIR,
@@ -95,6 +96,7 @@ def parse_study(text: str, path: str = "<study>") -> Study:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise StudyFileError(path, "", f"is not valid TOML: {exc}") from exc
+    learn_secrets(text)  # its secret values are hidden by value wherever they show up
     top = TableReader(path, "", data)
     top.only(_SECTIONS)
     study_table = top.sub("study", required=True)
@@ -169,7 +171,7 @@ def default_storage(study_path: str, name: str) -> str:
 
 
 DURATION_EXPECTED = 'a duration like "8h", "90m" or "1h30m"'
-TIME_OF_DAY_EXPECTED = "a time of day HH:MM"
+TIME_OF_DAY_EXPECTED = 'a time of day HH:MM (or "tomorrow HH:MM")'
 
 
 def duration_seconds(value: Any) -> float | None:
@@ -186,8 +188,8 @@ def duration_seconds(value: Any) -> float | None:
 
 
 def is_time_of_day(text: str) -> bool:
-    """``"07:00"`` or ``"7:00"``: a local time for a deadline."""
-    return re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d", text) is not None
+    """``"07:00"``, ``"7:00"`` or ``"tomorrow 07:00"``: a local time for a deadline."""
+    return re.fullmatch(r"(tomorrow\s+)?([01]?\d|2[0-3]):[0-5]\d", text.strip()) is not None
 
 
 def parse_duration(value: Any, r: TableReader, name: str) -> float:

@@ -331,7 +331,7 @@ def test_server_killed_mid_benchmark_keeps_partial_figures(tmp_path: Path) -> No
 
 def test_without_speculation_there_is_no_accept_length(tmp_path: Path) -> None:
     workload = make_workload(output_len=30, concurrency=(1, 2))
-    rule = StopRule(min_rounds=2, max_rounds=2, min_tokens=0)
+    rule = StopRule(target_precision=0.5, min_rounds=2, max_rounds=2, min_tokens=0)
     with running_sim([], tmp_path) as sim:
         result = run_benchmark(sim.url, workload, BenchmarkSettings(stop=rule))
     for level in result.levels:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import zlib
@@ -122,8 +123,13 @@ def test_a_rejected_configuration_is_excluded_and_never_proposed_again(tmp_path:
 def test_sweep_plan_lists_the_parsers_exclusions_with_their_rule(tmp_path: Path) -> None:
     study = tmp_path / "s.toml"
     study.write_text(study_text(tmp_path, '"--mem-fraction-static" = ["0.8", "high"]'))
+    bin_dir = tmp_path / "bin"  # `sweep plan` checks that the launcher can run
+    bin_dir.mkdir()
+    (bin_dir / "sglang").write_text("#!/bin/sh\n")
+    (bin_dir / "sglang").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     done = subprocess.run([str(SWEEP), "plan", str(study)], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)  # fmt: skip
+                          timeout=120, cwd=tmp_path, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = " ".join(done.stdout.split())  # rich wraps long lines
     assert "3 valid configurations" in out

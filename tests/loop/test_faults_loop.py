@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import socket
@@ -19,7 +20,7 @@ import optuna
 import pytest
 
 from sweep.core.records import Kind, State, TrialRecord
-from sweep.exceptions import StorageError, StudyBusy
+from sweep.exceptions import StorageError, StudyBusy, StudyFileError
 from sweep.loop.progress import Display
 from sweep.loop.start import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
@@ -179,3 +180,147 @@ def test_a_second_server_on_the_port_during_load_is_never_measured(tmp_path: Pat
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)
+
+
+# --- deployment failures stop the run; nothing is marked infeasible -----------------------------
+
+
+def _with_launcher(path: Path, launcher: list[str]) -> None:
+    text = path.read_text()
+    start = text.index("launcher = ")
+    end = text.index("\n", start)
+    path.write_text(text[:start] + f"launcher = {json.dumps(launcher)}" + text[end:])
+
+
+@pytest.mark.parametrize("kind", ["missing", "not executable", "missing script"])
+def test_a_launcher_that_cannot_run_is_refused_before_any_launch(tmp_path: Path, kind: str) -> None:
+    """Round 2 recorded every configuration as infeasible (rejected_flags) with the baseline off."""
+    path = write_study(tmp_path, space="num_steps = [1, 2]", sections="[baseline]\nenabled = false")
+    plain = tmp_path / "plain-file"
+    plain.write_text("#!/bin/sh\n")
+    launcher = {
+        "missing": [str(tmp_path / "no-such-sglang")],
+        "not executable": [str(plain)],
+        "missing script": [sys.executable, str(tmp_path / "no-such-launcher.py")],
+    }[kind]
+    _with_launcher(path, launcher)
+    with pytest.raises(StudyFileError, match=r"\[engine.launcher\]") as caught:
+        run_study(load_study(path), display=Recording())
+    expected = {"missing": "is not found", "not executable": "is not executable"}
+    assert expected.get(kind, "cannot be opened") in str(caught.value)
+    assert launches(tmp_path) == []
+    assert not (tmp_path / "t.db").exists() or records(path) == []
+
+
+def test_a_launcher_failing_with_127_at_start_stops_the_run_and_marks_nothing_infeasible(
+    tmp_path: Path,
+) -> None:
+    """A launcher that passes the check but whose program is gone (exit 127) stops the run."""
+    path = write_study(
+        tmp_path, space="num_steps = [1, 2, 3]", sections="[baseline]\nenabled = false"
+    )
+    _with_launcher(path, ["sh", "-c", "exec sweep-no-such-engine", "sh"])
+    display = Recording()
+    summary = run_study(load_study(path), display=display)
+    trials = records(path)
+    assert len(trials) == 1  # stopped at the first launch: no retry, no second configuration
+    (trial,) = trials
+    assert trial.state is State.FAILED and trial.failure is not None
+    assert trial.failure.kind == "deployment" and not trial.failure.deterministic
+    assert summary.failed_run and "deployment" in summary.stop_reason
+    assert "the run stops" in summary.stop_reason
+
+
+# --- wrong figures never count --------------------------------------------------------------------
+
+
+def _failed_trial(path: Path, steps: int) -> TrialRecord:
+    (trial,) = [t for t in records(path) if t.config.num_steps == steps]
+    return trial
+
+
+def test_over_reported_tokens_are_never_stored_as_a_fast_configuration(tmp_path: Path) -> None:
+    """Round 2 stored such a server as 2-3x faster, accept length 4.06 where steps + 1 = 3."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "over_report_tokens"\nfactor = 2.5\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
+    display = Recording()
+    run_study(load_study(path), display=display)
+    trial = _failed_trial(path, 2)
+    assert trial.state is State.FAILED and trial.objective is None
+    assert trial.failure is not None and trial.failure.kind == "bad_response"
+    assert "completion tokens for a request of at most" in trial.failure.message
+    assert trial.attempt == 2  # transient: relaunched once (transient_retries = 1)
+    assert _failed_trial(path, 1).state is State.MEASURED
+
+
+def test_a_server_slowing_down_mid_benchmark_is_not_averaged_into_one_value(
+    tmp_path: Path,
+) -> None:
+    """Round 2 averaged a 10x slowdown into one value (precision 0.84 against 0.05)."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "slowdown"\nafter_s = 1.5\nfactor = 10\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(
+        tmp_path,
+        space="num_steps = [2]",
+        profile=profile,
+        study="transient_retries = 0",
+        workload="output_len = 24",
+        benchmark="min_rounds = 12\nmax_rounds = 12\ntarget_rel_ci = 0.5\nmax_seconds = 60",
+        sections="[baseline]\nenabled = false",
+    )
+    path.write_text(path.read_text().replace("transient_retries = 1\n", "", 1))
+    run_study(load_study(path), display=Recording())
+    (trial,) = records(path)
+    assert trial.state is State.FAILED and trial.objective is None
+    assert trial.failure is not None and trial.failure.kind == "bad_response"
+    assert "the level mixes two speeds" in trial.failure.message
+
+
+def test_a_port_held_by_the_servers_detached_child_costs_no_attempt(tmp_path: Path) -> None:
+    """Round 2: the next launch blamed "a process sweep did not start"; with
+    transient_retries = 0 a configuration was never measured."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 3.0\nholder = "detached"\n',
+    )
+    path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
+    path.write_text(path.read_text().replace("transient_retries = 1", "transient_retries = 0"))
+    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+    summary = run_study(load_study(path), options, display=Recording())
+    assert [t.state for t in records(path)] == [State.MEASURED, State.MEASURED]
+    assert records(path, baselines=True)[0].state is State.MEASURED
+    assert not summary.failed_run and summary.warnings == []
+    wait_until(lambda: port_free(load_study(path).engine.port), timeout=10)
+
+
+def test_status_reads_a_database_in_a_read_only_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 2 refused: status, report and export only read (writers still refuse)."""
+    from sweep.loop import checks
+
+    path = write_study(tmp_path, space="num_steps = [1]")
+    study = load_study(path)
+    optuna.create_study(study_name=study.name, storage=study.storage)
+    real_access = os.access
+    monkeypatch.setattr(  # the folder is read-only (root would pass any real permission check)
+        checks.os, "access", lambda p, mode: not mode & os.W_OK and real_access(p, mode)
+    )
+    assert checks.require_results(study) == study.storage
+    with pytest.raises(StorageError, match="is not writable"):
+        checks.check_storage_url(study.storage)
+
+
+def test_the_resolved_deadline_is_printed_with_its_date_and_time_left(tmp_path: Path) -> None:
+    path = write_study(tmp_path, space="num_steps = [1]", sections="[baseline]\nenabled = false")
+    display = Recording()
+    run_study(load_study(path), RunOptions(deadline="tomorrow 23:59"), display=display)
+    (line,) = [m for m in display.messages if m.startswith("deadline ")]
+    assert line.startswith("deadline tomorrow 23:59: 20") and " (in " in line and " h " in line

@@ -20,6 +20,7 @@ from sweep.loop.progress import Display
 from sweep.loop.start import run_study
 from sweep.study import load_study, parse_study
 from sweep.study.model import NotifySpec
+from tests.support.procs import wait_until
 from tests.support.simproc import write_profile
 from tests.support.studies import write_study
 
@@ -179,8 +180,9 @@ def test_an_unreachable_webhook_and_a_failing_command_are_reported(tmp_path: Pat
     with Notifier(spec, study="s", on_error=errors.append) as notifier:
         notifier.run_ended("done")
     assert [d.ok for d in notifier.deliveries] == [False, False]
-    assert errors[0].startswith("notify: run_ended to the webhook failed: ConnectError")
-    assert errors[1] == "notify: run_ended to the command failed: exit 3: no route"
+    (line,) = errors  # one line per undelivered event
+    assert line.startswith("notify: run_ended to the webhook and the command failed: webhook: ")
+    assert "ConnectError" in line and line.endswith("; command: exit 3: no route")
 
 
 def test_the_loop_never_waits_for_a_delivery(tmp_path: Path) -> None:
@@ -208,8 +210,65 @@ def test_a_hanging_webhook_times_out_and_the_command_still_runs(tmp_path: Path) 
         spec = NotifySpec(webhook=url, command=command_into(out), timeout_s=0.5)
         with Notifier(spec, study="s", on_error=errors.append) as notifier:
             notifier.run_ended("done")
-    assert errors == ["notify: run_ended to the webhook failed: ReadTimeout: timed out"]
+    assert errors == [
+        "notify: run_ended to the webhook failed: no complete answer within 0.5 s "
+        "(overall deadline)"
+    ]
     assert [e["event"] for e in events_in(out)] == ["run_ended"]
+
+
+def test_a_webhook_trickling_its_answer_is_abandoned_at_the_overall_deadline() -> None:
+    """Round 2: one byte every 2 s never tripped httpx's per-read timeout; run_ended was never
+    delivered and nothing was said."""
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # http.server's name for it
+            self.rfile.read(int(self.headers["Content-Length"]))
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+                if stop.wait(0.2):
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    errors: list[str] = []
+    try:
+        spec = NotifySpec(webhook=f"http://127.0.0.1:{server.server_port}/", timeout_s=1.0)
+        with Notifier(spec, study="s", on_error=errors.append) as notifier:
+            notifier.run_ended("done")
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(BLOCK_LIMIT_S)
+    assert [d.ok for d in notifier.deliveries] == [False]
+    assert errors == [
+        "notify: run_ended to the webhook failed: no complete answer within 1 s (overall deadline)"
+    ]
+
+
+def test_events_still_queued_at_the_end_are_said_once_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    errors: list[str] = []
+    block = threading.Event()
+    with webhook(block=block) as (url, received):
+        spec = NotifySpec(webhook=url, after_failures=1, timeout_s=BLOCK_LIMIT_S)
+        notifier = Notifier(spec, study="s", on_error=errors.append).start()
+        notifier.trial_finished(False, "one")
+        notifier.run_ended("done")
+        wait_until(lambda: received, what="the first delivery to arrive")
+        notifier.close(wait_s=0.2)  # the first delivery is still blocked
+    assert "notify: run_ended was not delivered: still queued when the run ended" in errors
+    events = [line.split()[1] for line in errors]
+    assert len(events) == len(set(events))  # at most one line per event
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]  # said once, not logged too
 
 
 def test_a_command_that_hangs_is_stopped_at_the_timeout(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from sweep.redact import (
     redact_command,
     redact_data,
     redact_env,
+    redact_message,
     redact_text,
     redact_url,
 )
@@ -137,8 +138,9 @@ num_steps = [1]
 
 
 def secret_study(folder: Path) -> Path:
-    """A study with a token in [engine] env, an --api-key flag and a PostgreSQL URL with a
-    password in the environment; steps = 2 runs out of memory (a failure with a log tail)."""
+    """A study with a token in [engine] env (also under a name that is not secret: by value),
+    an --api-key flag and a PostgreSQL URL with a password in the environment; steps = 2 runs
+    out of memory (a failure with a log tail)."""
     profile = write_profile(
         folder, '[[failure]]\nkind = "oom_capture"\nmatch = { speculative_num_steps = 2 }\n'
     )
@@ -156,8 +158,13 @@ model_path = "sim-model"
 tp_size = 8
 port = {free_port()}
 ready_timeout_s = 30
-env = {{ SWEEP_SIM_PROFILE = "{profile}", HF_TOKEN = "{TOKEN}", DATABASE_URL = "{PG_URL}" }}
 flags = {{ "--api-key" = "{API_KEY}" }}
+
+[engine.env]
+SWEEP_SIM_PROFILE = "{profile}"
+NCCL_IB_HCA = "{TOKEN}"
+HF_TOKEN = "{TOKEN}"
+DATABASE_URL = "{PG_URL}"
 
 [host]
 workdir = "{folder / "servers"}"
@@ -237,3 +244,70 @@ def test_planted_secrets_reach_the_server_and_appear_nowhere_else(tmp_path: Path
     assert f"--api-key {REDACTED}" in stored[1][ATTR.RESOLVED]["launch_command"]  # read back
     failure = stored[2][ATTR.FAILURE]
     assert failure["kind"] == "out_of_memory" and REDACTED in failure["command"]
+
+
+# --- by value, and only where it is structured ---------------------------------------------------
+
+
+def test_a_secret_value_under_a_name_that_is_not_secret_is_hidden_by_value() -> None:
+    env = {"NCCL_IB_HCA": TOKEN, "HF_TOKEN": TOKEN, "PORT": "30000"}  # the plain name first
+    assert redact_env(env) == {"NCCL_IB_HCA": REDACTED, "HF_TOKEN": REDACTED, "PORT": "30000"}
+    command = f"env NCCL_IB_HCA={TOKEN} HF_TOKEN={TOKEN} sglang serve --port 30000"
+    assert TOKEN not in redact_command(command) and "--port 30000" in redact_command(command)
+    assert redact_data({"a": {"hca": TOKEN}, "HF_TOKEN": TOKEN}) == {
+        "a": {"hca": REDACTED},
+        "HF_TOKEN": REDACTED,
+    }
+    assert redact_argv(["--nccl", TOKEN, "--hf-token", TOKEN]) == [
+        "--nccl",
+        REDACTED,
+        "--hf-token",
+        REDACTED,
+    ]
+
+
+def test_a_studys_secrets_are_learnt_when_it_is_parsed() -> None:
+    text = f"""
+[study]
+name = "s"
+[engine]
+model_path = "m"
+env = {{ HF_TOKEN = "{TOKEN}" }}
+[space]
+num_steps = [1]
+"""
+    parse_study(text)
+    log = f"server_args=ServerArgs(nccl_ib_hca='{TOKEN}', model_path='m')"
+    assert TOKEN not in redact_text(log) and "model_path='m'" in redact_text(log)
+    assert (
+        redact_message(f"trial 3 failed: {TOKEN} refused") == f"trial 3 failed: {REDACTED} refused"
+    )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "no results for study 'turkey': /data/turkey.db does not exist; run `sweep run t.toml`",
+        "studies/api-key-test.toml: [space] has no valid configuration",
+        "no results for study 'monkey_key': studies/monkey_key.db does not exist",
+    ],
+)
+def test_sweeps_own_messages_are_never_redacted_by_name(message: str) -> None:
+    assert redact_message(message) == message
+    assert not is_secret_name("turkey") and is_secret_name("turkey_key")
+
+
+def test_sweep_status_of_a_study_named_turkey_names_its_path(tmp_path: Path) -> None:
+    """Round 2 printed "no results for study 'turkey': <redacted> does not exist"."""
+    path = tmp_path / "turkey.toml"
+    path.write_text(
+        '[study]\nname = "turkey"\n[engine]\nmodel_path = "m"\n[space]\nnum_steps = [1]\n'
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sweep", "status", str(path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert REDACTED not in done.stderr and str(tmp_path / "turkey.db") in done.stderr
+    (line,) = done.stderr.splitlines()  # one line, never hard-wrapped on a pipe
+    assert line.startswith("error: no results for study 'turkey'")

@@ -507,7 +507,7 @@ def test_a_port_still_held_after_the_stop_is_reported(tmp_path: Path, reaper: Re
     port, pidfile = free_port(), tmp_path / "escaped.pid"
     config = Deployment("m", 1, port, env=(("FAKE_ESCAPE_PIDFILE", str(pidfile)),))
     events: list[Event] = []
-    limits = HostLimits(release_timeout_s=600)  # not waited for: another group holds it
+    limits = HostLimits(release_timeout_s=0.5)  # waited for (our child), but it holds for 600 s
     sink = reaper.event_sink(events)
     with launch(LocalExecutor(), config, tmp_path, sink, launcher=FAKE, limits=limits) as running:
         httpx.get(running.url + "/escape", timeout=10)
@@ -521,3 +521,70 @@ def test_a_port_still_held_after_the_stop_is_reported(tmp_path: Path, reaper: Re
     warnings = [e.message for e in events if e.kind is EventKind.WARNING]
     assert warnings == [f"{report.warnings()[0]} on localhost"]
     assert f"port {port} is STILL HELD" in warnings[0]
+    notes = [e.message for e in events if e.kind is EventKind.NOTE]
+    assert any(f"held by pid {escaped}, a child of the server" in note for note in notes)
+
+
+@pytest.mark.slow
+def test_a_port_held_by_the_servers_own_detached_child_is_waited_for(
+    executor: Executor, tmp_path: Path, reaper: Reaper
+) -> None:
+    """Round 2's regression: the next launch blamed "a process sweep did not start" and spent
+    an attempt; now the stop waits (bounded) and the next launch starts at once."""
+    port = free_port()
+    rule = '[[failure]]\nkind = "hold_port_after_sigterm"\nhold_s = 10.0\nholder = "detached"\n'
+    profile = write_profile(tmp_path, rule, name="detached")
+    # over SSH the server runs the sweep this test imports (a worktree's, on PYTHONPATH)
+    here = tuple(("PYTHONPATH", v) for v in [os.environ.get("PYTHONPATH", "")] if v)
+    config = Deployment("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", profile), *here))
+    events: list[Event] = []
+    sink = reaper.event_sink(events)
+    limits = HostLimits(port_wait_s=0.2)  # preflight alone would not wait 10 s
+    with launch(executor, config, tmp_path, sink, limits=limits) as running:
+        pass
+    report = running.stop_report
+    assert report is not None and report.clean and report.group_gone and report.port_free
+    notes = [e.message for e in events if e.kind is EventKind.NOTE]
+    assert any("a child of the server that left its process group" in n for n in notes), notes
+    assert [e for e in events if e.kind is EventKind.WARNING] == []
+    second: list[Event] = []
+    clean = Deployment("sim-model", 8, port, env=(("SWEEP_SIM_PROFILE", FAST_PROFILE),))
+    with launch(executor, clean, tmp_path, reaper.event_sink(second), limits=limits) as running:
+        assert running.preflight is not None and running.preflight.reaped_pgid is None
+
+
+def test_the_server_group_marker_is_read_from_a_process_environment() -> None:
+    from sweep.server.executor.base import server_group_in
+
+    assert server_group_in("A=1\0SWEEP_SERVER_GROUP=4242\0B=2\0") == 4242
+    assert server_group_in("A=1\0XSWEEP_SERVER_GROUP=4242\0") is None
+    assert server_group_in("SWEEP_SERVER_GROUP=\0") is None
+
+
+# --- a launcher that cannot run -----------------------------------------------------------------
+
+
+def test_a_launcher_that_cannot_run_is_named_locally_and_over_ssh(
+    executor: Executor, tmp_path: Path
+) -> None:
+    from sweep.server.launcher_check import launcher_problem
+
+    plain = tmp_path / "plain"
+    plain.write_text("#!/bin/sh\n")
+    runnable = tmp_path / "runnable"
+    runnable.write_text("#!/bin/sh\n")
+    runnable.chmod(0o755)
+    host = executor.host
+    assert launcher_problem(executor, ["sh", "-c", "true"]) is None
+    assert launcher_problem(executor, [str(runnable), "serve"]) is None
+    assert launcher_problem(executor, [PY, "-m", "sweep", "sim"]) is None
+    assert launcher_problem(executor, [str(tmp_path / "gone")]) == (
+        f"{str(tmp_path / 'gone')!r} is not found (no such file, or not on PATH) on {host}"
+    )
+    assert launcher_problem(executor, ["sweep-no-such-engine"]) is not None
+    assert launcher_problem(executor, [str(plain)]) == f"{str(plain)!r} is not executable on {host}"
+    missing = str(tmp_path / "launch.py")
+    assert launcher_problem(executor, [PY, missing, "--x"]) == (
+        f"{missing!r}, the script it runs, cannot be opened on {host}"
+    )
+    assert launcher_problem(executor, ["sweep-no-such-engine"], {"PATH": str(tmp_path)}) is not None

@@ -94,6 +94,8 @@ def stopped(sim: SimProcess) -> Iterator[SimProcess]:
         ('kind = "hold_port_after_sigterm"\nhold_s = 1.0\nholder = "rank"', r"holder\] expected"),
         ('kind = "second_server"', r"pid_file\] expected a file path"),
         ('kind = "crash_after_requests"', r"after_requests\] expected >= 1"),
+        ('kind = "over_report_tokens"', r"factor\] expected > 1"),
+        ('kind = "slowdown"\nafter_s = 1', r"factor\] expected > 1"),
     ],
 )
 def test_each_fault_kind_checks_its_keys(body: str, message: str) -> None:
@@ -250,6 +252,17 @@ def ignores_sigterm(pid: int) -> bool:
     return False
 
 
+def test_a_detached_child_holds_the_port_after_sigterm_outside_the_group(tmp_path: Path) -> None:
+    rule = 'kind = "hold_port_after_sigterm"\nhold_s = 3.0\nholder = "detached"'
+    profile = write_profile(tmp_path, failure(rule))
+    with running_sim([], tmp_path, profile=profile) as sim:
+        os.killpg(sim.proc.pid, signal.SIGTERM)
+        assert sim.wait_exit() == 0
+        assert not port_is_free(sim.port)
+        assert group_members(sim.proc.pid) == []  # SIGKILL to our group would not reach it
+        wait_for(lambda: port_is_free(sim.port))  # it lets go by itself
+
+
 def test_sigkill_on_the_group_frees_a_held_port(tmp_path: Path) -> None:
     profile = write_profile(tmp_path, failure('kind = "hold_port_after_sigterm"\nhold_s = 600'))
     with running_sim([], tmp_path, profile=profile) as sim:
@@ -342,3 +355,23 @@ def test_a_bad_launch_seed_is_a_usage_error(tmp_path: Path) -> None:
     sim = start_sim([], tmp_path, env={"SWEEP_SIM_LAUNCH_SEED": "soon"})
     assert sim.wait_exit() == 2
     assert "SWEEP_SIM_LAUNCH_SEED must be an integer, got 'soon'" in sim.log()
+
+
+# --- wrong figures: over-reported tokens, a slowdown once ready ----------------------------------
+
+
+def test_over_reported_tokens_claim_more_than_were_generated(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, failure('kind = "over_report_tokens"\nfactor = 2.5'))
+    with running_sim(spec_flags(2), tmp_path, profile=profile) as sim:
+        meta = generate(sim.url, tokens=8)["meta_info"]
+    assert meta["completion_tokens"] == 20  # 8 generated, 20 claimed
+    assert meta["spec_verify_ct"] <= 8
+
+
+def test_a_slowdown_after_n_seconds_makes_every_generation_slower(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, failure('kind = "slowdown"\nafter_s = 3.0\nfactor = 20'))
+    with running_sim([], tmp_path, profile=profile) as sim:
+        before = generate(sim.url, tokens=20)["meta_info"]["e2e_latency"]
+        time.sleep(3.2)
+        after = generate(sim.url, tokens=20)["meta_info"]["e2e_latency"]
+    assert after > 5 * before

@@ -113,6 +113,19 @@ class CommandResult:
         return self.exit_code == 0
 
 
+SERVER_GROUP_ENV = "SWEEP_SERVER_GROUP"
+"""Set by the start script to the server's process group: marks every process it starts."""
+
+
+def server_group_in(environ: str) -> int | None:
+    """The :data:`SERVER_GROUP_ENV` value in a ``/proc/PID/environ`` text (NUL-separated)."""
+    prefix = f"{SERVER_GROUP_ENV}="
+    for entry in environ.split("\0"):
+        if entry.startswith(prefix) and entry[len(prefix) :].isdigit():
+            return int(entry[len(prefix) :])
+    return None
+
+
 _TOKENS: dict[int, str] = {}
 
 
@@ -473,6 +486,19 @@ class Executor(abc.ABC):
         """Release connections; the servers started keep running."""
 
     # --- built on the primitives ---------------------------------------------------------
+
+    def server_group_of(self, pid: int) -> int | None:
+        """The process group of the sweep-started server ``pid`` descends from, if any.
+
+        The start script gives the server's whole process tree :data:`SERVER_GROUP_ENV`
+        in its environment; a child that left the group (``setsid``) still carries it,
+        after its parent is gone too. ``None``: no such marker, or the process cannot
+        be read (another user's).
+        """
+        result = self.run(("cat", f"/proc/{pid}/environ"), timeout=10.0)
+        if not result.ok:
+            return None
+        return server_group_in(result.stdout)
 
     def write_text(self, path: str, text: str) -> None:
         """Write a small text file on the host (its folder is created), e.g. an engine's config.

@@ -7,7 +7,9 @@ command; a pty would kill it), and lets it survive the caller. The detached
 ``sh`` itself writes ``"PGID START_TICKS"`` into the PGID file before it runs
 the server and the exit status into the exit file after, so nothing depends
 on the caller (or its SSH connection) staying around; the record ends with
-the owning run (:class:`~sweep.server.executor.base.RunOwner`). Every argument
+the owning run (:class:`~sweep.server.executor.base.RunOwner`). It exports
+``SWEEP_SERVER_GROUP=PGID`` for the server, so every process the server starts
+— even one that leaves the group — can be traced back to it. Every argument
 is quoted with :func:`shlex.quote` at each shell level, so spaces, quotes,
 ``$``, ``;`` and backticks reach the server unchanged. A lock directory
 (``mkdir`` is atomic) makes the start script idempotent: run twice, it
@@ -22,6 +24,7 @@ from pathlib import PurePosixPath
 
 from sweep.server.executor.base import (
     DEAD_STATES,
+    SERVER_GROUP_ENV,
     RecordedGroup,
     RunOwner,
     ServerFiles,
@@ -61,7 +64,7 @@ def start_script(
     record = (
         f"t=$({stat_fields('/proc/$$/stat')} | cut -d' ' -f2); t=${{t:--}}; "
         f'echo "$$ $t "{shlex.quote(owner.render())} > {tmp} && mv -f {tmp} {pgid}; '
-        f'"$@"; echo $? > {shlex.quote(files.exit)}'
+        f'export {SERVER_GROUP_ENV}=$$; "$@"; echo $? > {shlex.quote(files.exit)}'
     )
     words = [*(["env", *(f"{k}={v}" for k, v in env.items())] if env else []), *argv]
     launch = (
