@@ -84,7 +84,7 @@ def _row(r: TrialRecord, study: Study) -> TrialRow:
         kind=r.kind.value,
         state=state.value,
         label=r.config.label() if r.config else "",
-        value=r.value if state in (State.MEASURED, State.DUPLICATE) else None,
+        value=_shown_value(r),
         half_width=r.half_width(objective.metric, objective.concurrency),
         accept_length=r.accept_length,
         speedup=r.speedup,
@@ -92,6 +92,14 @@ def _row(r: TrialRecord, study: Study) -> TrialRow:
         host=r.host or "",
         drift=r.drift is not None and r.kind is Kind.TRIAL,
     )
+
+
+def _shown_value(r: TrialRecord) -> float | None:
+    """What this launch measured (Optuna is told a relaunched configuration's combined
+    estimate over all its launches; the row shows the launch's own figure)."""
+    if r.state is State.MEASURED:
+        return r.objective if r.objective is not None else r.value
+    return r.value if r.state is State.DUPLICATE else None
 
 
 @dataclass(frozen=True)
