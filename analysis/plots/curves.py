@@ -8,7 +8,7 @@ axes; :func:`plot_per_level` makes a figure with one panel per level, and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,11 +62,13 @@ def plot_throughput_vs_steps(
     concurrency: int | None = None,
     max_groups: int = MAX_GROUPS,
     legend: bool = True,
+    answer: Mapping[str, Any] | None = None,
 ) -> Axes:
     """The objective metric vs steps: a line per (draft TP, topk, draft tokens) group.
 
     Error bars are 95 % intervals; the grey band is the no-speculation baseline
-    (its 95 % interval); the best point is annotated.
+    (its 95 % interval). With the study's stored ``answer`` (``LoadedStudy.answer``) its
+    winner is annotated — confirmed or not — rather than the best single point.
     """
     ax = new_axes(ax)
     level, metric = frame_level(df, concurrency), frame_metric(df)
@@ -79,7 +81,9 @@ def plot_throughput_vs_steps(
     for i, group in enumerate(groups):
         errorbar_line(ax, table[table["group"] == group], color(i), group)
     draw_baseline(ax, df, level)
-    _annotate_best(ax, table[table["group"].isin(groups)], metric)
+    shown = table[table["group"].isin(groups)]
+    winner = _answer_row(df, shown, answer)
+    _annotate_best(ax, shown, metric, winner, bool(answer and answer.get("confident")))
     ax.set(
         title=title + shown_note(len(groups), total, "groups"),
         xlabel=STEPS_LABEL,
@@ -91,8 +95,31 @@ def plot_throughput_vs_steps(
     return ax
 
 
-def _annotate_best(ax: Axes, table: pd.DataFrame, metric: str) -> None:
-    best = table.loc[table["value"].idxmax()]
+PARAMS = ["num_steps", "eagle_topk", "num_draft_tokens", "draft_tp", "extras"]
+
+
+def _answer_row(
+    df: pd.DataFrame, table: pd.DataFrame, answer: Mapping[str, Any] | None
+) -> pd.Series | None:
+    """The row of ``table`` that is the answer's winner (``None``: no answer, or not drawn)."""
+    if not answer or "key" not in df.columns or not set(PARAMS) <= set(table.columns):
+        return None
+    launched = df[df["key"] == answer.get("winner")]
+    if launched.empty:
+        return None
+    first = launched.iloc[0]
+    found = table[(table[PARAMS] == first[PARAMS]).all(axis=1)]
+    return found.iloc[0] if not found.empty else None
+
+
+def _annotate_best(
+    ax: Axes,
+    table: pd.DataFrame,
+    metric: str,
+    winner: pd.Series | None = None,
+    confirmed: bool = False,
+) -> None:
+    best = table.loc[table["value"].idxmax()] if winner is None else winner
     x, y = float(best["num_steps"]), float(best["value"])
     top = float(table["value_ci_high"].fillna(table["value"]).max())
     bottom, _ = ax.get_ylim()
@@ -105,7 +132,10 @@ def _annotate_best(ax: Axes, table: pd.DataFrame, metric: str) -> None:
     elif x >= steps.max() - 0.2 * span:
         align = "right"
     unit = "tok/s" if metric.endswith("tok_s") else ""
-    text = f"best {y:.1f} {unit}\nsteps {int(best['num_steps'])}, draft TP {int(best['draft_tp'])}"
+    what = "best" if winner is None else ("answer" if confirmed else "answer (not confirmed)")
+    text = (
+        f"{what} {y:.1f} {unit}\nsteps {int(best['num_steps'])}, draft TP {int(best['draft_tp'])}"
+    )
     ax.annotate(
         text,
         (x, y),

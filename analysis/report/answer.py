@@ -22,6 +22,11 @@ def answer_section(data: StudyData) -> Section:
             "best single measurement below is not confirmed by a relaunch."
         )
     else:
+        if not answer.get("confident"):
+            blocks.append(
+                "**Not confirmed: the launches could not separate the contenders within the "
+                "budget. Treat the winner below as the best guess, not a decision.**"
+            )
         blocks.append(f"**{answer_text(answer)}**")
         blocks.append(table(("", ""), _answer_rows(answer)))
         blocks.append(str(answer.get("reason", "")))
@@ -42,7 +47,10 @@ def answer_section(data: StudyData) -> Section:
             for r in predicted.head(12).itertuples()
         ]
         blocks.append(table(("configuration", "predicted", "measured", "error"), rows))
-    return Section("Confirmed answer", tuple(blocks))
+    title = (
+        "Confirmed answer" if not answer or answer.get("confident") else "Answer (not confirmed)"
+    )
+    return Section(title, tuple(blocks))
 
 
 def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -73,7 +81,18 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
             "; ".join(answer.get("tie") or []) or "none",
         )
     )
+    adjusted = answer.get("model_adjusted_mean")
+    if adjusted is not None:  # shown apart: the estimate above comes from the launches alone
+        rows.append(("cost-model-adjusted estimate (not measured)", f"{float(adjusted):.2f}"))
+    if answer.get("near"):
+        rows.append(("not separated from the winner", "; ".join(map(str, answer["near"]))))
     rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
+    if not answer.get("confident") and answer.get("to_decide"):
+        rows.append(("what would decide it", str(answer["to_decide"])))
+    ignored = answer.get("ignored_launches") or []
+    if ignored:
+        shown = "; ".join(f"{i['label']}: {float(i['value']):.2f}" for i in ignored)
+        rows.append(("launches set aside as outliers", shown))
     rows.append(("confirmation launches", str(answer.get("confirmation_launches", 0))))
     return rows
 

@@ -6,6 +6,9 @@ the document and matplotlib figures; :mod:`analysis.report.write` writes them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -43,7 +46,7 @@ def study_report(data: StudyData) -> ReportContent:
         answer_section(data),
         _best(data, schedule),
         schedule_section(data, verified, figures),
-        _curves(numbers, figures),
+        _curves(numbers, figures, data.info.answer),
         cost_model_section(numbers, model, model_error, figures),
         _progress(numbers, figures),
         drift_section(data),
@@ -222,11 +225,11 @@ def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
     ]
 
 
-def _curves(df: pd.DataFrame, figures: FigureSet) -> Section:
+def _curves(df: pd.DataFrame, figures: FigureSet, answer: Mapping[str, Any]) -> Section:
     if measured(df).empty:
         return Section("Curves", ("Nothing measured yet.",))
     blocks: list[Block] = [
-        figures.draw("throughput_vs_steps", lambda: plot_throughput_vs_steps(df)),
+        figures.draw("throughput_vs_steps", lambda: plot_throughput_vs_steps(df, answer=answer)),
         figures.draw("accept_length_vs_steps", lambda: plot_accept_length_vs_steps(df)),
         figures.draw("speedup_heatmap", lambda: plot_speedup_heatmap(df, y=_heatmap_y(df))),
     ]

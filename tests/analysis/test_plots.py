@@ -72,6 +72,21 @@ def test_throughput_vs_steps_has_a_line_per_group_a_band_and_the_best(df: pd.Dat
     assert ax.get_title() and "tok/s" in ax.get_ylabel() and "steps" in ax.get_xlabel()
 
 
+@pytest.mark.parametrize("confident", [True, False])
+def test_the_headline_figure_marks_the_answer_not_the_best_single_point(
+    df: pd.DataFrame, confident: bool
+) -> None:
+    at = df[(df["concurrency"] == 1) & (df["state"] == "measured") & (df["kind"] == "trial")]
+    low = at.sort_values("value").iloc[0]  # the answer need not be the best single measurement
+    ax = plots.plot_throughput_vs_steps(df, answer={"winner": low["key"], "confident": confident})
+    texts = [t.get_text() for t in ax.texts]
+    assert not any(t.startswith("best") for t in texts)
+    what = "answer" if confident else "answer (not confirmed)"
+    marked = [t for t in texts if t.startswith(what + " ")]
+    assert len(marked) == 1
+    assert marked[0].endswith(f"steps {low['num_steps']}, draft TP {low['draft_tp']}")
+
+
 def test_accept_length_points_and_fitted_curves(df: pd.DataFrame) -> None:
     ax = plots.plot_accept_length_vs_steps(df)
     assert (
