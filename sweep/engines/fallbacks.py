@@ -4,8 +4,8 @@ An engine that cannot run a schedule with some other setting does not refuse it:
 logs ``speculative_adaptive disabled: <reason>. Falling back to static speculative params.``
 and runs the largest steps at every batch size; vLLM logs a warning and runs static K. A
 measurement of such a launch would be a static configuration's, stored as the schedule's.
-Each adapter's rules module lists its fallbacks (:data:`sweep.engines.sglang_rules.
-ADAPTIVE_FALLBACKS`, :data:`sweep.engines.vllm_rules.SCHEDULE_FALLBACKS`) and
+Each engine lists its fallbacks (:data:`sweep.engines.sglang_rules.
+ADAPTIVE_FALLBACKS`, :data:`sweep.engines.vllm_spec.SCHEDULE_FALLBACKS`) and
 :func:`fallback` finds the first one a command's flags trigger, so an export or a schedule
 launch is refused before anything runs, naming the flag.
 """

@@ -258,34 +258,45 @@ class SGLangAdapter(EngineAdapter):
     def resolved(
         self, server_info: Mapping[str, Any], log_lines: Sequence[str] = ()
     ) -> ResolvedServer:
-        info = server_info
-        states = info.get("internal_states") or [{}]
-        state = states[0] if isinstance(states[0], dict) else {}
-        memory = state.get("memory_usage") or {}
-        graph_bs = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))
-        draft_tp_key = self.draft_tp_flag.removeprefix("--").replace("-", "_")
-        return ResolvedServer(
-            algorithm=_opt(info.get("speculative_algorithm"), str),
-            num_steps=_opt(info.get("speculative_num_steps"), int),
-            eagle_topk=_opt(info.get("speculative_eagle_topk"), int),
-            num_draft_tokens=_opt(info.get("speculative_num_draft_tokens"), int),
-            draft_tp=_opt(info.get(draft_tp_key), int) if draft_tp_key else None,
-            max_running_requests=_opt(info.get("max_running_requests"), int),
-            cuda_graph_max_bs=_opt(graph_bs, int),
-            mem_fraction_static=_opt(info.get("mem_fraction_static"), float),
-            max_total_num_tokens=_opt(info.get("max_total_num_tokens"), int),
-            version=_opt(info.get("version"), str),
-            memory_usage=tuple(
-                (str(k), float(v)) for k, v in memory.items() if isinstance(v, int | float)
-            ),
-            launch_command=_opt(info.get("launch_command"), str),
-            adaptive=_opt(info.get("speculative_adaptive"), bool),
-        )
+        return readback(server_info, self.draft_tp_flag)
 
     @property
     def interpreter(self) -> str:
         """The python that should import ``sglang`` on the host."""
         return interpreter_for(self.launcher, self.python)
+
+
+# --- readback ---------------------------------------------------------------------------------
+
+
+def readback(info: Mapping[str, Any], draft_tp_flag: str = "") -> ResolvedServer:
+    """What SGLang's server info (``/server_info`` or ``/get_server_info``) says it runs.
+
+    ``draft_tp_flag`` is a patched build's draft-TP flag, whose value the info carries under
+    the flag's name in snake case; ``""``: stock SGLang, no draft TP is read.
+    """
+    states = info.get("internal_states") or [{}]
+    state = states[0] if isinstance(states[0], dict) else {}
+    memory = state.get("memory_usage") or {}
+    graph_bs = info.get("cuda_graph_max_bs_decode", info.get("cuda_graph_max_bs"))
+    draft_tp_key = draft_tp_flag.removeprefix("--").replace("-", "_")
+    return ResolvedServer(
+        algorithm=_opt(info.get("speculative_algorithm"), str),
+        num_steps=_opt(info.get("speculative_num_steps"), int),
+        eagle_topk=_opt(info.get("speculative_eagle_topk"), int),
+        num_draft_tokens=_opt(info.get("speculative_num_draft_tokens"), int),
+        draft_tp=_opt(info.get(draft_tp_key), int) if draft_tp_key else None,
+        max_running_requests=_opt(info.get("max_running_requests"), int),
+        cuda_graph_max_bs=_opt(graph_bs, int),
+        mem_fraction_static=_opt(info.get("mem_fraction_static"), float),
+        max_total_num_tokens=_opt(info.get("max_total_num_tokens"), int),
+        version=_opt(info.get("version"), str),
+        memory_usage=tuple(
+            (str(k), float(v)) for k, v in memory.items() if isinstance(v, int | float)
+        ),
+        launch_command=_opt(info.get("launch_command"), str),
+        adaptive=_opt(info.get("speculative_adaptive"), bool),
+    )
 
 
 # --- SGLang's adaptive config (--speculative-adaptive-config) ---------------------------------

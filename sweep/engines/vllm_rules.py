@@ -11,18 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sweep.core.space import Rules, Ruling, TrialConfig
-from sweep.engines.fallbacks import Fallback
-from sweep.engines.vllm import DRAFTLESS, METHODS, violation
-
-SCHEDULE_FALLBACKS = (
-    Fallback("--data-parallel-size", "with data parallelism > 1 vLLM drops "
-             "num_speculative_tokens_per_batch_size (_maybe_disable_dynamic_sd_for_data_parallel)",
-             above=1),
-    Fallback("-dp", "with data parallelism > 1 vLLM drops num_speculative_tokens_per_batch_size "
-             "(_maybe_disable_dynamic_sd_for_data_parallel)", above=1),
-)  # fmt: skip
-"""The flags with which vLLM 0.32 drops a per-batch-size schedule (with a warning) and runs
-static K (``reference/schedules.md``)."""
+from sweep.engines.vllm_spec import DRAFTLESS, METHODS, violation
 
 
 @dataclass(frozen=True)

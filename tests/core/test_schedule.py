@@ -31,7 +31,8 @@ from sweep.engines.sglang import (
     adaptive_config,
     check_adaptive_config,
 )
-from sweep.engines.vllm import VLLMAdapter, check_per_batch_size_ranges, per_batch_size_ranges
+from sweep.engines.vllm import VLLMAdapter
+from sweep.engines.vllm_spec import check_per_batch_size_ranges, per_batch_size_ranges
 from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
 from sweep.loop import wiring
 from sweep.loop.verify_schedule import export

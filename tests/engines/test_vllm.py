@@ -24,8 +24,9 @@ from sweep.bench.runner import benchmark
 from sweep.core.space import TrialConfig
 from sweep.engines.base import Deployment
 from sweep.engines.sglang_rules import SGLangRules
-from sweep.engines.vllm import VLLMAdapter, speculative_config, split_spec_flags, violation
+from sweep.engines.vllm import VLLMAdapter
 from sweep.engines.vllm_rules import VLLMRules
+from sweep.engines.vllm_spec import speculative_config, split_spec_flags, violation
 from sweep.exceptions import EngineConfigError
 from sweep.failures import FailureKind, Phase
 from tests.support.flagwords import flags_of

@@ -44,17 +44,13 @@ from sweep.server.executor.base import (
     Executor,
     Observation,
     PortListeners,
-    ProcStat,
     RecordedGroup,
     RunOwner,
     ServerFiles,
     ServerProcess,
-    SocketHolder,
     group_alive_in,
-    listening_inodes,
     parse_gpu_memory,
     port_listening_in,
-    socket_fds_in,
 )
 from sweep.server.executor.detached import (
     START_RECORD_WAIT_S,
@@ -66,6 +62,7 @@ from sweep.server.executor.detached import (
     stat_fields,
     tail_base64,
 )
+from sweep.server.executor.ssh_queries import connection_owner, port_listeners
 
 logger = logging.getLogger(__name__)
 
@@ -307,37 +304,11 @@ class SSHExecutor(Executor):
         return not port_listening_in(out.stdout, port)
 
     def listening_processes(self, port: int) -> PortListeners:
-        # One round trip: the socket tables, every process's socket fds, and the stat line of
-        # each process holding a listening socket of the port (found on the host with awk).
-        out = self._shell(_PORT_HOLDERS.format(port=f":{port:04X}"))
-        tables, _, rest = out.stdout.partition("@@\n")
-        listing, _, stat_lines = rest.partition("@@\n")
-        sockets = listening_inodes(tables, port)
-        held = {pid: inodes & sockets for pid, inodes in socket_fds_in(listing).items()}
-        held = {pid: inodes for pid, inodes in held.items() if inodes}
-        if not held:
-            return PortListeners(port, sockets)
-        stats = {s.pid: s for s in map(ProcStat.parse, stat_lines.splitlines()) if s is not None}
-        missing = [pid for pid in held if pid not in stats]
-        if missing:  # a host without awk, or a race: ask again for those
-            more = self._shell(" ".join(f"cat /proc/{pid}/stat 2>/dev/null;" for pid in missing))
-            stats |= {s.pid: s for s in map(ProcStat.parse, more.stdout.splitlines()) if s}
-        holders = []
-        for pid in sorted(held):
-            stat = stats.get(pid)
-            if stat is not None and not stat.dead:
-                holders += [SocketHolder(stat.pid, stat.pgrp, i) for i in sorted(held[pid])]
-        return PortListeners(port, sockets, tuple(holders))
+        return port_listeners(self._stdout, port)
 
     def run_owner(self) -> RunOwner:
         if self._owner is None:
-            # the remote shell's parent is the sshd process of this connection
-            out = self._shell(f"echo $PPID; {stat_fields('/proc/$PPID/stat')}")
-            lines = out.stdout.split("\n")
-            fields = lines[1].split() if len(lines) > 1 else []
-            ticks = fields[1] if len(fields) > 1 else ""
-            pid = int(lines[0]) if lines[0].strip().isdigit() else 0
-            self._owner = RunOwner.this_run(pid, int(ticks) if ticks.isdigit() else None)
+            self._owner = connection_owner(self._stdout)
         return self._owner
 
     def remove(self, path: str) -> None:
@@ -379,6 +350,9 @@ class SSHExecutor(Executor):
             self._owner_stale = False
             self._rewrite_owner_records()
         return self._retrying(lambda c: self._run_once(c, command, timeout))
+
+    def _stdout(self, command: str) -> str:
+        return self._shell(command).stdout
 
     def _rewrite_owner_records(self) -> None:
         """Name the current connection as the owner of the servers this executor started."""
@@ -431,17 +405,3 @@ def _raise_if_permanent(host: str, exc: BaseException) -> None:
 
 def _describe(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {exc}" if exc is not None else "no attempt made"
-
-
-_PORT_HOLDERS = r"""tables=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
-listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
-inodes=" $(printf '%s\n' "$tables" | awk -v port="{port}" \
-  '$4 == "0A" && substr($2, length($2) - 4) == port {{printf "%s ", $10}}')"
-printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
-for pid in $(printf '%s\n' "$listing" | awk -v inodes="$inodes" '
-  /^\/proc\/.*\/fd:$/ {{ split($0, a, "/"); pid = a[3]; next }}
-  match($0, /socket:\[[0-9]+\]/) {{
-    if (index(inodes, " " substr($0, RSTART + 8, RLENGTH - 9) " ")) print pid }}' | sort -u)
-do cat /proc/"$pid"/stat 2>/dev/null; done"""
-"""The shell behind :meth:`SSHExecutor.listening_processes` (``{port}``: ``:`` + 4 hex digits,
-as ``/proc/net/tcp`` writes it)."""

@@ -1,0 +1,72 @@
+"""What a host's ``/proc`` says, asked through its shell: the SSH executor's process and port
+queries.
+
+Each query is one shell command (one more when the host lacks awk) whose output is parsed
+by the helpers the local executor uses too (:mod:`sweep.server.executor.base`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sweep.server.executor.base import (
+    PortListeners,
+    ProcStat,
+    RunOwner,
+    SocketHolder,
+    listening_inodes,
+    socket_fds_in,
+)
+from sweep.server.executor.detached import stat_fields
+
+RunShell = Callable[[str], str]
+"""Runs one command in the host's shell and returns its standard output."""
+
+
+def port_listeners(run: RunShell, port: int) -> PortListeners:
+    """The listening sockets of ``port`` on the host and the live processes holding them."""
+    # One round trip: the socket tables, every process's socket fds, and the stat line of
+    # each process holding a listening socket of the port (found on the host with awk).
+    out = run(_PORT_HOLDERS.format(port=f":{port:04X}"))
+    tables, _, rest = out.partition("@@\n")
+    listing, _, stat_lines = rest.partition("@@\n")
+    sockets = listening_inodes(tables, port)
+    held = {pid: inodes & sockets for pid, inodes in socket_fds_in(listing).items()}
+    held = {pid: inodes for pid, inodes in held.items() if inodes}
+    if not held:
+        return PortListeners(port, sockets)
+    stats = {s.pid: s for s in map(ProcStat.parse, stat_lines.splitlines()) if s is not None}
+    missing = [pid for pid in held if pid not in stats]
+    if missing:  # a host without awk, or a race: ask again for those
+        more = run(" ".join(f"cat /proc/{pid}/stat 2>/dev/null;" for pid in missing))
+        stats |= {s.pid: s for s in map(ProcStat.parse, more.splitlines()) if s}
+    holders = []
+    for pid in sorted(held):
+        stat = stats.get(pid)
+        if stat is not None and not stat.dead:
+            holders += [SocketHolder(stat.pid, stat.pgrp, i) for i in sorted(held[pid])]
+    return PortListeners(port, sockets, tuple(holders))
+
+
+def connection_owner(run: RunShell) -> RunOwner:
+    """This run as the host sees it: the remote shell's parent, the sshd process serving the
+    connection ``run`` uses (it lives exactly as long as that connection)."""
+    lines = run(f"echo $PPID; {stat_fields('/proc/$PPID/stat')}").split("\n")
+    fields = lines[1].split() if len(lines) > 1 else []
+    ticks = fields[1] if len(fields) > 1 else ""
+    pid = int(lines[0]) if lines[0].strip().isdigit() else 0
+    return RunOwner.this_run(pid, int(ticks) if ticks.isdigit() else None)
+
+
+_PORT_HOLDERS = r"""tables=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
+inodes=" $(printf '%s\n' "$tables" | awk -v port="{port}" \
+  '$4 == "0A" && substr($2, length($2) - 4) == port {{printf "%s ", $10}}')"
+printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
+for pid in $(printf '%s\n' "$listing" | awk -v inodes="$inodes" '
+  /^\/proc\/.*\/fd:$/ {{ split($0, a, "/"); pid = a[3]; next }}
+  match($0, /socket:\[[0-9]+\]/) {{
+    if (index(inodes, " " substr($0, RSTART + 8, RLENGTH - 9) " ")) print pid }}' | sort -u)
+do cat /proc/"$pid"/stat 2>/dev/null; done"""
+"""The shell behind :func:`port_listeners` (``{port}``: ``:`` + 4 hex digits, as
+``/proc/net/tcp`` writes it)."""
