@@ -18,7 +18,8 @@ from sweep.loop.propose import Launch, baseline
 from sweep.loop.worker import ask
 from sweep.search import answer
 from sweep.search.confirm import Decision
-from sweep.search.guided import PhysicsSampler, Prediction
+from sweep.search.guided import PhysicsSampler
+from sweep.search.predictions import Prediction
 from sweep.store import write_answer
 
 

@@ -21,7 +21,7 @@ from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.propose import Told
 from sweep.search import answer
-from sweep.search.confirm import Launch
+from sweep.search.launches import Launch
 from sweep.store import write_record
 
 

@@ -4,11 +4,17 @@ Pure library code (Optuna, NumPy, SciPy; no I/O):
 
 - :mod:`sweep.search.candidates`: the valid configurations with their features;
 - :mod:`sweep.search.physics`: the speculative-decoding cost model and its fit;
-- :mod:`sweep.search.guided`: :class:`PhysicsSampler` (model-guided proposals);
-- :mod:`sweep.search.samplers`: the whole-configuration sampler base and
-  :class:`ValidRandomSampler` (uniform over valid configurations);
-- :mod:`sweep.search.confirm`: launch variance, combined estimates, contenders and
-  the winner's decision (:func:`decide`).
+- :mod:`sweep.search.guided`: :class:`PhysicsSampler` (model-guided proposals), with its
+  parts :mod:`~sweep.search.predictions`, :mod:`~sweep.search.misfit`,
+  :mod:`~sweep.search.climb`, :mod:`~sweep.search.stopping` and
+  :mod:`~sweep.search.space_filling`;
+- :mod:`sweep.search.config_sampler`: the whole-configuration sampler base;
+- :mod:`sweep.search.samplers`: :class:`ValidRandomSampler` (uniform over valid
+  configurations) and a study's sampler;
+- :mod:`sweep.search.launches`: launch variance, combined and robust estimates;
+- :mod:`sweep.search.comparisons`: the confirmation's options, contenders, the
+  within-margin probability and the equivalence test;
+- :mod:`sweep.search.confirm`: the winner's decision (:func:`decide`).
 
 See docs/search.md.
 """
@@ -16,30 +22,21 @@ See docs/search.md.
 from __future__ import annotations
 
 from sweep.search.candidates import Candidate, candidates_for
-from sweep.search.confirm import (
-    Advantage,
-    ConfirmOptions,
-    Decision,
+from sweep.search.comparisons import Advantage, ConfirmOptions, contenders
+from sweep.search.config_sampler import PICK_ATTR, PREDICTED_ATTR, REPLICATE_ATTR, ConfigSampler
+from sweep.search.confirm import Decision, Relaunch, decide
+from sweep.search.guided import PhysicsSampler
+from sweep.search.history import History, Matcher, Measurement, history_of
+from sweep.search.launches import (
     Estimate,
     Launch,
     LaunchVariance,
-    Relaunch,
-    contenders,
-    decide,
     estimate,
     estimates,
     launch_variance,
 )
-from sweep.search.guided import PhysicsSampler, Prediction
-from sweep.search.history import History, Matcher, Measurement, history_of
-from sweep.search.samplers import (
-    PICK_ATTR,
-    PREDICTED_ATTR,
-    REPLICATE_ATTR,
-    ConfigSampler,
-    ValidRandomSampler,
-    sampler_for,
-)
+from sweep.search.predictions import Prediction
+from sweep.search.samplers import ValidRandomSampler, sampler_for
 
 __all__ = [
     "PICK_ATTR",

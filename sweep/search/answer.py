@@ -12,16 +12,10 @@ from typing import Any
 
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.search.confirm import (
-    ConfirmOptions,
-    Decision,
-    Launch,
-    Relaunch,
-    decide,
-    estimate,
-    launch_variance,
-)
-from sweep.search.guided import Prediction
+from sweep.search.comparisons import ConfirmOptions
+from sweep.search.confirm import Decision, Relaunch, decide
+from sweep.search.launches import Launch, estimate, launch_variance
+from sweep.search.predictions import Prediction
 from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()

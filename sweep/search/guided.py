@@ -1,81 +1,59 @@
 """The cost-model-guided sampler: propose what the fitted physics says is most promising.
 
-See :class:`PhysicsSampler` and docs/search.md.
+:class:`PhysicsSampler`, each trial: the launches measured so far (COMPLETE trials with
+``sweep_feasible`` ≤ 0; several per configuration are replicates) are fitted by the
+speculative-decoding cost model (:mod:`sweep.search.physics`: one overhead and draft step per
+draft-TP / extras family, a shared acceptance curve, topk-branch and verify-token costs);
+every untried valid configuration gets a predicted log value ``μ`` with uncertainty ``σ``
+(:mod:`sweep.search.predictions`), and the plausible one (``μ + plausible_z·σ`` above the
+best measured configuration's predicted value) with the highest ``μ + κσ`` is proposed.
+Infeasible, running, queued and failed configurations are never proposed. When no untried
+configuration is plausible (:meth:`PhysicsSampler.exhausted`), it relaunches the leader or
+its strongest challenger, whichever is less certain, and marks the trial
+``sweep.search.replicate`` so the loop launches it; once :func:`~sweep.search.confirm.decide`
+is confident, it explores the most promising untried configuration instead
+(:mod:`sweep.search.stopping`).
+
+The first proposal is the configuration the priors alone predict best. While the fit cannot
+be trusted (fewer than ``n_startup`` launches, or nothing feasible yet), it proposes a
+space-filling point instead (the untried configuration farthest from every tried one:
+:mod:`sweep.search.space_filling`). When the model is found wrong (a launch far from its
+prediction, :mod:`sweep.search.misfit`, or residuals above ``misfit`` launch σ), it climbs
+by measurement: an untried neighbour of the best measured configuration that has one
+(:mod:`sweep.search.climb`).
+
+See docs/search.md.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
-from scipy import special
 
-from sweep.search import physics
+from sweep.search import physics, space_filling, stopping
 from sweep.search.candidates import Candidate
-from sweep.search.confirm import (
-    PRIOR_DOF,
-    PRIOR_SD,
-    ConfirmOptions,
-    Estimate,
-    Relaunch,
-    decide,
-    estimates,
-    launch_variance,
-)
+from sweep.search.climb import Climb
+from sweep.search.config_sampler import PREDICTED_ATTR, ConfigSampler
 from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
-from sweep.search.neighbours import Neighbours
-from sweep.search.samplers import PREDICTED_ATTR, ConfigSampler
+from sweep.search.misfit import surprise
+from sweep.search.predictions import (
+    Prediction,
+    fit_data,
+    holdout,
+    physics_floor,
+    predictions_of,
+)
 from sweep.store.db import set_system_attr
-
-REPLICATE_CAP = 1000  # the search's own replicates are limited by its budget, not a count
-CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
-MIN_SEARCH_LAUNCHES = 5  # the search never stops on the model's word before this many launches
-SURPRISE_Z = 3.0  # a launch this many (calibrated) sds from its prediction: the model is wrong
-STALL = 8  # launches without a 1 % improvement: the neighbourhood search has settled
-STALL_GAIN = 0.01
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The cost model's prediction of one configuration's objective value.
-
-    Attributes:
-        mean: predicted value (the objective's units).
-        sd: its standard deviation (model uncertainty, not launch noise).
-        lower, upper: 95 % interval (log-normal).
-    """
-
-    mean: float
-    sd: float
-    lower: float
-    upper: float
 
 
 class PhysicsSampler(ConfigSampler):
-    """Proposes the configuration the fitted cost model says is most promising.
-
-    Each trial: the launches measured so far (COMPLETE trials with ``sweep_feasible``
-    ≤ 0; several per configuration are replicates) are fitted by the speculative-decoding
-    cost model (:mod:`sweep.search.physics`: one overhead and draft step per draft-TP /
-    extras family, a shared acceptance curve, topk-branch and verify-token costs); every
-    untried valid configuration gets a predicted log value ``μ`` with uncertainty ``σ``,
-    and the plausible one (``μ + plausible_z·σ`` above the best measured configuration's
-    predicted value) with the highest ``μ + κσ`` is proposed. Infeasible, running, queued
-    and failed configurations are never proposed. When no untried configuration is
-    plausible (:meth:`exhausted`), it relaunches the leader or its strongest challenger,
-    whichever is less certain, and marks the trial ``sweep.search.replicate`` so the loop
-    launches it; once :func:`~sweep.search.confirm.decide` is confident, it explores the
-    most promising untried configuration instead.
-
-    The first proposal is the configuration the priors alone predict best. While the fit
-    cannot be trusted (fewer than ``n_startup`` launches, nothing feasible yet, or
-    residuals above ``misfit`` launch σ), it proposes a space-filling point instead (the
-    untried configuration farthest from every tried one).
+    """Proposes the configuration the fitted cost model says is most promising (see the
+    module).
 
     Each proposal records ``sweep.search.pick`` and ``sweep.search.predicted``
     (``{"mean", "sd"}`` before the measurement) as trial system attributes.
@@ -117,11 +95,12 @@ class PhysicsSampler(ConfigSampler):
         self.stderr_attr = stderr_attr
         self.design = physics.design(self.candidates)
         self.last_theta: np.ndarray | None = None
-        self.features = _features(self.candidates)
+        self.features = space_filling.features(self.candidates)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
         self._fitted: tuple[tuple[Any, ...], physics.Fit] | None = None
-        self.neighbours = Neighbours(self.candidates)
-        self.min_launches = MIN_SEARCH_LAUNCHES
+        self.climb = Climb(self.candidates, self.index)
+        self.neighbours = self.climb.neighbours
+        self.min_launches = stopping.MIN_SEARCH_LAUNCHES
 
     def history(self, study: Study, skip: int | None = None) -> History:
         return history_of(
@@ -135,27 +114,8 @@ class PhysicsSampler(ConfigSampler):
     # --- the model --------------------------------------------------------------------------
 
     def fit(self, history: History) -> physics.Fit:
-        """Fit the cost model to ``history``'s launches."""
-        rows, values, accepts = [], [], []
-        for key, launches in history.measured.items():
-            for m in launches:
-                if m.value > 0:
-                    rows.append(self.index[key])
-                    values.append(math.log(m.value))
-                    accepts.append(math.log(m.accept_length) if m.accept_length else math.nan)
-        variance = launch_variance(
-            [[m.value for m in v] for v in history.measured.values()],
-            prior_sd=PRIOR_SD,
-            prior_dof=PRIOR_DOF,
-        )
-        data = physics.Data(
-            np.array(rows, dtype=np.int64),
-            np.array(values),
-            np.array(accepts),
-            max(variance.relative_sd, 0.005),
-            self.accept_sd,
-        )
-        signature = (tuple(rows), tuple(values), tuple(accepts))
+        """Fit the cost model to ``history``'s launches (kept while they do not change)."""
+        data, signature = fit_data(history, self.index, self.accept_sd)
         if self._fitted is not None and self._fitted[0] == signature:
             return self._fitted[1]
         result = physics.fit(self.design, data, self.last_theta)
@@ -173,36 +133,39 @@ class PhysicsSampler(ConfigSampler):
         """The cost model's prediction for every valid configuration (measured ones too),
         fitted to everything measured so far; for the report's predicted-vs-measured."""
         _, mean, sd = self.predict(self.history(study))
-        z = float(special.ndtri(0.975))
-        return {
-            c.key: Prediction(
-                float(math.exp(m)),
-                float(math.exp(m) * s),
-                float(math.exp(m - z * s)),
-                float(math.exp(m + z * s)),
-            )
-            for c, m, s in zip(self.candidates, mean, sd, strict=True)
-        }
+        return predictions_of(self.candidates, mean, sd)
+
+    def holdout_predictions(
+        self, study: Study, keys: Sequence[str] | None = None
+    ) -> dict[str, Prediction]:
+        """For each measured configuration (or ``keys``), the cost model's prediction from
+        every *other* launch: a prior for :func:`sweep.search.confirm.decide` independent of
+        the configuration's own launches (:func:`sweep.search.predictions.holdout`)."""
+        return self._holdout(self.history(study), keys)
+
+    def _holdout(
+        self, history: History, keys: Sequence[str] | None = None
+    ) -> dict[str, Prediction]:
+        if not history.measured:
+            return {}
+        return holdout(self.fit(history), self.design, self.index, history, keys)
+
+    def surprise(self, study: Study, history: History | None = None) -> float:
+        """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
+        history = history or self.history(study)
+        return surprise(study.get_trials(deepcopy=False), self.matcher, history)
 
     def exhausted(self, study: Study) -> bool:
-        """True when the search may stop and confirmation start: at least
-        ``MIN_SEARCH_LAUNCHES`` launches, every untried neighbour of the measured leader
-        launched (the neighbour check), and — unless the model was found wrong (a surprise,
-        or residuals above ``misfit``), when the leader's measured neighbourhood decides —
-        no untried configuration can plausibly beat the best measured one, or the last
-        ``STALL`` new configurations did not beat the best by more than ``STALL_GAIN``
-        (:func:`stalled`). The neighbour check gives way only to a stall twice as long (a
-        flat top, where the leader changes by noise and its neighbours never run out)."""
+        """True when the search may stop and confirmation start: when the measurements
+        decide (:func:`sweep.search.stopping.measured_stop`), their word; else — unless the
+        model was found wrong (a surprise, or residuals above ``misfit``), when the leader's
+        measured neighbourhood decides — when no untried configuration can plausibly beat
+        the best measured one."""
         history = self.history(study)
-        untried = self.untried(history)
-        if not untried:
-            return True
-        if not history.eligible() or history.launches() < max(self.n_startup, self.min_launches):
-            return False
-        if self._untried_neighbours(history) and not stalled(history, 2 * STALL):
-            return False  # on a flat top the leader changes by noise: a long stall ends it
-        if stalled(history):
-            return True  # the measurements stopped improving, whatever the model promises
+        launches = max(self.n_startup, self.min_launches)
+        verdict = stopping.measured_stop(history, self.untried(history), self.climb, launches)
+        if verdict is not None:
+            return verdict
         result, mean, sd = self.predict(history)
         widen = self.surprise(study, history)
         if widen > 1.0 or result.rms > self.misfit:
@@ -211,45 +174,7 @@ class PhysicsSampler(ConfigSampler):
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
-        eligible = history.eligible()
-        if not eligible:
-            return None
-        key = max(eligible, key=lambda k: (sum(m.value for m in eligible[k]) / len(eligible[k]), k))
-        return self.candidates[self.index[key]]
-
-    def _untried_neighbours(self, history: History, of: Candidate | None = None) -> list[Candidate]:
-        lead = of or self.leader(history)
-        if lead is None:
-            return []
-        tried = history.tried()
-        return [c for c in self.neighbours.of(lead) if c.key not in tried]
-
-    def surprise(self, study: Study, history: History | None = None) -> float:
-        """How far the worst-predicted launch missed, in calibrated sds, when beyond
-        ``SURPRISE_Z`` (1.0: no surprise). Each first launch is compared with the prediction
-        recorded before it (``sweep.search.predicted``, whose sd the fit of that moment
-        calibrated: widened by its residuals) combined with the launch noise. (The held-out
-        error of the model *now* would hide the surprise: a misfit inflates it too.)"""
-        history = history or self.history(study)
-        variance = launch_variance([[m.value for m in v] for v in history.measured.values()])
-        worst = 1.0
-        seen: set[str] = set()
-        for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-            predicted = t.system_attrs.get(PREDICTED_ATTR)
-            key = self.matcher.key_of(t)
-            if key is None or key in seen or key not in history.measured:
-                continue
-            seen.add(key)
-            first = history.measured[key][0]
-            if not isinstance(predicted, dict) or first.trial != t.number:
-                continue
-            mean, sd = float(predicted["mean"]), float(predicted["sd"])
-            if mean <= 0 or first.value <= 0:
-                continue
-            error = abs(math.log(first.value / mean))
-            scale = math.hypot(sd / mean, variance.relative_sd)
-            worst = max(worst, error / scale)
-        return worst / SURPRISE_Z if worst > SURPRISE_Z else 1.0
+        return self.climb.leader(history)
 
     def _plausible(self, history: History, mean: np.ndarray, sd: np.ndarray) -> list[int]:
         best = max(mean[self.index[k]] for k in history.eligible())
@@ -274,10 +199,11 @@ class PhysicsSampler(ConfigSampler):
         sd = sd * widen  # one surprise widens the model's uncertainty everywhere
         self._last = (mean, sd)
         if (widen > 1.0 or result.rms > self.misfit) and untried:
-            return self._local(history, untried, mean, sd)
+            # the model was found wrong: climb by measurement (the model only orders them)
+            return self._best(self.climb.frontier(history) or untried, mean, sd)
         plausible = self._plausible(history, mean, sd)
         if not plausible:
-            near = self._untried_neighbours(history)
+            near = self.climb.untried_neighbours(history)
             if near:  # the neighbour check: never stop on the model's word alone
                 return self._best(near, mean, sd)
             pick = self._replicate(history, untried)
@@ -291,82 +217,14 @@ class PhysicsSampler(ConfigSampler):
         rows = np.array([self.index[c.key] for c in pool])
         return self.candidates[int(rows[int(np.argmax(mean[rows] + self.kappa * sd[rows]))])]
 
-    def _local(
-        self, history: History, untried: list[Candidate], mean: np.ndarray, sd: np.ndarray
-    ) -> Candidate:
-        """The model was found wrong: climb by measurement. Propose an untried neighbour of
-        the best measured configuration that has one (the model only orders them); when no
-        measured configuration has one left, the most promising untried configuration."""
-        eligible = history.eligible()
-        ranked = sorted(
-            eligible, key=lambda k: -sum(m.value for m in eligible[k]) / len(eligible[k])
-        )
-        for key in ranked:
-            near = self._untried_neighbours(history, self.candidates[self.index[key]])
-            if near:
-                return self._best(near, mean, sd)
-        return self._best(untried, mean, sd)
-
     def _replicate(self, history: History, untried: list[Candidate]) -> Candidate:
-        """Nothing untried can win: relaunch the leader or its strongest challenger, whichever
-        is less certain (LUCB), or, when the winner is already clear, explore the most
-        promising untried configuration."""
-        launches = {k: [m.value for m in v] for k, v in history.eligible().items()}
-        variance = launch_variance(launches.values())
-        options = ConfirmOptions(max_replicates=REPLICATE_CAP)
-        prior = self._holdout(history)
-        result = decide(launches, variance, options, prior=prior)
-        if isinstance(result, Relaunch):
-            return self.candidates[self.index[_lucb(estimates(launches, variance, prior))]]
-        if untried and self._last is not None:
-            mean, sd = self._last
-            pool = np.array([self.index[c.key] for c in untried])
-            return self.candidates[int(pool[int(np.argmax(mean[pool] + self.kappa * sd[pool]))])]
-        return self.candidates[self.index[result.winner]]
-
-    def holdout_predictions(
-        self, study: Study, keys: Sequence[str] | None = None
-    ) -> dict[str, Prediction]:
-        """For each measured configuration (or ``keys``), the cost model's prediction from
-        every *other* launch: a prior for :func:`sweep.search.confirm.decide` independent of
-        the configuration's own launches. The sds are widened by how far such predictions
-        missed the measured configurations (the root mean square of their standardised
-        errors, when above 1) and never go below the model floor."""
-        return self._holdout(self.history(study), keys)
-
-    def _holdout(
-        self, history: History, keys: Sequence[str] | None = None
-    ) -> dict[str, Prediction]:
-        measured = history.measured
-        if not measured:
-            return {}
-        result = self.fit(history)
-        launches = {k: [m.value for m in v] for k, v in measured.items()}
-        variance = launch_variance(launches.values())
-        held = {k: result.holdout(self.design, self.index[k]) for k in measured}
-        squares = []  # standardised held-out errors: ≈ 1 on average when the sds are right
-        for k, (mu, sd) in held.items():
-            values = launches[k]
-            error = math.log(sum(values) / len(values)) - mu
-            squares.append(error**2 / (sd**2 + variance.relative_var / len(values)))
-        inflation = 1.0
-        if len(squares) >= CALIBRATION_MIN:
-            inflation = math.sqrt(max(1.0, float(np.mean(squares))))
-        floor = physics_floor(result)
-        z = float(special.ndtri(0.975))
-        out = {}
-        for k in keys if keys is not None else list(held):
-            if k not in held:
-                continue
-            mu, sd = held[k]
-            total = math.hypot(sd * inflation, floor)
-            out[k] = Prediction(
-                math.exp(mu),
-                math.exp(mu) * total,
-                math.exp(mu - z * total),
-                math.exp(mu + z * total),
-            )
-        return out
+        """Nothing untried can win: relaunch the leader or its strongest challenger
+        (:func:`sweep.search.stopping.relaunch`), or, when the winner is already clear,
+        explore the most promising untried configuration."""
+        key, decided = stopping.relaunch(history, self._holdout(history))
+        if decided and untried and self._last is not None:
+            return self._best(untried, *self._last)
+        return self.candidates[self.index[key]]
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
         super().annotate(study, trial, pick)
@@ -377,77 +235,13 @@ class PhysicsSampler(ConfigSampler):
             set_system_attr(study, trial, PREDICTED_ATTR, predicted)
             self._last = None
 
-    def _prior_best(self, pool: Sequence[Candidate]) -> Candidate:
-        """Before any launch: the configuration the priors alone predict best (the
-        simplest of equals)."""
-        result = self.fit(History())
-        mean = log_throughput_of(result, self.design)
-        top = max(mean[self.index[c.key]] for c in pool)
-        best = [c for c in pool if mean[self.index[c.key]] >= top - 1e-9]
-        return min(best, key=Candidate.simplicity)
-
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:
             self.repeat = True
             return self.uniform(self.candidates)
         tried = [self.index[k] for k in history.tried() if k in self.index]
+        if not tried:  # before any launch: what the priors alone predict best
+            mean = physics.log_throughput(self.fit(History()).theta, self.design)
+            return space_filling.prior_best(untried, self.index, mean)
         pool = np.array([self.index[c.key] for c in untried])
-        if not tried:
-            return self._prior_best(untried)
-        gaps = np.linalg.norm(
-            self.features[pool][:, None, :] - self.features[np.array(tried)][None, :, :], axis=2
-        ).min(axis=1)
-        best = np.flatnonzero(gaps >= gaps.max() - 1e-12)
-        return self.candidates[int(pool[int(self.rng.choice(best))])]
-
-
-def stalled(history: History, window: int = STALL, gain: float = STALL_GAIN) -> bool:
-    """None of the last ``window`` configurations launched first beat the best measured
-    before it by more than ``gain`` (on a flat top the leader keeps changing by noise, and
-    its neighbours never run out)."""
-    firsts = sorted((v[0].trial, v[0].value) for v in history.eligible().values())
-    if len(firsts) <= window:
-        return False
-    best = max(value for _, value in firsts[:-window])
-    for _, value in firsts[-window:]:
-        if value > (1 + gain) * best:
-            return False
-        best = max(best, value)
-    return True
-
-
-def log_throughput_of(result: physics.Fit, d: physics.Design) -> np.ndarray:
-    return physics.log_throughput(result.theta, d)
-
-
-def _lucb(est: dict[str, Estimate]) -> str:
-    """The leader (highest mean) or the challenger with the highest upper bound, whichever
-    has the larger standard error."""
-    leader = max(est.values(), key=lambda e: (e.mean, e.key))
-    others = [e for e in est.values() if e.key != leader.key]
-    if not others:
-        return leader.key
-    challenger = max(others, key=lambda e: (e.mean + 2 * e.stderr, e.key))
-    return max((leader, challenger), key=lambda e: (e.stderr / e.mean, e.key)).key
-
-
-def physics_floor(result: physics.Fit) -> float:
-    """Model uncertainty nothing fitted can remove (0.5 %), larger when the fit is poor."""
-    return 0.005 * max(1.0, result.rms)
-
-
-def _features(candidates: Sequence[Candidate]) -> np.ndarray:
-    """Each candidate's features scaled to [0, 1] for distances (categories as indices)."""
-    columns = []
-    for values in (
-        [c.steps for c in candidates],
-        [c.topk for c in candidates],
-        [c.draft_tokens for c in candidates],
-    ):
-        v = np.log(np.array(values, dtype=float))
-        span = v.max() - v.min()
-        columns.append((v - v.min()) / span if span else np.zeros_like(v))
-    for labels in ([str(c.draft_tp) for c in candidates], [c.extras for c in candidates]):
-        for level in sorted(set(labels)):  # one-hot / √2: two different levels are 1 apart
-            columns.append(np.array([(x == level) / math.sqrt(2) for x in labels], dtype=float))
-    return np.stack(columns, axis=1)
+        return self.candidates[space_filling.farthest(self.features, pool, tried, self.rng)]

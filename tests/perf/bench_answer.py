@@ -44,7 +44,7 @@ from sweep.core.records import StudyInfo
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.loop.offline import Measurement, run_with_measurements
-from sweep.search.samplers import PREDICTED_ATTR
+from sweep.search.config_sampler import PREDICTED_ATTR
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile

@@ -37,8 +37,8 @@ from sweep.search import (
     launch_variance,
 )
 from sweep.search.candidates import by_key
+from sweep.search.config_sampler import PREDICTED_ATTR, REPLICATE_ATTR
 from sweep.search.history import ACCEPT_LENGTH_ATTR, FEASIBLE, KIND_ATTR, STDERR_ATTR, Matcher
-from sweep.search.samplers import PREDICTED_ATTR, REPLICATE_ATTR
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from sweep.search.answer import answer_of, answer_text
-from sweep.search.confirm import ConfirmOptions, Decision, LaunchVariance, decide
-from sweep.search.guided import Prediction
+from sweep.search.comparisons import ConfirmOptions
+from sweep.search.confirm import Decision, decide
+from sweep.search.launches import LaunchVariance
+from sweep.search.predictions import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
 LABELS = {"a": "3 steps, draft TP 1", "b": "4 steps, draft TP 1", "base": "no speculation"}

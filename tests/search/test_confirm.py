@@ -7,25 +7,25 @@ import math
 import pytest
 
 from sweep.search.answer import confirmation_budget
-from sweep.search.confirm import (
+from sweep.search.comparisons import (
     ConfirmOptions,
-    Decision,
+    advantage,
+    contenders,
+    equivalent,
+    within_margin_probability,
+)
+from sweep.search.confirm import Decision, Relaunch, decide
+from sweep.search.launches import (
     Estimate,
     Launch,
     LaunchVariance,
-    Relaunch,
-    advantage,
     combine,
-    contenders,
-    decide,
-    equivalent,
     estimate,
     estimates,
     launch_variance,
     robust_launches,
-    within_margin_probability,
 )
-from sweep.search.guided import Prediction
+from sweep.search.predictions import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
 TIGHT = LaunchVariance(0.002**2, 30.0)

@@ -11,9 +11,9 @@ from sweep.core.space import suggest
 from sweep.engines import rules_for
 from sweep.search import PhysicsSampler
 from sweep.search.candidates import Candidate, by_key
-from sweep.search.guided import stalled
 from sweep.search.history import History, Measurement
 from sweep.search.neighbours import Neighbours
+from sweep.search.stopping import stalled
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile

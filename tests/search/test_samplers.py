@@ -11,7 +11,8 @@ from sweep.core.space import suggest
 from sweep.engines import rules_for
 from sweep.search import PhysicsSampler, ValidRandomSampler
 from sweep.search.candidates import Candidate, by_key
-from sweep.search.samplers import PICK_ATTR, PREDICTED_ATTR, sampler_for
+from sweep.search.config_sampler import PICK_ATTR, PREDICTED_ATTR
+from sweep.search.samplers import sampler_for
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile

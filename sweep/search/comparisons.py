@@ -1,0 +1,156 @@
+"""How configurations compare: the confirmation's options and its tests on estimates.
+
+Pure functions over :class:`~sweep.search.launches.Estimate` (Student's t from scipy.special):
+
+- :func:`contenders` are the configurations whose plausible range overlaps the leader's;
+- :func:`within_margin_probability` bounds the chance that one configuration is within the
+  tie margin of the best;
+- :func:`equivalent` is the equivalence test (two one-sided tests, TOST) of a group;
+- :func:`advantage` is one configuration's ratio over another with its interval, and
+  :func:`launches_to_decide` how many more launches would settle an undecided pair.
+
+Within the margin: configuration *j* is *within the tie margin m of the best*
+when ``μ_j ≥ (1 − m) · μ_i`` for every other configuration *i*. Its probability
+is bounded below by the product over *i* of the one-sided t probabilities of
+each comparison (the events are positively associated, so the product is a
+conservative, Šidák-like joint bound: it accounts for comparing against many
+configurations, and far-away ones cost nothing).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special
+
+from sweep.search.launches import Estimate
+
+
+@dataclass(frozen=True)
+class ConfirmOptions:
+    """How the winner is confirmed.
+
+    Attributes:
+        share: share of the whole launch budget kept for confirmation launches (0.2: the
+            search gets 80 %, confirmation at most 25 % of the search's launches).
+        max_replicates: most launches of one configuration (its first launch included).
+        tie_margin: relative margin within which configurations count as equally good.
+        confidence: probability required to call a configuration within the margin of the
+            best (and the level of every interval reported).
+    """
+
+    share: float = 0.2
+    max_replicates: int = 4
+    tie_margin: float = 0.01
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share < 1:
+            raise ValueError(f"share must be in [0, 1), got {self.share}")
+        if self.max_replicates < 1:
+            raise ValueError(f"max_replicates must be >= 1, got {self.max_replicates}")
+        if not 0 <= self.tie_margin < 1:
+            raise ValueError(f"tie_margin must be in [0, 1), got {self.tie_margin}")
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
+
+    def confirmation_budget(self, total: int) -> int:
+        """Launches kept for confirmation out of a ``total`` launch budget."""
+        return math.floor(self.share * total + 1e-9)
+
+
+def _one_sided(confidence: float, dof: float) -> float:
+    return float(special.stdtrit(dof, confidence))
+
+
+def contenders(estimates: Mapping[str, Estimate], options: ConfirmOptions) -> list[str]:
+    """Configurations whose plausible range overlaps the leader's, leader first, by mean.
+
+    A range is ``mean ± t·stderr`` with the one-sided t quantile at ``confidence``: a
+    contender's upper end reaches the leader's lower end, so it could be at least as good.
+    """
+    if not estimates:
+        return []
+    ranked = sorted(estimates.values(), key=lambda e: (-e.mean, e.key))
+    lead = ranked[0]
+    low = lead.mean - _one_sided(options.confidence, lead.dof) * lead.stderr
+    return [
+        e.key for e in ranked if e.mean + _one_sided(options.confidence, e.dof) * e.stderr >= low
+    ]
+
+
+def within_margin_probability(key: str, estimates: Mapping[str, Estimate], margin: float) -> float:
+    """Lower bound on P(μ_key ≥ (1 − margin) · μ_i for every other i) (see the module)."""
+    me = estimates[key]
+    others = [e for e in estimates.values() if e.key != key]
+    if not others:
+        return 1.0
+    gap = me.mean - (1 - margin) * np.array([e.mean for e in others])
+    se = np.hypot(me.stderr, (1 - margin) * np.array([e.stderr for e in others]))
+    dof = np.minimum(me.dof, np.array([e.dof for e in others]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(se > 0, gap / np.where(se > 0, se, 1.0), np.where(gap >= 0, np.inf, -np.inf))
+    return float(np.prod(special.stdtr(dof, z)))
+
+
+def equivalent(group: Sequence[Estimate], options: ConfirmOptions) -> bool:
+    """The equivalence test (two one-sided t tests on every pair's log ratio): every
+    pair's ratio lies within ``1 ± tie_margin`` with the options' confidence."""
+    margin = math.log1p(options.tie_margin)
+    for a, b in itertools.combinations(group, 2):
+        if a.mean <= 0 or b.mean <= 0:
+            return False
+        d = math.log(a.mean / b.mean)
+        se = math.hypot(a.stderr / a.mean, b.stderr / b.mean)
+        t = _one_sided(options.confidence, min(a.dof, b.dof))
+        if d - t * se <= -margin or d + t * se >= margin:
+            return False
+    return True
+
+
+def launches_to_decide(
+    est: Mapping[str, Estimate], options: ConfirmOptions, winner: str
+) -> tuple[int, tuple[str, ...]] | None:
+    """About how many more launches of the winner and its closest rival would decide: enough
+    for the winner to be within the margin of it (gap + margin over the difference's
+    standard error reaching the one-sided t), or for the two to pass the equivalence test
+    (margin − |gap|), whichever needs fewer — assuming the gap and the launch noise stay
+    what they are now."""
+    others = [e for k, e in est.items() if k != winner]
+    if not others:
+        return None
+    me = est[winner]
+    rival = max(others, key=lambda e: e.mean)
+    gap = abs(math.log(me.mean / rival.mean))
+    per_launch = max(me.stderr / me.mean * math.sqrt(me.n), 1e-9)
+    t = _one_sided(options.confidence, me.dof)
+    margin = math.log1p(options.tie_margin)
+    needs = [2 * (t * per_launch / (gap + margin)) ** 2]
+    if gap < margin:
+        needs.append(2 * (t * per_launch / (margin - gap)) ** 2)
+    total = math.ceil(min(needs))
+    more = max(1, total - min(me.n, rival.n))
+    return more, (winner, rival.key)
+
+
+@dataclass(frozen=True)
+class Advantage:
+    """How much better the winner is than another configuration: a ratio with its interval."""
+
+    versus: str
+    ratio: float  # winner mean / other mean
+    low: float
+    high: float
+
+
+def advantage(winner: Estimate, other: Estimate, confidence: float) -> Advantage:
+    """``winner.mean / other.mean`` with a two-sided interval (delta method on the log
+    ratio, t with the smaller degrees of freedom)."""
+    ratio = winner.mean / other.mean
+    se = math.hypot(winner.stderr / winner.mean, other.stderr / other.mean)
+    half = float(special.stdtrit(min(winner.dof, other.dof), 0.5 + confidence / 2)) * se
+    return Advantage(other.key, ratio, ratio * math.exp(-half), ratio * math.exp(half))
