@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_import_contracts_hold() -> None:
     lint = shutil.which("lint-imports") or str(Path(sys.executable).with_name("lint-imports"))
     done = subprocess.run(
-        [lint, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        [lint, str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -123,11 +123,7 @@ def test_a_rejected_configuration_is_excluded_and_never_proposed_again(tmp_path:
 def test_sweep_plan_lists_the_parsers_exclusions_with_their_rule(tmp_path: Path) -> None:
     study = tmp_path / "s.toml"
     study.write_text(study_text(tmp_path, '"--mem-fraction-static" = ["0.8", "high"]'))
-    bin_dir = tmp_path / "bin"  # `sweep plan` checks that the launcher can run
-    bin_dir.mkdir()
-    (bin_dir / "sglang").write_text("#!/bin/sh\n")
-    (bin_dir / "sglang").chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = launcher_on_path(tmp_path)  # `sweep plan` checks that the launcher can run
     done = subprocess.run([str(SWEEP), "plan", str(study)], capture_output=True, text=True,
                           timeout=120, cwd=tmp_path, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -296,11 +292,27 @@ def test_a_long_plan_is_encoded_in_linear_time(monkeypatch: pytest.MonkeyPatch) 
 # --- issue 22: the gate's holes, each through `sweep plan` against the stand-in parser -------
 
 
+def launcher_on_path(folder: Path) -> dict[str, str]:
+    """An environment whose PATH holds an executable ``sglang`` (`sweep plan` checks that the
+    launcher can run; the parser gate itself imports the stand-in through ``[host] python``)."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sglang").write_text("#!/bin/sh\n")
+    (bin_dir / "sglang").chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def sweep_plan(folder: Path, text: str) -> subprocess.CompletedProcess[str]:
     study = folder / "s.toml"
     study.write_text(text)
-    return subprocess.run([str(SWEEP), "plan", str(study)], capture_output=True, text=True,
-                          timeout=120, cwd=folder)  # fmt: skip
+    return subprocess.run(
+        [str(SWEEP), "plan", str(study)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=folder,
+        env=launcher_on_path(folder),
+    )
 
 
 def flat(text: str) -> str:

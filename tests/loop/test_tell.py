@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import optuna
@@ -75,10 +76,12 @@ def test_a_launch_is_stored_with_its_speedup_and_counted(tmp_path: Path) -> None
         config=TrialConfig.baseline(),
         host=run.host.name,
         levels=({"concurrency": 1, "decode_tok_s": {"mean": 50.0}},),
+        finished=1.0,  # measure() stamps every launch
     )
     tell_launch(run, run.stores.baselines, base, Measured(baseline, 50.0), run.history())
     trial = ask(run.stores.trials)
-    tell_launch(run, run.stores.trials, trial, Measured(_record(), 100.0), run.history())
+    launched = dataclasses.replace(_record(), host=run.host.name)  # as start_record sets it
+    tell_launch(run, run.stores.trials, trial, Measured(launched, 100.0), run.history())
     stored = read_records(run.stores.trials)[0]
     assert stored.speedup == 2.0 and stored.baseline["trial"] == base.number
     assert run.summary.measured == 1 and run.summary.baselines == 1
