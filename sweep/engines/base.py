@@ -22,13 +22,10 @@ from typing import Any, ClassVar
 from sweep.core.space import TrialConfig
 from sweep.engines import gate
 from sweep.engines.flags import FlagTable
-from sweep.engines.signals import (
-    Diagnosis,
-    ExitCodes,
-    PhaseMarker,
-    Signature,
-    classify,
-)
+from sweep.engines.signals import Diagnosis as Diagnosis  # re-exported: the adapter's data
+from sweep.engines.signals import ExitCodes, classify
+from sweep.engines.signals import PhaseMarker as PhaseMarker
+from sweep.engines.signals import Signature as Signature
 from sweep.exceptions import EngineConfigError
 from sweep.failures import Phase
 
