@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from sweep.sim.args import Resolved, version_tuple
+from sweep.sim.decode import SimRequest, token_text
 from sweep.sim.faults import FaultPlan
 from sweep.sim.model import MemoryPlan
 from sweep.sim.profile import Profile
-from sweep.sim.scheduler import Scheduler, SimRequest, token_text
+from sweep.sim.scheduler import Scheduler
 
 SAMPLING_KEYS = frozenset(
     {
