@@ -5,7 +5,8 @@ trial's configuration (:class:`~sweep.core.space.TrialConfig`) into a :class:`La
 knows the engine's readiness signals, the log lines that mark its start-up
 phases and its fatal errors, and how to read the resolved arguments back.
 The lifecycle (``sweep.server.lifecycle``) has one control flow for every engine;
-engines differ in this data. Pure: no I/O.
+engines differ in this data. Pure: no I/O. The log signals and the classification of
+a failure are in :mod:`sweep.engines.signals` (re-exported here).
 """
 
 from __future__ import annotations
@@ -13,17 +14,20 @@ from __future__ import annotations
 import abc
 import dataclasses
 import os
-import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sweep.core.space import TrialConfig
 from sweep.engines import gate
 from sweep.engines.flags import FlagTable
+from sweep.engines.signals import Diagnosis as Diagnosis  # re-exported: the adapter's data
+from sweep.engines.signals import ExitCodes, classify
+from sweep.engines.signals import PhaseMarker as PhaseMarker
+from sweep.engines.signals import Signature as Signature
 from sweep.exceptions import EngineConfigError
-from sweep.failures import FailureKind, Phase
+from sweep.failures import Phase
 
 Env = tuple[tuple[str, str], ...]
 
@@ -111,46 +115,6 @@ class Readiness:
     request_timeout_s: float
     wait_for_log_marker: bool
     log_marker: str
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A log line that reveals a failure.
-
-    Attributes:
-        pattern: a regular expression searched in each log line.
-        kind: what it means; ``None`` = a crash whose cause other lines tell.
-        fatal: whether seeing it during start-up fails the launch at once.
-    """
-
-    pattern: re.Pattern[str]
-    kind: FailureKind | None
-    fatal: bool = True
-
-    @classmethod
-    def of(cls, pattern: str, kind: FailureKind | None, *, fatal: bool = True) -> Signature:
-        return cls(re.compile(pattern, re.IGNORECASE), kind, fatal)
-
-
-@dataclass(frozen=True)
-class PhaseMarker:
-    """A log line that shows the server entered ``phase``."""
-
-    pattern: re.Pattern[str]
-    phase: Phase
-
-    @classmethod
-    def of(cls, pattern: str, phase: Phase) -> PhaseMarker:
-        return cls(re.compile(pattern, re.IGNORECASE), phase)
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """A classified failure: its kind and the evidence (a log line or an exit code)."""
-
-    kind: FailureKind
-    reason: str
-    signature: bool = False  # a log line of the engine's own said so (not only an exit code)
 
 
 @dataclass(frozen=True)
@@ -310,25 +274,7 @@ class EngineAdapter(abc.ABC):
         Raises:
             EngineConfigError: a managed flag, or a folded one without a positive integer.
         """
-        rest: list[str] = []
-        i = 0
-        while i < len(words):
-            name, sep, inline = words[i].partition("=")
-            if name in self.managed_flags:
-                raise EngineConfigError(
-                    f"flag {name} is set by sweep itself; use {self.managed_flags[name]} instead"
-                )
-            field_name = self.folded_flags.get(name)
-            if field_name is None:
-                rest.append(words[i])
-                i += 1
-                continue
-            value = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
-            if not value.isdigit() or int(value) < 1:
-                raise EngineConfigError(f"flag {name} needs a positive integer, got {value!r}")
-            deployment = deployment.with_limit(field_name, int(value))
-            i += 1 if sep else 2
-        return deployment, tuple(rest)
+        return _fold(deployment, words, self.managed_flags, self.folded_flags)
 
     @property
     def effective_version(self) -> str:
@@ -370,24 +316,10 @@ class EngineAdapter(abc.ABC):
             phase: how far the server got.
             tail: the last log lines (their last line explains a rejection).
         """
-        for signature in self.signatures:
-            line = _first_match(signature.pattern, flagged)
-            if signature.kind is not None and line is not None:
-                return Diagnosis(signature.kind, line.strip(), signature=True)
-        last = next((line.strip() for line in reversed(tail) if line.strip()), "")
-        if phase.order < Phase.LOADING_WEIGHTS.order and (
-            exit_code in self.deployment_exit_codes or _first_match(CANNOT_RUN, tail)
-        ):
-            evidence = _first_match(CANNOT_RUN, tail) or last or f"exit code {exit_code}"
-            return Diagnosis(FailureKind.DEPLOYMENT, evidence.strip())
-        if exit_code in self.rejected_exit_codes:
-            return Diagnosis(FailureKind.REJECTED_FLAGS, last or "the parser rejected the flags")
-        if exit_code in self.validation_exit_codes and phase.order < Phase.LOADING_WEIGHTS.order:
-            return Diagnosis(FailureKind.REJECTED_FLAGS, last or "validation failed")
-        evidence = next((line.strip() for line in flagged), last or f"exit code {exit_code}")
-        if phase is Phase.READY:
-            return Diagnosis(FailureKind.CRASHED_AFTER_READY, evidence)
-        return Diagnosis(FailureKind.CRASHED_DURING_START, evidence)
+        codes = ExitCodes(
+            self.rejected_exit_codes, self.validation_exit_codes, self.deployment_exit_codes
+        )
+        return classify(self.signatures, codes, exit_code, flagged, phase, tail)
 
     def launched_by(self, server_info: Mapping[str, Any], command: LaunchCommand) -> bool:
         """True when the server answering reports the arguments ``command`` started it with.
@@ -397,18 +329,7 @@ class EngineAdapter(abc.ABC):
         :func:`argv_in_launch_command`); without one, its model path, port and
         tensor-parallel size fields must equal our flags' values.
         """
-        reported = server_info.get("launch_command")
-        if isinstance(reported, str) and reported:
-            return argv_in_launch_command(reported, command.server_args)
-        ours = _flag_values(command.server_args)
-        return all(
-            str(server_info.get(key)) == ours.get(flag)
-            for flag, key in (
-                ("--model-path", "model_path"),
-                ("--port", "port"),
-                ("--tp-size", "tp_size"),
-            )
-        )
+        return _launched_by(server_info, command.server_args)
 
 
 def argv_in_launch_command(reported: str, args: Sequence[str]) -> bool:
@@ -431,16 +352,46 @@ def argv_in_launch_command(reported: str, args: Sequence[str]) -> bool:
     return _contains(words, list(args))
 
 
-CANNOT_RUN = re.compile(
-    r"can't open file|^(?:env|nohup|sh|bash|dash)\b.*"
-    r"(?:not found|Permission denied|No such file or directory)$|command not found"
-)
-"""Lines meaning the launcher itself cannot be run: Python's "can't open file", the shell's
-"not found" / "Permission denied", env's "No such file or directory"."""
+def _launched_by(server_info: Mapping[str, Any], args: Sequence[str]) -> bool:
+    reported = server_info.get("launch_command")
+    if isinstance(reported, str) and reported:
+        return argv_in_launch_command(reported, args)
+    ours = _flag_values(args)
+    return all(
+        str(server_info.get(key)) == ours.get(flag)
+        for flag, key in (
+            ("--model-path", "model_path"),
+            ("--port", "port"),
+            ("--tp-size", "tp_size"),
+        )
+    )
 
 
-def _first_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:
-    return next((line for line in lines if pattern.search(line)), None)
+def _fold(
+    deployment: Deployment,
+    words: Sequence[str],
+    managed: Mapping[str, str],
+    folded: Mapping[str, str],
+) -> tuple[Deployment, tuple[str, ...]]:
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        name, sep, inline = words[i].partition("=")
+        if name in managed:
+            raise EngineConfigError(
+                f"flag {name} is set by sweep itself; use {managed[name]} instead"
+            )
+        field_name = folded.get(name)
+        if field_name is None:
+            rest.append(words[i])
+            i += 1
+            continue
+        value = inline if sep else (words[i + 1] if i + 1 < len(words) else "")
+        if not value.isdigit() or int(value) < 1:
+            raise EngineConfigError(f"flag {name} needs a positive integer, got {value!r}")
+        deployment = deployment.with_limit(field_name, int(value))
+        i += 1 if sep else 2
+    return deployment, tuple(rest)
 
 
 def _contains(words: list[str], part: list[str]) -> bool:

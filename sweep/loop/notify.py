@@ -103,9 +103,7 @@ class Notifier:
         self.on_error = on_error
         self.watch_interval_s = watch_interval_s
         self.deliveries: list[Delivery] = []
-        self._client = client
-        self._owns_client = client is None
-        self._executor = executor
+        self._courier = _Courier(spec, clock, client, executor)
         self._queue: queue.Queue[Event | None] = queue.Queue(MAX_PENDING)
         self._lock = threading.Lock()
         self._last_progress = clock.now()
@@ -179,9 +177,7 @@ class Notifier:
                 left, self._pending = self._pending, []
             for name in left:
                 self._undelivered(name, "still queued when the run ended")
-        if self._owns_client and self._client is not None:
-            self._client.close()
-            self._client = None
+        self._courier.close()
 
     def __enter__(self) -> Notifier:
         return self.start()
@@ -217,16 +213,11 @@ class Notifier:
         with self._lock:
             if event.name in self._pending:
                 self._pending.remove(event.name)
-        payload = self.payload(event)
-        done: list[Delivery] = []
-        if self.spec.webhook:
-            done.append(self._post(event.name, self.spec.webhook, payload))
-        if self.spec.command:
-            done.append(self._run(event.name, self.spec.command, payload))
+        done = self._courier.deliver(event.name, self.payload(event))
         self.deliveries.extend(done)
         failed = [d for d in done if not d.ok]
         if failed:
-            self._failed(event.name, failed)
+            self._say(_failure_line(event.name, failed))
 
     def payload(self, event: Event) -> dict[str, Any]:
         """The JSON object sent for ``event``, secrets redacted."""
@@ -235,6 +226,64 @@ class Notifier:
                 "at": at.isoformat(timespec="seconds"), **event.fields}  # fmt: skip
         redacted: dict[str, Any] = redact_data(body)
         return redacted
+
+    def _undelivered(self, event: str, why: str) -> None:
+        self._say(f"notify: {event} was not delivered: {why}")
+
+    def _say(self, text: str) -> None:
+        """Tell ``on_error`` (the console) or, without one, the log: once, never both."""
+        message = redact_message(text)
+        if self.on_error is None:
+            logger.warning(message)
+            return
+        logger.debug(message)
+        try:
+            self.on_error(message)
+        except Exception:  # a broken sink must not kill the notifier thread
+            logger.exception("notify: on_error failed")
+
+    # --- text ----------------------------------------------------------------------------------
+
+    def _line(self, text: str) -> str:
+        where = f" on {self.host}" if self.host else ""
+        return f"sweep {self.study}{where}: {text}"
+
+    def _failures_event(self, streak: int, detail: str) -> Event:
+        last = (detail.splitlines() or [""])[0]
+        text = f"{streak} trials failed in a row" + (f"; last: {last}" if last else "")
+        return Event("failures", self._line(text), {"consecutive": streak, "last_failure": last})
+
+
+class _Courier:
+    """Takes one event's payload to the webhook and the command, each within an overall
+    deadline of ``spec.timeout_s``; owns the HTTP client it makes (see :class:`Notifier`)."""
+
+    def __init__(
+        self,
+        spec: NotifySpec,
+        clock: Clock,
+        client: httpx.Client | None,
+        executor: Executor | None,
+    ) -> None:
+        self.spec = spec
+        self.clock = clock
+        self._client = client
+        self._owns_client = client is None
+        self._executor = executor
+
+    def deliver(self, name: str, payload: Mapping[str, Any]) -> list[Delivery]:
+        """What became of event ``name`` at each target ``[notify]`` names, webhook first."""
+        done: list[Delivery] = []
+        if self.spec.webhook:
+            done.append(self._post(name, self.spec.webhook, payload))
+        if self.spec.command:
+            done.append(self._run(name, self.spec.command, payload))
+        return done
+
+    def close(self) -> None:
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
 
     def _post(self, name: str, url: str, payload: Mapping[str, Any]) -> Delivery:
         """POST within an overall deadline of ``timeout_s`` (httpx's timeouts are per read)."""
@@ -288,40 +337,14 @@ class Notifier:
         last = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
         return Delivery(name, "command", False, f"exit {result.exit_code}: {last[0]}")
 
-    def _failed(self, event: str, failed: list[Delivery]) -> None:
-        """One line for an event whose delivery failed at one target or both."""
-        if len(failed) == 1:
-            only = failed[0]
-            self._say(f"notify: {event} to the {only.target} failed: {only.detail}")
-            return
-        details = "; ".join(f"{d.target}: {d.detail}" for d in failed)
-        self._say(f"notify: {event} to the webhook and the command failed: {details}")
 
-    def _undelivered(self, event: str, why: str) -> None:
-        self._say(f"notify: {event} was not delivered: {why}")
-
-    def _say(self, text: str) -> None:
-        """Tell ``on_error`` (the console) or, without one, the log: once, never both."""
-        message = redact_message(text)
-        if self.on_error is None:
-            logger.warning(message)
-            return
-        logger.debug(message)
-        try:
-            self.on_error(message)
-        except Exception:  # a broken sink must not kill the notifier thread
-            logger.exception("notify: on_error failed")
-
-    # --- text ----------------------------------------------------------------------------------
-
-    def _line(self, text: str) -> str:
-        where = f" on {self.host}" if self.host else ""
-        return f"sweep {self.study}{where}: {text}"
-
-    def _failures_event(self, streak: int, detail: str) -> Event:
-        last = (detail.splitlines() or [""])[0]
-        text = f"{streak} trials failed in a row" + (f"; last: {last}" if last else "")
-        return Event("failures", self._line(text), {"consecutive": streak, "last_failure": last})
+def _failure_line(event: str, failed: list[Delivery]) -> str:
+    """One line for an event whose delivery failed at one target or both."""
+    if len(failed) == 1:
+        only = failed[0]
+        return f"notify: {event} to the {only.target} failed: {only.detail}"
+    details = "; ".join(f"{d.target}: {d.detail}" for d in failed)
+    return f"notify: {event} to the webhook and the command failed: {details}"
 
 
 def open_notifier(

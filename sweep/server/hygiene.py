@@ -154,7 +154,7 @@ class ServerHost:
             return None
         group = RecordedGroup.parse(text)
         reaped = None
-        if group is not None and self._still_running(group):
+        if group is not None and _still_running(self.executor, group):
             self._refuse_if_owned(group)
             where = f"{self.executor.host}: process group {group.pgid} ({self.pgid_path})"
             self.emit(Event(EventKind.NOTE, f"reaping a server left by an earlier run on {where}"))
@@ -186,35 +186,23 @@ class ServerHost:
         sent, gone = self.terminate(pgid)
         release = self.limits.release_timeout_s
         port_free = self._port_free() or (
-            not (gone and self._held_by_others(pgid)) and self._wait_for_release(pgid, release)
+            not (gone and _held_by_others(self.executor, self.port, pgid))
+            and self._wait_for_release(pgid, release)
         )
         gpus_idle = None
         if self.gpu_memory() is not None:
             gpus_idle = self._wait_for(lambda: self._idle(self.gpu_memory()), release)
         if gone:
             self.executor.remove(self.pgid_path)
-        holders = "" if port_free else self._holders(pgid)
+        holders = "" if port_free else _holders(self.executor, self.port, pgid)
         duration = self.clock.now() - started
         return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders)
-
-    def _held_by_others(self, pgid: int) -> bool:
-        """True when live processes unrelated to our server hold the port: waiting would not
-        free it. A holder in ``pgid``, or one descending from it (a detached child), is ours."""
-        listeners = self.executor.listening_processes(self.port)
-        return (
-            bool(listeners.holders)
-            and not listeners.unseen()
-            and not any(self._ours(h.pid, h.pgid, pgid) for h in listeners.holders)
-        )
-
-    def _ours(self, pid: int, holder_pgid: int, pgid: int) -> bool:
-        return holder_pgid == pgid or self.executor.server_group_of(pid) == pgid
 
     def _wait_for_release(self, pgid: int, timeout: float) -> bool:
         """Wait for the port; say so when a child of our server that left its group holds it."""
         listeners = self.executor.listening_processes(self.port)
         detached = sorted(
-            {h.pid for h in listeners.foreign(pgid) if self._ours(h.pid, h.pgid, pgid)}
+            {h.pid for h in listeners.foreign(pgid) if _ours(self.executor, h.pid, h.pgid, pgid)}
         )
         if detached:
             pids = ", ".join(map(str, detached))
@@ -226,14 +214,6 @@ class ServerHost:
                 )
             )
         return self._wait_for(self._port_free, timeout)
-
-    def _holders(self, pgid: int) -> str:
-        """Who holds the port, for a message: our group and/or others."""
-        listeners = self.executor.listening_processes(self.port)
-        ours = sorted({h.pid for h in listeners.holders if h.pgid == pgid})
-        parts = [f"this server's pid {', '.join(map(str, ours))}"] if ours else []
-        others = listeners.describe_others(pgid)
-        return "; ".join([*parts, others] if others else parts)
 
     def terminate(self, pgid: int) -> tuple[str, bool]:
         """SIGTERM, grace period, SIGKILL.
@@ -257,22 +237,10 @@ class ServerHost:
             return used
         return tuple(used[i] for i in self.gpus if i < len(used))
 
-    def _still_running(self, group: RecordedGroup) -> bool:
-        """True when the recorded group still runs and its PID was not reused since.
-
-        A PID is not reused while its group has members, so a group whose
-        leader died is still the recorded one; a live leader must have the
-        recorded start time.
-        """
-        if not self.executor.group_alive(group.pgid):
-            return False
-        ticks = self.executor.start_ticks(group.pgid)
-        return ticks is None or group.start_ticks is None or ticks == group.start_ticks
-
     def _require_port_free(self) -> None:
         if self._wait_for(self._port_free, self.limits.port_wait_s):
             return
-        if self._left_by_our_server() and self._wait_for_left_port():
+        if _left_by_our_server(self.executor, self.port) and self._wait_for_left_port():
             return
         holders = self.executor.listening_processes(self.port).describe_others(0)
         raise self._failure(
@@ -281,14 +249,6 @@ class ServerHost:
             f"{f' ({holders})' if holders else ''} (waited {self.limits.port_wait_s:g} s); "
             "stop it or choose another port",
         )
-
-    def _left_by_our_server(self) -> bool:
-        """True when every holder of the port descends from a server sweep started (a child
-        that left its group, still letting go): it is waited for, not blamed on a stranger."""
-        listeners = self.executor.listening_processes(self.port)
-        if not listeners.holders or listeners.unseen():
-            return False
-        return all(self.executor.server_group_of(h.pid) is not None for h in listeners.holders)
 
     def _wait_for_left_port(self) -> bool:
         timeout = self.limits.release_timeout_s
@@ -333,6 +293,55 @@ class ServerHost:
         return ServerFailure(
             kind, summary, phase=Phase.PREFLIGHT, host=self.executor.host, command=self.command
         )
+
+
+# --- who holds the port, and whether a recorded group still runs (for ServerHost) -----------
+
+
+def _held_by_others(executor: Executor, port: int, pgid: int) -> bool:
+    """True when live processes unrelated to our server hold the port: waiting would not
+    free it. A holder in ``pgid``, or one descending from it (a detached child), is ours."""
+    listeners = executor.listening_processes(port)
+    return (
+        bool(listeners.holders)
+        and not listeners.unseen()
+        and not any(_ours(executor, h.pid, h.pgid, pgid) for h in listeners.holders)
+    )
+
+
+def _ours(executor: Executor, pid: int, holder_pgid: int, pgid: int) -> bool:
+    return holder_pgid == pgid or executor.server_group_of(pid) == pgid
+
+
+def _holders(executor: Executor, port: int, pgid: int) -> str:
+    """Who holds the port, for a message: our group and/or others."""
+    listeners = executor.listening_processes(port)
+    ours = sorted({h.pid for h in listeners.holders if h.pgid == pgid})
+    parts = [f"this server's pid {', '.join(map(str, ours))}"] if ours else []
+    others = listeners.describe_others(pgid)
+    return "; ".join([*parts, others] if others else parts)
+
+
+def _left_by_our_server(executor: Executor, port: int) -> bool:
+    """True when every holder of the port descends from a server sweep started (a child
+    that left its group, still letting go): it is waited for, not blamed on a stranger."""
+    listeners = executor.listening_processes(port)
+    if not listeners.holders or listeners.unseen():
+        return False
+    return all(executor.server_group_of(h.pid) is not None for h in listeners.holders)
+
+
+def _still_running(executor: Executor, group: RecordedGroup) -> bool:
+    """True when the recorded group still runs and its PID was not reused since.
+
+    A PID is not reused while its group has members, so a group whose
+    leader died is still the recorded one; a live leader must have the
+    recorded start time.
+    """
+    if not executor.group_alive(group.pgid):
+        return False
+    ticks = executor.start_ticks(group.pgid)
+    return ticks is None or group.start_ticks is None or ticks == group.start_ticks
 
 
 def visible_gpus(env: dict[str, str]) -> tuple[int, ...]:

@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from sweep.sim.args import Resolved, version_tuple
+from sweep.sim.decode import SimRequest, token_text
 from sweep.sim.faults import FaultPlan
 from sweep.sim.model import MemoryPlan
 from sweep.sim.profile import Profile
-from sweep.sim.scheduler import Scheduler, SimRequest, token_text
+from sweep.sim.scheduler import Scheduler
 
 SAMPLING_KEYS = frozenset(
     {
@@ -94,33 +95,38 @@ class BadRequest(Exception):
 
 def build_app(state: ServerState, lifespan: Any) -> Starlette:
     """The Starlette application with SGLang's routes."""
-    api = _Api(state)
+    gen, info = _Generation(state), _Info(state)
     routes = [
-        Route("/generate", api.generate, methods=["POST"]),
-        Route("/v1/completions", api.completions, methods=["POST"]),
-        Route("/health", api.health, methods=["GET"]),
-        Route("/health_generate", api.health, methods=["GET"]),
-        Route("/model_info", api.model_info, methods=["GET"]),
-        Route("/get_model_info", api.model_info, methods=["GET"]),
-        Route("/server_info", api.server_info, methods=["GET"]),
-        Route("/get_server_info", api.server_info, methods=["GET"]),
-        Route("/v1/models", api.models, methods=["GET"]),
-        Route("/flush_cache", api.flush_cache, methods=["GET", "POST"]),
+        Route("/generate", gen.generate, methods=["POST"]),
+        Route("/v1/completions", gen.completions, methods=["POST"]),
+        Route("/health", info.health, methods=["GET"]),
+        Route("/health_generate", info.health, methods=["GET"]),
+        Route("/model_info", info.model_info, methods=["GET"]),
+        Route("/get_model_info", info.model_info, methods=["GET"]),
+        Route("/server_info", info.server_info, methods=["GET"]),
+        Route("/get_server_info", info.server_info, methods=["GET"]),
+        Route("/v1/models", info.models, methods=["GET"]),
+        Route("/flush_cache", info.flush_cache, methods=["GET", "POST"]),
     ]
     if version_tuple(state.profile.build.version) >= (0, 5, 20):
-        routes.append(Route("/ready", api.ready, methods=["GET"]))
+        routes.append(Route("/ready", info.ready, methods=["GET"]))
     if state.resolved.args["enable_metrics"]:
-        routes.append(Route("/metrics", api.metrics, methods=["GET"]))
+        routes.append(Route("/metrics", info.metrics, methods=["GET"]))
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-class _Api:
+class _Routes:
+    """What every group of routes reads: the shared state, its scheduler and resolved args."""
+
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.scheduler = state.scheduler
         self.args = state.resolved.args
 
-    # --- generation -------------------------------------------------------------------
+
+class _Generation(_Routes):
+    """Generation: SGLang's native ``/generate`` and OpenAI's ``/v1/completions``, whole or
+    streamed."""
 
     async def generate(self, request: Request) -> Response:
         try:
@@ -287,7 +293,9 @@ class _Api:
             "meta_info": meta,
         }
 
-    # --- health and info ----------------------------------------------------------------
+
+class _Info(_Routes):
+    """Health, readiness, model and server info, the cache flush and ``/metrics``."""
 
     async def health(self, request: Request) -> Response:
         if self.state.shutting_down or self.state.status is ServerStatus.STARTING:
