@@ -305,13 +305,14 @@ def test_status_reads_a_database_in_a_read_only_folder(
 ) -> None:
     """Round 2 refused: status, report and export only read (writers still refuse)."""
     from sweep.loop import checks
+    from sweep.store import urls
 
     path = write_study(tmp_path, space="num_steps = [1]")
     study = load_study(path)
     optuna.create_study(study_name=study.name, storage=study.storage)
     real_access = os.access
     monkeypatch.setattr(  # the folder is read-only (root would pass any real permission check)
-        checks.os, "access", lambda p, mode: not mode & os.W_OK and real_access(p, mode)
+        urls.os, "access", lambda p, mode: not mode & os.W_OK and real_access(p, mode)
     )
     assert checks.require_results(study) == study.storage
     with pytest.raises(StorageError, match="is not writable"):
