@@ -128,8 +128,9 @@ def throwaway_slurm(directory: Path) -> Iterator[Slurm]:
     """
     missing = [b for b in BINARIES if not _which(b)]
     if missing:
-        raise SlurmUnavailable(f"{', '.join(missing)} not found "
-                               "(apt-get install -y slurm-wlm munge)")  # fmt: skip
+        raise SlurmUnavailable(
+            f"{', '.join(missing)} not found (apt-get install -y slurm-wlm munge)"
+        )
     if os.geteuid() != 0:
         raise SlurmUnavailable("the throwaway Slurm cluster needs root (slurmd runs jobs)")
     d = directory
@@ -149,20 +150,34 @@ def throwaway_slurm(directory: Path) -> Iterator[Slurm]:
 
         def start(argv: list[str], log: str) -> None:
             out = stack.enter_context((d / log).open("wb"))
-            procs.append(subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL))  # fmt: skip
+            procs.append(
+                subprocess.Popen(
+                    argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            )
 
-        start([_which("munged"), "-F", "--force", f"--key-file={key}", f"--socket={sock}",
-               f"--pid-file={d / 'munge' / 'munged.pid'}", f"--seed-file={d / 'munge' / 'seed'}",
-               f"--log-file={d / 'munge' / 'munged.log'}"], "munged.out")  # fmt: skip
+        start(
+            [
+                _which("munged"),
+                "-F",
+                "--force",
+                f"--key-file={key}",
+                f"--socket={sock}",
+                f"--pid-file={d / 'munge' / 'munged.pid'}",
+                f"--seed-file={d / 'munge' / 'seed'}",
+                f"--log-file={d / 'munge' / 'munged.log'}",
+            ],
+            "munged.out",
+        )
         _wait_for("munged's socket", sock.exists, 15, d / "munged.out")
         start([_which("slurmctld"), "-D", "-i", "-f", str(conf)], "slurmctld.out")
         start([_which("slurmd"), "-D", "-f", str(conf), "-N", node], "slurmd.out")
         cluster = Slurm(d, conf, "test", node)
 
         def idle() -> bool:
-            out = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
-                                 text=True, check=False).stdout  # fmt: skip
+            out = subprocess.run(
+                ["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True, check=False
+            ).stdout
             return out.strip() in ("idle", "mix", "alloc")
 
         _wait_for("the node becoming idle", idle, 60, d / "slurmctld.log")
@@ -173,6 +188,9 @@ def throwaway_slurm(directory: Path) -> Iterator[Slurm]:
 def _check_a_job_runs(cluster: Slurm) -> None:
     out = cluster.directory / "hello.out"
     job = cluster.run("sbatch", "--parsable", f"--output={out}", "--wrap", "hostname").strip()
-    _wait_for(f"job {job} running `hostname`",
-              lambda: out.exists() and out.read_text().strip() != "", 60,
-              cluster.directory / "slurmd.log")  # fmt: skip
+    _wait_for(
+        f"job {job} running `hostname`",
+        lambda: out.exists() and out.read_text().strip() != "",
+        60,
+        cluster.directory / "slurmd.log",
+    )
