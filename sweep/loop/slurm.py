@@ -221,7 +221,10 @@ def requeue_after(study: Study, url: str, board: HostBoard) -> Callable[[Task], 
         handle = open_study(study, None, storage_url=url)
         once = Claims(url, study.name).once
         say = functools.partial(board.line, task.label)
-        requeue_unfinished(handle, study, task.host, say, once, shared=True)
+        try:
+            requeue_unfinished(handle, study, task.host, say, once, shared=True)
+        except (SweepError, RuntimeError) as exc:  # e.g. a pilot's reaper failed it first
+            say(f"could not re-queue {task.host}'s trial now ({exc}); the next run will")
 
     return on_end
 

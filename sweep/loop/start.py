@@ -48,7 +48,7 @@ def run_worker(
         ConfigError: no such host, or SQLite storage for a study with several hosts.
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
     """
-    shared_study = len(study.hosts) > 1 or is_slurm(study)
+    shared_study = len(study.hosts) > 1 or (study.slurm is not None and study.slurm.nodes > 1)
     if is_slurm(study):  # a pilot: its node is its (local) host
         host = pilot_host(study, host_name)
         study = dataclasses.replace(study, hosts=(host,))

@@ -240,9 +240,12 @@ def test_ctrl_c_leaves_no_job_and_no_server(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["KILL", "cancel"])
 def test_a_cancelled_pilot_s_trial_is_measured_by_the_other(
-    tmp_path: Path, postgres: Postgres, slurm: Slurm
+    tmp_path: Path, postgres: Postgres, slurm: Slurm, how: str
 ) -> None:
+    """KILL: as a node failure (the others reap the trial when its heartbeats stop); cancel:
+    `scancel` or preemption (the pilot records its trial, `sweep run` re-queues it)."""
     path = slurm_study(tmp_path, postgres.new_database(), output_len=150, sampler="random")
     with_schema(path)
     victims: list[optuna.trial.FrozenTrial] = []
@@ -260,7 +263,10 @@ def test_a_cancelled_pilot_s_trial_is_measured_by_the_other(
                 slurm.run("scancel", "--full", "--signal=STOP", task)
                 victim = next(t for t in trials(path) if t.number == seen.number)
                 if victim.state is TrialState.RUNNING:
-                    slurm.run("scancel", "--signal=KILL", task)  # killed outright
+                    if how == "KILL":
+                        slurm.run("scancel", "--full", "--signal=KILL", task)
+                    else:  # SIGCONT, SIGTERM to every process, SIGKILL after KillWait
+                        slurm.run("scancel", task)
                     victims.append(victim)
                     return
                 slurm.run("scancel", "--full", "--signal=CONT", task)  # it had just finished
