@@ -31,36 +31,8 @@ from sweep.study import load_study
 from sweep.study.slurm import SlurmSpec, build_script, slurm_time, time_limit_s
 from tests.support.pg import Postgres
 from tests.support.procs import group_members, kill_group, wait_until
-from tests.support.slurm import Slurm
-from tests.support.studies import launches, write_study
-
-SPACE = "num_steps = [1, 2, 3, 4]"
-
-
-def slurm_study(
-    folder: Path,
-    storage: str,
-    *,
-    nodes: int = 2,
-    output_len: int = 48,
-    sampler: str = "grid",
-    slurm: str = "",
-) -> Path:
-    """A study on `sweep sim` run by ``nodes`` pilots sharing this machine's one node."""
-    path = write_study(
-        folder,
-        space=SPACE,
-        study=f'sampler = "{sampler}"\nstorage = "{storage}"',
-        workload=f"output_len = {output_len}",
-    )
-    text = path.read_text().replace("[host]\n", '[host]\nkind = "slurm"\n')
-    text += (
-        f"\n[slurm]\nnodes = {nodes}\nexclusive = false\ncpus_per_task = 1\n"
-        f'folder = "{folder / "jobs"}"\nsetup = ["export PYTHONUNBUFFERED=1"]\n{slurm}'
-    )
-    path.write_text(text)
-    return path
-
+from tests.support.slurm import Slurm, slurm_study
+from tests.support.studies import launches
 
 # --- the script and the settings (no cluster) -----------------------------------------------
 

@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.sshd import free_port
+from tests.support.studies import write_study
 
 SLOTS = 8  # task slots on the one node (more than the CPUs: the pilots mostly wait)
+SPACE = "num_steps = [1, 2, 3, 4]"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 
 
@@ -194,3 +196,28 @@ def _check_a_job_runs(cluster: Slurm) -> None:
         60,
         cluster.directory / "slurmd.log",
     )
+
+
+def slurm_study(
+    folder: Path,
+    storage: str,
+    *,
+    nodes: int = 2,
+    output_len: int = 48,
+    sampler: str = "grid",
+    slurm: str = "",
+) -> Path:
+    """A study on `sweep sim` run by ``nodes`` pilots sharing this machine's one node."""
+    path = write_study(
+        folder,
+        space=SPACE,
+        study=f'sampler = "{sampler}"\nstorage = "{storage}"',
+        workload=f"output_len = {output_len}",
+    )
+    text = path.read_text().replace("[host]\n", '[host]\nkind = "slurm"\n')
+    text += (
+        f"\n[slurm]\nnodes = {nodes}\nexclusive = false\ncpus_per_task = 1\n"
+        f'folder = "{folder / "jobs"}"\nsetup = ["export PYTHONUNBUFFERED=1"]\n{slurm}'
+    )
+    path.write_text(text)
+    return path
