@@ -277,3 +277,13 @@ def test_a_pilot_slurm_cannot_start_says_why(
     with pytest.raises(SlurmError, match=r"cannot start pilot .*: Partition(TimeLimit|Config)"):
         run_slurm(load_study(path), RunOptions(), HostBoard(["0", "1"], io.StringIO(), live=False))
     assert slurm.queue() == []
+
+
+@pytest.mark.slow
+def test_a_job_sbatch_refuses_stops_the_run_with_its_message(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    path = slurm_study(tmp_path, postgres.new_database(), slurm='partition = "nope"\n')
+    with pytest.raises(SlurmError, match=r"sbatch refused the pilot job: .*[Pp]artition"):
+        run_slurm(load_study(path), RunOptions(), HostBoard(["0", "1"], io.StringIO(), live=False))
+    assert slurm.queue() == []

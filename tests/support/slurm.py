@@ -184,7 +184,16 @@ def throwaway_slurm(directory: Path) -> Iterator[Slurm]:
 
         _wait_for("the node becoming idle", idle, 60, d / "slurmctld.log")
         _check_a_job_runs(cluster)
+        stack.callback(_cancel_every_job, cluster)  # before the daemons stop: no job outlives them
         yield cluster
+
+
+def _cancel_every_job(cluster: Slurm) -> None:
+    jobs = [line.split()[0].split("_")[0] for line in cluster.queue()]
+    if jobs:
+        cluster.run("scancel", *sorted(set(jobs)), check=False)
+        with contextlib.suppress(SlurmUnavailable):
+            _wait_for("every job ending", lambda: not cluster.queue(), 30, cluster.directory / "x")
 
 
 def _check_a_job_runs(cluster: Slurm) -> None:
