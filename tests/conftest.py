@@ -67,3 +67,29 @@ def postgres() -> Iterator[Postgres]:
         except PostgresUnavailable as exc:
             skip_or_fail(str(exc))
         yield cluster
+
+
+# --- Slurm (issue 25) ----------------------------------------------------------------------------
+
+from tests.support.slurm import Slurm, SlurmUnavailable, throwaway_slurm  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[Slurm]:
+    """A throwaway single-node Slurm cluster (munged, slurmctld, slurmd), shared by the session;
+    ``SLURM_CONF`` points every Slurm command of the session (and its subprocesses) at it."""
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-slurm-")))
+        try:
+            cluster = stack.enter_context(throwaway_slurm(folder))
+        except SlurmUnavailable as exc:
+            skip_or_fail(str(exc))
+        before = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        try:
+            yield cluster
+        finally:
+            if before is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = before

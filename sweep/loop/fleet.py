@@ -84,6 +84,12 @@ def worker_argv(study: Study, host: HostSpec, url: str, options: RunOptions,
     argv = [sys.executable, "-m", "sweep", "worker", study.path, "--host", host.name,
             "--storage", url, "--summary-json", str(summary),
             "--heartbeat", str(shared.heartbeat_s), "--grace", str(shared.grace_s)]  # fmt: skip
+    return argv + limit_args(options)
+
+
+def limit_args(options: RunOptions) -> list[str]:
+    """``--deadline``, ``--budget``, ``--n-trials`` as given to ``sweep run``, for a worker."""
+    argv = []
     if options.deadline:
         argv += ["--deadline", options.deadline]
     if options.budget_s:
@@ -162,10 +168,15 @@ def _outcome(study: Study, url: str, workers: list[Worker], interrupted: bool) -
 
 def merge_summaries(study: Study, url: str, workers: list[Worker]) -> RunSummary:
     """One summary for the whole run: counts added up, each host's stop reason."""
+    return merge_summary_files(study, url, {w.host: w.summary_path for w in workers})
+
+
+def merge_summary_files(study: Study, url: str, paths: dict[str, Path]) -> RunSummary:
+    """:func:`merge_summaries` from each worker's summary file (``sweep worker --summary-json``)."""
     total = RunSummary(study.name, url)
     reasons = []
-    for worker in workers:
-        data = json.loads(worker.summary_path.read_text())
+    for host, path in paths.items():
+        data = json.loads(path.read_text())
         for f in fields(RunSummary):
             mine = getattr(total, f.name)
             if isinstance(mine, bool):
@@ -173,7 +184,7 @@ def merge_summaries(study: Study, url: str, workers: list[Worker]) -> RunSummary
             elif isinstance(mine, int):
                 setattr(total, f.name, mine + int(data.get(f.name, 0)))
         total.warnings += list(data.get("warnings") or [])
-        reasons.append(f"{worker.host}: {data['stop_reason']}")
+        reasons.append(f"{host}: {data['stop_reason']}")
         total.best = data["best"] or total.best  # every worker sees the whole study's records
     total.stop_reason = "; ".join(reasons)
     return total

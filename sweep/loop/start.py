@@ -13,6 +13,7 @@ from sweep.loop.fleet import run_hosts
 from sweep.loop.notify import ended_by, open_notifier
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
+from sweep.loop.slurm import is_slurm, pilot_host, run_slurm
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.store import quiet_optuna, storage_errors
@@ -24,7 +25,8 @@ def run_study(
 ) -> RunSummary:
     """Run (or resume) ``study`` on its host; see :class:`~sweep.loop.runner.Runner`. A study
     with several hosts runs one worker process per host (:func:`sweep.loop.fleet.run_hosts`,
-    which shows every host's output itself; ``display`` is then not used).
+    which shows every host's output itself; ``display`` is then not used); a Slurm study
+    submits its pilots and follows them (:func:`sweep.loop.slurm.run_slurm`).
 
     Raises:
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
@@ -33,6 +35,8 @@ def run_study(
     options = options or RunOptions()
     _preflight(study, options)
     _say_deadline(study, options, display or Display())
+    if is_slurm(study):
+        return run_slurm(study, options)
     if len(study.hosts) > 1:
         return run_hosts(study, options)
     return run_on_host(study, study.host, options, display)
@@ -47,9 +51,14 @@ def run_worker(
         ConfigError: no such host, or SQLite storage for a study with several hosts.
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
     """
-    host = find_host(study, host_name)
+    shared_study = len(study.hosts) > 1 or (study.slurm is not None and study.slurm.nodes > 1)
+    if is_slurm(study):  # a pilot: its node is its (local) host
+        host = pilot_host(study, host_name)
+        study = dataclasses.replace(study, hosts=(host,))
+    else:
+        host = find_host(study, host_name)
     _preflight(study, options)
-    if len(study.hosts) > 1:
+    if shared_study:
         refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
     shared = options.shared or SharedOptions()
     return run_on_host(study, host, dataclasses.replace(options, shared=shared), display)

@@ -40,8 +40,9 @@ from sweep.study.model import HostSpec, NotifySpec, Study
 
 
 def open_host(host: HostSpec) -> Executor:
-    """The executor for a study host: this machine, or an SSH target."""
-    if host.kind == "local":
+    """The executor for a study host: this machine, or an SSH target (a Slurm study's commands
+    outside its pilots, e.g. `sweep plan`'s gate, run on this machine)."""
+    if host.kind != "ssh":
         return LocalExecutor()
     from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sweep.study.slurm import SlurmSpec
+
 SAMPLERS = ("tpe", "grid", "random", "bruteforce", "physics")
 METRICS = ("decode_tok_s", "output_tok_s")
 CONSTRAINT_METRICS = (
@@ -33,10 +35,10 @@ SWITCH_VALUES = ("true", "false")
 
 @dataclass(frozen=True)
 class HostSpec:
-    """Where the server runs: this machine, or an SSH target."""
+    """Where the server runs: this machine, an SSH target, or Slurm pilots (``[slurm]``)."""
 
     name: str = "local"
-    kind: str = "local"  # "local" | "ssh"
+    kind: str = "local"  # "local" | "ssh" | "slurm"
     address: str = ""  # hostname or ~/.ssh/config alias (ssh)
     user: str | None = None
     port: int | None = None
@@ -214,6 +216,7 @@ class Study:
     notify: NotifySpec = field(default_factory=NotifySpec)
     confirm: ConfirmSpec = field(default_factory=ConfirmSpec)
     schedule: ScheduleSpec = field(default_factory=ScheduleSpec)
+    slurm: SlurmSpec | None = None  # set exactly when the host is kind = "slurm"
 
     @property
     def host(self) -> HostSpec:

@@ -40,6 +40,7 @@ from sweep.study.model import (
     WorkloadSpec,
 )
 from sweep.study.reader import TableReader, describe
+from sweep.study.slurm import SlurmSpec, parse_slurm
 
 _SECTIONS = frozenset(
     {
@@ -55,6 +56,7 @@ _SECTIONS = frozenset(
         "confirm",
         "schedule",
         "notify",
+        "slurm",
     }
 )
 MAX_SPACE_POINTS = 100_000
@@ -113,8 +115,9 @@ def parse_study(text: str, path: str = "<study>") -> Study:
         study_table, path, text, engine, space, hosts, workload, benchmark, objective, baseline
     )
     schedule = _schedule(top.sub("schedule"))
+    slurm = _slurm(top, hosts, path)
     top.done()
-    return replace(study, notify=notify, confirm=confirm, schedule=schedule)
+    return replace(study, notify=notify, confirm=confirm, schedule=schedule, slurm=slurm)
 
 
 def _study(
@@ -302,8 +305,27 @@ def _hosts(top: TableReader, path: str) -> tuple[HostSpec, ...]:
     return (_host(top.sub("host")),)
 
 
+def _slurm(top: TableReader, hosts: tuple[HostSpec, ...], path: str) -> SlurmSpec | None:
+    """``[slurm]``, required by (and only with) one ``[host] kind = "slurm"``."""
+    slurm_hosts = [h for h in hosts if h.kind == "slurm"]
+    if slurm_hosts and len(hosts) > 1:
+        raise StudyFileError(path, "hosts", 'a kind = "slurm" host runs alone: give one [host] '
+                             "and the number of pilots in [slurm] nodes")  # fmt: skip
+    if not top.has("slurm"):
+        if slurm_hosts:
+            raise StudyFileError(path, "slurm", 'is required for a kind = "slurm" host')
+        return None
+    r = top.sub("slurm")
+    if not slurm_hosts:
+        raise r.error("", 'needs [host] kind = "slurm"')
+    limit = r.raw("time_limit", None)
+    spec = parse_slurm(r, parse_duration(limit, r, "time_limit") if limit is not None else None)
+    r.done()
+    return spec
+
+
 def _host(r: TableReader) -> HostSpec:
-    kind = r.string("kind", "local", choices=("local", "ssh"))
+    kind = r.string("kind", "local", choices=("local", "ssh", "slurm"))
     address = r.string("address", "")
     if kind == "ssh" and not address:
         raise r.error("address", "is required for an ssh host (a hostname or ~/.ssh/config alias)")
