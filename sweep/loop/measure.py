@@ -157,7 +157,7 @@ def _scored(
 ) -> tuple[Score, float | None]:
     """The launch's score, and for a baseline of a weighted objective its drift.
 
-    One set of units (docs/study-file.md, ``[objective.weights]``): with ``[objective.weights]`` a trial's value is
+    One set of units (docs/study-file.md): with ``[objective.weights]`` a trial's value is
     Σ w·(metric / the latest baseline's), so a baseline is scored against itself (Σ w) and a
     trial's speedup is its value over that; the baseline's drift is its weighted figure
     against the previous baseline's, Σ w·(new / old) / Σ w − 1.

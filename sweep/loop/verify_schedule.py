@@ -50,6 +50,7 @@ from sweep.search.side_by_side import (
     next_round,
     summed,
 )
+from sweep.search.slots import with_confidence
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
@@ -121,16 +122,17 @@ def make_schedule(
 def decide(
     study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
 ) -> Schedule:
-    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys)."""
+    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys), each
+    slot judged confident or not (:func:`sweep.search.slots.with_confidence`)."""
     sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
-    return keyed_by_graph(decide_schedule(
+    return with_confidence(keyed_by_graph(decide_schedule(
         trials,
         baselines,
         metric=schedule_metric(study),
         levels=study.workload.concurrency,
         constraints=study.objective.constraints,
         study=study.name,
-    ), sizes)  # fmt: skip
+    ), sizes))  # fmt: skip
 
 
 def schedule_metric(study: Study) -> str:

@@ -43,6 +43,7 @@ from sweep.search.side_by_side import (
     next_round,
     summed,
 )
+from sweep.search.slots import with_confidence
 from sweep.store import baseline_study_name, quiet_optuna, read_records, schedule_study_name
 from sweep.study import load_study
 from sweep.study.model import ScheduleSpec
@@ -100,6 +101,7 @@ def figures() -> Iterator[Figure]:
         f"verified schedule vs SGLang's built-in adaptive schedule (verified too), {METRIC} "
         "summed over the same levels",
     )
+    yield from verify_figures()
 
 
 def _records(storage: str, name: str) -> list[TrialRecord]:
@@ -131,6 +133,7 @@ class SeedResult:
     launches: int
     confident: int
     wrong: int
+    confident_slots: int
 
 
 def verify_figures() -> Iterator[Figure]:
@@ -169,6 +172,14 @@ def verify_figures() -> Iterator[Figure]:
     yield Figure("schedule_vs_builtin_pct", statistics.median(vs_builtin), "%",
                  f"true summed figure of the schedule vs SGLang's built-in adaptive mode, median "
                  f"(worst {min(vs_builtin):+.1f} %); {what}", ">= 0")  # fmt: skip
+    slots = sum(r.confident_slots for r in first)
+    yield Figure(
+        "schedule_confident_slots_share",
+        slots / (len(V_LEVELS) * V_SEEDS),
+        "ratio",
+        f"schedule slots whose steps are established (within 1 % of every rival at 95 %, or "
+        f"equivalent to the best) after the search's single launches; {what}",
+    )
     yield Figure(
         "schedule_verify_launches",
         statistics.mean(r.launches for r in first),
@@ -185,7 +196,7 @@ def _one_seed(
     optimum = sum(max(truth[s][lv] for s in truth) for lv in V_LEVELS)
     trials = [_record(rng, truth[s], s, n) for n, s in enumerate(V_STEPS)]
     base = _record(rng, truth[0], 0, len(V_STEPS))
-    schedule = decide_schedule(trials, [base], metric=METRIC, levels=V_LEVELS)
+    schedule = with_confidence(decide_schedule(trials, [base], metric=METRIC, levels=V_LEVELS))
     steps = dict(schedule.steps_by_batch)
     mine = {lv: truth[steps.get(lv, 0)][lv] for lv in V_LEVELS}
     static = best_static([*trials, base], METRIC, V_LEVELS)
@@ -212,6 +223,7 @@ def _one_seed(
         launched,
         confident,
         wrong,
+        sum(1 for c in schedule.levels if c.confident),
     )
 
 
