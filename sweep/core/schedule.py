@@ -129,9 +129,9 @@ class LevelChoice:
     best: Candidate  # the highest mean among the candidates at this level
     reason: str
     candidates: tuple[Candidate, ...] = ()  # every candidate at this level (constraints kept)
-    confident: bool | None = (
-        None  # the chosen steps established (sweep.search.slots); None: not judged
-    )
+    # the chosen steps established (sweep.search.slots); None: not judged
+    confident: bool | None = None
+    top: Candidate | None = None  # the best of those beating no speculation (None: none does)
 
     @property
     def steps(self) -> int:
@@ -348,7 +348,7 @@ def choose(
     else:
         reason = (f"within confidence of the best ({top.steps} steps, {top.mean:.1f}); "
                   "fewer steps")  # fmt: skip
-    return LevelChoice(level, chosen, best, reason, tuple(everyone))
+    return LevelChoice(level, chosen, best, reason, tuple(everyone), top=top)
 
 
 def _off_reason(best: Candidate, baseline: Candidate) -> str:

@@ -50,7 +50,7 @@ from sweep.search.side_by_side import (
     next_round,
     summed,
 )
-from sweep.search.slots import with_confidence
+from sweep.search.slots import established
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
@@ -123,9 +123,10 @@ def decide(
     study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
 ) -> Schedule:
     """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys), each
-    slot judged confident or not (:func:`sweep.search.slots.with_confidence`)."""
+    slot judged confident or not, "fewer steps" kept only where established
+    (:func:`sweep.search.slots.established`)."""
     sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
-    return with_confidence(keyed_by_graph(decide_schedule(
+    return established(keyed_by_graph(decide_schedule(
         trials,
         baselines,
         metric=schedule_metric(study),

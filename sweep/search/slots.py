@@ -6,9 +6,12 @@ within-launch standard error); the launch-to-launch variance is pooled over ever
 every level with its prior (2 % σ). A slot is *confident* when its chosen steps are, with 95 %
 probability, within the tie margin (1 %) of every other candidate there
 (:func:`~sweep.search.confirm.within_margin_probability`), or pass the equivalence test with the
-level's best — "fewer steps" is then established, not merely "not beaten". No launch is made
-here: a slot that is not confident needs more launches of its contenders (``sweep run`` with
-replicates), and says so.
+level's best — "fewer steps" is then established, not merely "not beaten".
+
+:func:`established` then keeps "fewer steps" only where it is established: a slot that took
+fewer steps than the best of those beating no speculation on a tie that is merely "not beaten"
+(:func:`sweep.core.schedule.choose`) runs that best instead. No launch is made here: a slot
+that is not confident needs more launches of its contenders (``sweep run`` with replicates).
 """
 
 from __future__ import annotations
@@ -43,6 +46,26 @@ def with_confidence(schedule: Schedule, options: ConfirmOptions = OPTIONS) -> Sc
         dataclasses.replace(c, confident=confident(c, variance, options)) for c in schedule.levels
     )
     return dataclasses.replace(schedule, levels=levels)
+
+
+def established(schedule: Schedule, options: ConfirmOptions = OPTIONS) -> Schedule:
+    """``schedule`` judged (:func:`with_confidence`), each slot's "fewer steps" kept only where
+    it is confident; elsewhere the slot runs the best of those beating no speculation."""
+    judged = with_confidence(schedule, options)
+    groups = [launches_of(c) for choice in judged.levels for c in choice.candidates]
+    variance = launch_variance(groups)
+    levels = []
+    for c in judged.levels:
+        top = c.top
+        if top is not None and c.chosen.key != top.key and not c.confident:
+            reason = (
+                f"the best measured: fewer steps ({c.chosen.steps}) not established within "
+                f"{options.tie_margin:.0%} at {options.confidence:.0%}"
+            )
+            c = dataclasses.replace(c, chosen=top, reason=reason)
+            c = dataclasses.replace(c, confident=confident(c, variance, options))
+        levels.append(c)
+    return dataclasses.replace(judged, levels=tuple(levels))
 
 
 def confident(choice: LevelChoice, variance: LaunchVariance, options: ConfirmOptions) -> bool:

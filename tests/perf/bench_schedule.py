@@ -43,7 +43,7 @@ from sweep.search.side_by_side import (
     next_round,
     summed,
 )
-from sweep.search.slots import with_confidence
+from sweep.search.slots import established
 from sweep.store import baseline_study_name, quiet_optuna, read_records, schedule_study_name
 from sweep.study import load_study
 from sweep.study.model import ScheduleSpec
@@ -196,7 +196,7 @@ def _one_seed(
     optimum = sum(max(truth[s][lv] for s in truth) for lv in V_LEVELS)
     trials = [_record(rng, truth[s], s, n) for n, s in enumerate(V_STEPS)]
     base = _record(rng, truth[0], 0, len(V_STEPS))
-    schedule = with_confidence(decide_schedule(trials, [base], metric=METRIC, levels=V_LEVELS))
+    schedule = established(decide_schedule(trials, [base], metric=METRIC, levels=V_LEVELS))
     steps = dict(schedule.steps_by_batch)
     mine = {lv: truth[steps.get(lv, 0)][lv] for lv in V_LEVELS}
     static = best_static([*trials, base], METRIC, V_LEVELS)
