@@ -401,8 +401,9 @@ def schedule(
 ) -> None:
     """Export the per-concurrency schedule in the engine's own format; --verify relaunches it.
 
-    From the measured levels: per level the confirmed best steps (ties go to fewer steps;
-    0 where no speculation wins), as SGLang's adaptive config or vLLM's speculative config.
+    From the measured levels: per level the confirmed best steps (fewer steps on a tie only
+    when established; 0 where no speculation wins), as SGLang's adaptive config or vLLM's
+    speculative config.
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
