@@ -119,7 +119,13 @@ class SideBySide:
             f"concurrency {list(self.levels)}, {self.differences[0].confidence:.0%} intervals "
             "of the difference, interleaved launches):"
         )
-        return "\n".join([head, *(f"  {d.text()}" for d in self.differences)])
+        lines = [head, *(f"  {d.text()}" for d in self.differences)]
+        if any(not d.decided for d in self.differences):
+            lines.append(
+                "  Inconclusive within the launch budget: `sweep schedule --verify` again adds "
+                "launches to the stored ones ([schedule] verify_launches per run)."
+            )
+        return "\n".join(lines)
 
 
 def compare(

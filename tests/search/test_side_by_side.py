@@ -45,6 +45,7 @@ def test_overlapping_launches_are_inconclusive_not_a_win() -> None:
     assert diff.low < 1 < diff.high and not diff.decided and diff.sign == 0
     assert diff.text().startswith("+1.7 % [−") and diff.text().endswith(": inconclusive")
     assert not result.won and "did not win" in result.text
+    assert "`sweep schedule --verify` again adds launches" in result.text
 
 
 def test_a_clear_loss_is_decided_worse() -> None:
