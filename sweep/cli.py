@@ -393,15 +393,17 @@ def schedule(
     verify: bool = typer.Option(
         False,
         "--verify",
-        help="Relaunch the schedule (and the engine's built-in one) and store "
-        "every level's figures in the study.",
+        help="Relaunch the schedule beside the best static configuration, the engine's "
+        "built-in schedule and no speculation, interleaved, and print each difference with "
+        "its interval; exit 1 when nothing could be compared.",
     ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
 ) -> None:
     """Export the per-concurrency schedule in the engine's own format; --verify relaunches it.
 
-    From the measured levels: per level the confirmed best steps (ties go to fewer steps;
-    0 where no speculation wins), as SGLang's adaptive config or vLLM's speculative config.
+    From the measured levels: per level the confirmed best steps (fewer steps on a tie only
+    when established; 0 where no speculation wins), as SGLang's adaptive config or vLLM's
+    speculative config.
 
     Example: sweep schedule studies/schedule-sim.toml --verify
     """
@@ -421,6 +423,9 @@ def schedule(
         name = record.schedule.get("name", "schedule")
         print(f"verified {name}: trial {record.number} of the companion study, {record.state}")
     if result.verdict is not None:
+        if not result.verdict.compared:  # nothing measured beside the schedule: not verified
+            typer.echo(result.verdict.text, err=True)
+            raise typer.Exit(1)
         print(result.verdict.text)
 
 

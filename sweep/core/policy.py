@@ -180,8 +180,8 @@ def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRe
     """
     good = [b for b in baselines if b.state is State.MEASURED]
     last = good[-1] if good else None
-    if record.kind is Kind.BASELINE:
-        change = drift(last, value)
+    if record.kind is Kind.BASELINE:  # a weighted objective's baseline brings its own drift
+        change = record.drift if record.drift is not None else drift(last, value)
         warning = ""
         if last is not None and change is not None and abs(change) > threshold:
             warning = (f"  baseline drift: {change:+.1%} since baseline trial {last.number} "

@@ -128,6 +128,10 @@ class LevelChoice:
     chosen: Candidate
     best: Candidate  # the highest mean among the candidates at this level
     reason: str
+    candidates: tuple[Candidate, ...] = ()  # every candidate at this level (constraints kept)
+    # the chosen steps established (sweep.search.slots); None: not judged
+    confident: bool | None = None
+    top: Candidate | None = None  # the best of those beating no speculation (None: none does)
 
     @property
     def steps(self) -> int:
@@ -182,7 +186,7 @@ class Schedule:
             "levels": [
                 {"concurrency": c.concurrency, "steps": c.steps, "key": c.chosen.key,
                  "mean": c.chosen.mean, "best_key": c.best.key, "best_mean": c.best.mean,
-                 "reason": c.reason}
+                 "reason": c.reason, "confident": c.confident}
                 for c in self.levels
             ],
             "notes": list(self.notes),
@@ -335,7 +339,7 @@ def choose(
     ]
     if not eligible:
         assert baseline is not None
-        return LevelChoice(level, baseline, best, _off_reason(best, baseline))
+        return LevelChoice(level, baseline, best, _off_reason(best, baseline), tuple(everyone))
     top = max(eligible, key=lambda c: c.mean)
     tied = [c for c in eligible if not beats(top.estimates, c.estimates, allowance)]
     chosen = min(tied, key=lambda c: (c.steps, -c.mean))
@@ -344,7 +348,7 @@ def choose(
     else:
         reason = (f"within confidence of the best ({top.steps} steps, {top.mean:.1f}); "
                   "fewer steps")  # fmt: skip
-    return LevelChoice(level, chosen, best, reason)
+    return LevelChoice(level, chosen, best, reason, tuple(everyone), top=top)
 
 
 def _off_reason(best: Candidate, baseline: Candidate) -> str:
@@ -406,16 +410,19 @@ def _padded(level: int, sizes: Sequence[int]) -> int:
 
 def render_table(schedule: Schedule) -> str:
     """The schedule as a Markdown table (readable as plain text too)."""
+    judged = any(c.confident is not None for c in schedule.levels)
     rows = [
         "| concurrency | steps | configuration | "
-        f"{schedule.metric} (95 % CI) | best measured there | why |",
-        "|---|---|---|---|---|---|",
+        f"{schedule.metric} (95 % CI) | best measured there | why |"
+        + (" confident |" if judged else ""),
+        "|---|---|---|---|---|---|" + ("---|" if judged else ""),
     ]
     for c in schedule.levels:
         x = c.chosen
+        sure = {True: " yes |", False: " no |", None: " – |"}[c.confident] if judged else ""
         rows.append(
             f"| {c.concurrency} | {c.steps} | {x.label} | {x.mean:.1f} [{x.ci_low:.1f}, "
-            f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |"
+            f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |{sure}"
         )
     notes = [f"\n{n}" for n in schedule.notes]
     head = (f"Schedule for {schedule.family.label()}, chosen by {schedule.metric} "

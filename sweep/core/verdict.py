@@ -1,9 +1,10 @@
 """Did a verified schedule win? Against the single best static configuration, summed over levels.
 
-Pure. ``sweep schedule --verify`` prints :func:`verdict`, and the report states the same
-verdict (``analysis.models.schedule_compare``): the schedule *won* when its figure summed over
-the levels is higher than the single best static configuration's and at no level that
-configuration beats it with confidence (:func:`sweep.core.schedule.beats`).
+Pure. The report states this point-estimate verdict (``analysis.models.schedule_compare``): the
+schedule *won* when its figure summed over the levels is higher than the single best static
+configuration's and at no level that configuration beats it with confidence
+(:func:`sweep.core.schedule.beats`). ``sweep schedule --verify`` prints the side-by-side verdict
+with intervals (:mod:`sweep.search.side_by_side`); :func:`best_static` names its static arm.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from sweep.core.objective import by_level
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.schedule import LAUNCH_ALLOWANCE, Estimate, beats
+from sweep.core.space import TrialConfig
 
 LevelFigures = Mapping[int, Sequence[Estimate]]  # per level, one estimate per launch
 
@@ -43,6 +45,7 @@ class StaticBest:
     label: str
     figures: Mapping[int, tuple[Estimate, ...]]
     total: float
+    config: TrialConfig | None = None  # what to relaunch it with
 
 
 def best_static(
@@ -60,8 +63,9 @@ def best_static(
         figures = figures_of(launches, metric)
         if not all(figures.get(lv) for lv in levels):
             continue
-        candidate = StaticBest(key, launches[0].config.label() if launches[0].config else key,
-                               figures, total(figures, levels))  # fmt: skip
+        config = launches[0].config
+        label = config.label() if config else key
+        candidate = StaticBest(key, label, figures, total(figures, levels), config)
         if best is None or candidate.total > best.total:
             best = candidate
     return best

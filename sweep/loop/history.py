@@ -80,5 +80,8 @@ class History:
         baseline = policy.baseline_values(self.baselines, objective.metric).get(
             objective.concurrency
         )
+        if objective.weights:  # the weighted figure, as the trials' (the baseline's own: Σ w)
+            good = [b for b in self.baselines if b.state is State.MEASURED]
+            baseline = good[-1].value if good else None
         speed = f" ({best.value / baseline:.3f}x baseline)" if baseline else ""
         return f"{best.value:.2f} (trial {best.number}){speed}"

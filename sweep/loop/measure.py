@@ -22,7 +22,7 @@ from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload
 from sweep.clock import Clock
-from sweep.core.objective import score
+from sweep.core.objective import Figures, Score, by_level, metric_value, score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
@@ -135,11 +135,12 @@ def _measure(
     timings = _timings(running, started, ready_at, benchmarked_at, rig.clock.now())
     stop_warnings = running.stop_report.warnings() if running.stop_report else ()
     levels = tuple(result_figures(result))
-    s = score(levels, study.objective, baselines)
+    s, drift = _scored(levels, study, start.kind, baselines)
     save_samples(result)
     record = dataclasses.replace(
         start,
         levels=levels,
+        drift=drift,
         objective=s.value,
         accept_length=levels[0].get("accept_length") if levels else None,
         timings=timings,
@@ -149,6 +150,34 @@ def _measure(
         warnings=(*launch.get("warnings", ()), *result.warnings, *stop_warnings),
     )
     return Measured(record, s.value)
+
+
+def _scored(
+    levels: tuple[Figures, ...], study: Study, kind: Kind, baselines: Mapping[int, float]
+) -> tuple[Score, float | None]:
+    """The launch's score, and for a baseline of a weighted objective its drift.
+
+    One set of units (docs/study-file.md): with ``[objective.weights]`` a trial's value is
+    Σ w·(metric / the latest baseline's), so a baseline is scored against itself (Σ w) and a
+    trial's speedup is its value over that; the baseline's drift is its weighted figure
+    against the previous baseline's, Σ w·(new / old) / Σ w − 1.
+    """
+    s = score(levels, study.objective, baselines)
+    weights = study.objective.weights
+    if kind is not Kind.BASELINE or not weights:
+        return s, None
+    own = _metric_by_level(levels, study.objective.metric)
+    drift = s.value / sum(w for _, w in weights) - 1 if baselines else None
+    return score(levels, study.objective, own), drift
+
+
+def _metric_by_level(levels: tuple[Figures, ...], metric: str) -> dict[int, float]:
+    out = {}
+    for level, figures in by_level(levels).items():
+        value = metric_value(figures, metric)
+        if value is not None:
+            out[level] = value
+    return out
 
 
 def _launch_fields(running: RunningServer, config: TrialConfig) -> dict[str, Any]:

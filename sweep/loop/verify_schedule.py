@@ -7,8 +7,9 @@
 * *verify*: launch the server with the schedule through the normal lifecycle (the engine's
   config file is first written on the server's host, through the executor), benchmark
   every level like any trial, and store the launch as a :attr:`Kind.SCHEDULE` trial in the
-  companion study ``<study>.schedules``; the engine's built-in schedule (SGLang's defaults)
-  is verified the same way, as a second launch.
+  companion study ``<study>.schedules``; the single best static configuration, the engine's
+  built-in schedule (SGLang's defaults) and no speculation are relaunched the same way,
+  interleaved, until the side-by-side verdict (:mod:`sweep.search.side_by_side`) decides.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
 from sweep.core.space import Adaptive, TrialConfig
-from sweep.core.verdict import Verdict, best_static, figures_of, verdict
+from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError, StorageError
 from sweep.loop import wiring
@@ -38,6 +39,18 @@ from sweep.loop.measure import Rig, measure, start_record
 from sweep.loop.progress import Display
 from sweep.loop.tell import tell
 from sweep.loop.worker import ask
+from sweep.search.confirm import Launch
+from sweep.search.side_by_side import (
+    BUILTIN,
+    NONE,
+    SCHEDULE,
+    STATIC,
+    SideBySide,
+    compare,
+    next_round,
+    summed,
+)
+from sweep.search.slots import established
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
@@ -49,8 +62,7 @@ from sweep.store import (
 )
 from sweep.study.model import Study
 
-SCHEDULE = "schedule"  # the stored name of the exported schedule's launch
-BUILTIN = "builtin"  # the stored name of the engine's built-in schedule's launch
+NOT_APPLIED = "the server reports that it does not run the schedule"
 
 
 @dataclass(frozen=True)
@@ -69,8 +81,8 @@ class ScheduleResult:
 
     schedule: Schedule
     export: Export
-    verified: tuple[TrialRecord, ...] = ()
-    verdict: Verdict | None = None
+    verified: tuple[TrialRecord, ...] = ()  # the launches this verification made
+    verdict: SideBySide | None = None  # over every stored launch of the arms
 
 
 def make_schedule(
@@ -86,7 +98,8 @@ def make_schedule(
     Args:
         study: the study (its measurements are in its storage).
         out: the export folder; default ``<study name>-schedule`` in the current folder.
-        verify: relaunch the schedule (and the engine's built-in one) and store the figures.
+        verify: relaunch the schedule beside the other arms (:func:`verify_with`), store the
+            launches and judge them.
         storage_url: the study's storage instead of the study file's.
         display: progress of the verification launches.
 
@@ -102,23 +115,25 @@ def make_schedule(
     exported = export(study, schedule, adapter, Path(out or f"{study.name}-schedule"))
     if not verify:
         return ScheduleResult(schedule, exported)
-    verified = verify_schedule(study, schedule, storage=storage, display=display)
-    return ScheduleResult(schedule, exported, verified, judge(study, verified, trials, baselines))
+    done = verify_schedule(study, schedule, storage=storage, display=display)
+    return ScheduleResult(schedule, exported, done.records, done.result)
 
 
 def decide(
     study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
 ) -> Schedule:
-    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys)."""
+    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys), each
+    slot judged confident or not, "fewer steps" kept only where established
+    (:func:`sweep.search.slots.established`)."""
     sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
-    return keyed_by_graph(decide_schedule(
+    return established(keyed_by_graph(decide_schedule(
         trials,
         baselines,
         metric=schedule_metric(study),
         levels=study.workload.concurrency,
         constraints=study.objective.constraints,
         study=study.name,
-    ), sizes)  # fmt: skip
+    ), sizes))  # fmt: skip
 
 
 def schedule_metric(study: Study) -> str:
@@ -137,6 +152,14 @@ def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[
     if trials is None:
         raise ScheduleError(study.name, f"no results in {storage}; `sweep run` first")
     return trials, _records(storage, baseline_study_name(study.name)) or []
+
+
+def _stored_or_none(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """The study's trials and baselines, none if it has no results (a schedule given as is)."""
+    try:
+        return stored_records(study, storage)
+    except ScheduleError:
+        return [], []
 
 
 def _records(storage: str, name: str) -> list[TrialRecord] | None:
@@ -204,9 +227,14 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
 
 
 def verify_schedule(
-    study: Study, schedule: Schedule, *, storage: str, display: Display | None = None
-) -> tuple[TrialRecord, ...]:
-    """Open the study's host, check the engine, and relaunch the schedule (and the built-in one).
+    study: Study,
+    schedule: Schedule,
+    *,
+    storage: str,
+    display: Display | None = None,
+    budget: int | None = None,
+) -> Verification:
+    """Open the study's host, check the engine, and relaunch every arm (:func:`verify_with`).
 
     Raises:
         Interrupted: Ctrl-C; the interrupted launch is recorded.
@@ -218,8 +246,9 @@ def verify_schedule(
     adapter = wiring.adapter_for(study, host)
     deployment = wiring.deployment_for(study)
     workdir = wiring.lifecycle_options(study, host).workdir
-    launches = _launches(study, schedule, adapter, workdir)
-    commands = [adapter.command(deployment, config) for _, config in launches]
+    trials, baselines = _stored_or_none(study, storage)
+    arms = arms_of(study, schedule, adapter, workdir, trials, baselines)
+    commands = [adapter.command(deployment, arm.config) for arm in arms]
     with wiring.open_host(host) as executor:
         check = check_engine(executor, adapter, commands)
         display.message(check.note)
@@ -232,36 +261,108 @@ def verify_schedule(
             study, host, executor, SYSTEM_CLOCK, display, display.server_event, adapter=adapter
         )
         try:
-            return verify_with(rig, schedule, storage=storage, host=host.name)
+            return verify_with(rig, schedule, storage=storage, host=host.name, budget=budget)
         finally:
             display.close()
 
 
-def verify_with(
-    rig: Rig, schedule: Schedule, *, storage: str, host: str
-) -> tuple[TrialRecord, ...]:
-    """Relaunch the schedule (and the engine's built-in one, if the study asks) on ``rig``.
+@dataclass(frozen=True)
+class Arm:
+    """One arm of the side-by-side: its stored name, words for the verdict, its launch."""
 
-    Each launch is benchmarked at every level like a trial and stored as a
-    :attr:`Kind.SCHEDULE` trial of ``<study>.schedules``.
+    name: str
+    label: str
+    config: TrialConfig
+
+    @property
+    def key(self) -> str:
+        """The stored key: launches with one key are pooled (a changed schedule starts anew)."""
+        adaptive = self.config.adaptive
+        steps = ",".join(f"{b}:{s}" for b, s in adaptive.steps_by_batch) if adaptive else ""
+        return f"{self.name}:{self.config.key()}" + (f"@{steps}" if steps else "")
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What one verification launched, and the side-by-side verdict over every stored launch."""
+
+    records: tuple[TrialRecord, ...]
+    result: SideBySide
+
+
+def verify_with(
+    rig: Rig, schedule: Schedule, *, storage: str, host: str, budget: int | None = None
+) -> Verification:
+    """Relaunch every arm interleaved on ``rig`` until each difference is decided.
+
+    The arms (:func:`arms_of`) are launched round by round (:func:`next_round`: the schedule,
+    then each arm whose difference to it is still undecided), each benchmarked at every level
+    like a trial and stored as a :attr:`Kind.SCHEDULE` trial of ``<study>.schedules``; launches
+    stored by earlier verifications of the same arms count. At most ``budget`` launches
+    (default ``[schedule] verify_launches``); an arm that fails twice is dropped.
 
     Raises:
         Interrupted: Ctrl-C during a launch (it is recorded first).
     """
     study = rig.study
+    budget = study.schedule.verify_launches if budget is None else budget
     owner = open_study(study, None, storage_url=storage, name=schedule_study_name(study.name))
-    baselines = _records(storage, baseline_study_name(study.name)) or []
+    trials, baselines = _stored_or_none(study, storage)
     values = policy.baseline_values(baselines, study.objective.metric)
-    records = []
-    for name, config in _launches(study, schedule, rig.adapter, rig.lifecycle.workdir):
-        records.append(_verify_one(rig, owner, schedule, name, config, values, storage, host))
-    return tuple(records)
+    arms = arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines)
+    metric, levels = schedule_metric(study), list(study.workload.concurrency)
+    stored = _records(storage, schedule_study_name(study.name)) or []
+    launches = {arm.name: _launches_of(stored, arm, metric, levels) for arm in arms}
+    labels = {arm.name: arm.label for arm in arms}
+    records: list[TrialRecord] = []
+    failures: dict[str, int] = {}
+    while True:
+        result = compare(launches, labels, metric=metric, levels=levels)
+        live = [a.name for a in arms if failures.get(a.name, 0) < 2]
+        order = next_round(live, result)[: budget - len(records)]
+        if not order or (SCHEDULE not in live):
+            return Verification(tuple(records), result)
+        for name in order:
+            arm = next(a for a in arms if a.name == name)
+            record = _verify_one(rig, owner, schedule, arm, values, storage, host)
+            records.append(record)
+            launch = _launch_of(record, metric, levels)
+            if launch is None:
+                failures[name] = failures.get(name, 0) + 1
+            else:
+                launches[name].append(launch)
 
 
-def _launches(
+def arms_of(
+    study: Study,
+    schedule: Schedule,
+    adapter: EngineAdapter,
+    workdir: str,
+    trials: Sequence[TrialRecord],
+    baselines: Sequence[TrialRecord],
+) -> list[Arm]:
+    """The exported schedule, the single best static configuration, the engine's built-in
+    schedule (if it has one and the study asks) and no speculation — each once (the static
+    arm may be no speculation; a schedule that never speculates is no speculation)."""
+    arms = [Arm(SCHEDULE, "the schedule", _schedule_config(study, schedule, adapter, workdir))]
+    static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency)
+    baseline = TrialConfig.baseline(schedule.family.flags, schedule.family.env)
+    static_config = static.config if static is not None else None
+    if static is not None and static_config is not None:
+        label = f"the best static configuration ({static.label})"
+        arms.append(Arm(STATIC, label, static_config))
+    builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
+    if builtin is not None and schedule.speculative:
+        arms.append(Arm(BUILTIN, "the engine's built-in adaptive schedule", builtin))
+    if schedule.speculative and (static_config is None or static_config.speculative):
+        arms.append(Arm(NONE, "no speculation", baseline))
+    return arms
+
+
+def _schedule_config(
     study: Study, schedule: Schedule, adapter: EngineAdapter, workdir: str
-) -> list[tuple[str, TrialConfig]]:
-    """(name, parameters) of each verification launch; SGLang's file lives in ``workdir``."""
+) -> TrialConfig:
+    """The schedule's launch; SGLang's file lives in ``workdir``, named by its content."""
     config = schedule_params(schedule, None)
     text = adapter.adaptive_file(config)
     if text is not None and config.adaptive is not None:
@@ -270,23 +371,35 @@ def _launches(
         config = dataclasses.replace(
             config, adaptive=dataclasses.replace(config.adaptive, config_path=path)
         )
-    out = [(SCHEDULE, config)]
-    builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
-    if builtin is not None and schedule.speculative:
-        out.append((BUILTIN, builtin))
-    return out
+    return config
+
+
+def _launch_of(record: TrialRecord, metric: str, levels: Sequence[int]) -> Launch | None:
+    """A measured launch's figure summed over the levels; ``None`` for a failed launch or one
+    whose server did not run the schedule (never a measurement)."""
+    if not record.measured or any(w.startswith(NOT_APPLIED) for w in record.warnings):
+        return None
+    per_level = {lv: estimates[0] for lv, estimates in figures_of([record], metric).items()}
+    return summed(per_level, levels)
+
+
+def _launches_of(
+    stored: Sequence[TrialRecord], arm: Arm, metric: str, levels: Sequence[int]
+) -> list[Launch]:
+    found = (_launch_of(r, metric, levels) for r in stored if r.key == arm.key)
+    return [launch for launch in found if launch is not None]
 
 
 def _verify_one(
     rig: Rig,
     owner: optuna.Study,
     schedule: Schedule,
-    name: str,
-    config: TrialConfig,
+    arm: Arm,
     baselines: dict[int, float],
     storage: str,
     host: str,
 ) -> TrialRecord:
+    name, config = arm.name, arm.config
     # the schedule (or the engine's built-in one) rides on the configuration: config.adaptive
     text = rig.adapter.adaptive_file(config)
     if text is not None and config.adaptive is not None and config.adaptive.config_path:
@@ -295,7 +408,7 @@ def _verify_one(
     stored = {"name": name, "engine": rig.adapter.name, **_described(schedule, name, config)}
     start = dataclasses.replace(
         start_record(config, Kind.SCHEDULE, host, rig.clock.wall()),
-        key=f"{name}:{config.key()}",
+        key=arm.key,
         schedule=stored,
     )
     write_record(trial, start)
@@ -316,15 +429,22 @@ def _verify_one(
 def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
-    return {"family": schedule.family.label(), "initial_steps": config.num_steps}
+    if name == BUILTIN:
+        return {"family": schedule.family.label(), "initial_steps": config.num_steps}
+    return {"family": schedule.family.label(), "config": config.label()}
 
 
 def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
     if name == SCHEDULE:
         steps = ", ".join(f"{b}: {s}" for b, s in schedule.steps_by_batch)
         return f"schedule (steps by batch size {steps}) {schedule.family.label()}"
+    if name == BUILTIN:
+        return (
+            f"engine's built-in schedule (initial steps {config.num_steps}) "
+            f"{schedule.family.label()}"
+        )
     return (
-        f"engine's built-in schedule (initial steps {config.num_steps}) {schedule.family.label()}"
+        f"{'best static configuration' if name == STATIC else 'no speculation'}: {config.label()}"
     )
 
 
@@ -334,8 +454,8 @@ def _checked(outcome: Outcome, config: TrialConfig) -> Outcome:
     if config.adaptive is None or record.resolved.get("adaptive") is not False:
         return outcome
     warning = (
-        "the server reports that it does not run the schedule (adaptive mode off in its "
-        "resolved arguments): these figures are of static steps"
+        f"{NOT_APPLIED} (adaptive mode off in its resolved arguments): these figures are of "
+        "static steps, not counted in the verdict"
     )
     return dataclasses.replace(
         outcome, record=dataclasses.replace(record, warnings=(*record.warnings, warning))
@@ -353,51 +473,29 @@ def _result_text(record: TrialRecord) -> str:
 # --- the verdict and the end-of-run hook ----------------------------------------------------------
 
 
-def judge(
-    study: Study,
-    verified: Sequence[TrialRecord],
-    trials: Sequence[TrialRecord],
-    baselines: Sequence[TrialRecord],
-) -> Verdict | None:
-    """The verified schedule against the single best static configuration and the built-in."""
-    metric = schedule_metric(study)
-    mine = [r for r in verified if r.schedule.get("name") == SCHEDULE and r.measured]
-    if not mine:
-        return None
-    static = best_static([*trials, *baselines], metric, study.workload.concurrency)
-    if static is None:
-        return None
-    builtin = [r for r in verified if r.schedule.get("name") == BUILTIN and r.measured]
-    return verdict(
-        figures_of(mine, metric),
-        static.figures,
-        static.label,
-        figures_of(builtin, metric) if builtin else None,
-        metric=metric,
-    )
-
-
 def verify_at_end(
     rig: Rig, *, storage: str, host: str, seconds_left: float | None, per_launch_s: float
 ) -> list[str]:
     """The end-of-run hook (``[schedule] verify = true``); returns lines for the run summary.
 
-    Skipped, with a line saying how to run it later, when nothing can be decided yet or the
-    launches do not fit in the time left.
+    Skipped, with a line saying how to run it later, when nothing can be decided yet or one
+    round of the arms does not fit in the time left; the launch budget is cut to the time left.
     """
     study = rig.study
     try:
         trials, baselines = stored_records(study, storage)
         schedule = decide(study, trials, baselines)
-        launches = len(_launches(study, schedule, rig.adapter, rig.lifecycle.workdir))
-        if seconds_left is not None and launches * per_launch_s > seconds_left:
+        arms = len(arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines))
+        budget = study.schedule.verify_launches
+        if seconds_left is not None:
+            budget = min(budget, int(max(seconds_left, 0) // max(per_launch_s, 1e-9)))
+        if budget < min(arms, study.schedule.verify_launches):
             return [
-                f"schedule not verified: {launches} launches of about {per_launch_s:.0f} s "
-                f"do not fit in the {max(seconds_left, 0):.0f} s left; run `sweep schedule "
+                f"schedule not verified: {arms} launches of about {per_launch_s:.0f} s "
+                f"do not fit in the {max(seconds_left or 0, 0):.0f} s left; run `sweep schedule "
                 f"{study.path} --verify`"
             ]
-        verified = verify_with(rig, schedule, storage=storage, host=host)
+        done = verify_with(rig, schedule, storage=storage, host=host, budget=budget)
     except (ScheduleError, ConfigError, ExecutorError) as exc:  # the search's results stand
         return [f"schedule not verified: {exc}"]
-    result = judge(study, verified, trials, baselines)
-    return [result.text] if result is not None else ["schedule verified; nothing to compare"]
+    return [done.result.text]

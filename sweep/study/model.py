@@ -182,11 +182,14 @@ class ScheduleSpec:
     Attributes:
         verify: relaunch the schedule at the end of ``sweep run`` and measure every level.
         verify_builtin: also relaunch the engine's built-in schedule (SGLang's defaults).
+        verify_launches: most launches one verification makes (the arms interleaved, until
+            every difference is decided).
         metric: the figure each level's winner is chosen by; ``None`` = the objective's.
     """
 
     verify: bool = False
     verify_builtin: bool = True
+    verify_launches: int = 12
     metric: str | None = None
 
 

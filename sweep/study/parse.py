@@ -497,6 +497,7 @@ def _schedule(r: TableReader) -> ScheduleSpec:
     spec = ScheduleSpec(
         verify=r.boolean("verify", False),
         verify_builtin=r.boolean("verify_builtin", True),
+        verify_launches=r.integer("verify_launches", 12, minimum=1),
         metric=r.string("metric", None, choices=METRICS),
     )
     r.done()

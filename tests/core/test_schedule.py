@@ -398,18 +398,21 @@ concurrency = [1, 4]
 
 
 def test_schedule_section_defaults_and_keys() -> None:
-    assert parse_study(STUDY).schedule.verify is False
+    default = parse_study(STUDY).schedule
+    assert default.verify is False and default.verify_launches == 12
     s = parse_study(
         STUDY + '[schedule]\nverify = true\nverify_builtin = false\nmetric = "decode_tok_s"\n'
+        "verify_launches = 6\n"
     )
     assert (s.schedule.verify, s.schedule.verify_builtin, s.schedule.metric) == (
         True, False, "decode_tok_s")  # fmt: skip
+    assert s.schedule.verify_launches == 6
 
 
 @pytest.mark.parametrize(
     ("body", "key"),
     [("verify = 1", "schedule.verify"), ('metric = "ttft"', "schedule.metric"),
-     ("every = 3", "schedule")],
+     ("every = 3", "schedule"), ("verify_launches = 0", "schedule.verify_launches")],
 )  # fmt: skip
 def test_schedule_section_errors_name_the_key(body: str, key: str) -> None:
     with pytest.raises(StudyFileError, match=key.replace(".", "\\.")):

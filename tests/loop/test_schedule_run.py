@@ -60,7 +60,8 @@ def test_sweep_schedule_exports_a_file_sglangs_rules_accept_and_verify_measures_
     path = write_study(
         tmp_path, name="sched", space="num_steps = [1, 2, 4]", study='sampler = "grid"',
         profile=PROFILE, workload=f"output_len = 32\nconcurrency = {levels}",
-        sections='[objective]\nmetric = "output_tok_s"\n[schedule]\nverify_builtin = false\n',
+        sections='[objective]\nmetric = "output_tok_s"\n[schedule]\nverify_builtin = false\n'
+        "verify_launches = 4\n",
     )  # fmt: skip
     run_study(load_study(path), display=QUIET)
     assert flag(launches(tmp_path)[-1], "--max-running-requests") == "64"
@@ -90,13 +91,17 @@ def test_sweep_schedule_exports_a_file_sglangs_rules_accept_and_verify_measures_
 
     verified = sweep_cli("schedule", str(path), "--out", "out", "--verify", cwd=tmp_path)
     assert verified.returncode == 0, verified.stderr
-    assert "The schedule" in verified.stdout  # the verdict, won or not
-    [record] = schedule_records(path)
+    # the verdict, won or not: every difference with its interval
+    assert "The schedule" in verified.stdout and "against the best static" in verified.stdout
+    records = schedule_records(path)
+    # interleaved within the budget of 4: the schedule, the best static, no speculation, ...
+    names = [r.schedule["name"] for r in records]
+    assert len(records) == 4 and names[:3] == ["schedule", "static", "none"], names
+    record = records[0]
     assert_every_level_measured(record, levels)
-    assert record.schedule["name"] == "schedule"
     assert record.schedule["steps_by_batch"] == steps
     assert record.accept_length is not None and record.accept_length > 1.5  # level 1 drafts
-    argv = launches(tmp_path)[-1]
+    argv = next(a for a in launches(tmp_path) if "--speculative-adaptive-config" in a)
     host_file = Path(flag(argv, "--speculative-adaptive-config") or "")
     assert host_file.parent == tmp_path / "servers"  # written in the host's workdir
     assert json.loads(host_file.read_text()) == json.loads(config.read_text())
@@ -108,16 +113,18 @@ def test_the_end_of_run_hook_verifies_the_schedule_and_sglangs_builtin_one(
     path = write_study(
         tmp_path, name="hook", space="num_steps = [1, 2]", study='sampler = "grid"',
         profile=PROFILE, workload="output_len = 24\nconcurrency = [1, 4]",
-        sections="[schedule]\nverify = true\n",
+        sections="[schedule]\nverify = true\nverify_launches = 4\n",
     )  # fmt: skip
     summary = run_study(load_study(path), display=QUIET)
     assert summary.measured == 2 and not summary.failed_run
     assert any(w.startswith("The schedule") for w in summary.warnings), summary.warnings
     records = schedule_records(path)
-    assert [r.schedule["name"] for r in records] == ["schedule", "builtin"]
-    for record in records:
-        assert_every_level_measured(record, [1, 4])
-    builtin = launches(tmp_path)[-1]
+    # one interleaved round of every arm (the budget of 4)
+    assert [r.schedule["name"] for r in records] == ["schedule", "static", "builtin", "none"]
+    assert_every_level_measured(records[0], [1, 4])
+    assert all(r.measured for r in records)
+    builtin = next(a for a in launches(tmp_path) if "--speculative-adaptive" in a
+                   and "--speculative-adaptive-config" not in a)  # fmt: skip
     assert "--speculative-adaptive" in builtin and "--speculative-adaptive-config" not in builtin
     assert flag(builtin, "--speculative-num-steps") == "3"  # SGLang's middle candidate
 
@@ -133,7 +140,7 @@ def test_verify_over_ssh_writes_the_config_through_the_executor(sshd: Sshd, tmp_
     """Stored records (no search needed) → the schedule is relaunched on an SSH host."""
     path = write_study(
         tmp_path, name="remote", profile=PROFILE, workload="output_len = 24\nconcurrency = [1, 16]",
-        sections="[schedule]\nverify_builtin = false\n",
+        sections="[schedule]\nverify_builtin = false\nverify_launches = 1\n",
     )  # fmt: skip
     text = path.read_text().replace(
         f'[host]\nworkdir = "{tmp_path / "servers"}"\n',
@@ -146,7 +153,8 @@ def test_verify_over_ssh_writes_the_config_through_the_executor(sshd: Sshd, tmp_
           [baseline({1: 89, 16: 870})])  # fmt: skip
     result = make_schedule(study, out=tmp_path / "out", verify=True, display=QUIET)
     assert result.schedule.steps_by_batch == ((1, 4), (16, 1))
-    [record] = result.verified
+    [record] = result.verified  # the budget of 1: the schedule alone, nothing to compare
+    assert result.verdict is not None and not result.verdict.compared
     assert_every_level_measured(record, [1, 16])
     assert record.host == study.host.name and "127.0.0.1" in study.host.name
     config = flag(launches(tmp_path)[-1], "--speculative-adaptive-config") or ""

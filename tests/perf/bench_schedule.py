@@ -8,23 +8,48 @@ lifecycle and the real benchmark. The figure is the verified schedule's output t
 summed over the levels against the single best static configuration's (the one with the
 highest sum; it must be >= 0, and > 0 here since the levels disagree);
 ``schedule_gain_vs_builtin_pct`` compares it with SGLang's built-in schedule the same way.
+
+``verify_wrong_sign_rate``, ``schedule_vs_optimum_pct``, ``schedule_vs_builtin_pct``: a
+statistical bench against the simulator's noise-free truth (:func:`verify_figures`).
 """
 
 from __future__ import annotations
 
 import io
+import json
+import random
+import statistics
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import optuna
 
-from sweep.core.records import TrialRecord
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.schedule import Estimate, decide_schedule
+from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of, total
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
+from sweep.search.confirm import Launch
+from sweep.search.side_by_side import (
+    BUILTIN,
+    NONE,
+    SCHEDULE,
+    STATIC,
+    SideBySide,
+    compare,
+    next_round,
+    summed,
+)
+from sweep.search.slots import established
 from sweep.store import baseline_study_name, quiet_optuna, read_records, schedule_study_name
 from sweep.study import load_study
+from sweep.study.model import ScheduleSpec
 from tests.perf.figures import Figure
 from tests.support.simproc import PROFILES
 from tests.support.studies import write_study
@@ -42,7 +67,10 @@ def figures() -> Iterator[Figure]:
             profile=str(PROFILES / "batch-fast.toml"),
             workload=f"output_len = 48\nconcurrency = {list(LEVELS)}",
             benchmark="min_rounds = 5\nmax_rounds = 8\ntarget_rel_ci = 0.03",
-            sections=f'[objective]\nmetric = "{METRIC}"\n[schedule]\nverify = true\n',
+            # one interleaved round of the four arms (the statistical part below runs the
+            # whole budget): keeps this bench's launches near its old count
+            sections=f'[objective]\nmetric = "{METRIC}"\n[schedule]\nverify = true\n'
+            "verify_launches = 4\n",
         )  # fmt: skip
         study = load_study(path)
         run_study(study, display=Display(io.StringIO(), live=False))
@@ -53,7 +81,7 @@ def figures() -> Iterator[Figure]:
     builtin = [r for r in verified if r.schedule.get("name") == "builtin" and r.measured]
     static = best_static(trials, METRIC, LEVELS)
     assert mine and builtin and static is not None, "the verification did not measure"
-    steps = mine[0].schedule.get("steps_by_batch")
+    steps = mine[0].schedule.get("steps_by_batch") or {}
     schedule_total = total(figures_of(mine, METRIC), LEVELS)
     builtin_total = total(figures_of(builtin, METRIC), LEVELS)
     yield Figure(
@@ -79,7 +107,180 @@ def figures() -> Iterator[Figure]:
         f"verified schedule vs SGLang's built-in adaptive schedule (verified too), {METRIC} "
         "summed over the same levels",
     )
+    yield from verify_figures()
 
 
 def _records(storage: str, name: str) -> list[TrialRecord]:
     return read_records(optuna.load_study(study_name=name, storage=storage))
+
+
+# --- the side-by-side verdict against the simulator's noise-free truth ---------------------------
+#
+# A statistical bench, not a run through the server: the truth is `sweep sim --predict` (the
+# batch-dependent profile, noise-free, SGLang's loader and controller for the built-in mode);
+# every launch is that truth times one launch factor (2 % σ, shared by the levels of a launch)
+# and a level's benchmark noise (1 % σ, its stored 95 % interval ±2 %). Per seed: a grid search
+# (steps 1..5, one launch each) and one baseline → `decide_schedule` → the side-by-side loop of
+# `sweep schedule --verify` (`next_round`, `compare`, the default budget), on synthetic launches.
+
+V_LEVELS = (1, 2, 4, 8, 16, 32, 64)
+V_STEPS = (1, 2, 3, 4, 5)
+V_SEEDS = 10
+V_SEEDS_SIGN = 200  # the wrong-sign rate over more seeds (cheap: no server)
+LAUNCH_CV = 0.02
+LEVEL_CV = 0.01
+V_OUTPUT_LEN = 64
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    vs_optimum_pct: float
+    vs_builtin_pct: float
+    launches: int
+    confident: int
+    wrong: int
+    confident_slots: int
+
+
+def verify_figures() -> Iterator[Figure]:
+    truth = {steps: _truth(steps) for steps in (0, *V_STEPS)}
+    builtin = _truth(3, adaptive=True)
+    runs = [_one_seed(seed, truth, builtin) for seed in range(V_SEEDS_SIGN)]
+    first = runs[:V_SEEDS]
+    vs_opt = [r.vs_optimum_pct for r in first]
+    vs_builtin = [r.vs_builtin_pct for r in first]
+    confident, wrong = sum(r.confident for r in first), sum(r.wrong for r in first)
+    what = (
+        f"{V_SEEDS} seeds, batch-dependent profile, {LAUNCH_CV:.0%} launch noise, levels "
+        f"{list(V_LEVELS)}, statistical (noise-free truth from `sweep sim --predict`)"
+    )
+    yield Figure(
+        "verify_wrong_sign_rate",
+        wrong / confident if confident else 0.0,
+        "ratio",
+        f"confident verdicts ({confident} of {3 * V_SEEDS} differences) whose sign the truth "
+        f"contradicts; {what}",
+        "0",
+    )
+    many_confident, many_wrong = sum(r.confident for r in runs), sum(r.wrong for r in runs)
+    yield Figure(
+        "verify_wrong_sign_rate_many",
+        many_wrong / many_confident if many_confident else 0.0,
+        "ratio",
+        f"the same over {V_SEEDS_SIGN} seeds ({many_wrong} wrong of {many_confident} confident)",
+        "0",
+    )
+    yield Figure("schedule_vs_optimum_pct", statistics.median(vs_opt), "%",
+                 f"true summed figure of the exported schedule vs the noise-free best "
+                 f"per-level schedule, median; {what}", ">= -1")  # fmt: skip
+    yield Figure("schedule_vs_optimum_pct_worst", min(vs_opt), "%", f"the same, worst seed; {what}",
+                 ">= -2")  # fmt: skip
+    yield Figure("schedule_vs_builtin_pct", statistics.median(vs_builtin), "%",
+                 f"true summed figure of the schedule vs SGLang's built-in adaptive mode, median "
+                 f"(worst {min(vs_builtin):+.1f} %); {what}", ">= 0")  # fmt: skip
+    slots = sum(r.confident_slots for r in first)
+    yield Figure(
+        "schedule_confident_slots_share",
+        slots / (len(V_LEVELS) * V_SEEDS),
+        "ratio",
+        f"schedule slots whose steps are established (within 1 % of every rival at 95 %, or "
+        f"equivalent to the best) after the search's single launches; {what}",
+    )
+    yield Figure(
+        "schedule_verify_launches",
+        statistics.mean(r.launches for r in first),
+        "launches",
+        f"verification launches per seed (budget {ScheduleSpec().verify_launches}; the "
+        f"search: {len(V_STEPS) + 1}); {what}",
+    )
+
+
+def _one_seed(
+    seed: int, truth: dict[int, dict[int, float]], builtin: dict[int, float]
+) -> SeedResult:
+    rng = random.Random(seed)
+    optimum = sum(max(truth[s][lv] for s in truth) for lv in V_LEVELS)
+    trials = [_record(rng, truth[s], s, n) for n, s in enumerate(V_STEPS)]
+    base = _record(rng, truth[0], 0, len(V_STEPS))
+    schedule = established(decide_schedule(trials, [base], metric=METRIC, levels=V_LEVELS))
+    steps = dict(schedule.steps_by_batch)
+    mine = {lv: truth[steps.get(lv, 0)][lv] for lv in V_LEVELS}
+    static = best_static([*trials, base], METRIC, V_LEVELS)
+    assert static is not None and static.config is not None
+    arms_truth = {
+        SCHEDULE: mine,
+        STATIC: truth[static.config.num_steps if static.config.speculative else 0],
+        BUILTIN: builtin,
+    }
+    if static.config.speculative:
+        arms_truth[NONE] = truth[0]
+    result, launched = _side_by_side(rng, arms_truth)
+    true_mine = sum(mine.values())
+    confident = wrong = 0
+    for d in result.differences:
+        if d.sign == 0:
+            continue
+        confident += 1
+        true_diff = true_mine / sum(arms_truth[d.versus].values()) - 1
+        wrong += (d.sign > 0) != (true_diff > 0) or abs(true_diff) < 1e-9
+    return SeedResult(
+        100 * (true_mine / optimum - 1),
+        100 * (true_mine / sum(builtin.values()) - 1),
+        launched,
+        confident,
+        wrong,
+        sum(1 for c in schedule.levels if c.confident),
+    )
+
+
+def _truth(steps: int, *, adaptive: bool = False) -> dict[int, float]:
+    argv = [sys.executable, "-m", "sweep", "sim", "--model-path", "m", "--tp-size", "8",
+            "--sim-profile", "batch-dependent", "--max-running-requests", str(max(V_LEVELS)),
+            "--predict", "--predict-concurrency", ",".join(map(str, V_LEVELS)),
+            "--predict-output-len", str(V_OUTPUT_LEN)]  # fmt: skip
+    if steps:
+        argv += ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
+                 "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
+                 str(steps + 1)]  # fmt: skip
+    if adaptive:
+        argv.append("--speculative-adaptive")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
+    levels = json.loads(done.stdout)["levels"]
+    return {int(lv): float(v[METRIC]) for lv, v in levels.items()}
+
+
+def _levels(rng: random.Random, truth: dict[int, float]) -> tuple[dict[str, Any], ...]:
+    factor = rng.gauss(1, LAUNCH_CV)
+    out = []
+    for lv in V_LEVELS:
+        mean = truth[lv] * factor * rng.gauss(1, LEVEL_CV)
+        half = 1.96 * LEVEL_CV * mean
+        summary = {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
+        out.append({"concurrency": lv, METRIC: summary})
+    return tuple(out)
+
+
+def _record(rng: random.Random, truth: dict[int, float], steps: int, number: int) -> TrialRecord:
+    config = TrialConfig(steps, 1, steps + 1, 8) if steps else TrialConfig.baseline()
+    kind = Kind.TRIAL if steps else Kind.BASELINE
+    return TrialRecord(number=number, kind=kind, optuna_state="COMPLETE", config=config,
+                       key=config.key(), levels=_levels(rng, truth))  # fmt: skip
+
+
+def _side_by_side(rng: random.Random, arms: dict[str, dict[int, float]]) -> tuple[SideBySide, int]:
+    """The verification loop of `sweep schedule --verify` on synthetic launches."""
+    budget = ScheduleSpec().verify_launches
+    launches: dict[str, list[Launch]] = {arm: [] for arm in arms}
+    spent = 0
+    while True:
+        result = compare(launches, {a: a for a in arms}, levels=V_LEVELS)
+        order = next_round(list(arms), result)[: budget - spent]
+        if not order:
+            return result, spent
+        for arm in order:
+            per_level = {int(lv["concurrency"]): Estimate.of(lv, METRIC)
+                         for lv in _levels(rng, arms[arm])}  # fmt: skip
+            launch = summed({k: v for k, v in per_level.items() if v is not None}, V_LEVELS)
+            assert launch is not None
+            launches[arm].append(launch)
+            spent += 1
