@@ -39,7 +39,7 @@ from sweep.loop.measure import Rig, measure, start_record
 from sweep.loop.progress import Display
 from sweep.loop.tell import tell
 from sweep.loop.worker import ask
-from sweep.search.confirm import Launch
+from sweep.search.launches import Launch
 from sweep.search.side_by_side import (
     BUILTIN,
     NONE,

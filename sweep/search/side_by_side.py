@@ -23,14 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.core.schedule import Estimate as LevelEstimate
-from sweep.search.confirm import (
-    ConfirmOptions,
-    Launch,
-    advantage,
-    equivalent,
-    estimate,
-    launch_variance,
-)
+from sweep.search.comparisons import ConfirmOptions, advantage, equivalent
+from sweep.search.launches import Launch, estimate, launch_variance
 
 SCHEDULE = "schedule"  # the exported schedule
 STATIC = "static"  # the single best static configuration

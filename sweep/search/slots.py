@@ -19,15 +19,8 @@ from __future__ import annotations
 import dataclasses
 
 from sweep.core.schedule import Candidate, LevelChoice, Schedule
-from sweep.search.confirm import (
-    ConfirmOptions,
-    Launch,
-    LaunchVariance,
-    equivalent,
-    estimate,
-    launch_variance,
-    within_margin_probability,
-)
+from sweep.search.comparisons import ConfirmOptions, equivalent, within_margin_probability
+from sweep.search.launches import Launch, LaunchVariance, estimate, launch_variance
 
 Z95 = 1.959964
 OPTIONS = ConfirmOptions()

@@ -35,7 +35,7 @@ from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of, total
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
-from sweep.search.confirm import Launch
+from sweep.search.launches import Launch
 from sweep.search.side_by_side import (
     BUILTIN,
     NONE,

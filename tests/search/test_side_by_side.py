@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sweep.core.schedule import Estimate as LevelEstimate
-from sweep.search.confirm import Launch
+from sweep.search.launches import Launch
 from sweep.search.side_by_side import (
     BUILTIN,
     NONE,
