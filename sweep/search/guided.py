@@ -30,6 +30,7 @@ from sweep.search.confirm import (
 from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
 from sweep.search.samplers import PREDICTED_ATTR, ConfigSampler
 from sweep.store.db import set_system_attr
+from sweep.store.trials import current_trials
 
 REPLICATE_CAP = 1000  # the search's own replicates are limited by its budget, not a count
 CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
@@ -118,7 +119,7 @@ class PhysicsSampler(ConfigSampler):
 
     def history(self, study: Study, skip: int | None = None) -> History:
         return history_of(
-            study.get_trials(deepcopy=False),
+            current_trials(study),  # a changed study's earlier trials left out
             self.matcher,
             accept_length_attr=self.accept_length_attr,
             stderr_attr=self.stderr_attr,

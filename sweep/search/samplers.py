@@ -23,6 +23,7 @@ from sweep.core.records import ATTR
 from sweep.search.candidates import Candidate, by_key, candidates_for
 from sweep.search.history import History, Matcher, history_of
 from sweep.store.db import set_system_attr, system_attrs
+from sweep.store.trials import current_trials
 
 if TYPE_CHECKING:
     from sweep.core.space import Rules
@@ -56,7 +57,7 @@ class ConfigSampler(BaseSampler):
 
     def history(self, study: Study, skip: int | None = None) -> History:
         """The study's trials sorted by candidate."""
-        return history_of(study.get_trials(deepcopy=False), self.matcher, skip=skip)
+        return history_of(current_trials(study), self.matcher, skip=skip)
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
         """Record what was proposed, and whether it is a deliberate relaunch of a measured
