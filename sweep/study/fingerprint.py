@@ -50,13 +50,13 @@ def fingerprint(study: Study, prompts: Sequence[str]) -> dict[str, str]:
             b.target_rel_ci,
             b.max_tokens,
             b.max_seconds,
-        ],  # fmt: skip
+        ],
         "objective.metric": o.metric,
         "objective.concurrency": o.concurrency,
         "objective.weights": [list(w) for w in o.weights],
         "objective.constraints": [
             [c.metric, c.concurrency, c.maximum, c.minimum] for c in o.constraints
-        ],  # fmt: skip
+        ],
     }
     values.update({f"engine.flags.{name}": value for name, value in e.flags})
     values.update({f"engine.env.{name}": value for name, value in e.env})
