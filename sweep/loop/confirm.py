@@ -49,7 +49,9 @@ def confirm(run: RunContext) -> None:
         - spent["baselines"]
     )
     budget = answer.confirmation_budget(search, options.share)
-    used = spent["launches"]
+    # a database from before the count was kept: its stored relaunches count
+    replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
+    used = max(spent["launches"], replicated)
     labels = answer.labels_of(seen.trials)
     while True:
         seen = run.history()
