@@ -189,8 +189,8 @@ def test_a_finished_study_run_again_launches_nothing_and_says_so(tmp_path: Path)
     first = run_with_measurements(study, _noisy(2))  # type: ignore[arg-type]
     spent = confirmations(stored_study(study.storage, study.name))["launches"]
     assert first.answer and spent == _budget(study)
+    calls: list[TrialConfig] = []
     for _ in range(2):  # round 2 added 5 relaunches each time
-        calls: list[TrialConfig] = []
         again = run_with_measurements(study, lambda c: calls.append(c) or _speed(c))
         assert calls == [] and again.answer
         assert "nothing left to launch" in again.stop_reason
