@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -61,7 +62,7 @@ def test_a_changed_study_is_refused_in_one_line_naming_what_changed(tmp_path: Pa
     changed = load_study(path)
     calls: list[TrialConfig] = []
     with pytest.raises(ConfigError) as refused:
-        run_with_measurements(changed, lambda c: calls.append(c) or _speed(c))
+        run_with_measurements(changed, _recording(calls, _speed))
     message = str(refused.value)
     assert "\n" not in message and "changed: workload.output_len" in message
     assert "--storage" in message and "--fresh-answer" in message
@@ -137,7 +138,18 @@ def test_a_refused_run_writes_nothing_and_notifies_nothing(tmp_path: Path) -> No
 # --- 3. budgets per study ------------------------------------------------------------------------
 
 
-def _noisy(seed: int) -> object:
+Measure = Callable[[TrialConfig], Measurement]
+
+
+def _recording(calls: list[TrialConfig], measure: Measure) -> Measure:
+    def measured(config: TrialConfig) -> Measurement:
+        calls.append(config)
+        return measure(config)
+
+    return measured
+
+
+def _noisy(seed: int) -> Measure:
     """Close contenders with launch-to-launch noise: the confirmation wants every launch."""
     rng = random.Random(seed)
 
@@ -171,12 +183,12 @@ def test_a_kill_during_confirmation_then_resume_keeps_to_the_budget(tmp_path: Pa
         calls.append(config)
         if len(calls) == 4 + 2:  # baseline, 3 trials, then the confirmation's second launch
             raise KeyboardInterrupt
-        return measure(config)  # type: ignore[operator]
+        return measure(config)
 
     with pytest.raises(Interrupted):
         run_with_measurements(study, killed_on_the_second_relaunch)
     resumed: list[TrialConfig] = []
-    run_with_measurements(study, lambda c: resumed.append(c) or measure(c))  # type: ignore[operator]
+    run_with_measurements(study, _recording(resumed, measure))
     budget = _budget(study)
     assert budget >= 3  # the test means something: more than one relaunch is allowed
     assert 2 + len(resumed) <= budget  # round 2: 2 + a fresh budget (7 against a cap of 5)
@@ -186,12 +198,12 @@ def test_a_kill_during_confirmation_then_resume_keeps_to_the_budget(tmp_path: Pa
 def test_a_finished_study_run_again_launches_nothing_and_says_so(tmp_path: Path) -> None:
     path = write_study(tmp_path, study='sampler = "grid"', sections=CONFIRM, confirm=True)
     study = load_study(path)
-    first = run_with_measurements(study, _noisy(2))  # type: ignore[arg-type]
+    first = run_with_measurements(study, _noisy(2))
     spent = confirmations(stored_study(study.storage, study.name))["launches"]
     assert first.answer and spent == _budget(study)
     calls: list[TrialConfig] = []
     for _ in range(2):  # round 2 added 5 relaunches each time
-        again = run_with_measurements(study, lambda c: calls.append(c) or _speed(c))
+        again = run_with_measurements(study, _recording(calls, _speed))
         assert calls == [] and again.answer
         assert "nothing left to launch" in again.stop_reason
         assert f"spent {spent} of its {spent} launches" in again.stop_reason
@@ -212,7 +224,7 @@ def test_a_fatal_failure_during_confirmation_stops_the_run(tmp_path: Path, kind:
         calls.append(config)
         if len(calls) > 4:
             return MeasurementFailure(kind, "the launcher cannot run")
-        return measure(config)  # type: ignore[operator,no-any-return]
+        return measure(config)
 
     summary = run_with_measurements(study, broken_after_the_search)
     assert len(calls) == 5  # one confirmation launch, not its whole budget
