@@ -433,6 +433,8 @@ def schedule(
         print(f"verified {name}: trial {record.number} of the companion study, {record.state}")
     if result.verdict is not None:
         print(result.verdict.text)
+    if result.note:
+        print(result.note)
 
 
 @app.command()

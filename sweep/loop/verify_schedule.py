@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import optuna
 
@@ -26,7 +27,7 @@ from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
 from sweep.core import policy
 from sweep.core.policy import Interrupted, Outcome
-from sweep.core.records import Kind, TrialRecord
+from sweep.core.records import Kind, StudyInfo, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import Verdict, best_static, figures_of, verdict
@@ -71,6 +72,7 @@ class ScheduleResult:
     export: Export
     verified: tuple[TrialRecord, ...] = ()
     verdict: Verdict | None = None
+    note: str = ""  # the schedule against the confirmed answer (:func:`against_answer`)
 
 
 def make_schedule(
@@ -100,10 +102,39 @@ def make_schedule(
     schedule = decide(study, trials, baselines)
     adapter = wiring.adapter_for(study, study.host)
     exported = export(study, schedule, adapter, Path(out or f"{study.name}-schedule"))
+    note = against_answer(schedule, stored_answer(study, storage), study)
     if not verify:
-        return ScheduleResult(schedule, exported)
+        return ScheduleResult(schedule, exported, note=note)
     verified = verify_schedule(study, schedule, storage=storage, display=display)
-    return ScheduleResult(schedule, exported, verified, judge(study, verified, trials, baselines))
+    verdict = judge(study, verified, trials, baselines)
+    return ScheduleResult(schedule, exported, verified, verdict, note)
+
+
+def stored_answer(study: Study, storage: str) -> Mapping[str, Any]:
+    """The study's confirmed answer as stored (``{}``: none)."""
+    try:
+        return StudyInfo.from_attrs(stored_study(storage, study.name).user_attrs).answer
+    except (KeyError, StorageError):
+        return {}
+
+
+def against_answer(schedule: Schedule, answer: Mapping[str, Any], study: Study) -> str:
+    """One line when the schedule runs another configuration than the confirmed answer at the
+    objective's own level (``""`` otherwise): the schedule picks each level's best from that
+    level's launches, the answer is confirmed by relaunches — deploy the answer there."""
+    objective = study.objective
+    if not answer or objective.weights or schedule.metric != objective.metric:
+        return ""
+    level = next((c for c in schedule.levels if c.concurrency == objective.concurrency), None)
+    if level is None or level.chosen.key == answer.get("winner"):
+        return ""
+    launches = len(answer.get("replicates") or ())
+    return (
+        f"note: at concurrency {objective.concurrency} (the objective's level) the schedule "
+        f"runs {level.chosen.label} ({level.chosen.mean:.2f}) but the answer is "
+        f"{answer.get('label')} ({float(answer.get('mean') or 0):.2f} over {launches} "
+        "launches); for that level alone, deploy the answer"
+    )
 
 
 def decide(

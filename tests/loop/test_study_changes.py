@@ -25,8 +25,15 @@ from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
+from sweep.loop.verify_schedule import make_schedule
 from sweep.search import answer
-from sweep.store import baseline_study_name, confirmations, read_records, stored_study
+from sweep.store import (
+    baseline_study_name,
+    confirmations,
+    read_records,
+    stored_study,
+    write_answer,
+)
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study
 from tests.loop.test_notify import command_into, events_in
@@ -275,3 +282,17 @@ def test_the_heading_of_a_stored_answer() -> None:
         "the winner was launched once"
     )
     assert "not confident" in answer.unconfirmed({"replicates": [1, 2], "confident": False})
+
+
+def test_a_schedule_against_the_answer_at_the_objectives_level_is_said(tmp_path: Path) -> None:
+    study = load_study(write_study(tmp_path, study='sampler = "grid"', confirm=True))
+    run_with_measurements(study, _speed)
+    agreed = make_schedule(study, out=tmp_path / "agreed")
+    assert agreed.note == ""  # the schedule runs the answer's configuration at level 1
+    trials = stored_study(study.storage, study.name)
+    other = dict(StudyInfo.from_attrs(trials.user_attrs).answer)
+    other.update(winner=TrialConfig(1, 1, 2, 8).key(), label="steps=1", mean=70.0)
+    write_answer(trials, other)  # an answer the schedule's level 1 contradicts
+    note = make_schedule(study, out=tmp_path / "against").note
+    assert note.startswith("note: at concurrency 1 (the objective's level) the schedule runs ")
+    assert "but the answer is steps=1 (70.00 over 1 launches)" in note and "\n" not in note
