@@ -10,6 +10,10 @@ written by an older sweep has no fingerprint: it is adopted (the current one is 
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
+
 from sweep.exceptions import ConfigError
 from sweep.loop.context import RunContext
 from sweep.store import (
@@ -40,7 +44,7 @@ def adopt_study(run: RunContext) -> None:
             "new name or another --storage, or run with --fresh-answer to keep the earlier "
             "trials out of the answer"
         )
-    if changed:
+    if changed and _first_to_start_fresh(run, current):
         since = start_fresh(trials, baselines)
         run.display.message(
             f"the study changed ({changed_text(changed)}): the {since['trials']} earlier "
@@ -52,3 +56,10 @@ def adopt_study(run: RunContext) -> None:
     record_study(baselines, run.study)
     run.since = fresh_from(trials)
     run.summary.began = True
+
+
+def _first_to_start_fresh(run: RunContext, current: Mapping[str, str]) -> bool:
+    """Several workers of a shared study meet the change together: one starts afresh."""
+    digest = hashlib.sha256(json.dumps(dict(current), sort_keys=True).encode()).hexdigest()
+    count = len(run.stores.trials.get_trials(deepcopy=False))
+    return run.stores.claims.once(f"fresh:{count}:{digest[:16]}", run.host.name)
