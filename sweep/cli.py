@@ -274,6 +274,13 @@ def run(
         "for good (baselines, duplicates and exclusions do not count).",
     ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
+    fresh_answer: bool = typer.Option(
+        False,
+        "--fresh-answer",
+        help="The study changed since its results were measured (deployment, workload, "
+        "benchmark, objective): keep the earlier trials out of the search and the answer "
+        "instead of refusing to resume.",
+    ),
 ) -> None:
     """Run or resume a study: baseline, then trials until done, out of time or Ctrl-C.
 
@@ -282,7 +289,7 @@ def run(
     from sweep.loop.start import run_study
     from sweep.study import load_study
 
-    options = _run_options(deadline, budget, n_trials, storage)
+    options = _run_options(deadline, budget, n_trials, storage, fresh_answer=fresh_answer)
     study = load_study(study_file)
     with _storage_errors(storage or study.storage):
         summary = run_study(study, options)
@@ -294,7 +301,7 @@ def run(
     )
     out.print(f"best single measurement: {summary.best}", markup=False)
     if summary.answer:
-        out.print(f"confirmed answer: {summary.answer}", markup=False)
+        out.print(f"{summary.answer_heading}: {summary.answer}", markup=False)
     out.print(
         f"results: {_url(summary.storage)} (study {summary.study}); "
         f"see `sweep status {study_file}`",
@@ -318,6 +325,12 @@ def worker(
     heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),
     grace: int = typer.Option(60, help="Seconds without heartbeat before a trial is reaped."),
     summary_json: str = typer.Option("", hidden=True, help="Write the summary here (JSON)."),
+    fresh_answer: bool = typer.Option(
+        False,
+        "--fresh-answer",
+        help="As for `sweep run`: a changed study's earlier trials "
+        "are kept out of the search and the answer.",
+    ),
 ) -> None:
     """Join a shared study as one more worker, measuring on one of its hosts.
 
@@ -332,7 +345,9 @@ def worker(
     from sweep.study import load_study
 
     shared = SharedOptions(heartbeat_s=heartbeat, grace_s=grace)
-    options = _run_options(deadline, budget, n_trials, storage, shared=shared)
+    options = _run_options(
+        deadline, budget, n_trials, storage, shared=shared, fresh_answer=fresh_answer
+    )
     study = load_study(study_file)
     with _storage_errors(storage or study.storage):
         summary = run_worker(study, host, options)
@@ -427,6 +442,8 @@ def schedule(
             typer.echo(result.verdict.text, err=True)
             raise typer.Exit(1)
         print(result.verdict.text)
+    if result.note:
+        print(result.note)
 
 
 @app.command()
@@ -535,7 +552,7 @@ def status(
             f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)"
         )
     if report.answer:
-        out.print(f"confirmed answer: {escape(report.answer)}")
+        out.print(f"{report.answer_heading}: {escape(report.answer)}")
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
 

@@ -44,6 +44,7 @@ class StatusReport:
     baseline: TrialRow | None
     drift_warnings: tuple[str, ...]
     answer: str = ""  # the confirmed winner in one line ("" before a confirmation)
+    answer_heading: str = "confirmed answer"  # or "best so far (not confirmed: why)"
 
 
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
@@ -67,9 +68,16 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
         for r in rows
         if r.drift
     )
-    answer_text = answer.answer_text(StudyInfo.from_attrs(optuna_study.user_attrs).answer)
+    stored = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     return StatusReport(
-        study.name, url, rows, best, baselines[-1] if baselines else None, drift, answer_text
+        study.name,
+        url,
+        rows,
+        best,
+        baselines[-1] if baselines else None,
+        drift,
+        answer.answer_text(stored),
+        answer.answer_heading(stored) if stored else "",
     )
 
 

@@ -376,7 +376,7 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     if limits.n_trials is not None and len(settled) >= limits.n_trials:
         return Stop(f"{limits.n_trials} trials measured")
     if all(key in settled for key in plan.valid):
-        return Stop(f"every valid configuration ({len(plan.valid)}) measured")
+        return all_settled([settled[key] for key in plan.valid])
     streak = failure_streak_stop(seen.launches, limits.stop_after_failures)
     if streak:
         return Stop(streak, failed=True)
@@ -389,6 +389,28 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     if len(settled) >= 3 and plan.converged():
         return Stop("the search converged: no untried configuration can plausibly win")
     return None
+
+
+def all_settled(records: Sequence[TrialRecord]) -> Stop:
+    """Every valid configuration is settled: say how (all measured, some not, or none — an
+    error the user must act on)."""
+    n = len(records)
+    measured = sum(1 for r in records if r.state is State.MEASURED)
+    if measured == n:
+        return Stop(f"every valid configuration ({n}) measured")
+    infeasible = sum(1 for r in records if r.state is State.INFEASIBLE)
+    others = [f"{infeasible} infeasible"] if infeasible else []
+    if n - measured - infeasible:
+        others.append(f"{n - measured - infeasible} failed")
+    if measured:
+        return Stop(f"every valid configuration ({n}) tried: {measured} measured, "
+                    f"{', '.join(others)}")  # fmt: skip
+    last = max(records, key=lambda r: r.started or 0.0)
+    return Stop(
+        f"every valid configuration ({n}) was tried and none could be measured "
+        f"({', '.join(others)}; last: {_failure_text(last)}); see `sweep status`",
+        failed=True,
+    )
 
 
 def _failure_text(record: TrialRecord) -> str:

@@ -69,6 +69,9 @@ class ATTR:
     DESCRIPTION = "sweep.description"
     SWEEP_VERSION = "sweep.version"
     ANSWER = "sweep.answer"  # the confirmed answer (see sweep.search.confirm)
+    FINGERPRINT = "sweep.fingerprint"  # what shapes a measurement (sweep.study.fingerprint)
+    FRESH_FROM = "sweep.fresh_from"  # {trials, baselines}: first numbers of the current setup
+    CONFIRMATIONS = "sweep.confirmations"  # {launches, baselines} the confirmation spent
 
 
 class Kind(enum.StrEnum):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 
+from sweep.core import policy
 from sweep.core.records import Kind, State
 from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits
@@ -20,26 +21,38 @@ from sweep.search import answer
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
 from sweep.search.predictions import Prediction
-from sweep.store import write_answer
+from sweep.store import confirmations, count_confirmation, write_answer
 
 
 def confirm(run: RunContext) -> None:
-    """Relaunch contenders within the confirmation's budget; store the answer."""
+    """Relaunch contenders within the confirmation's budget; store the answer.
+
+    The budget is the study's, not this process's: the launches earlier runs of the study
+    spent confirming are stored (:func:`~sweep.store.confirmations`) and count, so a resume
+    after a kill, or a finished study run again, never goes over it.
+    """
     if not run.confirming():
         return
     options = answer.options_of(run.study.confirm)
     objective = run.study.objective
+    trials = run.stores.trials
     seen = run.history()
+    spent = confirmations(trials)  # reset when a changed study starts afresh
     # every server start of the search, baselines included (the confirmation's count
-    # includes the baselines it relaunches)
+    # includes the baselines it relaunches; those are not the search's)
     starts = (Kind.TRIAL, Kind.BASELINE)
-    search = sum(
-        1
-        for t in [*seen.trials, *seen.baselines]
-        if t.kind in starts and t.state is not State.WAITING
+    search = (
+        sum(
+            1
+            for t in [*seen.trials, *seen.baselines]
+            if t.kind in starts and t.state is not State.WAITING
+        )
+        - spent["baselines"]
     )
     budget = answer.confirmation_budget(search, options.share)
-    used = 0
+    # a database from before the count was kept: its stored relaunches count
+    replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
+    used = max(spent["launches"], replicated)
     labels = answer.labels_of(seen.trials)
     while True:
         seen = run.history()
@@ -61,14 +74,25 @@ def confirm(run: RunContext) -> None:
             return
         if isinstance(step, Decision):
             stored = answer.answer_of(step, labels, options, used)
-            write_answer(run.stores.trials, stored)
+            write_answer(trials, stored)
             run.summary.answer = answer.answer_text(stored)
+            run.summary.answer_heading = answer.answer_heading(stored)
             run.display.message(f"answer: {run.summary.answer}")
+            if not run.launches:  # a finished study run again: say so, in one line
+                run.summary.stop_reason = (
+                    f"{run.summary.stop_reason}; nothing left to launch: the confirmation "
+                    f"spent {used} of its {budget} launches"
+                )
             return
         run.display.message(f"confirming: {step.reason}")
         for key in step.order[: max(1, budget - used)]:
-            attempt(run, relaunch(run, seen, key), seen)
+            count_confirmation(trials, baseline=key == answer.BASELINE_KEY)
             used += 1
+            attempt(run, relaunch(run, seen, key), seen)
+            fatal = policy.fatal_reason(run.launches[-1]) if run.launches else ""
+            if fatal:  # a deployment failure: every other launch would meet it too
+                run.summary.stopped(fatal, True)
+                return
 
 
 def relaunch(run: RunContext, seen: History, key: str) -> Launch:

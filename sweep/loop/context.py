@@ -44,6 +44,7 @@ class RunOptions:
     clock: Clock = SYSTEM_CLOCK
     lifecycle: Mapping[str, Any] = field(default_factory=dict)  # LifecycleOptions overrides
     shared: SharedOptions | None = None  # one of several workers on a shared study
+    fresh_answer: bool = False  # a changed study: keep earlier trials out (else refused)
 
 
 @dataclass
@@ -66,6 +67,8 @@ class RunSummary:
     answer: str = ""  # the confirmed winner, in one line (see sweep.search.answer)
     failed_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    began: bool = False  # the run held the lease and its study was accepted (run_ended is due)
+    answer_heading: str = ""  # "confirmed answer", or "best so far (not confirmed: why)"
 
     def stopped(self, reason: str, failed: bool) -> None:
         self.stop_reason = reason
@@ -120,6 +123,7 @@ class RunContext:
     idle_proposals: int = 0
     picker: random.Random = field(default_factory=random.Random)
     stop_warnings: list[str] = field(default_factory=list)  # what the latest stop left held
+    since: dict[str, int] = field(default_factory=dict)  # the current setup's first trials
 
     @property
     def clock(self) -> Clock:
@@ -133,6 +137,7 @@ class RunContext:
             self.host.name,
             tuple(self.launches),
             self.study,
+            self.since,
         )
 
     def now(self) -> Now:

@@ -73,8 +73,8 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
 def create_study_tables(study: Study, url: str) -> None:
     """Create the study, its companion and the tables once, before the workers race to."""
     quiet_optuna()
-    open_study(study, None, storage_url=url)
-    open_study(study, None, storage_url=url, name=baseline_study_name(study.name))
+    open_study(study, None, storage_url=url, record=False)  # each worker records it, leased
+    open_study(study, None, storage_url=url, name=baseline_study_name(study.name), record=False)
 
 
 def worker_argv(study: Study, host: HostSpec, url: str, options: RunOptions,
@@ -96,6 +96,8 @@ def limit_args(options: RunOptions) -> list[str]:
         argv += ["--budget", f"{options.budget_s:.0f}s"]
     if options.n_trials:
         argv += ["--n-trials", str(options.n_trials)]
+    if options.fresh_answer:
+        argv += ["--fresh-answer"]
     return argv
 
 

@@ -43,10 +43,18 @@ class History:
         host: str,
         launches: tuple[TrialRecord, ...],
         study: Study,
+        since: Mapping[str, int] | None = None,
     ) -> History:
-        mine = tuple(b for b in read_records(baselines) if b.host == host)
+        """``since``: the first trial numbers of the study's current setup (``--fresh-answer``
+        keeps the trials of an earlier setup out)."""
+        since = since or {}
+        first, first_baseline = since.get("trials", 0), since.get("baselines", 0)
+        mine = tuple(
+            b for b in read_records(baselines) if b.host == host and b.number >= first_baseline
+        )
         guess = min(RESTART_GUESS_S, study.engine.ready_timeout_s)
-        return cls(tuple(read_records(trials)), mine, launches, host, guess)
+        kept = tuple(t for t in read_records(trials) if t.number >= first)
+        return cls(kept, mine, launches, host, guess)
 
     @cached_property
     def settled(self) -> Mapping[str, TrialRecord]:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from sweep.core.policy import AllBusy, BaselineDue, GateReady, Plan, ProposeNext, Stop, next_step
 from sweep.loop import gate
+from sweep.loop.adopt import adopt_study
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
 from sweep.loop.context import RunContext
@@ -25,9 +26,11 @@ class Phase(Protocol):
 
 
 class Prepare:
-    """Fail what a killed run left running, re-queue it, start the parser gate."""
+    """Check and record the study (:mod:`sweep.loop.adopt`), fail what a killed run left
+    running, re-queue it, start the parser gate."""
 
     def run(self, run: RunContext) -> Phase | None:
+        adopt_study(run)  # first: a changed study is refused before anything is written
         stores = run.stores
         run.sharing.reap(stores.trials, stores.baselines)
         requeue_unfinished(

@@ -86,7 +86,8 @@ def run_on_host(
         try:
             Runner(ctx).run()
         except BaseException as exc:  # say how the night ended, then go on failing
-            notifier.run_ended(ended_by(exc), best=summary.best, counts=summary.counts())
+            if summary.began:  # a run refused (lease held, study changed) never began
+                notifier.run_ended(ended_by(exc), best=summary.best, counts=summary.counts())
             raise
         notifier.run_ended(summary.stop_reason, best=summary.best, counts=summary.counts())
         return summary

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -28,8 +27,8 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import policy
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
-from sweep.core.space import Adaptive, TrialConfig
+from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
+from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError, StorageError
@@ -37,6 +36,14 @@ from sweep.loop import wiring
 from sweep.loop.attempt import saver, with_retries
 from sweep.loop.measure import Rig, measure, start_record
 from sweep.loop.progress import Display
+from sweep.loop.schedule_export import (
+    Export,
+    against_answer,
+    builtin_params,
+    export,
+    schedule_params,
+    stored_answer,
+)
 from sweep.loop.tell import tell
 from sweep.loop.worker import ask
 from sweep.search.launches import Launch
@@ -66,16 +73,6 @@ NOT_APPLIED = "the server reports that it does not run the schedule"
 
 
 @dataclass(frozen=True)
-class Export:
-    """What ``sweep schedule`` wrote: the engine's documents, the command, the table."""
-
-    folder: Path
-    files: tuple[Path, ...]
-    command: str
-    table: str
-
-
-@dataclass(frozen=True)
 class ScheduleResult:
     """A schedule, its export and (with ``--verify``) its verification launches."""
 
@@ -83,6 +80,7 @@ class ScheduleResult:
     export: Export
     verified: tuple[TrialRecord, ...] = ()  # the launches this verification made
     verdict: SideBySide | None = None  # over every stored launch of the arms
+    note: str = ""  # the schedule against the confirmed answer (:func:`against_answer`)
 
 
 def make_schedule(
@@ -113,10 +111,11 @@ def make_schedule(
     schedule = decide(study, trials, baselines)
     adapter = wiring.adapter_for(study, study.host)
     exported = export(study, schedule, adapter, Path(out or f"{study.name}-schedule"))
+    note = against_answer(schedule, stored_answer(study, storage), study)
     if not verify:
-        return ScheduleResult(schedule, exported)
+        return ScheduleResult(schedule, exported, note=note)
     done = verify_schedule(study, schedule, storage=storage, display=display)
-    return ScheduleResult(schedule, exported, done.records, done.result)
+    return ScheduleResult(schedule, exported, done.records, done.result, note)
 
 
 def decide(
@@ -169,58 +168,6 @@ def _records(storage: str, name: str) -> list[TrialRecord] | None:
         return None
     except StorageError as exc:
         raise ScheduleError(name, str(exc)) from exc
-
-
-# --- the engine's own documents -------------------------------------------------------------------
-
-
-def schedule_params(schedule: Schedule, config_path: str | None) -> TrialConfig:
-    """The launch configuration of ``schedule`` (no speculation at all when no level drafts)."""
-    config = schedule.launch_config()
-    if not schedule.speculative:
-        return config
-    return dataclasses.replace(config, adaptive=Adaptive(schedule.steps_by_batch, config_path))
-
-
-def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | None:
-    """The engine's built-in schedule in the schedule's family, or ``None`` if it has none."""
-    steps = adapter.builtin_adaptive_steps
-    if steps is None:
-        return None
-    config = schedule.family.config(steps)
-    return dataclasses.replace(config, adaptive=Adaptive())
-
-
-def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
-    """Write the engine's documents, the launch command and the table into ``folder``.
-
-    The command names the engine's config file by its absolute path in ``folder``.
-
-    Raises:
-        EngineConfigError: the engine cannot run the schedule (the loader's rules).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    deployment = wiring.deployment_for(study)
-    probe = schedule_params(schedule, "")
-    documents = adapter.schedule_documents(deployment, probe) if probe.adaptive else {}
-    text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
-    name = next((n for n, t in documents.items() if text is not None and t == text), None)
-    config = schedule_params(schedule, str((folder / name).resolve()) if name else None)
-    command = adapter.command(deployment, config).shell()
-    table = render_table(schedule)
-    if not schedule.speculative:
-        table += "\nNo level gains from speculation: deploy without it (the command below).\n"
-    files = {
-        **documents,
-        "launch.sh": f"#!/bin/sh\n# {study.name}: the per-concurrency schedule\n{command}\n",
-        "schedule.md": f"{table}\nLaunch command:\n\n    {command}\n",
-        "schedule.json": json.dumps(schedule.as_dict(), indent=2) + "\n",
-    }
-    written = []
-    for name, text in files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-        written.append(folder / name)
-    return Export(folder, tuple(written), command, table)
 
 
 # --- verification by relaunch -------------------------------------------------------------------

@@ -198,6 +198,7 @@ def run_context(
         sampler_for(study, rules),
         storage_url=options.storage_url,
         heartbeat=sharing.heartbeat(on_stale),
+        record=False,  # recorded once the run holds the study's lease (phases.Prepare)
     )
     baselines = open_study(
         study,
@@ -205,6 +206,7 @@ def run_context(
         storage_url=options.storage_url,
         name=baseline_study_name(study.name),
         heartbeat=sharing.heartbeat(lambda s, t: None),
+        record=False,
     )
     stop_warnings: list[str] = []
     rig = rig_for(

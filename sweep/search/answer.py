@@ -172,6 +172,23 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     return text
 
 
+def unconfirmed(answer: Mapping[str, Any]) -> str:
+    """Why a stored answer is not a confirmed one (``""``: it is — confident, over more than
+    one launch of the winner)."""
+    launches = len(answer.get("replicates") or ())
+    if launches < 2:
+        return "the winner was launched once"
+    if not answer.get("confident"):
+        return "not confident when the confirmation's budget was spent"
+    return ""
+
+
+def answer_heading(answer: Mapping[str, Any]) -> str:
+    """How the answer is introduced: ``confirmed answer`` only when it is one."""
+    why = unconfirmed(answer)
+    return f"best so far (not confirmed: {why})" if why else "confirmed answer"
+
+
 def labels_of(records: Iterable[TrialRecord]) -> dict[str, str]:
     out = {BASELINE_KEY: "no speculation"}
     for r in records:

@@ -21,6 +21,7 @@ from sweep.core.records import ATTR
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.history import History, Matcher, history_of
 from sweep.store.db import set_system_attr
+from sweep.store.trials import current_trials
 
 PICK_ATTR = ATTR.SEARCH_PICK  # trial system attr: the key the sampler proposed
 REPLICATE_ATTR = ATTR.SEARCH_REPLICATE  # trial system attr: True when it asks for a relaunch
@@ -50,7 +51,7 @@ class ConfigSampler(BaseSampler):
 
     def history(self, study: Study, skip: int | None = None) -> History:
         """The study's trials sorted by candidate."""
-        return history_of(study.get_trials(deepcopy=False), self.matcher, skip=skip)
+        return history_of(current_trials(study), self.matcher, skip=skip)
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
         """Record what was proposed, and whether it is a deliberate relaunch of a measured

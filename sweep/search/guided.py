@@ -49,6 +49,7 @@ from sweep.search.predictions import (
     predictions_of,
 )
 from sweep.store.db import set_system_attr
+from sweep.store.trials import current_trials
 
 
 class PhysicsSampler(ConfigSampler):
@@ -104,7 +105,7 @@ class PhysicsSampler(ConfigSampler):
 
     def history(self, study: Study, skip: int | None = None) -> History:
         return history_of(
-            study.get_trials(deepcopy=False),
+            current_trials(study),  # a changed study's earlier trials left out
             self.matcher,
             accept_length_attr=self.accept_length_attr,
             stderr_attr=self.stderr_attr,
@@ -153,7 +154,7 @@ class PhysicsSampler(ConfigSampler):
     def surprise(self, study: Study, history: History | None = None) -> float:
         """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
         history = history or self.history(study)
-        return surprise(study.get_trials(deepcopy=False), self.matcher, history)
+        return surprise(current_trials(study), self.matcher, history)
 
     def exhausted(self, study: Study) -> bool:
         """True when the search may stop and confirmation start: when the measurements

@@ -14,6 +14,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
+from optuna.trial import FrozenTrial
 
 from sweep import __version__
 from sweep.core.records import ATTR, StudyInfo, TrialRecord
@@ -45,9 +46,11 @@ def open_study(
     storage_url: str | None = None,
     name: str | None = None,
     heartbeat: Heartbeat | None = None,
+    record: bool = True,
 ) -> optuna.Study:
     """Create or load the study's Optuna study (or the companion ``name``) and record the
-    study file on it.
+    study file on it (``record=False``: a run records it with :func:`record_study` once it
+    holds the study's lease).
 
     ``sampler`` proposes the search's trials (build it with
     :func:`sweep.search.samplers.sampler_for`); None for a study that needs no search (a
@@ -74,7 +77,8 @@ def open_study(
         except (sa.exc.SQLAlchemyError, OSError, ValueError, ImportError) as exc:
             raise _open_error(url, study, exc) from exc
     with storage_errors(url, f"cannot record study {study.name!r} in"):
-        _record_study(optuna_study, study)
+        if record:
+            record_study(optuna_study, study)
         ensure_tables(url)
     return optuna_study
 
@@ -127,8 +131,9 @@ def stored_study_names(url: str) -> list[str]:
             storage.engine.dispose()
 
 
-def _record_study(optuna_study: optuna.Study, study: Study) -> None:
-    """The study file's text, path, tags and description, secrets redacted (sweep.redact)."""
+def record_study(optuna_study: optuna.Study, study: Study) -> None:
+    """Store the study file's text, path, tags and description, secrets redacted
+    (sweep.redact); only what changed is written."""
     attrs = optuna_study.user_attrs
     info = StudyInfo(
         redact_text(study.text),
@@ -140,6 +145,59 @@ def _record_study(optuna_study: optuna.Study, study: Study) -> None:
     for key, value in info.to_attrs().items():
         if attrs.get(key) != value:
             optuna_study.set_user_attr(key, value)
+
+
+def stored_fingerprint(optuna_study: optuna.Study) -> dict[str, str] | None:
+    """The study's stored fingerprint (``None``: written by a sweep that kept none)."""
+    stored = optuna_study.user_attrs.get(ATTR.FINGERPRINT)
+    return {str(k): str(v) for k, v in stored.items()} if isinstance(stored, dict) else None
+
+
+def write_fingerprint(optuna_study: optuna.Study, fingerprint: Mapping[str, str]) -> None:
+    optuna_study.set_user_attr(ATTR.FINGERPRINT, dict(fingerprint))
+
+
+def fresh_from(optuna_study: optuna.Study) -> dict[str, int]:
+    """``{"trials": n, "baselines": m}``: the first trial numbers of the study's current setup
+    (earlier ones were measured before a change resumed with ``--fresh-answer``); ``{}``: all."""
+    stored = optuna_study.user_attrs.get(ATTR.FRESH_FROM)
+    return {str(k): int(v) for k, v in stored.items()} if isinstance(stored, dict) else {}
+
+
+def start_fresh(trials: optuna.Study, baselines: optuna.Study) -> dict[str, int]:
+    """Keep every trial stored so far out of the study's current setup (see :func:`fresh_from`);
+    the confirmation's count starts again."""
+    since = {"trials": len(trials.get_trials(deepcopy=False)),
+             "baselines": len(baselines.get_trials(deepcopy=False))}  # fmt: skip
+    trials.set_user_attr(ATTR.FRESH_FROM, since)
+    trials.set_user_attr(ATTR.CONFIRMATIONS, {"launches": 0, "baselines": 0})
+    trials.set_user_attr(ATTR.ANSWER, {})  # the earlier setup's answer is not this one's
+    return since
+
+
+def current_trials(optuna_study: optuna.Study) -> list[FrozenTrial]:
+    """The study's trials of its current setup (see :func:`fresh_from`), for the samplers."""
+    first = fresh_from(optuna_study).get("trials", 0)
+    trials = optuna_study.get_trials(deepcopy=False)
+    return [t for t in trials if t.number >= first] if first else trials
+
+
+def confirmations(optuna_study: optuna.Study) -> dict[str, int]:
+    """``{"launches": n, "baselines": k}``: what the confirmation launched so far, over every
+    run of the study (its budget is the study's, not one process's)."""
+    stored = optuna_study.user_attrs.get(ATTR.CONFIRMATIONS) or {}
+    return {
+        "launches": int(stored.get("launches", 0)),
+        "baselines": int(stored.get("baselines", 0)),
+    }
+
+
+def count_confirmation(optuna_study: optuna.Study, *, baseline: bool) -> None:
+    """One more confirmation launch (counted before it starts: a killed one counts too)."""
+    spent = confirmations(optuna_study)
+    spent["launches"] += 1
+    spent["baselines"] += int(baseline)
+    optuna_study.set_user_attr(ATTR.CONFIRMATIONS, spent)
 
 
 def write_answer(optuna_study: optuna.Study, answer: Mapping[str, Any]) -> None:

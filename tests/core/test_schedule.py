@@ -35,7 +35,7 @@ from sweep.engines.vllm import VLLMAdapter
 from sweep.engines.vllm_spec import check_per_batch_size_ranges, per_batch_size_ranges
 from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
 from sweep.loop import wiring
-from sweep.loop.verify_schedule import export
+from sweep.loop.schedule_export import export
 from sweep.sim import adaptive as sim_adaptive
 from sweep.study.model import Constraint, Study
 from sweep.study.parse import parse_study

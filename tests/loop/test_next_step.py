@@ -97,6 +97,20 @@ CASES = [
         trials=(measured("a"), measured("b"), measured("c")),
     ),
     Case(
+        "every valid configuration settled, one failed",
+        Stop("every valid configuration (3) tried: 2 measured, 1 failed"),
+        trials=(measured("a"), measured("b"), failed("c")),
+    ),
+    Case(
+        "every valid configuration settled, none measured",
+        Stop(
+            "every valid configuration (3) was tried and none could be measured (3 failed; "
+            "last: crashed_while_serving: boom); see `sweep status`",
+            failed=True,
+        ),
+        trials=(failed("a"), failed("b", at=T0 + 5), failed("c")),
+    ),
+    Case(
         "n_trials reached",
         Stop("2 trials measured"),
         trials=(measured("a"), measured("b")),
@@ -165,6 +179,7 @@ def _failed_flag(case: Case) -> bool | None:
         "five transient failures in a row": True,
         "a port another run owns: stop at once": True,
         "the baseline failed for good and none ever measured": True,
+        "every valid configuration settled, none measured": True,
     }.get(case.name)
 
 

@@ -154,3 +154,5 @@ def test_a_run_resumes_the_study(folder: Path) -> None:
     assert len(read_records(stored_study(url, baseline_study_name("compat")))) == 3
     answer = StudyInfo.from_attrs(stored_study(url, "compat").user_attrs).answer
     assert answered and answer and answer != answered  # confirmed again with the new launches
+    # no fingerprint was stored then: the study is adopted (written now), nothing refused
+    assert isinstance(stored_study(url, "compat").user_attrs["sweep.fingerprint"], dict)

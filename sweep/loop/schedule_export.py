@@ -1,0 +1,114 @@
+"""A schedule's files in the engine's own format, and how it stands against the answer.
+
+:func:`export` writes what the engine reads (SGLang's adaptive config, vLLM's
+``--speculative-config``) plus ``schedule.json`` and ``launch.sh``;
+:func:`against_answer` says when the schedule runs another configuration than the confirmed
+answer at the objective's level. :mod:`sweep.loop.verify_schedule` decides and verifies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sweep.core.records import StudyInfo
+from sweep.core.schedule import Schedule, render_table
+from sweep.core.space import Adaptive, TrialConfig
+from sweep.engines.base import EngineAdapter
+from sweep.exceptions import StorageError
+from sweep.files import building_folder
+from sweep.loop import wiring
+from sweep.store import stored_study
+from sweep.study.model import Study
+
+
+@dataclass(frozen=True)
+class Export:
+    """What ``sweep schedule`` wrote: the engine's documents, the command, the table."""
+
+    folder: Path
+    files: tuple[Path, ...]
+    command: str
+    table: str
+
+
+def stored_answer(study: Study, storage: str) -> Mapping[str, Any]:
+    """The study's confirmed answer as stored (``{}``: none)."""
+    try:
+        return StudyInfo.from_attrs(stored_study(storage, study.name).user_attrs).answer
+    except (KeyError, StorageError):
+        return {}
+
+
+def against_answer(schedule: Schedule, answer: Mapping[str, Any], study: Study) -> str:
+    """One line when the schedule runs another configuration than the confirmed answer at the
+    objective's own level (``""`` otherwise): the schedule picks each level's best from that
+    level's launches, the answer is confirmed by relaunches — deploy the answer there."""
+    objective = study.objective
+    if not answer or objective.weights or schedule.metric != objective.metric:
+        return ""
+    level = next((c for c in schedule.levels if c.concurrency == objective.concurrency), None)
+    if level is None or level.chosen.key == answer.get("winner"):
+        return ""
+    launches = len(answer.get("replicates") or ())
+    return (
+        f"note: at concurrency {objective.concurrency} (the objective's level) the schedule "
+        f"runs {level.chosen.label} ({level.chosen.mean:.2f}) but the answer is "
+        f"{answer.get('label')} ({float(answer.get('mean') or 0):.2f} over {launches} "
+        "launches); for that level alone, deploy the answer"
+    )
+
+
+# --- the engine's own documents -------------------------------------------------------------------
+
+
+def schedule_params(schedule: Schedule, config_path: str | None) -> TrialConfig:
+    """The launch configuration of ``schedule`` (no speculation at all when no level drafts)."""
+    config = schedule.launch_config()
+    if not schedule.speculative:
+        return config
+    return dataclasses.replace(config, adaptive=Adaptive(schedule.steps_by_batch, config_path))
+
+
+def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | None:
+    """The engine's built-in schedule in the schedule's family, or ``None`` if it has none."""
+    steps = adapter.builtin_adaptive_steps
+    if steps is None:
+        return None
+    config = schedule.family.config(steps)
+    return dataclasses.replace(config, adaptive=Adaptive())
+
+
+def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
+    """Write the engine's documents, the launch command and the table into ``folder``.
+
+    The command names the engine's config file by its absolute path in ``folder``.
+
+    Raises:
+        EngineConfigError: the engine cannot run the schedule (the loader's rules).
+        OutputError: the folder cannot take the files (nothing partial is left).
+    """
+    deployment = wiring.deployment_for(study)
+    probe = schedule_params(schedule, "")
+    documents = adapter.schedule_documents(deployment, probe) if probe.adaptive else {}
+    text = adapter.adaptive_file(probe)  # the file the engine reads, if it reads one
+    name = next((n for n, t in documents.items() if text is not None and t == text), None)
+    config = schedule_params(schedule, str((folder / name).resolve()) if name else None)
+    command = adapter.command(deployment, config).shell()
+    table = render_table(schedule)
+    if not schedule.speculative:
+        table += "\nNo level gains from speculation: deploy without it (the command below).\n"
+    files = {
+        **documents,
+        "launch.sh": f"#!/bin/sh\n# {study.name}: the per-concurrency schedule\n{command}\n",
+        "schedule.md": f"{table}\nLaunch command:\n\n    {command}\n",
+        "schedule.json": json.dumps(schedule.as_dict(), indent=2) + "\n",
+    }
+    with building_folder(folder) as staging:  # whole or not at all (a full or read-only disk)
+        for name, text in files.items():
+            (staging / name).write_text(text, encoding="utf-8")
+    return Export(folder, tuple(folder / name for name in files), command, table)
