@@ -23,13 +23,11 @@ The rules, in the words of docs/running.md:
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sweep.core import speedup as speedups
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
@@ -144,61 +142,6 @@ def baseline_decision(
     # after a failure, back off: one more try after another K trials (never on time alone)
     due = n_since >= spec.every_trials if failed else clock.due(n_since, now_wall - at)
     return BaselineDecision(BaselineAction.DUE if due else BaselineAction.NOT_DUE)
-
-
-def baseline_values(baselines: Sequence[TrialRecord], metric: str) -> dict[int, float]:
-    """The latest measured baseline's ``metric`` per concurrency level."""
-    good = [b for b in baselines if b.state is State.MEASURED]
-    if not good:
-        return {}
-    out = {}
-    for level in good[-1].levels:
-        value = good[-1].metric(metric, int(level["concurrency"]))
-        if value is not None:
-            out[int(level["concurrency"])] = value
-    return out
-
-
-def baseline_stale(baselines: Sequence[TrialRecord]) -> bool:
-    """The latest baseline attempt failed: speedups use an older one."""
-    launched = [b for b in baselines if b.state in (State.MEASURED, State.FAILED, State.INFEASIBLE)]
-    return bool(launched) and launched[-1].state is not State.MEASURED
-
-
-def drift(previous: TrialRecord | None, value: float) -> float | None:
-    """Relative change of the baseline since the previous measured one."""
-    if previous is None or not previous.value:
-        return None
-    return value / previous.value - 1
-
-
-def with_baseline(record: TrialRecord, value: float, baselines: Sequence[TrialRecord],
-                  threshold: float) -> tuple[TrialRecord, str]:  # fmt: skip
-    """``record`` with its speedup against its reference baseline (the one rule,
-    :mod:`sweep.core.speedup`; a baseline record: with its drift since the previous one), and
-    the drift warning to show (or ``""``).
-    """
-    good = [b for b in baselines if b.state is State.MEASURED]
-    last = good[-1] if good else None
-    if record.kind is Kind.BASELINE:  # a weighted objective's baseline brings its own drift
-        change = record.drift if record.drift is not None else drift(last, value)
-        warning = ""
-        if last is not None and change is not None and abs(change) > threshold:
-            warning = (f"  baseline drift: {change:+.1%} since baseline trial {last.number} "
-                       f"(threshold {threshold:.0%})")  # fmt: skip
-        return dataclasses.replace(record, drift=change), warning
-    last = speedups.reference_baseline(record, baselines)  # the one rule (core/speedup.py)
-    if last is None:
-        return record, ""
-    warnings = record.warnings
-    if baseline_stale(baselines):
-        warnings = (*warnings, "baseline stale: the latest baseline failed; speedup is "
-                    f"against baseline trial {last.number}")  # fmt: skip
-    ref = {"trial": last.number, "value": last.value, "at": last.finished}
-    speedup = speedups.speedup(value, last.value)
-    change = last.drift if last.drift is not None and abs(last.drift) > threshold else None
-    return dataclasses.replace(record, baseline=ref, speedup=speedup, drift=change,
-                               warnings=warnings), ""  # fmt: skip
 
 
 # --- the search's progress -----------------------------------------------------------------
@@ -443,9 +386,7 @@ __all__ = [
     "Step",
     "Stop",
     "baseline_decision",
-    "baseline_values",
     "best_measured",
-    "drift",
     "failure_streak_stop",
     "next_step",
     "replicates",
@@ -454,5 +395,4 @@ __all__ = [
     "search_end",
     "settled",
     "should_retry",
-    "with_baseline",
 ]

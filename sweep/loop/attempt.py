@@ -15,6 +15,7 @@ from optuna.trial import Trial
 from sweep import exceptions
 from sweep.bench.result import BenchmarkResult
 from sweep.core import policy
+from sweep.core import speedup as speedups
 from sweep.core.policy import Failed, Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
@@ -43,7 +44,7 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
             return
         run.display.trial_started(_index(run, seen, launch), f"#{trial.number} {config.label()}")
         run.notifier.progress()
-        baselines = policy.baseline_values(seen.baselines, run.study.objective.metric)
+        baselines = speedups.baseline_values(seen.baselines, run.study.objective.metric)
         save = saver(run.stores.url, owner.study_name, trial.number)
 
         try:

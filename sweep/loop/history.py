@@ -16,6 +16,7 @@ from functools import cached_property
 import optuna
 
 from sweep.core import policy
+from sweep.core import speedup as speedups
 from sweep.core.records import State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import TrialTime, estimate_trial_s
@@ -85,7 +86,7 @@ class History:
         best = policy.best_measured(self.settled)
         if best is None or best.value is None:
             return "none yet"
-        baseline = policy.baseline_values(self.baselines, objective.metric).get(
+        baseline = speedups.baseline_values(self.baselines, objective.metric).get(
             objective.concurrency
         )
         if objective.weights:  # the weighted figure, as the trials' (the baseline's own: Σ w)

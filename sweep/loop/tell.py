@@ -14,7 +14,7 @@ import dataclasses
 import optuna
 from optuna.trial import Trial, TrialState
 
-from sweep.core import policy
+from sweep.core import speedup as speedups
 from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Failure, Kind, TrialRecord
 from sweep.loop.context import RunContext
@@ -54,7 +54,7 @@ def tell_launch(
     """A launch of the search (or the confirmation) ends: store, tell, count, show."""
     record = outcome.record
     if isinstance(outcome, Measured):
-        record, warning = policy.with_baseline(
+        record, warning = speedups.with_baseline(
             record, outcome.value, seen.baselines, run.study.baseline.drift_threshold
         )
         if warning:

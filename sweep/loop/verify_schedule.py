@@ -24,7 +24,7 @@ import optuna
 
 from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
-from sweep.core import policy
+from sweep.core import speedup as speedups
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
@@ -255,7 +255,7 @@ def verify_with(
     budget = study.schedule.verify_launches if budget is None else budget
     owner = open_study(study, None, storage_url=storage, name=schedule_study_name(study.name))
     trials, baselines = _stored_or_none(study, storage)
-    values = policy.baseline_values(baselines, study.objective.metric)
+    values = speedups.baseline_values(baselines, study.objective.metric)
     arms = arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines)
     metric, levels = schedule_metric(study), list(study.workload.concurrency)
     stored = _records(storage, schedule_study_name(study.name)) or []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sweep.core import policy
+from sweep.core import speedup as speedups
 from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
@@ -103,14 +104,14 @@ def test_a_later_baseline_failure_backs_off_instead_of_looping() -> None:
     assert decide(history, [], now=1500 + 10 * 3600).action is BaselineAction.NOT_DUE
     later = [trial(1600), trial(1700), trial(1800, C2)]
     assert decide(history, later).action is BaselineAction.DUE
-    assert policy.baseline_stale(history)
+    assert speedups.baseline_stale(history)
 
 
 def test_baseline_values_and_drift_come_from_the_last_good_baseline() -> None:
     history = [baseline("ok", 1100, 90.0), baseline("ok", 1200, 88.0), baseline("failed", 1300)]
-    assert policy.baseline_values(history, "decode_tok_s") == {1: 88.0}
-    assert policy.drift(history[0], 92.7) == 92.7 / 90.0 - 1
-    assert policy.drift(None, 92.7) is None
+    assert speedups.baseline_values(history, "decode_tok_s") == {1: 88.0}
+    assert speedups.drift(history[0], 92.7) == 92.7 / 90.0 - 1
+    assert speedups.drift(None, 92.7) is None
 
 
 def test_a_disabled_baseline_is_never_due() -> None:

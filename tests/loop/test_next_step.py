@@ -17,9 +17,9 @@ from sweep.core.policy import (
     Step,
     Stop,
     next_step,
-    with_baseline,
 )
 from sweep.core.records import Failure, Kind, TrialRecord
+from sweep.core.speedup import with_baseline
 from sweep.loop.history import History
 from sweep.study.model import BaselineSpec
 
