@@ -218,7 +218,12 @@ def test_unsupported_cpu_attention_is_a_classified_failure(prepared: Path, tmp_p
         [str(SWEEP), "run", str(study)], capture_output=True, text=True, timeout=500
     )
     print(run.stdout[-3000:])
-    assert run.returncode == 0, run.stderr[-3000:]
+    # the study's only configuration cannot run here: nothing could be measured, said in one
+    # line, exit 1 (a run that ends with no answer is not a success)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "was tried and none could be measured (1 infeasible" in " ".join(
+        (run.stdout + run.stderr).split()
+    )
     (trial,) = [t for t in trials(tmp_path) if t.user_attrs.get(ATTR.KIND) == "trial"]
     failure = trial.user_attrs[ATTR.FAILURE]
     assert "infeasible 1" in run.stdout  # recorded as infeasible: never retried
