@@ -54,7 +54,12 @@ num_steps = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
 def timed_plan(study: Path, points: int) -> tuple[float, float]:
     """(wall s, CPU s) of ``sweep plan`` on ``study``; checks it listed every point."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bin_dir = study.parent / "bin"  # `sweep plan` checks that the launcher can run
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sglang").write_text("#!/bin/sh\n")
+    (bin_dir / "sglang").chmod(0o755)
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": path}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run(
