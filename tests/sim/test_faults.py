@@ -9,9 +9,8 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -20,19 +19,10 @@ from sweep.exceptions import ProfileError
 from sweep.sim import faults, model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile, parse_profile
+from tests.support.procs import group_members, wait_for
 from tests.support.simproc import SimProcess, running_sim, spec_flags, start_sim, write_profile
 
 GEN = {"temperature": 0, "ignore_eos": True}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def status(url: str, path: str) -> int | str:
@@ -233,16 +223,6 @@ def test_the_main_process_can_hold_the_port_after_sigterm(tmp_path: Path) -> Non
         assert sim.proc.poll() is None and not port_is_free(sim.port)
         assert sim.wait_exit() == 0
         assert port_is_free(sim.port)
-
-
-def group_members(pgid: int) -> list[int]:
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(stat.parent.name))
-    return members
 
 
 def ignores_sigterm(pid: int) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.procs import wait_for
 from tests.support.simproc import running_sim, spec_flags, start_sim, write_profile
 
 GEN = {"temperature": 0, "ignore_eos": True}
@@ -26,16 +27,6 @@ def generate(url: str, tokens: int, text: str = "Explain speculative decoding.")
     response = httpx.post(f"{url}/generate", json=body, timeout=60)
     response.raise_for_status()
     return response.json()
-
-
-def wait_for(condition, timeout: float = 20.0, step: float = 0.02):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def status(url: str, path: str) -> int | str:

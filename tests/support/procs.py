@@ -8,6 +8,9 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
@@ -17,6 +20,18 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what or condition}")
         time.sleep(0.02)
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 30.0, step: float = 0.02) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; fail the test
+    if it does not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def group_members(pgid: int) -> list[int]:

@@ -15,7 +15,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,10 +101,10 @@ PartitionName=test Nodes={node} Default=YES MaxTime=60 State=UP
 """
 
 
-def _wait_for(what: str, ready: object, timeout: float, log: Path) -> None:
+def _wait_for(what: str, ready: Callable[[], object], timeout: float, log: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if ready():  # type: ignore[operator]
+        if ready():
             return
         time.sleep(0.3)
     tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
