@@ -211,8 +211,9 @@ class Notifier:
 
     def _deliver(self, event: Event) -> None:
         with self._lock:
-            if event.name in self._pending:
-                self._pending.remove(event.name)
+            if event.name not in self._pending:
+                return  # given up on at close, and said so there: never said twice
+            self._pending.remove(event.name)
         done = self._courier.deliver(event.name, self.payload(event))
         self.deliveries.extend(done)
         failed = [d for d in done if not d.ok]
