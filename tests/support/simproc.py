@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,12 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.ports import free_port
+
 PROFILES = Path(__file__).parent / "profiles"
 FAST_PROFILE = str(PROFILES / "fast.toml")
 EAGLE_FLAGS = ("--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "1")
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spec_flags(steps: int, topk: int = 1, draft_tokens: int | None = None) -> list[str]:

@@ -20,15 +20,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.ports import free_port
+
 SSHD = Path("/usr/sbin/sshd")
 ALIAS = "sweep-test-host"
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SshdUnavailable(RuntimeError):

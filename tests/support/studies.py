@@ -43,7 +43,7 @@ transient_retries = 1
 launcher = {launcher}
 model_path = "sim-model"
 tp_size = 8
-port = {free_port()}
+port = {free_port(span=8)}  # pilots sharing a node use port + task
 ready_timeout_s = 30
 env = {{ SWEEP_SIM_PROFILE = "{profile}" }}
 {engine}
