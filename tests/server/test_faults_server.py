@@ -588,3 +588,8 @@ def test_a_launcher_that_cannot_run_is_named_locally_and_over_ssh(
         f"{missing!r}, the script it runs, cannot be opened on {host}"
     )
     assert launcher_problem(executor, ["sweep-no-such-engine"], {"PATH": str(tmp_path)}) is not None
+    # `python -m` of a package that interpreter does not have (SGLang in another venv)
+    assert launcher_problem(executor, [PY, "-m", "sweep_no_such_engine.launch_server"]) == (
+        f"{PY!r} cannot find the package 'sweep_no_such_engine' (`python -m "
+        f"sweep_no_such_engine`: not installed for that interpreter?) on {host}"
+    )
