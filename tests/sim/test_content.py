@@ -71,6 +71,22 @@ def test_published_per_category_shape() -> None:
     assert summary < chat < code  # chat in between, at both ends
 
 
+@pytest.mark.parametrize("category", content.CATEGORIES)
+def test_shipped_sets_bound_acceptance_to_two_percent(category: str) -> None:
+    profile = load_profile("content-context")
+    n = len(load_category(category))
+    for steps in range(1, 8):
+        lengths = [
+            model.expected_accept_length(
+                model.depth_probabilities(profile, chain(steps), m, category)
+            )
+            for m in model.prompt_multipliers(profile)
+        ]
+        mean = sum(lengths) / len(lengths)
+        sd = (sum((x - mean) ** 2 for x in lengths) / len(lengths)) ** 0.5
+        assert 1.96 * sd / mean / n**0.5 < 0.022  # the interval of a category's mean
+
+
 def speedup(profile_name: str, concurrency: int, context: int, steps: int = 3) -> float:
     profile = load_profile(profile_name)
     spec = model.predict(profile, chain(steps), concurrency, prompt_tokens=context, category="chat")
