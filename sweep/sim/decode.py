@@ -199,6 +199,7 @@ class Acceptance:
         self.seed = seed
         self._probs: dict[tuple[float, int, str | None], list[float]] = {}
         self._categories: dict[str, str] = {}  # prompt -> category (prompts repeat)
+        self._draws: dict[str, float] = {}  # prompt -> its uniform draw for the multiplier
 
     def advance(self, request: SimRequest, config: SimConfig) -> int:
         """Run one verify round of ``request``; the number of tokens it gained."""
@@ -226,6 +227,7 @@ class Acceptance:
         if not self.profile.acceptance.category:
             return None
         if prompt not in self._categories:
+            _bound(self._categories)
             self._categories[prompt] = content.classify(prompt)
         return self._categories[prompt]
 
@@ -238,10 +240,22 @@ class Acceptance:
         return self._probs[key]
 
     def _multiplier(self, request: SimRequest) -> float:
+        # Hashed once per prompt, not per round: long-context prompts are tens of kB.
+        if request.prompt not in self._draws:
+            _bound(self._draws)
+            self._draws[request.prompt] = random.Random(
+                _seed("prompt", request.prompt, self.seed)
+            ).random()
         spread = self.profile.acceptance.prompt_spread
-        u = random.Random(_seed("prompt", request.prompt, self.seed)).random()
         sampled = 1 - 0.15 * min(request.temperature, 1.0)
-        return round((1 - spread + 2 * spread * u) * sampled, 4)
+        return round((1 - spread + 2 * spread * self._draws[request.prompt]) * sampled, 4)
+
+
+def _bound(cache: dict[str, Any], most: int = 4096) -> None:
+    """Forget a per-prompt cache that grew past ``most`` entries (a server that sees ever
+    new prompts must not hold them all)."""
+    if len(cache) >= most:
+        cache.clear()
 
 
 class Pace:
