@@ -2,8 +2,10 @@
 
 Acceptance depends on content, so the shipped prompt set mixes chat, code,
 summarisation, reasoning, explanation, writing and extraction. A JSONL file
-can replace it: one object per line with a ``prompt`` string, or a
-ShareGPT-style ``conversations`` list whose first human turn is the prompt.
+can replace it: one object per line with a ``prompt`` string, a ShareGPT-style
+``conversations`` list whose first human turn is the prompt, or Spec-Bench's
+``turns`` list (:mod:`sweep.bench.categories` reads them, and ships one prompt
+set per content category).
 
 Which prompt each request gets is fixed by the seed: the prompts are shuffled
 once, slot ``j`` of concurrency level ``B`` replays the same prompt(s) in
@@ -14,19 +16,24 @@ prompts from the other end of the order.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from sweep.exceptions import ConfigError, PromptFileError
+# The loaders live in sweep.bench.categories (with the category sets); re-exported here.
+from sweep.bench.categories import SHIPPED, load_prompts, parse_prompts, shipped_prompts
+from sweep.exceptions import ConfigError
 
-SHIPPED = "shipped"
-_EXPECTED = 'one JSON object per line with a "prompt" string or a ShareGPT "conversations" list'
-_HUMAN_ROLES = ("human", "user")
+__all__ = [
+    "SHIPPED",
+    "Workload",
+    "load_prompts",
+    "make_workload",
+    "parse_prompts",
+    "shipped_prompts",
+]
 
 
 @dataclass(frozen=True)
@@ -145,76 +152,3 @@ def make_workload(prompts_path: str | Path | None = None, **settings: Any) -> Wo
     if prompts_path is None:
         return Workload(prompts=shipped_prompts(), source=SHIPPED, **settings)
     return Workload(prompts=load_prompts(prompts_path), source=str(prompts_path), **settings)
-
-
-def shipped_prompts() -> tuple[str, ...]:
-    """The prompt set shipped with sweep (``sweep/bench/prompts.jsonl``)."""
-    text = resources.files("sweep.bench").joinpath("prompts.jsonl").read_text(encoding="utf-8")
-    return parse_prompts(text.splitlines(), "sweep/bench/prompts.jsonl")
-
-
-def load_prompts(path: str | Path) -> tuple[str, ...]:
-    """Read a JSONL prompt file.
-
-    Raises:
-        PromptFileError: unreadable file, bad JSON, or a line without a usable prompt.
-    """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptFileError(str(path), 0, f"cannot read the prompt file ({exc})") from exc
-    return parse_prompts(lines, str(path))
-
-
-def parse_prompts(lines: Sequence[str], source: str) -> tuple[str, ...]:
-    """Prompts from JSONL lines; blank lines are skipped.
-
-    Raises:
-        PromptFileError: naming ``source``, the 1-based line and what was expected.
-    """
-    prompts = []
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            prompts.append(_prompt_from_line(line, source, number))
-    if not prompts:
-        raise PromptFileError(source, 0, f"no prompts found; expected {_EXPECTED}")
-    return tuple(prompts)
-
-
-def _prompt_from_line(line: str, source: str, number: int) -> str:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise PromptFileError(
-            source, number, f"invalid JSON ({exc.msg}); expected {_EXPECTED}"
-        ) from exc
-    if not isinstance(record, dict):
-        found = type(record).__name__
-        raise PromptFileError(source, number, f"found a JSON {found}; expected {_EXPECTED}")
-    if "prompt" in record:
-        prompt = record["prompt"]
-    elif "conversations" in record:
-        prompt = _first_human_turn(record["conversations"], source, number)
-    else:
-        keys = ", ".join(sorted(record)) or "none"
-        raise PromptFileError(
-            source, number, f"no prompt field (keys: {keys}); expected {_EXPECTED}"
-        )
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise PromptFileError(
-            source, number, f"the prompt must be a non-empty string, got {prompt!r}"
-        )
-    return prompt
-
-
-def _first_human_turn(turns: Any, source: str, number: int) -> Any:
-    if isinstance(turns, list):
-        for turn in turns:
-            if isinstance(turn, dict) and turn.get("from") in _HUMAN_ROLES:
-                return turn.get("value")
-    raise PromptFileError(
-        source,
-        number,
-        'the "conversations" list has no human turn; expected a list of '
-        '{"from": "human", "value": "..."} objects',
-    )

@@ -62,6 +62,17 @@ def build_parser(profile: Profile) -> argparse.ArgumentParser:
     sim.add_argument("--predict-concurrency", default="1", help="e.g. 1,4,16 (with --predict)")
     sim.add_argument("--predict-output-len", type=int, default=500, help="tokens per request")
     sim.add_argument(
+        "--predict-category",
+        default=None,
+        help="content categories, e.g. code,math or all (with --predict: one cell per "
+        "category x input length x concurrency)",
+    )
+    sim.add_argument(
+        "--predict-input-len",
+        default=None,
+        help="prompt lengths in tokens, e.g. 256,2048,8192 (with --predict; default 64)",
+    )
+    sim.add_argument(
         "--sim-launch-seed",
         type=int,
         default=None,

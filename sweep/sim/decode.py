@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sweep.sim import model
+from sweep.sim import content, model
 from sweep.sim.adaptive import Slot
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import NoiseSection, Profile
@@ -191,12 +191,15 @@ def book_round(
 
 class Acceptance:
     """How many drafted tokens a request accepts in a round: a random prefix of its draft,
-    with the profile's depth probabilities scaled by its prompt's multiplier."""
+    with the depth probabilities of its prompt's content category (when the profile has
+    per-category curves) scaled by its prompt's multiplier."""
 
     def __init__(self, profile: Profile, seed: int) -> None:
         self.profile = profile
         self.seed = seed
-        self._probs: dict[tuple[float, int], list[float]] = {}
+        self._probs: dict[tuple[float, int, str | None], list[float]] = {}
+        self._categories: dict[str, str] = {}  # prompt -> category (prompts repeat)
+        self._draws: dict[str, float] = {}  # prompt -> its uniform draw for the multiplier
 
     def advance(self, request: SimRequest, config: SimConfig) -> int:
         """Run one verify round of ``request``; the number of tokens it gained."""
@@ -218,18 +221,41 @@ class Acceptance:
         request.histogram[accepted] += 1
         return request.completion_tokens - before
 
+    def category(self, prompt: str) -> str | None:
+        """The content category whose curve ``prompt`` uses (``None``: the profile has no
+        per-category curves)."""
+        if not self.profile.acceptance.category:
+            return None
+        if prompt not in self._categories:
+            _bound(self._categories)
+            self._categories[prompt] = content.classify(prompt)
+        return self._categories[prompt]
+
     def _depth_probs(self, request: SimRequest, config: SimConfig) -> list[float]:
         m = self._multiplier(request)
-        key = (m, config.num_steps)
+        category = self.category(request.prompt)
+        key = (m, config.num_steps, category)
         if key not in self._probs:
-            self._probs[key] = model.depth_probabilities(self.profile, config, m)
+            self._probs[key] = model.depth_probabilities(self.profile, config, m, category)
         return self._probs[key]
 
     def _multiplier(self, request: SimRequest) -> float:
+        # Hashed once per prompt, not per round: long-context prompts are tens of kB.
+        if request.prompt not in self._draws:
+            _bound(self._draws)
+            self._draws[request.prompt] = random.Random(
+                _seed("prompt", request.prompt, self.seed)
+            ).random()
         spread = self.profile.acceptance.prompt_spread
-        u = random.Random(_seed("prompt", request.prompt, self.seed)).random()
         sampled = 1 - 0.15 * min(request.temperature, 1.0)
-        return round((1 - spread + 2 * spread * u) * sampled, 4)
+        return round((1 - spread + 2 * spread * self._draws[request.prompt]) * sampled, 4)
+
+
+def _bound(cache: dict[str, Any], most: int = 4096) -> None:
+    """Forget a per-prompt cache that grew past ``most`` entries (a server that sees ever
+    new prompts must not hold them all)."""
+    if len(cache) >= most:
+        cache.clear()
 
 
 class Pace:

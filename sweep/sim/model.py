@@ -5,12 +5,14 @@ configuration. The running simulator draws random rounds from these numbers;
 :func:`predict` gives their noise-free expectation, which benchmarks use as the
 truth ("what should a perfect client have measured?").
 
-One speculative cycle (verify round) at batch ``B``::
+One speculative cycle (verify round) at batch ``B`` whose requests hold ``C`` tokens of
+context in the KV cache together::
 
-    cycle = spec_overhead + steps · draft_step(draft_tp, B) + forward(B · draft_tokens)
+    cycle = spec_overhead + steps · draft_step(draft_tp, B, C) + forward(B · draft_tokens, C)
 
 and emits ``1 + accepted prefix`` tokens per request. Without speculation each
-token costs ``forward(B)``.
+token costs ``forward(B, C)``. Acceptance can depend on the request's content category
+(:mod:`sweep.sim.content`); ``category=None`` is the profile's own curve.
 """
 
 from __future__ import annotations
@@ -93,17 +95,31 @@ def _table(values: Mapping[str, float], tp: int, what: str) -> float:
     return known[-1][1]
 
 
-def forward_ms(profile: Profile, tokens: int, batch: int, tp: int, nccl: float = 1.0) -> float:
-    """One target forward pass over ``tokens`` tokens for ``batch`` requests."""
+def forward_ms(
+    profile: Profile,
+    tokens: int,
+    batch: int,
+    tp: int,
+    nccl: float = 1.0,
+    context: float = 0.0,
+) -> float:
+    """One target forward pass over ``tokens`` tokens for ``batch`` requests whose KV
+    caches hold ``context`` tokens together (read once per pass, sharded over TP)."""
     t = profile.timing
     base = t.base_ms * t.calibrated_tp / tp
     compute = t.token_ms * (tokens - 1) + t.compute_ms * max(0, tokens - t.knee_tokens)
     allreduce = _table(t.allreduce_ms, tp, "timing.allreduce_ms") * nccl
-    return base * (1 + t.batch_slope * (batch - 1)) + allreduce + compute
+    kv = t.kv_ms_per_ktoken * context / 1000 * t.calibrated_tp / tp
+    return base * (1 + t.batch_slope * (batch - 1)) + allreduce + compute + kv
 
 
 def draft_step_ms(
-    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, step: int = 1
+    profile: Profile,
+    config: SimConfig,
+    batch: int,
+    nccl: float = 1.0,
+    step: int = 1,
+    context: float = 0.0,
 ) -> float:
     """One draft forward step (all topk branches together); ``step`` (1-based) is its place
     in the cycle (its all-reduce grows by ``draft.allreduce_growth`` per earlier step)."""
@@ -111,36 +127,46 @@ def draft_step_ms(
     allreduce = _table(d.allreduce_ms, config.draft_tp_size, "draft.allreduce_ms") * nccl
     allreduce *= 1 + d.allreduce_growth * (step - 1)
     width = d.topk_ms * max(0, config.eagle_topk - 1)
-    return (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1))
+    kv = d.kv_ms_per_ktoken * context / 1000
+    return (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1)) + kv
 
 
-def drafting_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+def drafting_ms(
+    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
+) -> float:
     """All ``steps`` draft steps of one cycle."""
     return sum(
-        draft_step_ms(profile, config, batch, nccl, step) for step in range(1, config.num_steps + 1)
+        draft_step_ms(profile, config, batch, nccl, step, context)
+        for step in range(1, config.num_steps + 1)
     )
 
 
-def verify_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
+def verify_ms(
+    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
+) -> float:
     """The target's verify pass over ``batch · draft_tokens`` tokens, with the profile's
     verify cliff (eager mode from ``timing.verify_cliff_tokens`` draft tokens on)."""
     t = profile.timing
-    verify = forward_ms(profile, batch * config.num_draft_tokens, batch, config.tp_size, nccl)
+    tokens = batch * config.num_draft_tokens
+    verify = forward_ms(profile, tokens, batch, config.tp_size, nccl, context)
     if t.verify_cliff_tokens and config.num_draft_tokens >= t.verify_cliff_tokens:
         verify *= 1 + t.verify_cliff_factor
     return verify
 
 
-def cycle_ms(profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0) -> float:
-    """Time of one decode iteration at ``batch`` running requests, noise-free."""
+def cycle_ms(
+    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
+) -> float:
+    """Time of one decode iteration at ``batch`` running requests holding ``context``
+    tokens of KV cache together, noise-free."""
     if not config.speculative or config.num_steps == 0:  # 0 steps (adaptive): plain decode
-        return forward_ms(profile, batch, batch, config.tp_size, nccl)
+        return forward_ms(profile, batch, batch, config.tp_size, nccl, context)
     t = profile.timing
     overhead = t.spec_overhead_ms
     if config.draft_tp_size != config.tp_size:
         overhead += t.draft_tp_mismatch_ms
-    drafting = drafting_ms(profile, config, batch, nccl)
-    return overhead + drafting + verify_ms(profile, config, batch, nccl)
+    drafting = drafting_ms(profile, config, batch, nccl, context)
+    return overhead + drafting + verify_ms(profile, config, batch, nccl, context)
 
 
 def host_floor_ms(profile: Profile, cycle: float, tokens: int) -> float:
@@ -156,13 +182,14 @@ def prefill_ms(profile: Profile, prompt_tokens: int, tp: int) -> float:
 
 
 def depth_probabilities(
-    profile: Profile, config: SimConfig, multiplier: float = 1.0
+    profile: Profile, config: SimConfig, multiplier: float = 1.0, category: str | None = None
 ) -> list[float]:
     """Probability that depth d (1-based) is accepted given every shallower depth was.
 
     The verify tree keeps ``draft_tokens − 1`` nodes: one per depth along the most
     likely chain first (up to ``steps``), then extra siblings, shallow depths first,
     up to ``topk`` per depth. Each sibling catches ``sibling_gain`` of the misses left.
+    ``category`` picks the profile's curve for that content (``[acceptance.category.*]``).
     """
     if not config.speculative:
         return []
@@ -177,9 +204,10 @@ def depth_probabilities(
         spare -= extra
     if a.fall_after and config.num_steps > a.fall_after:  # long drafts at temperature > 0
         multiplier *= (1 - a.fall_per_step) ** (config.num_steps - a.fall_after)
+    first, decay, cap = a.curve(category)
     probs = []
     for d, width in enumerate(widths):
-        base = min(a.cap, a.first * a.decay**d * multiplier)
+        base = min(cap, first * decay**d * multiplier)
         miss = (1 - base) * (1 - a.sibling_gain) ** (width - 1)
         probs.append(1 - miss)
     return probs
@@ -203,7 +231,7 @@ def prompt_multipliers(profile: Profile) -> list[float]:
     return [1 - s + 2 * s * i / (n - 1) for i in range(n)]
 
 
-def accept_length(profile: Profile, config: SimConfig) -> float:
+def accept_length(profile: Profile, config: SimConfig, category: str | None = None) -> float:
     """Token-weighted accept length over prompts: Σ tokens / Σ verify rounds.
 
     For requests of equal length this is the harmonic mean of the per-prompt
@@ -212,18 +240,18 @@ def accept_length(profile: Profile, config: SimConfig) -> float:
     if not config.speculative:
         return 1.0
     inverse = [
-        1 / expected_accept_length(depth_probabilities(profile, config, m))
+        1 / expected_accept_length(depth_probabilities(profile, config, m, category))
         for m in prompt_multipliers(profile)
     ]
     return len(inverse) / sum(inverse)
 
 
-def mean_accepted_drafts(profile: Profile, config: SimConfig) -> float:
+def mean_accepted_drafts(profile: Profile, config: SimConfig, category: str | None = None) -> float:
     """Expected accepted drafts per request and verify, averaged over prompts."""
     if not config.speculative or config.num_steps == 0:
         return 0.0
     lengths = [
-        expected_accept_length(depth_probabilities(profile, config, m))
+        expected_accept_length(depth_probabilities(profile, config, m, category))
         for m in prompt_multipliers(profile)
     ]
     return sum(lengths) / len(lengths) - 1
@@ -235,6 +263,7 @@ def adaptive_steps_at(
     slots: Mapping[int, adaptive.SlotConfig],
     cuda_graph_bs: Sequence[int] | None,
     concurrency: int,
+    category: str | None = None,
 ) -> int:
     """The steps an adaptive server settles on at ``concurrency``, noise-free.
 
@@ -245,7 +274,9 @@ def adaptive_steps_at(
     batch = max(1, min(concurrency, config.max_running_requests))
     slot = slots[adaptive.route(list(slots), cuda_graph_bs, batch)]
     return adaptive.steady_steps(
-        slot, config.num_steps, lambda s: mean_accepted_drafts(profile, config.at_steps(s))
+        slot,
+        config.num_steps,
+        lambda s: mean_accepted_drafts(profile, config.at_steps(s), category),
     )
 
 
@@ -258,6 +289,7 @@ def predict(
     prompt_tokens: int = 64,
     env: Mapping[str, str] | None = None,
     accept_length_override: float | None = None,
+    category: str | None = None,
 ) -> Prediction:
     """Noise-free throughput and accept length for a closed loop at ``concurrency``.
 
@@ -265,12 +297,15 @@ def predict(
     ``concurrency − 1`` other requests start, and each of their prefills pauses
     decoding. ``decode_tok_s`` is (output_len − 1) / (e2e − TTFT) per request.
     ``accept_length_override`` replaces the profile's accept length (e.g. with
-    one measured on a given prompt set) to isolate the timing model.
+    one measured on a given prompt set) to isolate the timing model. ``category``
+    is the requests' content (its acceptance curve); each request's context is
+    ``prompt_tokens`` plus, on average over its decode, half of ``output_len``.
     """
     batch = max(1, min(concurrency, config.max_running_requests))
     nccl = nccl_factor(profile, env or {})
-    al = accept_length_override or accept_length(profile, config)
-    cycle = cycle_ms(profile, config, batch, nccl)
+    al = accept_length_override or accept_length(profile, config, category)
+    context = batch * (prompt_tokens + output_len / 2)
+    cycle = cycle_ms(profile, config, batch, nccl, context)
     rounds = (output_len - 1) / al
     pauses = (batch - 1) * prefill_ms(profile, prompt_tokens, config.tp_size)
     decoding = max(rounds * cycle, (output_len - 1) * profile.timing.min_token_ms)

@@ -6,7 +6,9 @@ Each round lasts the cost model's cycle time × noise, measured against
 absolute deadlines so sleep overshoot does not accumulate. Each request
 accepts a random prefix of its draft with the profile's depth probabilities;
 its random stream is seeded by its prompt (greedy decoding is deterministic:
-the same prompt gives the same tokens and the same acceptance).
+the same prompt gives the same tokens and the same acceptance), and its
+prompt's content category (:mod:`sweep.sim.content`) picks the acceptance curve.
+A round's cost grows with the context the running requests hold (KV reads).
 """
 
 from __future__ import annotations
@@ -147,7 +149,8 @@ class Scheduler:
         batch = len(self.running)
         slot = self.adaptive.slot_for(batch) if self.adaptive else None
         config = self.config.at_steps(slot.current_steps) if slot else self.config
-        cost = model.cycle_ms(self.profile, config, batch, self.nccl)
+        context = sum(r.prompt_tokens + r.completion_tokens for r in self.running)
+        cost = model.cycle_ms(self.profile, config, batch, self.nccl, context)
         duration = cost * self.pace.noise_factor() / self.pace.speed()
         await self._sleep_ms(duration)
         if self._crash_due():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import multiprocessing
@@ -25,7 +26,7 @@ import httpx
 import uvicorn
 
 from sweep.exceptions import SweepError
-from sweep.sim import faults, logs, model
+from sweep.sim import content, faults, logs, model
 from sweep.sim.adaptive import AdaptiveSteps
 from sweep.sim.args import (
     LAUNCH_SEED_ENV,
@@ -72,7 +73,12 @@ def main(argv: Sequence[str]) -> int:
         )
         return 1
     if ns.predict:
-        print(json.dumps(_prediction(profile, resolved, ns), indent=2))
+        try:
+            prediction = _prediction(profile, resolved, ns)
+        except ValueError as exc:
+            print(f"sweep sim: error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(prediction, indent=2))
         return 0
     try:
         seed = _launch_seed(ns)
@@ -130,7 +136,57 @@ def _prediction(profile: Profile, resolved: Resolved, ns: argparse.Namespace) ->
         )
         entry.update(cycle_ms=p.cycle_ms, decode_tok_s=p.decode_tok_s, output_tok_s=p.output_tok_s)
         out["levels"][str(level)] = entry
+    if ns.predict_category is not None or ns.predict_input_len is not None:
+        out["cells"] = _cells(profile, resolved, ns, levels)
     return out
+
+
+def _cells(
+    profile: Profile, resolved: Resolved, ns: argparse.Namespace, levels: list[int]
+) -> list[dict[str, Any]]:
+    """The truth per content category × input length × concurrency."""
+    categories: list[str | None] = [None]
+    if ns.predict_category is not None:
+        names = [c.strip() for c in str(ns.predict_category).split(",") if c.strip()]
+        names = list(content.CATEGORIES) if names == ["all"] else names
+        unknown = sorted(set(names) - set(content.CATEGORIES))
+        if unknown:
+            raise ValueError(
+                f"--predict-category: unknown {unknown}; expected some of "
+                f"{list(content.CATEGORIES)} or all"
+            )
+        categories = list(names)
+    input_lens = [64]
+    if ns.predict_input_len is not None:
+        input_lens = [int(x) for x in str(ns.predict_input_len).split(",") if x.strip()]
+    config = resolved.sim_config()
+    cells = []
+    for category, input_len, level in itertools.product(categories, input_lens, levels):
+        at_level = config
+        cell: dict[str, Any] = {"category": category, "input_len": input_len, "concurrency": level}
+        if resolved.adaptive_slots is not None:
+            steps = model.adaptive_steps_at(
+                profile, config, resolved.adaptive_slots, resolved.cuda_graph_bs(), level, category
+            )
+            at_level = config.at_steps(steps)
+            cell["adaptive_steps"] = steps
+        p = model.predict(
+            profile,
+            at_level,
+            level,
+            output_len=ns.predict_output_len,
+            prompt_tokens=input_len,
+            env=os.environ,
+            category=category,
+        )
+        cell.update(
+            accept_length=p.accept_length,
+            cycle_ms=p.cycle_ms,
+            decode_tok_s=p.decode_tok_s,
+            output_tok_s=p.output_tok_s,
+        )
+        cells.append(cell)
+    return cells
 
 
 def _memory(

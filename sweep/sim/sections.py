@@ -1,0 +1,198 @@
+"""The sections of a simulator profile: one frozen dataclass per TOML table.
+
+:mod:`sweep.sim.profile` reads a TOML file into these; every key is documented in
+``sweep/sim/profiles/default.toml`` and docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BuildSection:
+    """What SGLang build the simulator pretends to be."""
+
+    version: str = "0.5.23"
+    # A patched build's flag for a draft tensor-parallel size ("" = stock SGLang, no such flag).
+    draft_tp_flag: str = ""
+    model_name: str = "simulated-model"
+    gpu_count: int = 8
+
+
+@dataclass(frozen=True)
+class TimingSection:
+    """Cost of one target forward pass, in milliseconds, at the calibrated TP size.
+
+    A forward pass over ``tokens`` tokens (batch × verify width) at batch ``b`` costs
+    ``base_ms·(1 + batch_slope·(b−1)) + allreduce_ms[tp]·nccl + token_ms·(tokens−1)
+    + compute_ms·max(0, tokens − knee_tokens)``.
+    """
+
+    calibrated_tp: int = 8
+    base_ms: float = 7.2
+    allreduce_ms: dict[str, float] = field(
+        default_factory=lambda: {"1": 0.0, "2": 1.6, "4": 2.8, "8": 4.0}
+    )
+    token_ms: float = 0.2
+    knee_tokens: int = 64
+    compute_ms: float = 0.3
+    batch_slope: float = 0.02
+    spec_overhead_ms: float = 3.4
+    draft_tp_mismatch_ms: float = 0.3
+    prefill_ms: float = 8.0
+    prefill_token_ms: float = 0.02
+    # A verify cliff: a verify pass over at least this many draft tokens per request runs
+    # (1 + verify_cliff_factor) times slower (CUDA graphs not captured that wide: eager mode).
+    verify_cliff_tokens: int = 0  # 0: no cliff
+    verify_cliff_factor: float = 0.0
+    # A ceiling: each emitted token costs the host at least this long (sampling,
+    # detokenisation, streaming not overlapped with the GPU), so throughput is flat above it.
+    min_token_ms: float = 0.0  # 0: no ceiling
+    # KV-cache reads: every forward pass (decode or verify) reads each running request's
+    # cache, kv_ms_per_ktoken per 1,000 tokens of context (prompt + generated so far).
+    kv_ms_per_ktoken: float = 0.0  # 0: context length costs nothing
+
+
+@dataclass(frozen=True)
+class DraftSection:
+    """Cost of one draft step: ``compute_ms + allreduce_ms[draft_tp]·nccl``, × batch growth."""
+
+    compute_ms: float = 0.7
+    allreduce_ms: dict[str, float] = field(
+        default_factory=lambda: {"1": 0.0, "2": 0.9, "4": 1.5, "8": 2.1}
+    )
+    batch_slope: float = 0.01
+    topk_ms: float = 0.15
+    # Draft-TP communication that grows with steps: step i (1-based) pays
+    # allreduce_ms[draft_tp] · (1 + allreduce_growth · (i − 1)).
+    allreduce_growth: float = 0.0
+    # The draft's own KV reads per step, per 1,000 tokens of the batch's context.
+    kv_ms_per_ktoken: float = 0.0
+
+
+@dataclass(frozen=True)
+class AcceptanceSection:
+    """Position i (1-based) of a chain is accepted with ``first·decay^(i−1)``, capped."""
+
+    first: float = 0.62
+    decay: float = 0.8
+    cap: float = 0.97
+    # Each extra sibling at a tree depth catches this fraction of the remaining misses.
+    sibling_gain: float = 0.35
+    # Per-prompt multiplier on acceptance, uniform in [1 − spread, 1 + spread].
+    prompt_spread: float = 0.1
+    # (steps, topk, draft tokens) SGLang auto-chooses when none are given.
+    auto_choice: list[int] = field(default_factory=lambda: [3, 1, 4])
+    # Acceptance that falls with long drafts (temperature > 0): with more than fall_after
+    # steps, every depth's acceptance is multiplied by (1 − fall_per_step)^(steps − fall_after).
+    fall_after: int = 0  # 0: no fall
+    fall_per_step: float = 0.0
+    # Per content category (sweep.sim.content: code, math, chat, summarization), overrides
+    # of first / decay / cap: [acceptance.category.code] first = 0.83. A category without
+    # a table (and every request when there are none) uses the values above.
+    category: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def curve(self, category: str | None = None) -> tuple[float, float, float]:
+        """(first, decay, cap) for a content category (``None``: the profile's own)."""
+        own = self.category.get(category, {}) if category else {}
+        return (
+            own.get("first", self.first),
+            own.get("decay", self.decay),
+            own.get("cap", self.cap),
+        )
+
+
+CURVE_KEYS = ("first", "decay", "cap")
+
+
+@dataclass(frozen=True)
+class NoiseSection:
+    """Multiplicative noise on each verify round's time (coefficient of variation)."""
+
+    cv: float = 0.02
+    # A slow drift factor, resampled every drift_period_s (thermal, clocks, neighbours).
+    drift_cv: float = 0.005
+    drift_period_s: float = 1.0
+    # One speed factor N(1, launch_cv) drawn per process start (launch-to-launch variation).
+    launch_cv: float = 0.0
+
+
+@dataclass(frozen=True)
+class StartupSection:
+    """How long start-up takes; capture grows with the draft tokens (more graphs)."""
+
+    load_s: float = 2.0
+    draft_load_s: float = 0.3
+    capture_s: float = 0.8
+    capture_per_draft_token_s: float = 0.05
+    warmup_tokens: int = 8
+    warmup_poll_s: float = 1.0  # SGLang's warmup thread sleeps 1 s before polling
+    health_check_timeout_s: float = 20.0
+    drain_poll_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class MemorySection:
+    """Per-GPU memory, in GB; see docs/simulator.md for the OOM rule."""
+
+    gpu_gb: float = 141.0
+    target_weights_gb: float = 590.0
+    draft_weights_gb: float = 3.0
+    activation_gb: float = 2.0
+    graph_gb_per_token: float = 0.005
+    min_kv_gb: float = 4.0
+    kv_gb_per_token: float = 0.0001
+
+
+@dataclass(frozen=True)
+class FailureRule:
+    """A failure the profile injects when every ``match`` key equals the resolved value.
+
+    ``kind`` is one of :data:`FAILURE_KINDS`; each kind reads only its own keys
+    (docs/simulator.md lists them): ``phase`` (``hang``), ``after_requests``
+    (``crash_after_requests``), ``limit_gb`` (``oom``), ``hold_s`` and ``holder``
+    (``hold_port_after_sigterm``; ``holder = "detached"`` is a child in a session of its
+    own), ``pid_file`` (``second_server``; relative to the profile file), ``factor``
+    (``over_report_tokens``: reported completion tokens × factor; ``slowdown``: every
+    duration × factor) and ``after_s`` (``slowdown``: seconds after the server is ready).
+    """
+
+    kind: str
+    match: dict[str, Any] = field(default_factory=dict)
+    after_requests: int = 0
+    phase: str = ""
+    limit_gb: float = 0.0
+    hold_s: float = 0.0
+    holder: str = "child"
+    pid_file: str = ""
+    factor: float = 0.0
+    after_s: float = 0.0
+
+
+FAILURE_KINDS = frozenset(
+    {
+        "hang",
+        "hang_capture",
+        "oom",
+        "oom_capture",
+        "crash_after_requests",
+        "nccl_init",
+        "hold_port_after_sigterm",
+        "second_server",
+        "over_report_tokens",
+        "slowdown",
+    }
+)
+HANG_PHASES = ("init", "load_weights", "capture", "warmup")
+PORT_HOLDERS = ("child", "main", "detached")
+
+
+@dataclass(frozen=True)
+class NcclRule:
+    """An environment assignment that scales all-reduce cost (target and draft)."""
+
+    var: str
+    value: str
+    allreduce_factor: float
