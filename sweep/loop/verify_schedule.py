@@ -27,7 +27,7 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import speedup as speedups
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
+from sweep.core.schedule import Schedule
 from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
@@ -40,7 +40,9 @@ from sweep.loop.schedule_export import (
     Export,
     against_answer,
     builtin_params,
+    decide,
     export,
+    schedule_metric,
     schedule_params,
     stored_answer,
 )
@@ -57,7 +59,6 @@ from sweep.search.side_by_side import (
     next_round,
     summed,
 )
-from sweep.search.slots import established
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
@@ -116,27 +117,6 @@ def make_schedule(
         return ScheduleResult(schedule, exported, note=note)
     done = verify_schedule(study, schedule, storage=storage, display=display)
     return ScheduleResult(schedule, exported, done.records, done.result, note)
-
-
-def decide(
-    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
-) -> Schedule:
-    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys), each
-    slot judged confident or not, "fewer steps" kept only where established
-    (:func:`sweep.search.slots.established`)."""
-    sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
-    return established(keyed_by_graph(decide_schedule(
-        trials,
-        baselines,
-        metric=schedule_metric(study),
-        levels=study.workload.concurrency,
-        constraints=study.objective.constraints,
-        study=study.name,
-    ), sizes))  # fmt: skip
-
-
-def schedule_metric(study: Study) -> str:
-    return study.schedule.metric or study.objective.metric
 
 
 def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
