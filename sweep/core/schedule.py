@@ -31,6 +31,10 @@ from sweep.core.space import Flags, TrialConfig
 from sweep.exceptions import ScheduleError
 from sweep.study.model import Constraint
 
+NOT_APPLIED = "the server reports that it does not run the schedule"
+"""How a verification launch whose server did not run the schedule begins its warning: its
+figures are of static steps, never counted in the side-by-side (``sweep schedule --verify``)."""
+
 LAUNCH_ALLOWANCE = 0.02
 """Relative spread between two server starts of one configuration, which a CI measured within
 one start cannot see: one configuration beats another only by more than both CIs plus this."""

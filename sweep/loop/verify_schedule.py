@@ -27,7 +27,7 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import speedup as speedups
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
-from sweep.core.schedule import Schedule
+from sweep.core.schedule import NOT_APPLIED, Schedule
 from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
@@ -69,8 +69,6 @@ from sweep.store import (
     write_record,
 )
 from sweep.study.model import Study
-
-NOT_APPLIED = "the server reports that it does not run the schedule"
 
 
 @dataclass(frozen=True)

@@ -68,15 +68,23 @@ class Difference:
         """+1 the schedule is better with confidence, −1 worse, 0 not established."""
         return 1 if self.low > 1 else -1 if self.high < 1 else 0
 
+    @property
+    def word(self) -> str:
+        """``better``, ``worse``, ``equivalent within ±1%`` or ``inconclusive``."""
+        if self.sign == 0 and self.equivalent:
+            return f"equivalent within ±{OPTIONS.tie_margin:.0%}"
+        return {1: "better", -1: "worse"}.get(self.sign, "inconclusive")
+
+    @property
+    def interval(self) -> str:
+        """``+1.7 % [−0.9, +4.3]``: the difference and its interval."""
+        return f"{_pct(self.ratio)} [{_pct(self.low, False)}, {_pct(self.high, False)}]"
+
     def text(self) -> str:
         """``+1.7 % [−0.9, +4.3] against …: inconclusive``."""
-        word = {1: "better", -1: "worse"}.get(self.sign, "inconclusive")
-        if self.sign == 0 and self.equivalent:
-            word = f"equivalent within ±{OPTIONS.tie_margin:.0%}"
         n_mine, n_theirs = self.launches
         return (
-            f"{_pct(self.ratio)} [{_pct(self.low, False)}, {_pct(self.high, False)}] against "
-            f"{self.label} ({n_mine} vs {n_theirs} launches): {word}"
+            f"{self.interval} against {self.label} ({n_mine} vs {n_theirs} launches): {self.word}"
         )
 
 

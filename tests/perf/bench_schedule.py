@@ -2,7 +2,8 @@
 
 ``schedule_gain_pct``: a small study on `sweep sim`'s batch-dependent profile (best steps 4 at
 concurrency 1, 2 at 16, none at 64) measures steps 1, 2 and 4 at concurrency 1, 16 and 64,
-one server start each; ``[schedule] verify = true`` then relaunches the schedule it decides
+one server start each, then the answer's and the per-level confirmation relaunch contenders
+(``schedule_real_loop_launches``); ``[schedule] verify = true`` then relaunches the schedule it decides
 (and SGLang's built-in adaptive schedule) at the end of ``sweep run`` — the real loop, the real
 lifecycle and the real benchmark. The figure is the verified schedule's output throughput
 summed over the levels against the single best static configuration's (the one with the
@@ -72,6 +73,7 @@ def figures() -> Iterator[Figure]:
             # whole budget): keeps this bench's launches near its old count
             sections=f'[objective]\nmetric = "{METRIC}"\n[schedule]\nverify = true\n'
             "verify_launches = 4\n",
+            confirm=True,  # the answer's confirmation, then the per-level one
         )  # fmt: skip
         study = load_study(path)
         run_study(study, display=Display(io.StringIO(), live=False))
@@ -101,6 +103,14 @@ def figures() -> Iterator[Figure]:
             "%",
             f"the same at concurrency {level} alone (schedule {steps.get(str(level))} steps)",
         )
+    relaunched = sum(1 for r in trials if r.kind is Kind.REPLICATE)
+    yield Figure(
+        "schedule_real_loop_launches",
+        len(trials),
+        "launches",
+        f"server starts of the study's run before the verification (search, baselines, the "
+        f"answer's and the per-level confirmation: {relaunched} relaunches)",
+    )
     yield Figure(
         "schedule_gain_vs_builtin_pct",
         100 * (schedule_total / builtin_total - 1),
