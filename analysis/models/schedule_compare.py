@@ -21,7 +21,7 @@ from sweep.core.schedule import Estimate
 from sweep.core.verdict import Verdict, verdict
 from sweep.search.launches import Launch
 from sweep.search.side_by_side import BUILTIN as BUILTIN_ARM
-from sweep.search.side_by_side import NONE, STATIC, SideBySide, compare, summed
+from sweep.search.side_by_side import NONE, STATIC, VERIFICATION, SideBySide, compare, summed
 
 SCHEDULE = "schedule"
 BUILTIN = "builtin"
@@ -37,6 +37,7 @@ ARM_LABELS = {
     SCHEDULE: "the schedule",
     STATIC: "the best static configuration",
     BUILTIN_ARM: "the engine's built-in adaptive schedule",
+    VERIFICATION: "vLLM's adaptive verification",
     NONE: "no speculation",
 }
 """The side-by-side's arms as ``sweep schedule --verify`` stores and names them."""

@@ -114,6 +114,17 @@ def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | 
     return dataclasses.replace(config, adaptive=Adaptive())
 
 
+def verification_params(
+    schedule: Schedule, adapter: EngineAdapter, study: Study
+) -> TrialConfig | None:
+    """vLLM's adaptive verification in the schedule's family, drafting at most the schedule's
+    largest steps, or ``None`` where the engine (version, deployment) does not offer it."""
+    if not schedule.speculative or not adapter.adaptive_verification(wiring.deployment_for(study)):
+        return None
+    config = schedule.family.config(schedule.max_steps)
+    return dataclasses.replace(config, adaptive=Adaptive(verification=True))
+
+
 def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
     """Write the engine's documents, the launch command and the table into ``folder``.
 

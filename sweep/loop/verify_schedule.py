@@ -45,6 +45,7 @@ from sweep.loop.schedule_export import (
     schedule_metric,
     schedule_params,
     stored_answer,
+    verification_params,
 )
 from sweep.loop.tell import tell
 from sweep.loop.worker import ask
@@ -54,6 +55,7 @@ from sweep.search.side_by_side import (
     NONE,
     SCHEDULE,
     STATIC,
+    VERIFICATION,
     SideBySide,
     compare,
     next_round,
@@ -204,7 +206,8 @@ class Arm:
         """The stored key: launches with one key are pooled (a changed schedule starts anew)."""
         adaptive = self.config.adaptive
         steps = ",".join(f"{b}:{s}" for b, s in adaptive.steps_by_batch) if adaptive else ""
-        return f"{self.name}:{self.config.key()}" + (f"@{steps}" if steps else "")
+        verified = "+verification" if adaptive and adaptive.verification else ""
+        return f"{self.name}:{self.config.key()}" + (f"@{steps}" if steps else "") + verified
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,8 @@ def arms_of(
     baselines: Sequence[TrialRecord],
 ) -> list[Arm]:
     """The exported schedule, the single best static configuration, the engine's built-in
-    schedule (if it has one and the study asks) and no speculation — each once (the static
+    schedule and vLLM's adaptive verification (where the engine offers them and the study asks:
+    ``verify_builtin``) and no speculation — each once (the static
     arm may be no speculation; a schedule that never speculates is no speculation)."""
     arms = [Arm(SCHEDULE, "the schedule", _schedule_config(study, schedule, adapter, workdir))]
     static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency)
@@ -279,6 +283,10 @@ def arms_of(
     builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
     if builtin is not None and schedule.speculative:
         arms.append(Arm(BUILTIN, "the engine's built-in adaptive schedule", builtin))
+    verification = verification_params(schedule, adapter, study)
+    if verification is not None and study.schedule.verify_builtin:
+        label = f"vLLM's adaptive verification (at most {verification.num_steps} steps)"
+        arms.append(Arm(VERIFICATION, label, verification))
     if schedule.speculative and (static_config is None or static_config.speculative):
         arms.append(Arm(NONE, "no speculation", baseline))
     return arms
@@ -354,7 +362,7 @@ def _verify_one(
 def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
-    if name == BUILTIN:
+    if name in (BUILTIN, VERIFICATION):
         return {"family": schedule.family.label(), "initial_steps": config.num_steps}
     return {"family": schedule.family.label(), "config": config.label()}
 
@@ -368,6 +376,8 @@ def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
             f"engine's built-in schedule (initial steps {config.num_steps}) "
             f"{schedule.family.label()}"
         )
+    if name == VERIFICATION:
+        return f"vLLM's adaptive verification (at most {config.num_steps} steps)"
     return (
         f"{'best static configuration' if name == STATIC else 'no speculation'}: {config.label()}"
     )
