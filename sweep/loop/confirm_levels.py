@@ -36,7 +36,7 @@ def confirm_levels(run: RunContext) -> None:
     while True:
         seen = run.history()
         schedule = _schedule(run)
-        if schedule is None:
+        if schedule is None or len(schedule.levels) < 2:  # one level: the answer's confirmation
             return
         left = budget - used
         if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):

@@ -177,7 +177,8 @@ def confirmed(schedule: Schedule, options: ConfirmOptions = OPTIONS) -> Schedule
     """``schedule`` with every level's slot decided by its launches (:func:`judge`): the
     winner's steps, whether it is confident, and the doubt of a slot that is not."""
     levels = []
-    for choice, slot in zip(schedule.levels, slots(schedule, options), strict=True):
+    judged = slots(schedule, options)
+    for choice, slot in zip(schedule.levels, judged, strict=True):
         levels.append(
             dataclasses.replace(
                 choice,
@@ -187,4 +188,11 @@ def confirmed(schedule: Schedule, options: ConfirmOptions = OPTIONS) -> Schedule
                 doubt=slot.doubt,
             )
         )
-    return dataclasses.replace(schedule, levels=tuple(levels))
+    doubtful = sum(1 for s in judged if not s.confident)
+    notes = schedule.notes
+    if doubtful:
+        notes += (
+            f"{doubtful} of {len(judged)} slots not established: `sweep run` (with [confirm] "
+            "on) relaunches each level's contenders, up to [schedule] confirm_launches per run",
+        )
+    return dataclasses.replace(schedule, levels=tuple(levels), notes=notes)

@@ -30,6 +30,7 @@ def test_a_clear_best_needs_no_relaunch_and_is_confident() -> None:
     [slot] = level_confirm.confirmed(clear).levels
     assert slot.steps == 4 and slot.confident is True and slot.doubt == ""
     assert slot.reason.startswith("best: within 1% of every rival")
+    assert not level_confirm.confirmed(clear).notes
 
 
 def test_close_contenders_are_relaunched_and_the_slot_says_what_would_decide_it() -> None:
@@ -39,7 +40,9 @@ def test_close_contenders_are_relaunched_and_the_slot_says_what_would_decide_it(
     [slot] = level_confirm.confirmed(close).levels
     assert slot.confident is False
     assert "more launch" in slot.doubt and "steps 2" in slot.doubt and "steps 3" in slot.doubt
-    assert f"no: {slot.doubt} |" in render_table(level_confirm.confirmed(close))
+    table = render_table(level_confirm.confirmed(close))
+    assert f"no: {slot.doubt} |" in table
+    assert "1 of 1 slots not established: `sweep run`" in table
 
 
 def test_no_budget_no_round() -> None:
