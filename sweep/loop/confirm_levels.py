@@ -16,6 +16,7 @@ from sweep.exceptions import ConfigError, ScheduleError
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import relaunch
 from sweep.loop.context import RunContext
+from sweep.loop.history import History
 from sweep.loop.schedule_export import measured_schedule
 from sweep.search import answer, level_confirm
 
@@ -41,7 +42,8 @@ def confirm_levels(run: RunContext) -> None:
         left = budget - used
         if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):
             left = 0
-        order = level_confirm.next_round(schedule, remaining=left)
+        order = [k for k in level_confirm.next_round(schedule, remaining=left)
+                 if _launchable(run, seen, schedule, k)]  # fmt: skip
         if not order:
             _summarize(run, schedule, used)
             return
@@ -55,6 +57,12 @@ def confirm_levels(run: RunContext) -> None:
             if fatal:  # a deployment failure: every other launch would meet it too
                 run.summary.stopped(fatal, True)
                 return
+
+
+def _launchable(run: RunContext, seen: History, schedule: Schedule, key: str) -> bool:
+    """No speculation, or a configuration the study still knows (a changed study may not)."""
+    found = level_confirm.candidate(schedule, key)
+    return (found is not None and found.steps == 0) or key in seen.settled or key in run.valid
 
 
 def _schedule(run: RunContext) -> Schedule | None:
