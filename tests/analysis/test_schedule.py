@@ -242,6 +242,11 @@ def test_the_report_states_each_difference_with_its_interval_and_each_slot(
     assert "slot established" in section
     assert "no: about 2 more launches of steps 2 and steps 3" in section
     assert "Point estimates: The schedule" in section
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())["schedule"]
+    assert [d["versus"] for d in summary["side_by_side"]] == ["static", "builtin", "none"]
+    assert summary["side_by_side"][0]["verdict"] == "better"
+    assert summary["side_by_side"][0]["launches"] == [3, 3]
+    assert summary["slots"]["16"].startswith("no: about 2 more launches")
 
 
 def test_an_inconclusive_difference_says_so() -> None:
