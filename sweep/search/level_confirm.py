@@ -13,7 +13,9 @@ needs besides :data:`FLOOR` launches of itself and of that best.
 :func:`next_round` gathers, over the levels not yet decided, the configurations their
 confirmations ask for, interleaved (each once per round, the most wanted first);
 :func:`confirmed` applies every level's decision to the schedule: the slot's steps, whether it
-is confident and, when it is not, what would decide it ("2 more launches of A and B").
+is confident and, when it is not, what would decide it ("2 more launches of A and B"); a slot
+that is not confident runs the level's best measured mean (never fewer steps on a tie that is
+not established).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ class Slot:
 
     Attributes:
         winner: the candidate the slot runs.
-        confident: established (the confirmation's test and the floor); False: the most likely
-            to be within the margin of the best, with ``doubt`` saying what would decide it.
+        confident: established (the confirmation's test and the floor); False: the level's best
+            measured mean, with ``doubt`` saying what would decide it.
         reason: one sentence for the schedule's table.
         doubt: not confident: ``"about 2 more launches of A and B"``; ``""`` when confident.
         wanted: the candidates' keys this level asks to relaunch now (empty: decided, or the
@@ -75,8 +77,9 @@ def judge(choice: LevelChoice, options: ConfirmOptions = OPTIONS, remaining: int
     step: Relaunch | Decision = final
     if remaining > 0:
         step = decide(launches, variance, options, remaining=remaining, simplicity=simplicity)
-    winner = cands[final.winner]
-    best = max(cands.values(), key=lambda c: c.mean)
+    best = max(cands.values(), key=lambda c: (c.mean, -c.steps))
+    # not established: the best measured, never fewer steps on a tie that is not established
+    winner = cands[final.winner] if final.confident else best
     short = _below_floor(winner, best, options) if final.confident else ()
     wanted = step.order if isinstance(step, Relaunch) else short
     wanted = wanted[:remaining]
@@ -111,8 +114,8 @@ def _reason(
         )
     if not decision.confident:
         return (
-            f"most likely within {margin} of the best (P ≥ {decision.probability:.2f} over "
-            f"{n} launch{'es' if n != 1 else ''}, below {level}): not established"
+            f"the best measured ({n} launch{'es' if n != 1 else ''}); not established: no "
+            f"candidate is within {margin} of every rival at {level}"
         )
     if winner.key == best.key:
         return f"best: within {margin} of every rival at {level} ({n} launches)"

@@ -38,7 +38,8 @@ def test_close_contenders_are_relaunched_and_the_slot_says_what_would_decide_it(
     order = level_confirm.next_round(close, remaining=10)
     assert set(order) == {"s2", "s3"}  # the contenders, not the far no-speculation
     [slot] = level_confirm.confirmed(close).levels
-    assert slot.confident is False
+    assert slot.confident is False and slot.steps == 3  # the best measured, not fewer steps
+    assert slot.reason.startswith("the best measured (1 launch); not established")
     assert "more launch" in slot.doubt and "steps 2" in slot.doubt and "steps 3" in slot.doubt
     table = render_table(level_confirm.confirmed(close))
     assert f"no: {slot.doubt} |" in table
