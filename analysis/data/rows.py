@@ -22,6 +22,7 @@ from analysis.data.schema import (
 )
 from sweep.core.objective import metric_value
 from sweep.core.records import Failure, TrialRecord
+from sweep.core.schedule import NOT_APPLIED
 
 LOG_TAIL_LINES = 50
 
@@ -132,10 +133,21 @@ def _outcome(r: TrialRecord) -> Row:
 
 
 def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
-    steps = record.schedule.get("steps_by_batch") if record.schedule else None
-    if not isinstance(steps, Mapping):
+    if not record.schedule:
         return {}
-    return {"schedule_steps": steps.get(str(level.get("concurrency")))}
+    counted = not any(w.startswith(NOT_APPLIED) for w in record.warnings)
+    steps = record.schedule.get("steps_by_batch")
+    if not isinstance(steps, Mapping):
+        return {"schedule_counted": counted}
+    slots: Sequence[Mapping[str, Any]] = record.schedule.get("levels") or ()
+    here = level.get("concurrency")
+    slot: Mapping[str, Any] = next((s for s in slots if s.get("concurrency") == here), {})
+    return {
+        "schedule_steps": steps.get(str(level.get("concurrency"))),
+        "schedule_confident": slot.get("confident"),
+        "schedule_doubt": slot.get("doubt") or None,
+        "schedule_counted": counted,
+    }
 
 
 def failure_columns(failure: Failure | None) -> Row:

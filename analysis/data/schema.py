@@ -103,6 +103,9 @@ OUTCOME = {
     "predicted_sd": FLOAT,
     "schedule": STR,  # a verified schedule: "schedule" (sweep's) or "builtin" (the engine's)
     "schedule_steps": INT,  # the steps that schedule runs at the row's level
+    "schedule_confident": BOOL,  # that slot established by the per-level confirmation
+    "schedule_doubt": STR,  # not confident: what would decide it
+    "schedule_counted": BOOL,  # False: the server did not run the schedule (not in the verdict)
 }
 BASELINE = {
     "baseline_trial": INT,

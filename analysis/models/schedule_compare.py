@@ -4,19 +4,24 @@
 built-in one) in the companion study ``<study>.schedules``. Here, per concurrency level, the
 schedule is set beside the best static configuration at that level, the single best static
 configuration over all levels (the highest sum), the engine's built-in schedule and no
-speculation, each with its 95 % interval. The verdict is :func:`sweep.core.verdict.verdict`,
-the same rule ``sweep schedule`` prints.
+speculation, each with its 95 % interval. The point-estimate verdict is
+:func:`sweep.core.verdict.verdict`; :func:`side_by_side` is the verdict with intervals that
+``sweep schedule --verify`` prints, recomputed from every stored launch of the arms; the
+per-slot confidence is read from the schedule the verification launched.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from sweep.core.schedule import Estimate
 from sweep.core.verdict import Verdict, verdict
+from sweep.search.launches import Launch
+from sweep.search.side_by_side import BUILTIN as BUILTIN_ARM
+from sweep.search.side_by_side import NONE, STATIC, VERIFICATION, SideBySide, compare, summed
 
 SCHEDULE = "schedule"
 BUILTIN = "builtin"
@@ -28,6 +33,14 @@ SERIES = {
     "none": "no speculation",
 }
 """The compared series, in drawing order: key → legend text."""
+ARM_LABELS = {
+    SCHEDULE: "the schedule",
+    STATIC: "the best static configuration",
+    BUILTIN_ARM: "the engine's built-in adaptive schedule",
+    VERIFICATION: "vLLM's adaptive verification",
+    NONE: "no speculation",
+}
+"""The side-by-side's arms as ``sweep schedule --verify`` stores and names them."""
 COLUMNS = ("concurrency", "series", "config", "steps", "value", "ci_low", "ci_high", "trials")
 
 
@@ -40,6 +53,8 @@ class ScheduleComparison:
     verdict: Verdict | None
     schedule: pd.Series | None  # one row of the verified schedule's trial (command, warnings)
     single_best: str | None
+    side: SideBySide | None = None  # the side-by-side over every stored launch of the arms
+    slots: Mapping[int, str] = field(default_factory=dict)  # level → "yes" / "no: …" / ""
 
     def wide(self) -> pd.DataFrame:
         """One row per level, one column per series (its value)."""
@@ -114,7 +129,61 @@ def compare_schedule(
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["concurrency", "series"])
     label = None if single is None else str(pooled[pooled["key"] == single]["config"].iloc[0])
     result = _verdict(mine, launches, latest(schedules, BUILTIN), single, label, metric)
-    return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label)
+    return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label,
+                              side_by_side(schedules, metric), _slots(mine))  # fmt: skip
+
+
+def side_by_side(schedules: pd.DataFrame, metric: str) -> SideBySide | None:
+    """The verdict of ``sweep schedule --verify`` from what it stored: each arm's launches of
+    its latest key (launches with one key are pooled), summed over the latest schedule's levels,
+    launches its server did not apply left out (:func:`sweep.search.side_by_side.compare`)."""
+    mine = latest(schedules, SCHEDULE)
+    if mine.empty:
+        return None
+    levels = sorted(int(c) for c in mine["concurrency"].dropna())
+    measured = schedules[(schedules["state"] == "measured").fillna(False).astype(bool)]
+    if "schedule_counted" in measured:
+        measured = measured[measured["schedule_counted"].fillna(True).astype(bool)]
+    launches: dict[str, list[Launch]] = {}
+    labels = dict(ARM_LABELS)
+    for arm in ARM_LABELS:
+        rows = measured[measured["schedule"] == arm]
+        if rows.empty:
+            continue
+        key = rows.loc[rows["trial"].idxmax(), "key"]
+        rows = rows[rows["key"] == key]
+        if arm == STATIC:
+            labels[arm] = f"{ARM_LABELS[arm]} ({rows['config'].iloc[0]})"
+        for _, launch in rows.groupby("trial"):
+            per_level = {lv: es[0] for lv, es in _estimates(launch, *_bounds(metric)).items()}
+            total = summed(per_level, levels)
+            if total is not None:
+                launches.setdefault(arm, []).append(total)
+    return compare(launches, labels, metric=metric, levels=levels)
+
+
+def _bounds(metric: str) -> tuple[str, str, str]:
+    return metric, f"{metric}_ci_low", f"{metric}_ci_high"
+
+
+def _slots(mine: pd.DataFrame) -> dict[int, str]:
+    """Per level, whether the verified schedule's slot was established (as it was exported)."""
+    if "schedule_confident" not in mine:
+        return {}
+    out: dict[int, str] = {}
+    for _, r in mine.iterrows():
+        sure, doubt = r["schedule_confident"], r.get("schedule_doubt")
+        if pd.isna(sure):
+            continue
+        text = "yes" if sure else "no"
+        if not sure and not fmt_missing(doubt):
+            text = f"no: {doubt}"
+        out[int(r["concurrency"])] = text
+    return out
+
+
+def fmt_missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and pd.isna(value)) or value == ""
 
 
 def _pooled(launches: pd.DataFrame) -> pd.DataFrame:
@@ -200,7 +269,7 @@ def _verdict(
 ) -> Verdict | None:
     if single is None or label is None:
         return None
-    bounds = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
+    bounds = _bounds(metric)
     static = _estimates(launches[launches["key"] == single], "value", "ci_low", "ci_high")
     theirs = _estimates(builtin, *bounds) if not builtin.empty else None
     return verdict(_estimates(mine, *bounds), static, label, theirs, metric=metric)

@@ -41,9 +41,10 @@ def schedule_section(
 
 
 def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]:
-    blocks: list[Block] = []
+    blocks: list[Block] = [*_side_by_side(comparison)]
     if comparison.verdict is not None:
-        blocks.append(f"**{comparison.verdict.text}**")
+        point = comparison.verdict.text
+        blocks.append(f"Point estimates: {point}" if comparison.side else f"**{point}**")
     else:
         blocks.append(
             "No static configuration was measured at every level of the schedule, "
@@ -64,16 +65,42 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
     return blocks
 
 
+def _side_by_side(comparison: ScheduleComparison) -> list[Block]:
+    """The verdict with intervals (``sweep schedule --verify``): its head line, then each
+    difference — the schedule against each arm — with its 95 % interval and its word."""
+    side = comparison.side
+    if side is None or not side.compared:
+        return []
+    head, *_ = side.text.splitlines()
+    rows = [
+        (d.label, d.interval, f"{d.launches[0]} vs {d.launches[1]}", d.word)
+        for d in side.differences
+    ]
+    blocks: list[Block] = [
+        f"**{head}**",
+        table(("the schedule against", "difference [95 % interval]", "launches", "verdict"), rows),
+    ]
+    if any(not d.decided for d in side.differences):
+        blocks.append(
+            "Inconclusive where the interval holds 0 and the arms are not equivalent within "
+            "±1 %: `sweep schedule STUDY --verify` again adds launches to the stored ones."
+        )
+    return blocks
+
+
 def _table(comparison: ScheduleComparison) -> Table:
     t = comparison.table
     present = [s for s in COLUMN_ORDER if s in set(t["series"])]
+    slots = comparison.slots
     rows = []
     for level in sorted(t["concurrency"].unique()):
         at = t[t["concurrency"] == level].set_index("series")
         steps = at["steps"].get("schedule")
         cells = [_cell(at, s) for s in present]
-        rows.append((level, "" if fmt.missing(steps) else steps, *cells))
-    return table(("concurrency", "schedule steps", *(SERIES[s] for s in present)), rows)
+        sure = [slots.get(int(level), "")] if slots else []
+        rows.append((level, "" if fmt.missing(steps) else steps, *sure, *cells))
+    heads = ("concurrency", "schedule steps", *(["slot established"] if slots else []))
+    return table((*heads, *(SERIES[s] for s in present)), rows)
 
 
 def _cell(at: pd.DataFrame, series: str) -> str:

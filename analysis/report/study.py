@@ -292,6 +292,18 @@ def _plain(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
+def _json_side(comparison: ScheduleComparison) -> list[dict[str, object]]:
+    """The side-by-side verdict's differences (the schedule against each arm, 95 %)."""
+    side = comparison.side
+    if side is None:
+        return []
+    return [
+        {"versus": d.versus, "label": d.label, "ratio": d.ratio, "low": d.low, "high": d.high,
+         "launches": list(d.launches), "verdict": d.word}
+        for d in side.differences
+    ]  # fmt: skip
+
+
 def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
     """The verified schedule's verdict and per-level figures, for summary.json."""
     if comparison.table.empty:
@@ -304,6 +316,8 @@ def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
         "gain_vs_builtin": None if v is None else v.gain_vs_builtin,
         "verdict": None if v is None else v.text,
         "single_best_static": comparison.single_best,
+        "side_by_side": _json_side(comparison),
+        "slots": {str(level): text for level, text in comparison.slots.items()},
         "levels": [
             {
                 k: _plain(r[k])

@@ -31,6 +31,10 @@ from sweep.core.space import Flags, TrialConfig
 from sweep.exceptions import ScheduleError
 from sweep.study.model import Constraint
 
+NOT_APPLIED = "the server reports that it does not run the schedule"
+"""How a verification launch whose server did not run the schedule begins its warning: its
+figures are of static steps, never counted in the side-by-side (``sweep schedule --verify``)."""
+
 LAUNCH_ALLOWANCE = 0.02
 """Relative spread between two server starts of one configuration, which a CI measured within
 one start cannot see: one configuration beats another only by more than both CIs plus this."""
@@ -129,9 +133,10 @@ class LevelChoice:
     best: Candidate  # the highest mean among the candidates at this level
     reason: str
     candidates: tuple[Candidate, ...] = ()  # every candidate at this level (constraints kept)
-    # the chosen steps established (sweep.search.slots); None: not judged
+    # the chosen steps established (sweep.search.level_confirm); None: not judged
     confident: bool | None = None
     top: Candidate | None = None  # the best of those beating no speculation (None: none does)
+    doubt: str = ""  # not confident: what would decide it ("about 2 more launches of A and B")
 
     @property
     def steps(self) -> int:
@@ -186,7 +191,7 @@ class Schedule:
             "levels": [
                 {"concurrency": c.concurrency, "steps": c.steps, "key": c.chosen.key,
                  "mean": c.chosen.mean, "best_key": c.best.key, "best_mean": c.best.mean,
-                 "reason": c.reason, "confident": c.confident}
+                 "reason": c.reason, "confident": c.confident, "doubt": c.doubt}
                 for c in self.levels
             ],
             "notes": list(self.notes),
@@ -408,6 +413,14 @@ def _padded(level: int, sizes: Sequence[int]) -> int:
     return next((size for size in sizes if size >= level), level)
 
 
+def _sure(choice: LevelChoice) -> str:
+    if choice.confident is None:
+        return " – |"
+    if choice.confident:
+        return " yes |"
+    return f" no: {choice.doubt} |" if choice.doubt else " no |"
+
+
 def render_table(schedule: Schedule) -> str:
     """The schedule as a Markdown table (readable as plain text too)."""
     judged = any(c.confident is not None for c in schedule.levels)
@@ -419,7 +432,7 @@ def render_table(schedule: Schedule) -> str:
     ]
     for c in schedule.levels:
         x = c.chosen
-        sure = {True: " yes |", False: " no |", None: " – |"}[c.confident] if judged else ""
+        sure = _sure(c) if judged else ""
         rows.append(
             f"| {c.concurrency} | {c.steps} | {x.label} | {x.mean:.1f} [{x.ci_low:.1f}, "
             f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |{sure}"

@@ -46,15 +46,19 @@ class Adaptive:
             drafting). Empty: the engine's built-in schedule (SGLang's defaults).
         config_path: where the engine reads the schedule on its host (SGLang's JSON file);
             `sweep` writes :meth:`EngineAdapter.adaptive_file` there before the launch.
+        verification: vLLM's adaptive verification (``enable_adaptive_verification``): the
+            engine sizes each step's verification from a cost model it profiles at start-up,
+            ``num_steps`` the most it drafts (no steps given: no per-batch-size schedule).
     """
 
     steps_by_batch: tuple[tuple[int, int], ...] = ()
     config_path: str | None = None
+    verification: bool = False
 
     @property
     def builtin(self) -> bool:
-        """True for the engine's built-in schedule (no steps given)."""
-        return not self.steps_by_batch
+        """True for the engine's built-in schedule (no steps given, no adaptive verification)."""
+        return not self.steps_by_batch and not self.verification
 
     @property
     def max_steps(self) -> int:

@@ -222,6 +222,11 @@ class EngineAdapter(abc.ABC):
         engine has no built-in schedule."""
         return None
 
+    def adaptive_verification(self, config: Deployment) -> bool:
+        """The engine offers an adaptive verification mode (:attr:`Adaptive.verification`) at
+        this version for this deployment."""
+        return False
+
     def graph_batch_sizes(self, config: Deployment) -> tuple[int, ...]:
         """The batch sizes a running batch is padded up to (CUDA graphs) under speculation,
         ascending; ``()``: none (a schedule's keys sit at the levels themselves)."""

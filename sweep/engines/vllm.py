@@ -30,11 +30,17 @@ from sweep.engines.base import (
     interpreter_for,
 )
 from sweep.engines.flags import FlagTable, flag_words
-from sweep.engines.vllm_spec import PER_BATCH_KEY, speculative_config, split_spec_flags
+from sweep.engines.vllm_spec import (
+    PER_BATCH_KEY,
+    VERIFICATION_KEY,
+    speculative_config,
+    split_spec_flags,
+)
 from sweep.failures import FailureKind, Phase
 
 DEFAULT_LAUNCHER = ("python", "-m", "vllm.entrypoints.openai.api_server")
 DEFAULT_VERSION = "0.32.0"
+VERIFICATION_SINCE = (0, 32)  # enable_adaptive_verification in the speculative config
 SPEC_CONFIG_NAME = "vllm-speculative-config.json"
 ARGS_LINE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 """The API server's parsed arguments, a Python dict literal (logged at start)."""
@@ -112,6 +118,13 @@ class VLLMAdapter(EngineAdapter):
     def default_version(self) -> str:
         return DEFAULT_VERSION
 
+    def adaptive_verification(self, config: Deployment) -> bool:
+        """vLLM 0.32 and later, with CUDA graphs: it rejects ``--enforce-eager`` (so the CPU
+        build, which runs eager, is not expected to run it)."""
+        return _release(self.effective_version) >= VERIFICATION_SINCE and not any(
+            w.split("=")[0] == "--enforce-eager" for w in config.extra_flags
+        )
+
     # --- the command ------------------------------------------------------------------------
 
     def command(self, deployment: Deployment, params: TrialConfig) -> LaunchCommand:
@@ -176,7 +189,9 @@ class VLLMAdapter(EngineAdapter):
         k = int(spec.group("k")) if spec else None
         per_batch = spec_args.get(PER_BATCH_KEY) if isinstance(spec_args, dict) else None
         return ResolvedServer(
-            adaptive=bool(per_batch) if isinstance(spec_args, dict) else None,
+            adaptive=bool(per_batch or spec_args.get(VERIFICATION_KEY))
+            if isinstance(spec_args, dict)
+            else None,
             algorithm=spec.group("method") if spec else ("none" if line else None),
             num_steps=k,
             eagle_topk=1 if k else None,
@@ -253,3 +268,9 @@ def parsed_args(log_lines: Sequence[str]) -> dict[str, Any]:
 
 def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"0.32.0rc1+cpu"`` → ``(0, 32, 0)``: the leading numbers of a version."""
+    m = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()

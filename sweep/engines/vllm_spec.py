@@ -33,6 +33,7 @@ METHODS = {
 }
 """A study's ``engine.algorithm`` (case-insensitive) → vLLM's ``method``."""
 PER_BATCH_KEY = "num_speculative_tokens_per_batch_size"
+VERIFICATION_KEY = "enable_adaptive_verification"  # vLLM 0.32+: the engine's own adaptive mode
 """vLLM 0.32's per-batch-size schedule: ``[[first, last, k], ...]`` over inclusive ranges."""
 DRAFTLESS = frozenset({"ngram", "mtp"})
 """Methods without a separate draft model (no ``model``, no draft TP)."""
@@ -108,7 +109,10 @@ def speculative_config(
         refuse_fallback(
             "vLLM", SCHEDULE_FALLBACKS, (*deployment.extra_flags, *flag_words(params.flags))
         )
-        spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, deployment)
+        if params.adaptive.verification:
+            spec[VERIFICATION_KEY] = True
+        if params.adaptive.steps_by_batch or not params.adaptive.verification:
+            spec[PER_BATCH_KEY] = _schedule(params.adaptive, params.num_steps, deployment)
     return spec | {k: v for k, v in overrides.items() if k != "model" or method not in DRAFTLESS}
 
 

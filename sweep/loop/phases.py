@@ -1,4 +1,5 @@
-"""The run's phases: Prepare → Search → Confirm → VerifySchedule, each returning the next.
+"""The run's phases: Prepare → Search → Confirm → ConfirmLevels → VerifySchedule, each
+returning the next.
 
 Search is a loop around one pure decision (:func:`sweep.core.policy.next_step`) taken on
 one snapshot of storage per turn (:class:`~sweep.loop.history.History`).
@@ -13,6 +14,7 @@ from sweep.loop import gate
 from sweep.loop.adopt import adopt_study
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
+from sweep.loop.confirm_levels import confirm_levels
 from sweep.loop.context import RunContext
 from sweep.loop.propose import Launch, Told, baseline, propose
 from sweep.loop.resume import requeue_unfinished
@@ -78,6 +80,16 @@ class Confirm:
 
     def run(self, run: RunContext) -> Phase | None:
         confirm(run)
+        return ConfirmLevels()
+
+
+class ConfirmLevels:
+    """Relaunch each concurrency level's contenders until its schedule slot is established
+    (:mod:`sweep.loop.confirm_levels`; several levels only)."""
+
+    def run(self, run: RunContext) -> Phase | None:
+        if not run.summary.failed_run:
+            confirm_levels(run)
         return VerifySchedule()
 
 

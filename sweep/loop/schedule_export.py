@@ -3,25 +3,27 @@
 :func:`export` writes what the engine reads (SGLang's adaptive config, vLLM's
 ``--speculative-config``) plus ``schedule.json`` and ``launch.sh``;
 :func:`against_answer` says when the schedule runs another configuration than the confirmed
-answer at the objective's level. :mod:`sweep.loop.verify_schedule` decides and verifies.
+answer at the objective's level; :func:`decide` is the schedule the stored launches give, each
+slot decided by the per-level confirmation's test. :mod:`sweep.loop.verify_schedule` verifies.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep.core.records import StudyInfo
-from sweep.core.schedule import Schedule, render_table
+from sweep.core.records import StudyInfo, TrialRecord
+from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import EngineAdapter
 from sweep.exceptions import StorageError
 from sweep.files import building_folder
 from sweep.loop import wiring
+from sweep.search.level_confirm import confirmed
 from sweep.store import stored_study
 from sweep.study.model import Study
 
@@ -63,6 +65,35 @@ def against_answer(schedule: Schedule, answer: Mapping[str, Any], study: Study) 
     )
 
 
+def decide(
+    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+) -> Schedule:
+    """The study's schedule (:func:`measured_schedule`), each slot decided by its launches with
+    the per-level confirmation's test (:func:`sweep.search.level_confirm.confirmed`): "fewer
+    steps" only where established, and a slot that is not confident says what would decide it."""
+    return confirmed(measured_schedule(study, trials, baselines))
+
+
+def measured_schedule(
+    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+) -> Schedule:
+    """The schedule as measured (:func:`~sweep.core.schedule.decide_schedule`), keyed where the
+    engine pads each level (:func:`~sweep.core.schedule.keyed_by_graph`); slots not judged."""
+    sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
+    return keyed_by_graph(decide_schedule(
+        trials,
+        baselines,
+        metric=schedule_metric(study),
+        levels=study.workload.concurrency,
+        constraints=study.objective.constraints,
+        study=study.name,
+    ), sizes)  # fmt: skip
+
+
+def schedule_metric(study: Study) -> str:
+    return study.schedule.metric or study.objective.metric
+
+
 # --- the engine's own documents -------------------------------------------------------------------
 
 
@@ -81,6 +112,17 @@ def builtin_params(schedule: Schedule, adapter: EngineAdapter) -> TrialConfig | 
         return None
     config = schedule.family.config(steps)
     return dataclasses.replace(config, adaptive=Adaptive())
+
+
+def verification_params(
+    schedule: Schedule, adapter: EngineAdapter, study: Study
+) -> TrialConfig | None:
+    """vLLM's adaptive verification in the schedule's family, drafting at most the schedule's
+    largest steps, or ``None`` where the engine (version, deployment) does not offer it."""
+    if not schedule.speculative or not adapter.adaptive_verification(wiring.deployment_for(study)):
+        return None
+    config = schedule.family.config(schedule.max_steps)
+    return dataclasses.replace(config, adaptive=Adaptive(verification=True))
 
 
 def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:

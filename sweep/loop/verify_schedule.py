@@ -27,7 +27,7 @@ from sweep.clock import SYSTEM_CLOCK
 from sweep.core import speedup as speedups
 from sweep.core.policy import Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
+from sweep.core.schedule import NOT_APPLIED, Schedule
 from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
@@ -40,9 +40,12 @@ from sweep.loop.schedule_export import (
     Export,
     against_answer,
     builtin_params,
+    decide,
     export,
+    schedule_metric,
     schedule_params,
     stored_answer,
+    verification_params,
 )
 from sweep.loop.tell import tell
 from sweep.loop.worker import ask
@@ -52,12 +55,12 @@ from sweep.search.side_by_side import (
     NONE,
     SCHEDULE,
     STATIC,
+    VERIFICATION,
     SideBySide,
     compare,
     next_round,
     summed,
 )
-from sweep.search.slots import established
 from sweep.server.engine_check import check_engine
 from sweep.store import (
     baseline_study_name,
@@ -68,8 +71,6 @@ from sweep.store import (
     write_record,
 )
 from sweep.study.model import Study
-
-NOT_APPLIED = "the server reports that it does not run the schedule"
 
 
 @dataclass(frozen=True)
@@ -116,27 +117,6 @@ def make_schedule(
         return ScheduleResult(schedule, exported, note=note)
     done = verify_schedule(study, schedule, storage=storage, display=display)
     return ScheduleResult(schedule, exported, done.records, done.result, note)
-
-
-def decide(
-    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
-) -> Schedule:
-    """The study's schedule (:func:`~sweep.core.schedule.decide_schedule` with its keys), each
-    slot judged confident or not, "fewer steps" kept only where established
-    (:func:`sweep.search.slots.established`)."""
-    sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
-    return established(keyed_by_graph(decide_schedule(
-        trials,
-        baselines,
-        metric=schedule_metric(study),
-        levels=study.workload.concurrency,
-        constraints=study.objective.constraints,
-        study=study.name,
-    ), sizes))  # fmt: skip
-
-
-def schedule_metric(study: Study) -> str:
-    return study.schedule.metric or study.objective.metric
 
 
 def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
@@ -226,7 +206,8 @@ class Arm:
         """The stored key: launches with one key are pooled (a changed schedule starts anew)."""
         adaptive = self.config.adaptive
         steps = ",".join(f"{b}:{s}" for b, s in adaptive.steps_by_batch) if adaptive else ""
-        return f"{self.name}:{self.config.key()}" + (f"@{steps}" if steps else "")
+        verified = "+verification" if adaptive and adaptive.verification else ""
+        return f"{self.name}:{self.config.key()}" + (f"@{steps}" if steps else "") + verified
 
 
 @dataclass(frozen=True)
@@ -289,7 +270,8 @@ def arms_of(
     baselines: Sequence[TrialRecord],
 ) -> list[Arm]:
     """The exported schedule, the single best static configuration, the engine's built-in
-    schedule (if it has one and the study asks) and no speculation — each once (the static
+    schedule and vLLM's adaptive verification (where the engine offers them and the study asks:
+    ``verify_builtin``) and no speculation — each once (the static
     arm may be no speculation; a schedule that never speculates is no speculation)."""
     arms = [Arm(SCHEDULE, "the schedule", _schedule_config(study, schedule, adapter, workdir))]
     static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency)
@@ -301,6 +283,10 @@ def arms_of(
     builtin = builtin_params(schedule, adapter) if study.schedule.verify_builtin else None
     if builtin is not None and schedule.speculative:
         arms.append(Arm(BUILTIN, "the engine's built-in adaptive schedule", builtin))
+    verification = verification_params(schedule, adapter, study)
+    if verification is not None and study.schedule.verify_builtin:
+        label = f"vLLM's adaptive verification (at most {verification.num_steps} steps)"
+        arms.append(Arm(VERIFICATION, label, verification))
     if schedule.speculative and (static_config is None or static_config.speculative):
         arms.append(Arm(NONE, "no speculation", baseline))
     return arms
@@ -376,7 +362,7 @@ def _verify_one(
 def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
-    if name == BUILTIN:
+    if name in (BUILTIN, VERIFICATION):
         return {"family": schedule.family.label(), "initial_steps": config.num_steps}
     return {"family": schedule.family.label(), "config": config.label()}
 
@@ -390,6 +376,8 @@ def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
             f"engine's built-in schedule (initial steps {config.num_steps}) "
             f"{schedule.family.label()}"
         )
+    if name == VERIFICATION:
+        return f"vLLM's adaptive verification (at most {config.num_steps} steps)"
     return (
         f"{'best static configuration' if name == STATIC else 'no speculation'}: {config.label()}"
     )

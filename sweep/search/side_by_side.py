@@ -2,7 +2,8 @@
 its interval (docs/schedule.md, "The verdict").
 
 Pure. The *arms* are the exported schedule, the single best static configuration, the engine's
-built-in adaptive mode and no speculation, each relaunched as ``schedule`` trials. One launch of
+built-in adaptive mode (SGLang's default schedule), vLLM's adaptive verification where the
+version offers it, and no speculation, each relaunched as ``schedule`` trials. One launch of
 an arm measures every level; its *figure* is the metric summed over the levels (the means
 added, the levels' standard errors added in quadrature). The arms' launches are combined with
 issue 18's confirmation statistics (:mod:`sweep.search.confirm`): the launch-to-launch variance
@@ -30,7 +31,9 @@ SCHEDULE = "schedule"  # the exported schedule
 STATIC = "static"  # the single best static configuration
 BUILTIN = "builtin"  # the engine's built-in adaptive mode
 NONE = "none"  # no speculation
-VERSUS = (STATIC, BUILTIN, NONE)  # the differences of interest: the schedule against each
+VERIFICATION = "verification"  # vLLM's adaptive verification (enable_adaptive_verification)
+VERSUS = (STATIC, BUILTIN, VERIFICATION, NONE)  # the differences of interest: the schedule
+#                                                 against each
 FLOOR = 2  # launches of every arm before a difference may be decided (the variance needs pairs)
 Z95 = 1.959964  # a level's stored 95 % interval → its standard error
 
@@ -68,15 +71,23 @@ class Difference:
         """+1 the schedule is better with confidence, −1 worse, 0 not established."""
         return 1 if self.low > 1 else -1 if self.high < 1 else 0
 
+    @property
+    def word(self) -> str:
+        """``better``, ``worse``, ``equivalent within ±1%`` or ``inconclusive``."""
+        if self.sign == 0 and self.equivalent:
+            return f"equivalent within ±{OPTIONS.tie_margin:.0%}"
+        return {1: "better", -1: "worse"}.get(self.sign, "inconclusive")
+
+    @property
+    def interval(self) -> str:
+        """``+1.7 % [−0.9, +4.3]``: the difference and its interval."""
+        return f"{_pct(self.ratio)} [{_pct(self.low, False)}, {_pct(self.high, False)}]"
+
     def text(self) -> str:
         """``+1.7 % [−0.9, +4.3] against …: inconclusive``."""
-        word = {1: "better", -1: "worse"}.get(self.sign, "inconclusive")
-        if self.sign == 0 and self.equivalent:
-            word = f"equivalent within ±{OPTIONS.tie_margin:.0%}"
         n_mine, n_theirs = self.launches
         return (
-            f"{_pct(self.ratio)} [{_pct(self.low, False)}, {_pct(self.high, False)}] against "
-            f"{self.label} ({n_mine} vs {n_theirs} launches): {word}"
+            f"{self.interval} against {self.label} ({n_mine} vs {n_theirs} launches): {self.word}"
         )
 
 

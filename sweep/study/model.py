@@ -184,12 +184,15 @@ class ScheduleSpec:
         verify_builtin: also relaunch the engine's built-in schedule (SGLang's defaults).
         verify_launches: most launches one verification makes (the arms interleaved, until
             every difference is decided).
+        confirm_launches: most relaunches the per-level confirmation makes at the end of
+            ``sweep run`` (several concurrency levels only; 0 = off).
         metric: the figure each level's winner is chosen by; ``None`` = the objective's.
     """
 
     verify: bool = False
     verify_builtin: bool = True
     verify_launches: int = 12
+    confirm_launches: int = 12
     metric: str | None = None
 
 

@@ -498,6 +498,7 @@ def _schedule(r: TableReader) -> ScheduleSpec:
         verify=r.boolean("verify", False),
         verify_builtin=r.boolean("verify_builtin", True),
         verify_launches=r.integer("verify_launches", 12, minimum=1),
+        confirm_launches=r.integer("confirm_launches", 12, minimum=0),
         metric=r.string("metric", None, choices=METRICS),
     )
     r.done()

@@ -13,11 +13,14 @@ from matplotlib.container import ErrorbarContainer
 from optuna.trial import create_trial
 
 from analysis.data.load import load_schedules, load_study_data
-from analysis.models.schedule_compare import compare_schedule
+from analysis.models.schedule_compare import compare_schedule, side_by_side
 from analysis.plots.schedule import plot_pareto, plot_schedule
 from analysis.report.write import write_report
 from sweep.core.records import Kind, TrialRecord
+from sweep.core.schedule import NOT_APPLIED
 from sweep.core.space import TrialConfig
+from sweep.search.launches import Launch
+from sweep.search.side_by_side import compare
 from sweep.store import schedule_study_name
 from sweep.study import load_study
 from sweep.study.model import Constraint
@@ -141,7 +144,9 @@ def test_report_has_the_schedule_section_figures_and_summary(study: Path, tmp_pa
     files = write_report(study, tmp_path / "r", formats=["png"])
     markdown = files.markdown.read_text()
     section = markdown.split("## Per-concurrency schedule")[1].split("\n## ")[0]
-    assert "**The schedule won" in section and "--schedule" in section
+    # one launch of each arm: the verdict with intervals heads, the point estimates follow
+    assert "**The schedule " in section and "Point estimates: The schedule won" in section
+    assert "--schedule" in section
     assert "figures/schedule.png" in section and "figures/pareto.png" in section
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())["schedule"]
     assert summary["won"] is True and summary["gain_vs_single_best_static"] > 0
@@ -153,3 +158,100 @@ def test_report_without_schedules_says_how_to_verify_one(tmp_path: Path) -> None
     files = write_report(write_study(tmp_path, synth), tmp_path / "r", formats=["png"])
     section = files.markdown.read_text().split("## Per-concurrency schedule")[1].split("\n## ")[0]
     assert "No schedule was verified yet" in section and "figures/pareto.png" in section
+
+
+# --- the side-by-side verdict and the per-slot confidence, as `--verify` stored them -----------
+
+SLOTS = [{"concurrency": 1, "confident": True}, {"concurrency": 16, "confident": False,
+         "doubt": "about 2 more launches of steps 2 and steps 3"},
+         {"concurrency": 64, "confident": True}]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every arm launched three times (±1 % apart), and one schedule launch the server did not
+    apply (its warning says so: never counted)."""
+    synth = Synth("arms", chain_configs([1, 2, 3, 4], [8]), levels=LEVELS,
+                  profile="batch-dependent", baseline_every=10)  # fmt: skip
+    path = write_study(tmp_path_factory.mktemp("arms"), synth)
+    spec = load_study(path)
+    stored = optuna.load_study(study_name=spec.name, storage=spec.storage)
+    base = optuna.load_study(study_name=f"{spec.name}.baselines", storage=spec.storage)
+    by_steps = {t.user_attrs["sweep.config"]["num_steps"]: t for t in stored.get_trials()}
+    by_steps[0] = base.get_trials()[0]
+
+    def levels(steps: dict[int, int], factor: float) -> tuple[dict[str, object], ...]:
+        out = []
+        for level, s in steps.items():
+            figure = next(f for f in by_steps[s].user_attrs["sweep.levels"]
+                          if f["concurrency"] == level)  # fmt: skip
+            summary = dict(figure["output_tok_s"])
+            for name in ("mean", "ci_low", "ci_high"):
+                summary[name] = summary[name] * factor
+            out.append({**figure, "output_tok_s": summary})
+        return tuple(out)
+
+    owner = optuna.create_study(study_name=schedule_study_name(spec.name), storage=spec.storage,
+                                direction="maximize")  # fmt: skip
+    arms = {"schedule": BEST_STEPS, "static": {1: 2, 16: 2, 64: 2},
+            "builtin": {1: 3, 16: 3, 64: 0}, "none": {1: 0, 16: 0, 64: 0}}  # fmt: skip
+    launches = [(name, f) for f in (1.0, 1.01, 0.99) for name in arms] + [("schedule", 0.5)]
+    for name, factor in launches:
+        steps = arms[name]
+        config = TrialConfig(max(steps.values()), 1, max(steps.values()) + 1, 8)
+        warnings = () if factor != 0.5 else (f"{NOT_APPLIED} (adaptive mode off)",)
+        record = TrialRecord(
+            kind=Kind.SCHEDULE, config=config, key=f"{name}:{config.key()}", host="gpu-a",
+            levels=levels(steps, factor), command=f"python -m sglang.launch_server --{name}",
+            warnings=warnings,
+            schedule={"name": name, "steps_by_batch": {str(k): v for k, v in steps.items()},
+                      "levels": SLOTS},
+        )  # fmt: skip
+        owner.add_trial(create_trial(value=1.0, user_attrs=record.to_attrs(),
+                                     constraints={"sweep_feasible": 0.0}))  # fmt: skip
+    return path
+
+
+def test_the_side_by_side_counts_every_applied_launch_of_each_arm(verified: Path) -> None:
+    info, trials, baselines = load_study_data(verified)
+    schedules = load_schedules(info)
+    side = side_by_side(schedules, "output_tok_s")
+    assert side is not None
+    assert [d.versus for d in side.differences] == ["static", "builtin", "none"]
+    # three launches each: the schedule's launch its server did not apply is left out
+    assert all(d.launches == (3, 3) for d in side.differences)
+    static, builtin, none = side.differences
+    assert (
+        static.sign == 1
+        and none.sign == 1
+        and static.label.startswith("the best static configuration (steps 2")
+    )
+    assert builtin.low <= builtin.ratio <= builtin.high
+    c = compare_schedule(trials, baselines, schedules, "output_tok_s")
+    assert c.side is not None and c.side.differences == side.differences
+    assert c.slots == {1: "yes", 16: "no: about 2 more launches of steps 2 and steps 3", 64: "yes"}
+
+
+def test_the_report_states_each_difference_with_its_interval_and_each_slot(
+    verified: Path, tmp_path: Path
+) -> None:
+    files = write_report(verified, tmp_path / "r", formats=["png"])
+    section = files.markdown.read_text().split("## Per-concurrency schedule")[1].split("\n## ")[0]
+    assert "| the schedule against | difference [95 % interval] | launches | verdict |" in section
+    assert "3 vs 3" in section and "| better |" in section
+    assert "slot established" in section
+    assert "no: about 2 more launches of steps 2 and steps 3" in section
+    assert "Point estimates: The schedule" in section
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())["schedule"]
+    assert [d["versus"] for d in summary["side_by_side"]] == ["static", "builtin", "none"]
+    assert summary["side_by_side"][0]["verdict"] == "better"
+    assert summary["side_by_side"][0]["launches"] == [3, 3]
+    assert summary["slots"]["16"].startswith("no: about 2 more launches")
+
+
+def test_an_inconclusive_difference_says_so() -> None:
+    launches = {"schedule": [Launch(1000.0, 5.0)], "builtin": [Launch(1005.0, 5.0)]}
+    side = compare(launches, {"builtin": "the engine's built-in adaptive schedule"})
+    [d] = side.differences
+    assert d.word == "inconclusive" and "inconclusive" in side.text
+    assert d.interval.startswith("−0.5 % [")

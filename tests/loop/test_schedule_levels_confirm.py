@@ -1,0 +1,130 @@
+"""The per-level confirmation phase through the real loop, every level measured by a fake
+benchmark (the loop's measurement seam) with launch-to-launch noise."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import random
+from collections.abc import Mapping
+from pathlib import Path
+
+import optuna
+import pytest
+
+from sweep.core.policy import Measured, Outcome
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.loop import wiring
+from sweep.loop.context import RunOptions
+from sweep.loop.measure import Rig, SaveSamples
+from sweep.loop.progress import Display
+from sweep.loop.runner import Runner
+from sweep.loop.schedule_export import decide
+from sweep.loop.verify_schedule import stored_records
+from sweep.server.executor import LocalExecutor
+from sweep.store import baseline_study_name, quiet_optuna, read_records
+from sweep.study import load_study
+from sweep.study.model import Study
+from tests.support.studies import write_study
+
+# steps → concurrency → output tok/s: steps 3 clearly best at 1; steps 1 and 2 within 0.3 %
+# at 16 (a tie: fewer steps only when established); no speculation far behind at 1, close at 16
+TRUTH = {
+    0: {1: 100.0, 16: 900.0},
+    1: {1: 150.0, 16: 1000.0},
+    2: {1: 180.0, 16: 1003.0},
+    3: {1: 210.0, 16: 960.0},
+}
+LAUNCH_CV = 0.01
+
+
+def measurer(rng: random.Random):  # type: ignore[no-untyped-def]
+    def measured(
+        rig: Rig,
+        config: TrialConfig,
+        start: TrialRecord,
+        baselines: Mapping[int, float],
+        save: SaveSamples,
+    ) -> Outcome:
+        factor = rng.gauss(1, LAUNCH_CV)
+        steps = config.num_steps if config.speculative else 0
+        levels = []
+        for level, value in TRUTH[steps].items():
+            mean = value * factor
+            half = 0.005 * mean
+            summary = {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
+            levels.append({"concurrency": level, "output_tok_s": summary})
+        objective = levels[0]["output_tok_s"]["mean"]  # type: ignore[index]
+        record = dataclasses.replace(
+            start, levels=tuple(levels), objective=objective, timings={"total": 1.0},
+            finished=rig.clock.wall(),
+        )  # fmt: skip
+        return Measured(record, objective)
+
+    return measured
+
+
+def run(study: Study, seed: int) -> str:
+    quiet_optuna()
+    out = io.StringIO()
+    ctx = wiring.run_context(study, RunOptions(), Display(out, live=False), LocalExecutor(),
+                             measurer=measurer(random.Random(seed)),
+                             engine_check=lambda run: None)  # fmt: skip
+    Runner(ctx).run()
+    return out.getvalue()
+
+
+def study_file(tmp_path: Path, budget: int) -> Study:
+    path = write_study(
+        tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"', confirm=True,
+        workload="output_len = 24\nconcurrency = [1, 16]",
+        sections=f'[objective]\nmetric = "output_tok_s"\nconcurrency = 1\n'
+        f"[schedule]\nconfirm_launches = {budget}\n",
+    )  # fmt: skip
+    return load_study(path)
+
+
+def replicates(study: Study) -> list[TrialRecord]:
+    trials = read_records(optuna.load_study(study_name=study.name, storage=study.storage))
+    return [t for t in trials if t.kind is Kind.REPLICATE]
+
+
+def test_the_tied_levels_contenders_are_relaunched_and_each_slot_says_if_it_is_confident(
+    tmp_path: Path,
+) -> None:
+    study = study_file(tmp_path, budget=8)
+    said = run(study, seed=1)
+    assert "confirming the schedule's levels: relaunching" in said
+    assert "slots established after" in said
+    relaunched = replicates(study)
+    assert relaunched and all(r.state is State.MEASURED for r in relaunched)
+    # every relaunch measured every level: one server start serves both slots
+    assert all({int(lv["concurrency"]) for lv in r.levels} == {1, 16} for r in relaunched)
+    trials, baselines = stored_records(study, study.storage)
+    schedule = decide(study, trials, baselines)
+    [one, sixteen] = schedule.levels
+    assert one.steps == 3 and one.confident is True
+    assert sixteen.steps in (1, 2) and sixteen.confident is not None
+    assert sixteen.confident or "more launch" in sixteen.doubt
+    # the tie at 16 got the launches: steps 1 and 2 were relaunched, steps 3 at most for 1's sake
+    keys = [r.config.num_steps for r in relaunched if r.config is not None]
+    assert {1, 2} <= set(keys)
+
+
+def test_no_budget_no_relaunch(tmp_path: Path) -> None:
+    study = study_file(tmp_path, budget=0)
+    said = run(study, seed=1)
+    assert "confirming the schedule's levels" not in said
+    bases = read_records(
+        optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
+    )
+    assert bases  # the run itself went on as before
+
+
+@pytest.mark.parametrize("levels", ["concurrency = 1"])
+def test_a_single_level_study_has_no_per_level_confirmation(tmp_path: Path, levels: str) -> None:
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
+                       confirm=True, workload=f"output_len = 24\n{levels}")  # fmt: skip
+    said = run(load_study(path), seed=1)
+    assert "confirming the schedule's levels" not in said

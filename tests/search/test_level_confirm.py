@@ -1,0 +1,98 @@
+"""Per-level confirmation: literal launches per level → the round to relaunch, the slot's
+verdict and its doubt."""
+
+from __future__ import annotations
+
+from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule, render_table
+from sweep.search import level_confirm
+
+
+def candidate(steps: int, *means: float, half: float = 2.0) -> Candidate:
+    estimates = tuple(Estimate(m, m - half, m + half) for m in means)
+    return Candidate(f"s{steps}", f"steps {steps}", steps, estimates)
+
+
+def level(concurrency: int, *cands: Candidate) -> LevelChoice:
+    best = max(cands, key=lambda c: c.mean)
+    return LevelChoice(concurrency, best, best, "test", cands)
+
+
+def schedule_of(*levels: LevelChoice) -> Schedule:
+    return Schedule("output_tok_s", Family(8), levels)
+
+
+TIGHT = [1000 + d for d in (0.5, -0.5, 0.2, -0.2, 0.1, -0.1, 0.3, -0.3, 0, 0)]
+
+
+def test_a_clear_best_needs_no_relaunch_and_is_confident() -> None:
+    clear = schedule_of(level(1, candidate(4, 1300), candidate(1, 1000), candidate(0, 900)))
+    assert level_confirm.next_round(clear, remaining=10) == ()
+    [slot] = level_confirm.confirmed(clear).levels
+    assert slot.steps == 4 and slot.confident is True and slot.doubt == ""
+    assert slot.reason.startswith("best: within 1% of every rival")
+    assert not level_confirm.confirmed(clear).notes
+
+
+def test_close_contenders_are_relaunched_and_the_slot_says_what_would_decide_it() -> None:
+    close = schedule_of(level(16, candidate(2, 1000), candidate(3, 1008), candidate(0, 700)))
+    order = level_confirm.next_round(close, remaining=10)
+    assert set(order) == {"s2", "s3"}  # the contenders, not the far no-speculation
+    [slot] = level_confirm.confirmed(close).levels
+    assert slot.confident is False and slot.steps == 3  # the best measured, not fewer steps
+    assert slot.reason.startswith("the best measured (1 launch); not established")
+    assert "more launch" in slot.doubt and "steps 2" in slot.doubt and "steps 3" in slot.doubt
+    table = render_table(level_confirm.confirmed(close))
+    assert f"no: {slot.doubt} |" in table
+    assert "1 of 1 slots not established: `sweep run`" in table
+
+
+def test_no_budget_no_round() -> None:
+    close = schedule_of(level(16, candidate(2, 1000), candidate(3, 1008)))
+    assert level_confirm.next_round(close, remaining=0) == ()
+
+
+def test_a_round_interleaves_each_configuration_once_most_wanted_first() -> None:
+    both = level(1, candidate(2, 1000), candidate(3, 1008), candidate(4, 1004))
+    one = level(16, candidate(2, 1000), candidate(3, 1009), candidate(4, 600))
+    order = level_confirm.next_round(schedule_of(both, one), remaining=10)
+    assert len(order) == len(set(order))
+    assert set(order[:2]) == {"s2", "s3"}  # wanted by both levels
+    assert level_confirm.next_round(schedule_of(both, one), remaining=1) == order[:1]
+
+
+def test_fewer_steps_established_by_equivalence_wins_the_tie() -> None:
+    fewer = candidate(2, *TIGHT, half=0.5)
+    more = candidate(3, *(v + 1 for v in TIGHT), half=0.5)  # 0.1 % higher
+    tied = schedule_of(level(4, fewer, more))
+    assert level_confirm.next_round(tied, remaining=10) == ()
+    [slot] = level_confirm.confirmed(tied).levels
+    assert slot.steps == 2 and slot.confident is True
+    assert slot.reason.startswith("fewer steps")
+
+
+def test_no_speculation_is_the_simplest_of_a_tie() -> None:
+    base = Candidate("base", "no speculation", 0, candidate(0, *TIGHT, half=0.5).estimates)
+    spec = candidate(1, *(v + 0.5 for v in TIGHT), half=0.5)
+    [slot] = level_confirm.confirmed(schedule_of(level(64, base, spec))).levels
+    assert slot.steps == 0 and slot.confident is True
+
+
+def test_a_tie_won_on_one_launch_is_below_the_floor() -> None:
+    # a hundred tight launches of steps 3 bring the launch variance down so far that one
+    # launch of steps 2 passes the test; "fewer steps" still needs a second launch of it
+    fewer = Candidate("s2", "steps 2", 2, (Estimate(1000, 1000, 1000),))
+    many = tuple(Estimate(1000.5 + d, 1000.5 + d, 1000.5 + d) for d in (0.1, -0.1) * 50)
+    more = Candidate("s3", "steps 3", 3, many)
+    slot = level_confirm.judge(level(8, fewer, more), remaining=10)
+    assert slot.winner.key == "s2" and slot.confident is False and slot.wanted == ("s2",)
+    assert slot.doubt == "1 more launch of steps 2"
+    assert slot.reason.endswith("fewer steps (2) not yet established")
+    twice = Candidate("s2", "steps 2", 2, fewer.estimates * 2)
+    settled = level_confirm.judge(level(8, twice, more), remaining=10)
+    assert settled.winner.key == "s2" and settled.confident is True and settled.wanted == ()
+
+
+def test_the_stored_schedule_carries_the_doubt() -> None:
+    close = schedule_of(level(16, candidate(2, 1000), candidate(3, 1008)))
+    [stored] = level_confirm.confirmed(close).as_dict()["levels"]
+    assert stored["confident"] is False and "more launch" in stored["doubt"]
