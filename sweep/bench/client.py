@@ -55,6 +55,8 @@ class StreamRecord:
         finish_reason: the final ``meta_info.finish_reason`` (``{"type": "length", ...}``).
         spec_verify_ct: verify rounds, from the final chunk; ``None`` without speculation.
         server_e2e_s: the server's own ``meta_info.e2e_latency``, if given.
+        spec_steps: ``(drafted, accepted)`` per speculative step, as the server reported
+            them (vLLM's per-request metrics, ``detailed``); ``None`` when it does not.
     """
 
     sent_at: float
@@ -63,6 +65,7 @@ class StreamRecord:
     finish_reason: Mapping[str, Any]
     spec_verify_ct: int | None
     server_e2e_s: float | None
+    spec_steps: tuple[tuple[int, int], ...] | None = None
 
     @property
     def finish_type(self) -> str:

@@ -13,14 +13,21 @@ Acceptance comes from ``/metrics`` deltas over the measured window:
 ``vllm:spec_decode_num_drafts_total``, ``..._num_draft_tokens_total``,
 ``..._num_accepted_tokens_total`` and ``..._num_accepted_tokens_per_pos_total``
 (one series per draft position). Without speculation these series do not exist.
+
+Per request, a server started with ``--per-request-spec-decode-metrics detailed`` (vLLM
+0.32) adds ``metrics.speculative_decoding`` to the stream's final usage chunk, with
+``per_step_drafted`` and ``per_step_accepted``: the tokens drafted and accepted at each
+step that drafted (a step that drafted nothing is not listed). :func:`drafted_steps` turns
+a level's requests into its steps by the K drafted — what a per-batch-size schedule is
+checked against.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import httpx
 
@@ -72,11 +79,14 @@ class CompletionParser(StreamParser):
 
     count_steps: bool = False
     finish: str | None = None
+    spec_steps: tuple[tuple[int, int], ...] | None = None
     _steps: int = field(default=0, repr=False)
 
     def _chunk(self, event: dict[str, Any], at: float) -> int:
         if "error" in event:
             return super()._chunk(event, at)
+        if (steps := per_step_metrics(event)) is not None:
+            self.spec_steps = steps
         usage = event.get("usage")
         total = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if not isinstance(total, int) or total < self.tokens:
@@ -106,7 +116,90 @@ class CompletionParser(StreamParser):
             finish_reason=record.finish_reason,
             spec_verify_ct=steps,
             server_e2e_s=None,
+            spec_steps=self.spec_steps,
         )
+
+
+def per_step_metrics(event: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | None:
+    """``(drafted, accepted)`` per step from a chunk's ``metrics.speculative_decoding``
+    (vLLM's ``--per-request-spec-decode-metrics detailed``); ``None`` when the chunk has none.
+
+    Raises:
+        BenchmarkError: ``BAD_RESPONSE`` if the arrays are malformed (not lists of
+            non-negative ints of one length, or more accepted than drafted at a step).
+    """
+    metrics = event.get("metrics")
+    spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
+    if not isinstance(spec, dict) or spec.get("per_step_drafted") is None:
+        return None
+    drafted, accepted = spec.get("per_step_drafted"), spec.get("per_step_accepted")
+    if not (_counts(drafted) and _counts(accepted) and len(drafted) == len(accepted)) or any(
+        a > d for d, a in zip(drafted, accepted, strict=True)
+    ):
+        raise BenchmarkError(
+            BenchmarkFailure.BAD_RESPONSE,
+            "metrics.speculative_decoding: expected per_step_drafted and per_step_accepted, "
+            "lists of non-negative ints of one length (accepted <= drafted), got "
+            f"{str(spec)[:200]}",
+        )
+    return tuple(zip(drafted, accepted, strict=True))
+
+
+def _counts(value: object) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
+    )
+
+
+@dataclass(frozen=True)
+class DraftedSteps:
+    """A level's decode steps by the number of tokens the server drafted for them.
+
+    Attributes:
+        by_k: K → steps, over the level's measured requests; K = 0 counts the steps that
+            drafted nothing (not listed by the server: a request's completion tokens, less
+            its first, less the tokens of its listed steps).
+        requests: the requests that reported their steps.
+    """
+
+    by_k: Mapping[int, int]
+    requests: int
+
+    @property
+    def steps(self) -> int:
+        return sum(self.by_k.values())
+
+    @property
+    def mode(self) -> int:
+        """The K most steps drafted (the smaller K on a tie)."""
+        return max(sorted(self.by_k), key=lambda k: self.by_k[k])
+
+    def share(self, k: int) -> float:
+        return self.by_k.get(k, 0) / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        by_k = {str(k): n for k, n in sorted(self.by_k.items())}
+        return {"by_k": by_k, "requests": self.requests, "source": "per_step_drafted"}
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> DraftedSteps:
+        by_k = stored.get("by_k") or {}
+        return cls({int(k): int(n) for k, n in by_k.items()}, int(stored.get("requests", 0)))
+
+
+def drafted_steps(records: Sequence[StreamRecord]) -> DraftedSteps | None:
+    """The steps of ``records`` by K drafted; ``None`` when no request reported its steps."""
+    by_k: dict[int, int] = {}
+    reported = [r for r in records if r.spec_steps is not None]
+    for record in reported:
+        steps = record.spec_steps or ()
+        for drafted, _ in steps:
+            by_k[drafted] = by_k.get(drafted, 0) + 1
+        # every step makes its accepted tokens + 1; the first token comes from the prefill
+        silent = record.completion_tokens - 1 - sum(a + 1 for _, a in steps)
+        if silent > 0:
+            by_k[0] = by_k.get(0, 0) + silent
+    return DraftedSteps(by_k, len(reported)) if reported else None
 
 
 async def stream_completion(
@@ -230,6 +323,22 @@ class Acceptance:
 
     def as_dict(self) -> Mapping[str, Any]:
         return dict(vars(self))
+
+
+DRAFTED_K = "drafted_k"
+"""The key of a level's :class:`DraftedSteps` in its stored ``acceptance``."""
+
+
+def level_acceptance(
+    window: Acceptance | None, records: Sequence[StreamRecord]
+) -> Mapping[str, Any] | None:
+    """What a vLLM level stores as ``acceptance``: the counters' window, and under
+    :data:`DRAFTED_K` the steps by K drafted when the requests reported them."""
+    steps = drafted_steps(records)
+    out = dict(window.as_dict()) if window is not None else {}
+    if steps is not None:
+        out[DRAFTED_K] = steps.as_dict()
+    return out or None
 
 
 def acceptance(before: VLLMSpecCounters, after: VLLMSpecCounters) -> Acceptance | None:

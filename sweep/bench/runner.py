@@ -336,7 +336,9 @@ async def _openai_level(ctx: _Context, measure: Measure) -> LevelResult:
         check = figures.accept_check_from_vllm(window.accept_length, client, tolerance)
     level = figures.level_result(loop.log(), check)
     if window is not None:
-        level = replace(level, accept_length=window.accept_length, acceptance=window.as_dict())
+        level = replace(level, accept_length=window.accept_length)
+    # with the steps by K drafted, when the responses carried them (per-request metrics)
+    level = replace(level, acceptance=openai.level_acceptance(window, loop.records))
     return ctx.checked(level)
 
 

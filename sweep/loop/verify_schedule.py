@@ -25,12 +25,13 @@ import optuna
 from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
 from sweep.core import speedup as speedups
-from sweep.core.policy import Interrupted, Outcome
-from sweep.core.records import Kind, TrialRecord
+from sweep.core.policy import Failed, Interrupted, Measured, Outcome
+from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.schedule import NOT_APPLIED, Schedule
 from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
+from sweep.engines.vllm_spec import schedule_not_applied
 from sweep.exceptions import ConfigError, ExecutorError, ScheduleError, StorageError
 from sweep.loop import wiring
 from sweep.loop.attempt import saver, with_retries
@@ -71,6 +72,8 @@ from sweep.store import (
     write_record,
 )
 from sweep.study.model import Study
+
+NOT_APPLIED_KIND = "schedule_not_applied"  # a verification launch that did not run the schedule
 
 
 @dataclass(frozen=True)
@@ -255,8 +258,9 @@ def verify_with(
             record = _verify_one(rig, owner, schedule, arm, values, storage, host)
             records.append(record)
             launch = _launch_of(record, metric, levels)
-            if launch is None:
-                failures[name] = failures.get(name, 0) + 1
+            if launch is None:  # a deterministic failure (e.g. not applied) is not retried
+                again = record.failure is None or not record.failure.deterministic
+                failures[name] = failures.get(name, 0) + (1 if again else 2)
             else:
                 launches[name].append(launch)
 
@@ -384,17 +388,24 @@ def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:
 
 
 def _checked(outcome: Outcome, config: TrialConfig) -> Outcome:
-    """Flag a launch whose server did not run the schedule (e.g. SGLang fell back to static)."""
-    record = outcome.record
-    if config.adaptive is None or record.resolved.get("adaptive") is not False:
+    """A launch whose server did not run the schedule (:func:`not_applied`) is a failed
+    verification with the reason, never a measurement (its figures stay on the record)."""
+    reason = not_applied(outcome.record, config) if isinstance(outcome, Measured) else None
+    if reason is None:
         return outcome
-    warning = (
-        f"{NOT_APPLIED} (adaptive mode off in its resolved arguments): these figures are of "
-        "static steps, not counted in the verdict"
-    )
-    return dataclasses.replace(
-        outcome, record=dataclasses.replace(record, warnings=(*record.warnings, warning))
-    )
+    warning = f"{NOT_APPLIED} ({reason}): these figures are not counted in the verdict"
+    failure = Failure(NOT_APPLIED_KIND, f"{NOT_APPLIED}: {reason}", deterministic=True)
+    warnings = (*outcome.record.warnings, warning)
+    return Failed(dataclasses.replace(outcome.record, failure=failure, warnings=warnings), False)
+
+
+def not_applied(record: TrialRecord, config: TrialConfig) -> str | None:
+    """Why the server did not run ``config``'s schedule, or ``None``: adaptive mode off in its
+    resolved arguments, or (vLLM) a level that drafted another K than the schedule's there."""
+    if config.adaptive is not None and record.resolved.get("adaptive") is False:
+        return "adaptive mode off in its resolved arguments"
+    steps = config.adaptive.steps_by_batch if config.adaptive else ()
+    return schedule_not_applied(steps, config.num_steps, record.levels) if steps else None
 
 
 def _result_text(record: TrialRecord) -> str:

