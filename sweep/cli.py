@@ -553,6 +553,8 @@ def status(
         )
     if report.answer:
         out.print(f"{report.answer_heading}: {escape(report.answer)}")
+    if report.workload:
+        out.print(f"by content and context: {escape(report.workload)}")
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
 

@@ -20,7 +20,8 @@ from analysis.data.schema import (
     SUMMARY_FIGURES,
     TIMINGS,
 )
-from sweep.core.objective import metric_value
+from analysis.data.workload import workload_cells
+from sweep.core.objective import by_level, metric_value
 from sweep.core.records import Failure, TrialRecord
 
 LOG_TAIL_LINES = 50
@@ -45,10 +46,16 @@ def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     levels: Sequence[Mapping[str, Any]] = record.levels
     if not levels:
         return [base]
-    return [
+    cells = workload_cells(levels)
+    if cells:  # one row per concurrency (its first context); the cells ride on the first row
+        levels = list(by_level(levels).values())
+    rows = [
         {**base, **level_columns(level, context.metric), **_schedule_steps(record, level)}
         for level in levels
     ]
+    if cells:
+        rows[0]["workload_cells"] = cells
+    return rows
 
 
 def trial_columns(record: TrialRecord, context: StudyContext) -> Row:

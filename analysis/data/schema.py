@@ -17,6 +17,7 @@ FLOAT = "float64"
 STR = "str"
 BOOL = "boolean"
 TIME = "datetime64[us, UTC]"
+OBJECT = "object"  # kept as is (the workload cells of a trial: a tuple of dicts)
 
 SUMMARY_FIGURES = ("decode_tok_s", "output_tok_s")  # {n, mean, std, ci_low, ci_high, half_width}
 DISTRIBUTION_FIGURES = ("ttft_ms", "itl_ms", "e2e_s")  # {n, mean, p50, p90, p99}
@@ -103,6 +104,7 @@ OUTCOME = {
     "predicted_sd": FLOAT,
     "schedule": STR,  # a verified schedule: "schedule" (sweep's) or "builtin" (the engine's)
     "schedule_steps": INT,  # the steps that schedule runs at the row's level
+    "workload_cells": OBJECT,  # per category × context × level figures (analysis.data.workload)
 }
 BASELINE = {
     "baseline_trial": INT,
@@ -139,6 +141,8 @@ def typed(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.DataFrame:
 def _as(column: pd.Series, dtype: str) -> pd.Series:
     if str(column.dtype) == dtype:
         return column
+    if dtype == OBJECT:
+        return column.astype(OBJECT)
     if dtype == TIME:
         numbers = pd.to_numeric(column, errors="coerce").astype(FLOAT)
         return pd.to_datetime(numbers, unit="s", utc=True).astype(TIME)

@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sweep.bench import checks, figures, openai
+from sweep.bench import checks, figures, mix, openai
 from sweep.bench.client import (
     GenerateRequest,
     OnTokens,
@@ -177,13 +177,15 @@ async def benchmark(
     except BenchmarkError as exc:
         raise exc.located(context.url, workload.concurrency[0], None) from exc
     levels: list[LevelResult] = []
-    for concurrency in workload.concurrency:
-        try:
-            levels.append(await _measure_level(context, concurrency))
-        except _LevelFailed as failed:
-            done = levels + ([failed.partial] if failed.partial else [])
-            partial = context.result(done) if done else None
-            raise failed.error.located(context.url, concurrency, partial) from failed.error
+    for tokens in mix.contexts(workload):  # a context level's rounds, then the next's
+        at = replace(context, workload=mix.at_context(workload, tokens))
+        for concurrency in workload.concurrency:
+            try:
+                levels.append(await _measure_level(at, concurrency))
+            except _LevelFailed as failed:
+                done = levels + ([failed.partial] if failed.partial else [])
+                partial = context.result(done) if done else None
+                raise failed.error.located(context.url, concurrency, partial) from failed.error
     return context.result(levels)
 
 
@@ -274,9 +276,30 @@ async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
     rounds = _Rounds(ctx, concurrency)
     try:
         await _warmup(ctx, concurrency)
-        return await ctx.protocol.level(ctx, rounds)
+        level = await ctx.protocol.level(ctx, rounds)
+        return _with_axes(ctx, rounds.loop, level)
     except BenchmarkError as exc:
-        raise _LevelFailed(exc, rounds.partial()) from exc
+        raise _LevelFailed(exc, _partial_with_axes(ctx, rounds.loop, rounds.partial())) from exc
+    except _LevelFailed as failed:
+        partial = _partial_with_axes(ctx, rounds.loop, failed.partial)
+        raise _LevelFailed(failed.error, partial) from failed.error
+
+
+def _with_axes(ctx: _Context, loop: ClosedLoop | None, level: LevelResult) -> LevelResult:
+    """The level tagged with its context level and its per-category figures."""
+    w = ctx.workload
+    if loop is None or not (w.categories or w.context is not None):
+        return level
+    per_category = mix.category_figures(
+        loop.finished, loop.round_size, len(loop.rounds), w.categories, loop.rule.confidence
+    )
+    return replace(level, input_len=w.context, categories=per_category or None)
+
+
+def _partial_with_axes(
+    ctx: _Context, loop: ClosedLoop | None, level: LevelResult | None
+) -> LevelResult | None:
+    return None if level is None else _with_axes(ctx, loop, level)
 
 
 class _Rounds:

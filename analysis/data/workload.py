@@ -1,0 +1,188 @@
+"""The workload axes in the analysis: one row per trial × category × context × concurrency, the
+category × steps matrices, throughput vs steps per context level and the per-cell best.
+
+Pure (frames in, frames out). A trial's cells ride on its first row in the tidy frame
+(``workload_cells``, see :func:`analysis.data.rows.trial_rows`); :func:`cells_frame` unfolds them.
+A cell's speedup is over the mean of the baselines' figure in the same cell (same category,
+context level and concurrency).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from sweep.core.cells import CellBest, where_best_changes
+
+ALL = "all"  # the category of a level measured without categories
+TRIAL_COLUMNS = ("trial", "kind", "state", "key", "config", "speculative", "num_steps", "objective")
+CELL = ["category", "input_len", "concurrency"]
+
+
+def workload_cells(levels: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """A trial's cells, ``()`` when its levels have no workload axes."""
+    if not any("input_len" in lv or lv.get("categories") for lv in levels):
+        return ()
+    out = []
+    for level in levels:
+        base = {"input_len": level.get("input_len"), "concurrency": int(level["concurrency"])}
+        per = level.get("categories") or {ALL: level}
+        for name, c in per.items():
+            decode = c.get("decode_tok_s") or {}
+            half = c.get("accept_half_width")
+            out.append(
+                {
+                    **base,
+                    "category": name,
+                    "accept_length": c.get("accept_length"),
+                    "accept_half_width": half,
+                    "decode_tok_s": decode.get("mean"),
+                    "decode_ci_low": decode.get("ci_low"),
+                    "decode_ci_high": decode.get("ci_high"),
+                }
+            )
+    return tuple(out)
+
+
+def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured trial and cell: the trial's identity and the cell's figures."""
+    if "workload_cells" not in df.columns:
+        return pd.DataFrame(columns=[*TRIAL_COLUMNS, *CELL])
+    carrying = df[df["workload_cells"].notna() & (df["state"] == "measured")]
+    rows: list[dict[str, Any]] = []
+    for trial in carrying[[*TRIAL_COLUMNS, "workload_cells"]].itertuples(index=False):
+        identity = dict(zip(TRIAL_COLUMNS, trial[:-1], strict=True))
+        rows.extend({**identity, **cell} for cell in trial[-1])
+    frame = pd.DataFrame.from_records(rows, columns=[*TRIAL_COLUMNS, *CELL, *_FIGURES])
+    frame["input_len"] = pd.to_numeric(frame["input_len"], errors="coerce").astype("Int64")
+    for name in _FIGURES:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    return frame
+
+
+_FIGURES = (
+    "accept_length",
+    "accept_half_width",
+    "decode_tok_s",
+    "decode_ci_low",
+    "decode_ci_high",
+)
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """What the report says about the workload axes.
+
+    Attributes:
+        cells: trial cells with ``speedup`` (over the baselines' mean in the same cell).
+        acceptance: category × steps, the mean accept length over contexts and levels.
+        acceptance_half_width: the same cells' mean half-width of the accept-length interval.
+        speedup: category × steps, the best configuration's mean speedup over contexts × levels.
+        throughput: input_len, concurrency, steps (0: no speculation), decode_tok_s (the mean
+            over categories, best configuration of those steps).
+        best: the best configuration per cell.
+        answer: the mix's answer (a configuration label), if any trial was measured.
+        line: where the best setting changes with content or context, in one line.
+    """
+
+    cells: pd.DataFrame
+    acceptance: pd.DataFrame
+    acceptance_half_width: pd.DataFrame
+    speedup: pd.DataFrame
+    throughput: pd.DataFrame
+    best: tuple[CellBest, ...] = ()
+    answer: str | None = None
+    line: str = ""
+    differing: tuple[CellBest, ...] = field(default=())
+
+
+def workload_view(
+    trials: pd.DataFrame, baselines: pd.DataFrame, answer_key: str | None = None
+) -> WorkloadView | None:
+    """The workload view of a study, ``None`` when its trials have no workload axes."""
+    cells = cells_frame(trials)
+    cells = cells[(cells["kind"].isin(["trial", "replicate"])) & cells["speculative"].fillna(False)]
+    if cells.empty:
+        return None
+    base = cells_frame(baselines)
+    reference = base.groupby(CELL, dropna=False)["decode_tok_s"].mean().rename("baseline")
+    cells = cells.join(reference, on=CELL)
+    cells = cells.assign(speedup=cells["decode_tok_s"] / cells["baseline"])
+    per_config = cells.groupby([*CELL, "key", "config", "num_steps"], dropna=False).agg(
+        decode_tok_s=("decode_tok_s", "mean"),
+        accept_length=("accept_length", "mean"),
+        accept_half_width=("accept_half_width", "mean"),
+        speedup=("speedup", "mean"),
+    )
+    per_config = per_config.reset_index()
+    answer = _answer(cells, answer_key)
+    best = _bests(per_config)
+    differing = tuple(b for b in best if b.label != answer)
+    return WorkloadView(
+        cells=cells,
+        acceptance=_matrix(per_config, "accept_length", "mean"),
+        acceptance_half_width=_matrix(per_config, "accept_half_width", "mean"),
+        speedup=_speedup_matrix(per_config),
+        throughput=_throughput(per_config, base),
+        best=best,
+        answer=answer,
+        line=where_best_changes(best, answer),
+        differing=differing,
+    )
+
+
+def _answer(cells: pd.DataFrame, answer_key: str | None) -> str | None:
+    if answer_key is not None:
+        named = cells[cells["key"] == answer_key]
+        if not named.empty:
+            return str(named["config"].iloc[0])
+    ranked = cells.dropna(subset=["objective"])
+    if ranked.empty:
+        return None
+    means = ranked.groupby("config")["objective"].mean()
+    return str(means.idxmax())
+
+
+def _bests(per_config: pd.DataFrame) -> tuple[CellBest, ...]:
+    rows = per_config.dropna(subset=["decode_tok_s"])
+    if rows.empty:
+        return ()
+    top = rows.loc[rows.groupby(CELL, dropna=False)["decode_tok_s"].idxmax()]
+    out = []
+    for r in top.itertuples(index=False):
+        category = None if r.category == ALL else str(r.category)
+        ctx = None if pd.isna(r.input_len) else int(r.input_len)
+        steps = None if pd.isna(r.num_steps) else int(r.num_steps)
+        cell = (category, ctx, int(r.concurrency))
+        out.append(CellBest(cell, str(r.config), steps, float(r.decode_tok_s)))
+    return tuple(sorted(out, key=lambda b: (b.cell[0] or "", b.cell[1] or 0, b.cell[2])))
+
+
+def _matrix(per_config: pd.DataFrame, column: str, how: str) -> pd.DataFrame:
+    table = per_config.pivot_table(
+        index="category", columns="num_steps", values=column, aggfunc=how, dropna=False
+    )
+    return table.sort_index(axis=1)
+
+
+def _speedup_matrix(per_config: pd.DataFrame) -> pd.DataFrame:
+    """Per category and steps: the configuration (of those steps) with the best mean speedup
+    over the category's contexts and levels."""
+    over_cells = per_config.groupby(["category", "num_steps", "key"], dropna=False)[
+        "speedup"
+    ].mean()
+    best = over_cells.groupby(level=["category", "num_steps"], dropna=False).max()
+    return best.unstack("num_steps").sort_index(axis=1)
+
+
+def _throughput(per_config: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
+    keys = ["input_len", "concurrency"]
+    mixed = per_config.groupby([*keys, "num_steps", "key"], dropna=False)["decode_tok_s"].mean()
+    spec = mixed.groupby(level=[*keys, "num_steps"], dropna=False).max().reset_index()
+    if not base.empty:
+        plain = base.groupby(keys, dropna=False)["decode_tok_s"].mean().reset_index()
+        spec = pd.concat([plain.assign(num_steps=0), spec], ignore_index=True)
+    return spec.rename(columns={"num_steps": "steps"}).sort_values([*keys, "steps"])
