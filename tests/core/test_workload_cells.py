@@ -19,7 +19,8 @@ def level(concurrency: int, ctx: int | None, **decode: float) -> dict[str, Any]:
         "concurrency": concurrency,
         "decode_tok_s": {"mean": sum(decode.values()) / len(decode), "half_width": 1.0},
         "categories": {
-            name: {"decode_tok_s": {"mean": v}, "accept_length": v / 10} for name, v in decode.items()
+            name: {"decode_tok_s": {"mean": v}, "accept_length": v / 10}
+            for name, v in decode.items()
         },
     }
     if ctx is not None:
