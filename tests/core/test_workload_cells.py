@@ -1,4 +1,4 @@
-"""The objective over a traffic mix and the per-cell best (sweep.core.objective, sweep.core.cells)."""
+"""The objective over a traffic mix and the per-cell best (core.objective, core.cells)."""
 
 from __future__ import annotations
 
