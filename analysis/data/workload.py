@@ -2,7 +2,8 @@
 category × steps matrices, throughput vs steps per context level and the per-cell best.
 
 Pure (frames in, frames out). A trial's cells ride on its first row in the tidy frame
-(``workload_cells``, see :func:`analysis.data.rows.trial_rows`); :func:`cells_frame` unfolds them.
+(``workload_cells``: its stored levels, see :func:`analysis.data.rows.trial_rows`);
+:func:`cells_frame` unfolds them when a report needs them.
 A cell's speedup is over the mean of the baselines' figure in the same cell (same category,
 context level and concurrency).
 """
@@ -22,9 +23,14 @@ TRIAL_COLUMNS = ("trial", "kind", "state", "key", "config", "speculative", "num_
 CELL = ["category", "input_len", "concurrency"]
 
 
+def has_axes(levels: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a trial's stored levels were measured with workload axes."""
+    return any("input_len" in lv or lv.get("categories") for lv in levels)
+
+
 def workload_cells(levels: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
     """A trial's cells, ``()`` when its levels have no workload axes."""
-    if not any("input_len" in lv or lv.get("categories") for lv in levels):
+    if not has_axes(levels):
         return ()
     out = []
     for level in levels:
@@ -51,11 +57,14 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
     """One row per measured trial and cell: the trial's identity and the cell's figures."""
     if "workload_cells" not in df.columns:
         return pd.DataFrame(columns=[*TRIAL_COLUMNS, *CELL])
-    carrying = df[df["workload_cells"].notna() & (df["state"] == "measured")]
+    narrow = df[[*TRIAL_COLUMNS, "workload_cells"]]  # before filtering: copy few columns
+    carrying = narrow[
+        (narrow["workload_cells"].notna() & (narrow["state"] == "measured")).to_numpy()
+    ]
     rows: list[dict[str, Any]] = []
-    for trial in carrying[[*TRIAL_COLUMNS, "workload_cells"]].itertuples(index=False):
+    for trial in carrying.itertuples(index=False):
         identity = dict(zip(TRIAL_COLUMNS, trial[:-1], strict=True))
-        rows.extend({**identity, **cell} for cell in trial[-1])
+        rows.extend({**identity, **cell} for cell in workload_cells(trial[-1]))
     frame = pd.DataFrame.from_records(rows, columns=[*TRIAL_COLUMNS, *CELL, *_FIGURES])
     frame["input_len"] = pd.to_numeric(frame["input_len"], errors="coerce").astype("Int64")
     for name in _FIGURES:
