@@ -6,7 +6,9 @@ One launch measures every category at once: the seeded order deals the categorie
 and each request's own acceptance (``spec_verify_ct`` in its meta info) says which category
 accepted what. A category's accept length is pooled over its requests, with a ratio-estimator
 interval over its distinct prompts (a prompt replayed in later rounds adds no information at
-temperature 0); its decode speed has a t interval over rounds, like the level's.
+temperature 0). Its decode speed per round pools its requests — tokens after the first over
+the time after the first token, summed — so one request whose tokens arrived in a burst cannot
+dominate a category of few requests; the t interval is over rounds, like the level's.
 """
 
 from __future__ import annotations
@@ -133,12 +135,14 @@ def category_figures(
 def _one_category(
     mine: list[tuple[int, Finished]], round_size: int, rounds: int, confidence: float
 ) -> CategoryFigures:
-    per_round: dict[int, list[float]] = {}
+    per_round: dict[int, list[float]] = {}  # round -> [tokens after the first, seconds]
     for position, f in mine:
-        speed = f.record.decode_speed
-        if position < rounds * round_size and speed is not None:
-            per_round.setdefault(position // round_size, []).append(speed)
-    means = [sum(v) / len(v) for v in per_round.values()]
+        r = f.record
+        if position < rounds * round_size and r.decode_speed is not None:
+            pair = per_round.setdefault(position // round_size, [0.0, 0.0])
+            pair[0] += r.completion_tokens - 1
+            pair[1] += r.finished_at - r.first_token_at
+    means = [tokens / seconds for tokens, seconds in per_round.values()]
     tokens = sum(f.record.completion_tokens for _, f in mine)
     al, half = accept_interval([f for _, f in mine], confidence)
     return CategoryFigures(

@@ -106,7 +106,8 @@ class CategoryFigures:
         accept_length: Σ completion / Σ spec_verify_ct over its requests; ``None`` without
             per-request speculation counters.
         accept_half_width: the interval's half-width (ratio estimator over its prompts).
-        decode_speed: its requests' mean decode speed per round, t interval over rounds.
+        decode_speed: its requests' pooled decode speed per round (Σ tokens after the first /
+            Σ time after the first token), t interval over rounds.
     """
 
     requests: int
