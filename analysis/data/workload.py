@@ -195,3 +195,26 @@ def _throughput(per_config: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
         plain = base.groupby(keys, dropna=False)["decode_tok_s"].mean().reset_index()
         spec = pd.concat([plain.assign(num_steps=0), spec], ignore_index=True)
     return spec.rename(columns={"num_steps": "steps"}).sort_values([*keys, "steps"])
+
+
+def per_category_best(df: pd.DataFrame) -> pd.DataFrame:
+    """Per study and category: the configuration with the best mean decode speed over the
+    category's cells, its decode speed and accept length (for ``sweep compare``)."""
+    frames = []
+    for study, rows in df.groupby("study", sort=False):
+        cells = cells_frame(rows)
+        cells = cells[
+            cells["kind"].isin(["trial", "replicate"]) & cells["speculative"].fillna(False)
+        ]
+        if cells.empty:
+            continue
+        means = cells.groupby(["category", "config"]).agg(
+            decode_tok_s=("decode_tok_s", "mean"), accept_length=("accept_length", "mean")
+        )
+        best = means.loc[means.groupby(level="category")["decode_tok_s"].idxmax()].reset_index()
+        frames.append(best.assign(study=study))
+    if not frames:
+        return pd.DataFrame(
+            columns=["study", "category", "config", "decode_tok_s", "accept_length"]
+        )
+    return pd.concat(frames, ignore_index=True)
