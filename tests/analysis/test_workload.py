@@ -34,7 +34,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_tidy_frame_keeps_one_row_per_level_and_the_cells_unfold(study: Path) -> None:
-    info, trials, baselines = load_study_data(study_ref(study))
+    _info, trials, baselines = load_study_data(study_ref(study))
     measured = trials[trials["state"] == "measured"]
     # the per-concurrency rows are the first context's, as before: one per level
     assert measured.groupby("trial").size().eq(2).all()
@@ -46,7 +46,7 @@ def test_the_tidy_frame_keeps_one_row_per_level_and_the_cells_unfold(study: Path
 
 
 def test_the_matrices_follow_the_categories_acceptance(study: Path) -> None:
-    info, trials, baselines = load_study_data(study_ref(study))
+    _info, trials, baselines = load_study_data(study_ref(study))
     view = workload_view(trials, baselines)
     assert view is not None
     assert list(view.acceptance.columns) == [1, 2, 3, 4, 5]
