@@ -56,6 +56,7 @@ def test_a_reduced_workload_study_runs_end_to_end_on_the_simulator(tmp_path: Pat
     )
     done = sweep_cli("run", str(path), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "by content and context:" in done.stdout  # the run's summary says it too
 
     study = load_study(path)
     trials = read_records(optuna.load_study(study_name=study.name, storage=study.storage))
