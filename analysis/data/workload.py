@@ -218,3 +218,19 @@ def per_category_best(df: pd.DataFrame) -> pd.DataFrame:
             columns=["study", "category", "config", "decode_tok_s", "accept_length"]
         )
     return pd.concat(frames, ignore_index=True)
+
+
+def steps_by_context(throughput: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """The best steps (0: no speculation) per context level and concurrency, from the
+    ``throughput`` frame of :class:`WorkloadView`: ``{"2048": {"1": 4, "8": 2}, ...}``."""
+    rows = throughput.dropna(subset=["decode_tok_s"])
+    if rows.empty:
+        return {}
+    top = rows.loc[
+        rows.groupby(["input_len", "concurrency"], dropna=False)["decode_tok_s"].idxmax()
+    ]
+    out: dict[str, dict[str, int]] = {}
+    for r in top.itertuples(index=False):
+        context = "any" if pd.isna(r.input_len) else str(int(r.input_len))
+        out.setdefault(context, {})[str(int(r.concurrency))] = int(r.steps)
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.data.workload import WorkloadView, workload_view
+from analysis.data.workload import WorkloadView, steps_by_context, workload_view
 from analysis.plots.workload import plot_throughput_by_context
 from analysis.report import formatting as fmt
 from analysis.report.data import FigureSet, StudyData
@@ -40,6 +40,20 @@ def workload_section(view: WorkloadView | None, figures: FigureSet) -> Section |
             "throughput_by_context", lambda: plot_throughput_by_context(view.throughput), CAPTION
         ),
     ]
+    table_by_context = steps_by_context(view.throughput)
+    if table_by_context:
+        levels = sorted({int(b) for row in table_by_context.values() for b in row})
+        blocks += [
+            "Best steps per context level and concurrency (the mean over categories; 0: no "
+            "speculation) — `summary.json` has it as `workload.steps_by_context`:",
+            table(
+                ("context", *(f"concurrency {b}" for b in levels)),
+                [
+                    (ctx, *(row.get(str(b), "") for b in levels))
+                    for ctx, row in table_by_context.items()
+                ],
+            ),
+        ]
     if view.differing:
         rows = [
             (
@@ -83,6 +97,7 @@ def workload_summary(view: WorkloadView | None) -> dict[str, object] | None:
         "where_best_changes": view.line,
         "acceptance": _plain(view.acceptance),
         "speedup": _plain(view.speedup),
+        "steps_by_context": steps_by_context(view.throughput),
         "best_per_cell": [
             {
                 "category": b.cell[0],

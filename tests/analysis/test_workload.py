@@ -115,6 +115,9 @@ def test_the_report_shows_the_section_and_writes_the_cells(study: Path, tmp_path
     assert (tmp_path / "out" / "figures" / "throughput_by_context.png").exists()
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())["workload"]
     assert set(summary["acceptance"]) == set(CATEGORIES)
+    table = summary["steps_by_context"]
+    assert set(table) == {str(c) for c in CONTEXTS} and set(table["256"]) == {"1", "8"}
+    assert all(0 <= steps <= 5 for row in table.values() for steps in row.values())
     cells = pd.read_csv(tmp_path / "out" / "workload.csv")
     assert {"category", "input_len", "concurrency", "accept_length"} <= set(cells.columns)
     assert "workload_cells" not in pd.read_csv(tmp_path / "out" / "trials.csv", nrows=1).columns
