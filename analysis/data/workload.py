@@ -90,6 +90,8 @@ class WorkloadView:
         acceptance: category × steps, the mean accept length over contexts and levels.
         acceptance_half_width: the same cells' mean half-width of the accept-length interval.
         speedup: category × steps, the best configuration's mean speedup over contexts × levels.
+        speedup_half_width: its mean 95 % half-width (the cell's and the baseline's relative
+            half-widths in quadrature).
         throughput: input_len, concurrency, steps (0: no speculation), decode_tok_s (the mean
             over categories, best configuration of those steps).
         best: the best configuration per cell.
@@ -101,6 +103,7 @@ class WorkloadView:
     acceptance: pd.DataFrame
     acceptance_half_width: pd.DataFrame
     speedup: pd.DataFrame
+    speedup_half_width: pd.DataFrame
     throughput: pd.DataFrame
     best: tuple[CellBest, ...] = ()
     answer: str | None = None
@@ -117,14 +120,24 @@ def workload_view(
     if cells.empty:
         return None
     base = cells_frame(baselines)
-    reference = base.groupby(CELL, dropna=False)["decode_tok_s"].mean().rename("baseline")
+    base = base.assign(
+        _rel=(base["decode_ci_high"] - base["decode_ci_low"]) / 2 / base["decode_tok_s"]
+    )
+    reference = base.groupby(CELL, dropna=False).agg(
+        baseline=("decode_tok_s", "mean"), baseline_rel_half=("_rel", "mean")
+    )
     cells = cells.join(reference, on=CELL)
-    cells = cells.assign(speedup=cells["decode_tok_s"] / cells["baseline"])
+    own = (cells["decode_ci_high"] - cells["decode_ci_low"]) / 2 / cells["decode_tok_s"]
+    speedup = cells["decode_tok_s"] / cells["baseline"]
+    # a ratio of two independent estimates: relative half-widths add in quadrature
+    half = speedup * (own**2 + cells["baseline_rel_half"] ** 2) ** 0.5
+    cells = cells.assign(speedup=speedup, speedup_half_width=half)
     per_config = cells.groupby([*CELL, "key", "config", "num_steps"], dropna=False).agg(
         decode_tok_s=("decode_tok_s", "mean"),
         accept_length=("accept_length", "mean"),
         accept_half_width=("accept_half_width", "mean"),
         speedup=("speedup", "mean"),
+        speedup_half_width=("speedup_half_width", "mean"),
     )
     per_config = per_config.reset_index()
     answer = _answer(cells, answer_key)
@@ -134,7 +147,8 @@ def workload_view(
         cells=cells,
         acceptance=_matrix(per_config, "accept_length", "mean"),
         acceptance_half_width=_matrix(per_config, "accept_half_width", "mean"),
-        speedup=_speedup_matrix(per_config),
+        speedup=_speedup_matrix(per_config, "speedup"),
+        speedup_half_width=_speedup_matrix(per_config, "speedup_half_width"),
         throughput=_throughput(per_config, base),
         best=best,
         answer=answer,
@@ -177,14 +191,19 @@ def _matrix(per_config: pd.DataFrame, column: str, how: str) -> pd.DataFrame:
     return table.sort_index(axis=1)
 
 
-def _speedup_matrix(per_config: pd.DataFrame) -> pd.DataFrame:
-    """Per category and steps: the configuration (of those steps) with the best mean speedup
-    over the category's contexts and levels."""
+def _speedup_matrix(per_config: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Per category and steps, for the configuration (of those steps) with the best mean
+    speedup over the category's contexts and levels: ``column``'s mean over those cells."""
     over_cells = per_config.groupby(["category", "num_steps", "key"], dropna=False)[
-        "speedup"
+        ["speedup", "speedup_half_width"]
     ].mean()
-    best = over_cells.groupby(level=["category", "num_steps"], dropna=False).max()
-    return best.unstack("num_steps").sort_index(axis=1)
+    over_cells = over_cells.dropna(subset=["speedup"])  # no baseline in those cells
+    if over_cells.empty:
+        return pd.DataFrame(index=pd.Index(sorted(set(per_config["category"])), name="category"))
+    best = over_cells.loc[
+        over_cells.groupby(level=["category", "num_steps"], dropna=False)["speedup"].idxmax()
+    ]
+    return best[column].droplevel("key").unstack("num_steps").sort_index(axis=1)
 
 
 def _throughput(per_config: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:

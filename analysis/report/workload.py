@@ -33,9 +33,9 @@ def workload_section(view: WorkloadView | None, figures: FigureSet) -> Section |
         "Accept length (tokens per verify cycle; ± the mean 95 % half-width over prompts), "
         "per category and steps, averaged over context and concurrency levels:",
         _matrix_table(view.acceptance, view.acceptance_half_width, "{:.2f}"),
-        "Speedup over no speculation in the same cell (decode speed), per category and steps, "
-        "the mean over context and concurrency levels:",
-        _matrix_table(view.speedup, None, "{:.2f}x"),
+        "Speedup over no speculation in the same cell (decode speed; ± the mean 95 % "
+        "half-width), per category and steps, the mean over context and concurrency levels:",
+        _matrix_table(view.speedup, view.speedup_half_width, "{:.2f}x"),
         figures.draw(
             "throughput_by_context", lambda: plot_throughput_by_context(view.throughput), CAPTION
         ),
