@@ -17,11 +17,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from sweep.bench import categories as catalog
 from sweep.bench.figures import Finished
-from sweep.bench.result import CategoryFigures
+from sweep.bench.loop import ClosedLoop
+from sweep.bench.result import CategoryFigures, LevelResult
 from sweep.bench.stats import summarize, t_quantile
 from sweep.bench.workload import Workload, load_prompts, shipped_prompts
 from sweep.exceptions import ConfigError
@@ -111,6 +112,29 @@ def at_context(workload: Workload, tokens: int | None) -> Workload:
 def contexts(workload: Workload) -> tuple[int | None, ...]:
     """The context levels a benchmark measures in turn (``(None,)``: no context axis)."""
     return tuple(workload.input_len) or (None,)
+
+
+@overload
+def tagged(workload: Workload, loop: ClosedLoop | None, level: LevelResult) -> LevelResult: ...
+@overload
+def tagged(workload: Workload, loop: ClosedLoop | None, level: None) -> None: ...
+@overload
+def tagged(
+    workload: Workload, loop: ClosedLoop | None, level: LevelResult | None
+) -> LevelResult | None: ...
+
+
+def tagged(
+    workload: Workload, loop: ClosedLoop | None, level: LevelResult | None
+) -> LevelResult | None:
+    """A measured level tagged with its context level and its per-category figures (a level
+    of a workload without axes, or ``None``, as it is)."""
+    if level is None or loop is None or not (workload.categories or workload.context is not None):
+        return level
+    per_category = category_figures(
+        loop.finished, loop.round_size, len(loop.rounds), workload.categories, loop.rule.confidence
+    )
+    return replace(level, input_len=workload.context, categories=per_category or None)
 
 
 def category_figures(

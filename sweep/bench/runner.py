@@ -277,29 +277,13 @@ async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
     try:
         await _warmup(ctx, concurrency)
         level = await ctx.protocol.level(ctx, rounds)
-        return _with_axes(ctx, rounds.loop, level)
+        return mix.tagged(ctx.workload, rounds.loop, level)
     except BenchmarkError as exc:
-        raise _LevelFailed(exc, _partial_with_axes(ctx, rounds.loop, rounds.partial())) from exc
+        partial = rounds.partial()
+        raise _LevelFailed(exc, mix.tagged(ctx.workload, rounds.loop, partial)) from exc
     except _LevelFailed as failed:
-        partial = _partial_with_axes(ctx, rounds.loop, failed.partial)
+        partial = mix.tagged(ctx.workload, rounds.loop, failed.partial)
         raise _LevelFailed(failed.error, partial) from failed.error
-
-
-def _with_axes(ctx: _Context, loop: ClosedLoop | None, level: LevelResult) -> LevelResult:
-    """The level tagged with its context level and its per-category figures."""
-    w = ctx.workload
-    if loop is None or not (w.categories or w.context is not None):
-        return level
-    per_category = mix.category_figures(
-        loop.finished, loop.round_size, len(loop.rounds), w.categories, loop.rule.confidence
-    )
-    return replace(level, input_len=w.context, categories=per_category or None)
-
-
-def _partial_with_axes(
-    ctx: _Context, loop: ClosedLoop | None, level: LevelResult | None
-) -> LevelResult | None:
-    return None if level is None else _with_axes(ctx, loop, level)
 
 
 class _Rounds:
