@@ -49,8 +49,8 @@ def mixed_workload(
     """A workload over categories (from ``sources`` and/or ``categories_file``) at context
     levels ``input_len``; without categories, the one prompt set (``prompts`` or shipped).
 
-    Every round holds ``prompts_per_category`` requests of each category (rounds of at least
-    one request per slot).
+    Every round holds at least ``prompts_per_category`` requests of each category (and one
+    request per slot): slots cycle through more prompts at low concurrency.
 
     Raises:
         PromptFileError: a category file is missing or has a bad line (naming file and line).
@@ -61,11 +61,8 @@ def mixed_workload(
     labels = tuple(name for name, ps in sets for _ in ps)
     if not sets:
         texts = shipped_prompts() if prompts is None else load_prompts(_placed(prompts, base))
-    concurrency = tuple(settings.get("concurrency", (1,)))
-    per_round = max(1, len(sets)) * (prompts_per_category if sets else 1)
-    pps = max(1, math.ceil(per_round / min(concurrency)))
     source = categories_file or ("categories" if sets else (prompts or "shipped"))
-    settings.setdefault("prompts_per_slot", pps)
+    settings.setdefault("round_prompts", len(sets) * prompts_per_category)
     return Workload(
         prompts=texts,
         source=source,

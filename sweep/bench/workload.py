@@ -49,6 +49,8 @@ class Workload:
             so every round interleaves them (:mod:`sweep.bench.mix`).
         input_len: the context-length levels (prompt words); empty: the prompts as they are.
         context: the level these prompts were extended to (:func:`sweep.bench.mix.at_context`).
+        round_prompts: the fewest requests a round holds at any level (slots then cycle
+            through more prompts at low concurrency); 0: ``prompts_per_slot`` alone decides.
     """
 
     prompts: tuple[str, ...]
@@ -64,6 +66,7 @@ class Workload:
     categories: tuple[str, ...] = ()
     input_len: tuple[int, ...] = ()
     context: int | None = None
+    round_prompts: int = 0
 
     def __post_init__(self) -> None:
         _check_workload(self)
@@ -84,9 +87,13 @@ class Workload:
         replays exactly the prompts of round ``r − 1``: rounds differ only by
         the server's timing, which is what the confidence interval measures.
         """
-        position = slot + concurrency * (request % self.prompts_per_slot)
+        position = slot + concurrency * (request % self.per_slot(concurrency))
         order = self.order
         return order[position % len(order)]
+
+    def per_slot(self, concurrency: int) -> int:
+        """Distinct prompts each slot cycles through per round at ``concurrency``."""
+        return max(self.prompts_per_slot, -(-self.round_prompts // concurrency))
 
     def warmup_index(self, slot: int) -> int:
         """The prompt of slot ``slot``'s warmup request (from the end of the order)."""
@@ -138,6 +145,8 @@ class Workload:
             out["input_len"] = list(self.input_len)
         if self.context is not None:
             out["context"] = self.context
+        if self.round_prompts:
+            out["round_prompts"] = self.round_prompts
         return out
 
 

@@ -201,7 +201,7 @@ def test_mixed_workload_loads_each_category_and_sizes_rounds_to_hold_them_all(
         input_len=(64,),
     )
     assert set(w.categories) == {"code", "mine"} and w.categories.count("mine") == 2
-    assert w.prompts_per_slot == 3  # 2 categories x 3 per round over the lowest level (2)
+    assert w.per_slot(2) == 3 and w.per_slot(4) == 2  # rounds of >= 2 categories x 3
     assert w.input_len == (64,)
 
 
