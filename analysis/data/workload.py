@@ -131,9 +131,12 @@ def workload_view(
     speedup = cells["decode_tok_s"] / cells["baseline"]
     # a ratio of two independent estimates: relative half-widths add in quadrature
     half = speedup * (own**2 + cells["baseline_rel_half"] ** 2) ** 0.5
-    cells = cells.assign(speedup=speedup, speedup_half_width=half)
+    cells = cells.assign(
+        speedup=speedup, speedup_half_width=half, decode_half=own * cells["decode_tok_s"]
+    )
     per_config = cells.groupby([*CELL, "key", "config", "num_steps"], dropna=False).agg(
         decode_tok_s=("decode_tok_s", "mean"),
+        decode_half=("decode_half", "mean"),
         accept_length=("accept_length", "mean"),
         accept_half_width=("accept_half_width", "mean"),
         speedup=("speedup", "mean"),
@@ -141,8 +144,8 @@ def workload_view(
     )
     per_config = per_config.reset_index()
     answer = _answer(cells, answer_key)
-    best = _bests(per_config)
-    differing = tuple(b for b in best if b.label != answer)
+    best = _bests(_with_baseline(per_config, base), answer)
+    differing = tuple(b for b in best if b.beats(answer))
     return WorkloadView(
         cells=cells,
         acceptance=_matrix(per_config, "accept_length", "mean"),
@@ -169,19 +172,49 @@ def _answer(cells: pd.DataFrame, answer_key: str | None) -> str | None:
     return str(means.idxmax())
 
 
-def _bests(per_config: pd.DataFrame) -> tuple[CellBest, ...]:
-    rows = per_config.dropna(subset=["decode_tok_s"])
+def _with_baseline(per_config: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
+    """The configurations' cells and no speculation's (a candidate for a cell's best too)."""
+    if base.empty:
+        return per_config
+    half = (base["decode_ci_high"] - base["decode_ci_low"]) / 2
+    plain = (
+        base.assign(decode_half=half)
+        .groupby(CELL, dropna=False)
+        .agg(decode_tok_s=("decode_tok_s", "mean"), decode_half=("decode_half", "mean"))
+    )
+    plain = plain.reset_index().assign(key="baseline", config="no speculation")
+    return pd.concat([per_config, plain], ignore_index=True)
+
+
+def _bests(candidates: pd.DataFrame, answer: str | None) -> tuple[CellBest, ...]:
+    rows = candidates.dropna(subset=["decode_tok_s"])
     if rows.empty:
         return ()
     top = rows.loc[rows.groupby(CELL, dropna=False)["decode_tok_s"].idxmax()]
+    mine = rows[rows["config"] == answer].set_index(CELL)
     out = []
     for r in top.itertuples(index=False):
         category = None if r.category == ALL else str(r.category)
         ctx = None if pd.isna(r.input_len) else int(r.input_len)
         steps = None if pd.isna(r.num_steps) else int(r.num_steps)
-        cell = (category, ctx, int(r.concurrency))
-        out.append(CellBest(cell, str(r.config), steps, float(r.decode_tok_s)))
+        key = (r.category, r.input_len, r.concurrency)
+        there = mine.loc[key] if key in mine.index else None
+        out.append(
+            CellBest(
+                (category, ctx, int(r.concurrency)),
+                str(r.config),
+                steps,
+                float(r.decode_tok_s),
+                _float(r.decode_half),
+                None if there is None else float(there["decode_tok_s"]),
+                0.0 if there is None else _float(there["decode_half"]),
+            )
+        )
     return tuple(sorted(out, key=lambda b: (b.cell[0] or "", b.cell[1] or 0, b.cell[2])))
+
+
+def _float(value: Any) -> float:
+    return 0.0 if pd.isna(value) else float(value)
 
 
 def _matrix(per_config: pd.DataFrame, column: str, how: str) -> pd.DataFrame:

@@ -80,9 +80,9 @@ def record(number: int, steps: int, levels: list[dict[str, Any]], objective: flo
 
 def test_cell_values_are_per_category_context_and_level() -> None:
     values = cell_values([level(1, 2048, code=10, chat=5)], "decode_tok_s")
-    assert values == {("code", 2048, 1): 10.0, ("chat", 2048, 1): 5.0}
+    assert values == {("code", 2048, 1): (10.0, 0.0), ("chat", 2048, 1): (5.0, 0.0)}
     assert cell_values([{"concurrency": 2, "accept_length": 3.0}], "accept_length") == {
-        (None, None, 2): 3.0
+        (None, None, 2): (3.0, 0.0)
     }
 
 
@@ -112,3 +112,31 @@ def test_repeated_launches_of_a_configuration_are_averaged_per_cell() -> None:
     b = record(2, 4, [level(1, None, code=90)], 90)
     [best] = bests([a1, a2, b], "decode_tok_s")
     assert best.steps == 4 and best.value == 90.0
+
+
+def test_a_best_within_the_intervals_does_not_count_as_a_change() -> None:
+    three = record(0, 3, [level(1, None, code=100, chat=90)], 95)
+    five = record(1, 5, [level(1, None, code=101, chat=60)], 80)
+    for r in (three, five):  # ±5 tok/s on every category's figure
+        for lv in r.levels:
+            for c in lv["categories"].values():
+                c["decode_tok_s"]["half_width"] = 5.0
+    assert mix_line([three, five], "decode_tok_s") == (
+        "nowhere beyond the intervals (the mix's answer: 3 steps)"
+    )
+
+
+def test_no_speculation_can_be_a_cells_best() -> None:
+    spec = record(0, 3, [level(4, None, code=50, chat=40)], 45)
+    plain = TrialRecord(
+        number=0,
+        kind=Kind.BASELINE,
+        optuna_state="COMPLETE",
+        config=TrialConfig.baseline(),
+        key=TrialConfig.baseline().key(),
+        levels=(level(4, None, code=48, chat=60),),
+        objective=54,
+    )
+    assert mix_line([spec, plain], "decode_tok_s") == (
+        "chat wants no speculation (the mix's answer: 3 steps)"
+    )
