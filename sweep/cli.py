@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from sweep.commands.launch import LaunchReport
     from sweep.loop.context import RunOptions, RunSummary
     from sweep.server.readiness import Event
+    from sweep.study.model import Study
 
 app = typer.Typer(
     name="sweep",
@@ -302,6 +303,8 @@ def run(
     out.print(f"best single measurement: {summary.best}", markup=False)
     if summary.answer:
         out.print(f"{summary.answer_heading}: {summary.answer}", markup=False)
+    if study.workload.has_axes:  # where the best setting changes with content or context
+        out.print(f"by content and context: {_workload_line(study, storage)}", markup=False)
     out.print(
         f"results: {_url(summary.storage)} (study {summary.study}); "
         f"see `sweep status {study_file}`",
@@ -360,6 +363,16 @@ def worker(
         markup=False,
     )
     _exit_for(summary)
+
+
+def _workload_line(study: Study, storage: str | None) -> str:
+    from sweep.commands.status import load_status
+    from sweep.exceptions import StorageError
+
+    try:
+        return load_status(study, storage).workload or "nothing measured yet"
+    except (KeyError, StorageError):
+        return "nothing measured yet"
 
 
 def _exit_for(summary: RunSummary) -> None:
@@ -553,6 +566,8 @@ def status(
         )
     if report.answer:
         out.print(f"{report.answer_heading}: {escape(report.answer)}")
+    if report.workload:
+        out.print(f"by content and context: {escape(report.workload)}")
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
 

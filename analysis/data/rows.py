@@ -20,7 +20,8 @@ from analysis.data.schema import (
     SUMMARY_FIGURES,
     TIMINGS,
 )
-from sweep.core.objective import metric_value
+from analysis.data.workload import has_axes
+from sweep.core.objective import by_level, metric_value
 from sweep.core.records import Failure, TrialRecord
 from sweep.core.schedule import NOT_APPLIED
 
@@ -46,8 +47,19 @@ def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     levels: Sequence[Mapping[str, Any]] = record.levels
     if not levels:
         return [base]
+    cells = has_axes(levels)
+    if cells:  # one row per concurrency (its first context); every level rides on the first row
+        rows = _rows(record, base, list(by_level(levels).values()), context.metric)
+        rows[0]["workload_cells"] = tuple(levels)
+        return rows
+    return _rows(record, base, levels, context.metric)
+
+
+def _rows(
+    record: TrialRecord, base: Row, levels: Sequence[Mapping[str, Any]], metric: str
+) -> list[Row]:
     return [
-        {**base, **level_columns(level, context.metric), **_schedule_steps(record, level)}
+        {**base, **level_columns(level, metric), **_schedule_steps(record, level)}
         for level in levels
     ]
 

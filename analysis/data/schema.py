@@ -17,6 +17,7 @@ FLOAT = "float64"
 STR = "str"
 BOOL = "boolean"
 TIME = "datetime64[us, UTC]"
+OBJECT = "object"  # kept as is (the workload cells of a trial: a tuple of dicts)
 
 SUMMARY_FIGURES = ("decode_tok_s", "output_tok_s")  # {n, mean, std, ci_low, ci_high, half_width}
 DISTRIBUTION_FIGURES = ("ttft_ms", "itl_ms", "e2e_s")  # {n, mean, p50, p90, p99}
@@ -106,6 +107,7 @@ OUTCOME = {
     "schedule_confident": BOOL,  # that slot established by the per-level confirmation
     "schedule_doubt": STR,  # not confident: what would decide it
     "schedule_counted": BOOL,  # False: the server did not run the schedule (not in the verdict)
+    "workload_cells": OBJECT,  # per category × context × level figures (analysis.data.workload)
 }
 BASELINE = {
     "baseline_trial": INT,
@@ -142,6 +144,8 @@ def typed(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.DataFrame:
 def _as(column: pd.Series, dtype: str) -> pd.Series:
     if str(column.dtype) == dtype:
         return column
+    if dtype == OBJECT:
+        return column.astype(OBJECT)
     if dtype == TIME:
         numbers = pd.to_numeric(column, errors="coerce").astype(FLOAT)
         return pd.to_datetime(numbers, unit="s", utc=True).astype(TIME)

@@ -7,6 +7,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.data.transform import levels
+from analysis.data.workload import per_category_best
 from analysis.models.compare import Change, Comparison
 from analysis.plots.compare import plot_compare
 from analysis.plots.curves import plot_per_level, plot_throughput_vs_steps
@@ -18,13 +19,20 @@ from analysis.report.document import Block, Document, FigureRef, Section, table
 def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent:
     """Studies side by side: tags, best configurations with speedups, regressions, curves."""
     figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison))}
-    sections = [_studies(df, comparison), _changes(comparison), _curves(df, comparison, figures)]
+    categories = per_category_best(df)
+    sections = [
+        _studies(df, comparison),
+        *([_categories(categories, comparison)] if not categories.empty else []),
+        _changes(comparison),
+        _curves(df, comparison, figures),
+    ]
     title = "Sweep comparison: " + " vs ".join(comparison.studies)
     summary = {
         "studies": list(comparison.studies),
         "concurrency": comparison.concurrency,
         "best": comparison.best_table().to_dict(orient="records"),
         "changes": comparison.changes_table().to_dict(orient="records"),
+        "categories": categories.to_dict(orient="records"),
     }
     return ReportContent(Document(title, tuple(sections)), figures, summary)
 
@@ -47,6 +55,50 @@ def _studies(df: pd.DataFrame, comparison: Comparison) -> Section:
     missing = [s for s in comparison.studies if s not in {b.study for b in comparison.best}]
     blocks += [f"`{s}` has no feasible measured configuration." for s in missing]
     return Section("Best configuration of each study", tuple(blocks))
+
+
+def _categories(best: pd.DataFrame, comparison: Comparison) -> Section:
+    """Per content category: each study's best configuration for it, its decode speed (the
+    mean over the category's contexts and levels) against the reference study's, and its
+    accept length."""
+    reference = best[best["study"] == comparison.studies[0]].set_index("category")["decode_tok_s"]
+    rows = []
+    for r in best.sort_values(["category"], kind="stable").itertuples(index=False):
+        ref = reference.get(r.category)
+        change = (
+            ""
+            if ref is None or r.study == comparison.studies[0]
+            else fmt.percent(r.decode_tok_s / ref - 1)
+        )
+        rows.append(
+            (
+                r.category,
+                comparison.label(str(r.study)),
+                r.config,
+                f"{r.decode_tok_s:.1f}",
+                change,
+                fmt.number(r.accept_length),
+            )
+        )
+    return Section(
+        "Per category",
+        (
+            "Each study's best configuration per content category (decode tok/s, the mean over "
+            "the category's context and concurrency levels; change against "
+            f"`{comparison.studies[0]}`):",
+            table(
+                (
+                    "category",
+                    "study",
+                    "best configuration",
+                    "decode tok/s",
+                    "change",
+                    "accept length",
+                ),
+                rows,
+            ),
+        ),
+    )
 
 
 def _changes(comparison: Comparison) -> Section:

@@ -25,6 +25,7 @@ from analysis.plots.curves import (
     plot_throughput_vs_steps,
 )
 from analysis.report import formatting as fmt
+from analysis.report import workload
 from analysis.report.answer import answer_section, prediction_error_pct, prediction_table
 from analysis.report.costmodel import cost_model_section, model_summary
 from analysis.report.data import FigureSet, ReportContent, StudyData
@@ -41,10 +42,12 @@ def study_report(data: StudyData) -> ReportContent:
     schedule = best_per_level(data.trials)
     model, model_error = _fit(numbers)
     verified = schedule_comparison(data)
+    mix = workload.view_of(data)
     sections = [
         _summary(data),
         answer_section(data),
         _best(data, schedule),
+        *filter(None, [workload.workload_section(mix, figures)]),
         schedule_section(data, verified, figures),
         _curves(numbers, figures, data.info.answer),
         cost_model_section(numbers, model, model_error, figures),
@@ -62,6 +65,7 @@ def study_report(data: StudyData) -> ReportContent:
         "cost_model": model_summary(model, model_error),
         "answer": dict(data.info.answer) or None,
         "prediction_error_pct": _prediction_error(data.trials),
+        "workload": workload.workload_summary(mix),
     }
     return ReportContent(Document(title, tuple(sections)), figures.figures, summary)
 
@@ -72,6 +76,7 @@ def _prediction_error(trials: pd.DataFrame) -> float | None:
 
 
 TEXT_ONLY = (
+    "workload_cells",
     "command",
     "env",
     "failure_message",

@@ -29,6 +29,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.data.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
+from analysis.data.workload import cells_frame
 from analysis.errors import AnalysisError
 from analysis.models.compare import compare_studies
 from analysis.report.compare import comparison_report
@@ -109,9 +110,18 @@ def write_report(
             export_frame(trials, staging / "trials.parquet"),
             export_frame(baselines, staging / "baselines.csv"),
             *((export_frame(schedules, staging / "schedules.csv"),) if not schedules.empty else ()),
+            *_workload_export(trials, baselines, staging),
         )
         files = _write(content, staging, chosen, data)
     return files.moved(staging, out)
+
+
+def _workload_export(trials: pd.DataFrame, baselines: pd.DataFrame, folder: Path) -> list[Path]:
+    """``workload.csv``: one row per trial × category × context × level, when measured."""
+    frames = [f for f in (cells_frame(trials), cells_frame(baselines)) if not f.empty]
+    if not frames:
+        return []
+    return [export_frame(pd.concat(frames, ignore_index=True), folder / "workload.csv")]
 
 
 def write_comparison(
@@ -166,6 +176,8 @@ def export_frame(frame: pd.DataFrame, path: Path, export_format: str | None = No
     chosen = export_format or path.suffix.removeprefix(".")
     if chosen not in EXPORT_FORMATS:
         raise AnalysisError(f"{path}: export format must be csv or parquet, got {chosen!r}")
+    if "workload_cells" in frame.columns:  # an in-memory carrier: workload.csv has the cells
+        frame = frame.drop(columns=["workload_cells"])
     if chosen == "csv":
         return atomic_write(path, lambda tmp: frame.to_csv(tmp, index=False))
     return atomic_write(path, lambda tmp: frame.to_parquet(tmp, index=False))

@@ -65,7 +65,7 @@ class ClosedLoop:
         self.now = now
         self.generate = generate
         self.on_round = on_round
-        self.round_size = concurrency * workload.prompts_per_slot
+        self.round_size = concurrency * workload.per_slot(concurrency)
         self.tokens = TokenLog()
         self.finished: list[Finished] = []
         self.rounds: list[RoundFigures] = []

@@ -96,6 +96,29 @@ class AcceptCheck:
 
 
 @dataclass(frozen=True)
+class CategoryFigures:
+    """One content category's figures within a level (:mod:`sweep.bench.mix`).
+
+    Attributes:
+        requests: its measured requests.
+        prompts: its distinct prompts (the unit of the accept-length interval).
+        completion_tokens: tokens its requests generated.
+        accept_length: Σ completion / Σ spec_verify_ct over its requests; ``None`` without
+            per-request speculation counters.
+        accept_half_width: the interval's half-width (ratio estimator over its prompts).
+        decode_speed: its requests' pooled decode speed per round (Σ tokens after the first /
+            Σ time after the first token), t interval over rounds.
+    """
+
+    requests: int
+    prompts: int
+    completion_tokens: int
+    accept_length: float | None
+    accept_half_width: float | None
+    decode_speed: Summary | None
+
+
+@dataclass(frozen=True)
 class LevelResult:
     """Every figure measured at one concurrency level.
 
@@ -124,6 +147,10 @@ class LevelResult:
     acceptance: Mapping[str, Any] | None = None
     """vLLM only: the measured window's spec-decode counter deltas and per-position
     acceptance (see :class:`sweep.bench.openai.Acceptance`)."""
+    input_len: int | None = None
+    """The context level (prompt words) the level was measured at; ``None``: no context axis."""
+    categories: Mapping[str, CategoryFigures] | None = None
+    """Per content category, when the workload has categories."""
 
     @property
     def precision(self) -> float | None:

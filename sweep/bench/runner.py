@@ -51,7 +51,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sweep.bench import checks, figures, openai
+from sweep.bench import checks, figures, mix, openai
 from sweep.bench.client import (
     GenerateRequest,
     OnTokens,
@@ -177,13 +177,15 @@ async def benchmark(
     except BenchmarkError as exc:
         raise exc.located(context.url, workload.concurrency[0], None) from exc
     levels: list[LevelResult] = []
-    for concurrency in workload.concurrency:
-        try:
-            levels.append(await _measure_level(context, concurrency))
-        except _LevelFailed as failed:
-            done = levels + ([failed.partial] if failed.partial else [])
-            partial = context.result(done) if done else None
-            raise failed.error.located(context.url, concurrency, partial) from failed.error
+    for tokens in mix.contexts(workload):  # a context level's rounds, then the next's
+        at = replace(context, workload=mix.at_context(workload, tokens))
+        for concurrency in workload.concurrency:
+            try:
+                levels.append(await _measure_level(at, concurrency))
+            except _LevelFailed as failed:
+                done = levels + ([failed.partial] if failed.partial else [])
+                partial = context.result(done) if done else None
+                raise failed.error.located(context.url, concurrency, partial) from failed.error
     return context.result(levels)
 
 
@@ -274,9 +276,14 @@ async def _measure_level(ctx: _Context, concurrency: int) -> LevelResult:
     rounds = _Rounds(ctx, concurrency)
     try:
         await _warmup(ctx, concurrency)
-        return await ctx.protocol.level(ctx, rounds)
+        level = await ctx.protocol.level(ctx, rounds)
+        return mix.tagged(ctx.workload, rounds.loop, level)
     except BenchmarkError as exc:
-        raise _LevelFailed(exc, rounds.partial()) from exc
+        partial = rounds.partial()
+        raise _LevelFailed(exc, mix.tagged(ctx.workload, rounds.loop, partial)) from exc
+    except _LevelFailed as failed:
+        partial = mix.tagged(ctx.workload, rounds.loop, failed.partial)
+        raise _LevelFailed(failed.error, partial) from failed.error
 
 
 class _Rounds:

@@ -66,7 +66,33 @@ def level_figures(level: LevelResult) -> dict[str, Any]:
         "warnings": list(level.warnings),
         # vLLM: the measured window's spec-decode counter deltas and per-position acceptance
         "acceptance": None if level.acceptance is None else dict(level.acceptance),
+        **_axes(level),
     }
+
+
+def _axes(level: LevelResult) -> dict[str, Any]:
+    """The workload axes' keys, only when measured: a level of an older study is unchanged.
+
+    ``input_len``: the context level; ``categories``: per category, ``accept_length`` with
+    its 95 % half-width ``accept_half_width``, ``decode_tok_s`` (a summary over rounds),
+    ``requests``, ``prompts`` and ``completion_tokens`` (docs/workload.md).
+    """
+    out: dict[str, Any] = {}
+    if level.input_len is not None:
+        out["input_len"] = level.input_len
+    if level.categories:
+        out["categories"] = {
+            name: {
+                "accept_length": c.accept_length,
+                "accept_half_width": c.accept_half_width,
+                "decode_tok_s": _summary(c.decode_speed),
+                "requests": c.requests,
+                "prompts": c.prompts,
+                "completion_tokens": c.completion_tokens,
+            }
+            for name, c in level.categories.items()
+        }
+    return out
 
 
 def result_figures(result: BenchmarkResult) -> list[dict[str, Any]]:

@@ -51,6 +51,13 @@ class Workload:
         prompts_per_slot: distinct prompts each slot cycles through per round.
         warmup_output_len: tokens per warmup request (not measured).
         extra_sampling_params: more SGLang ``sampling_params`` (e.g. ``top_p``).
+        categories: each prompt's content category (parallel to ``prompts``); empty: one
+            uncategorised set. With categories the seeded order deals the categories in turn,
+            so every round interleaves them (:mod:`sweep.bench.mix`).
+        input_len: the context-length levels (prompt words); empty: the prompts as they are.
+        context: the level these prompts were extended to (:func:`sweep.bench.mix.at_context`).
+        round_prompts: the fewest requests a round holds at any level (slots then cycle
+            through more prompts at low concurrency); 0: ``prompts_per_slot`` alone decides.
     """
 
     prompts: tuple[str, ...]
@@ -63,15 +70,21 @@ class Workload:
     prompts_per_slot: int = 1
     warmup_output_len: int = 32
     extra_sampling_params: Mapping[str, Any] = field(default_factory=dict)
+    categories: tuple[str, ...] = ()
+    input_len: tuple[int, ...] = ()
+    context: int | None = None
+    round_prompts: int = 0
 
     def __post_init__(self) -> None:
         _check_workload(self)
 
     @property
     def order(self) -> tuple[int, ...]:
-        """Prompt indices in the seeded order."""
+        """Prompt indices in the seeded order (categories dealt in turn when there are some)."""
         order = list(range(len(self.prompts)))
         random.Random(self.seed).shuffle(order)
+        if self.categories:
+            return _dealt(order, self.categories)
         return tuple(order)
 
     def prompt_index(self, concurrency: int, slot: int, request: int) -> int:
@@ -81,12 +94,18 @@ class Workload:
         replays exactly the prompts of round ``r − 1``: rounds differ only by
         the server's timing, which is what the confidence interval measures.
         """
-        position = slot + concurrency * (request % self.prompts_per_slot)
-        return self.order[position % len(self.prompts)]
+        position = slot + concurrency * (request % self.per_slot(concurrency))
+        order = self.order
+        return order[position % len(order)]
+
+    def per_slot(self, concurrency: int) -> int:
+        """Distinct prompts each slot cycles through per round at ``concurrency``."""
+        return max(self.prompts_per_slot, -(-self.round_prompts // concurrency))
 
     def warmup_index(self, slot: int) -> int:
         """The prompt of slot ``slot``'s warmup request (from the end of the order)."""
-        return self.order[-1 - slot % len(self.prompts)]
+        order = self.order
+        return order[-1 - slot % len(order)]
 
     def sampling_params(self, max_new_tokens: int) -> dict[str, Any]:
         """SGLang ``sampling_params`` for one request."""
@@ -119,7 +138,36 @@ class Workload:
             "prompts_per_slot": self.prompts_per_slot,
             "warmup_output_len": self.warmup_output_len,
             "extra_sampling_params": dict(self.extra_sampling_params),
+            **self._axes_dict(),
         }
+
+    def _axes_dict(self) -> dict[str, Any]:
+        """The workload axes, only when set (a stored workload of an older study is unchanged)."""
+        out: dict[str, Any] = {}
+        if self.categories:
+            out["categories"] = {
+                c: self.categories.count(c) for c in dict.fromkeys(self.categories)
+            }
+        if self.input_len:
+            out["input_len"] = list(self.input_len)
+        if self.context is not None:
+            out["context"] = self.context
+        if self.round_prompts:
+            out["round_prompts"] = self.round_prompts
+        return out
+
+
+def _dealt(order: list[int], categories: Sequence[str]) -> tuple[int, ...]:
+    """``order`` re-dealt one category at a time (in first-seen order), so any window of as
+    many consecutive positions as there are categories holds each category once; a category
+    with fewer prompts repeats its own."""
+    queues: dict[str, list[int]] = {}
+    for index in order:
+        queues.setdefault(categories[index], []).append(index)
+    dealt: list[int] = []
+    for turn in range(max(len(q) for q in queues.values())):
+        dealt.extend(q[turn % len(q)] for q in queues.values())  # a short category repeats
+    return tuple(dealt)
 
 
 def _check_workload(w: Workload) -> None:
@@ -132,6 +180,11 @@ def _check_workload(w: Workload) -> None:
         (bool(w.concurrency), "give at least one concurrency level"),
         (all(c >= 1 for c in w.concurrency), f"concurrency must be >= 1, got {w.concurrency}"),
         (w.prompts_per_slot >= 1, f"prompts per slot must be >= 1, got {w.prompts_per_slot}"),
+        (
+            not w.categories or len(w.categories) == len(w.prompts),
+            f"{len(w.categories)} category labels for {len(w.prompts)} prompts",
+        ),
+        (all(n >= 1 for n in w.input_len), f"input_len must be >= 1, got {w.input_len}"),
     ]
     for ok, message in checks:
         if not ok:

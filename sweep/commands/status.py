@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from optuna.trial import TrialState
 
+from sweep.core import cells
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
@@ -45,6 +48,7 @@ class StatusReport:
     drift_warnings: tuple[str, ...]
     answer: str = ""  # the confirmed winner in one line ("" before a confirmation)
     answer_heading: str = "confirmed answer"  # or "best so far (not confirmed: why)"
+    workload: str = ""  # where the best setting changes with content or context (workload axes)
 
 
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
@@ -78,7 +82,15 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
         drift,
         answer.answer_text(stored),
         answer.answer_heading(stored) if stored else "",
+        _workload_line(study, records, stored),
     )
+
+
+def _workload_line(study: Study, records: list[TrialRecord], stored: Any) -> str:
+    if not study.workload.has_axes:
+        return ""
+    winner = stored.get("winner") if isinstance(stored, Mapping) else None
+    return cells.mix_line(records, study.objective.metric, winner)
 
 
 def _row(r: TrialRecord, study: Study) -> TrialRow:

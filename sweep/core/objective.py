@@ -11,13 +11,81 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.study.model import ObjectiveSpec
+from sweep.study.model import MixSpec, ObjectiveSpec
 
 Figures = Mapping[str, Any]  # one level's record, as stored
 
 
 def by_level(levels: Sequence[Figures]) -> dict[int, Figures]:
-    return {int(level["concurrency"]): level for level in levels}
+    """Levels by concurrency. With context levels (docs/workload.md) a concurrency has one
+    record per context; the first one measured (the study's first ``input_len``) stands for
+    it in per-concurrency figures: constraints, schedules, speedups."""
+    out: dict[int, Figures] = {}
+    for level in levels:
+        out.setdefault(int(level["concurrency"]), level)
+    return out
+
+
+Cell = tuple[int | None, int]  # (input_len or None, concurrency)
+
+
+def by_cell(levels: Sequence[Figures]) -> dict[Cell, Figures]:
+    """Levels by (context level, concurrency); the context is ``None`` without that axis."""
+    return {(_context(level), int(level["concurrency"])): level for level in levels}
+
+
+def _context(level: Figures) -> int | None:
+    value = level.get("input_len")
+    return None if value is None else int(value)
+
+
+def category_value(level: Figures, category: str, metric: str) -> float | None:
+    """A category's figure within one level: its own ``decode_tok_s`` or ``accept_length``;
+    other metrics (``output_tok_s``, latencies) are the level's, shared by its categories."""
+    figures = (level.get("categories") or {}).get(category)
+    if figures is None:
+        return None
+    if metric in ("decode_tok_s", "accept_length"):
+        return metric_value(figures, metric)
+    return metric_value(level, metric)
+
+
+def mix_value(levels: Sequence[Figures], mix: MixSpec, metric: str) -> float:
+    """The traffic-weighted figure: Σ over contexts × concurrency levels × categories of
+    w_context · w_concurrency · w_category · metric (weights normalised, so in the metric's
+    units: the figure a request drawn from the mix sees). Without category weights the
+    measured categories weigh equally; without categories a cell's own figure counts.
+
+    Raises:
+        KeyError: a cell or category the mix needs was not measured.
+    """
+    table = by_cell(levels)
+    total = 0.0
+    for ctx, w_ctx in mix.contexts or ((None, 1.0),):
+        for level, w_level in mix.concurrency:
+            cell = table.get((ctx, level))
+            if cell is None:
+                raise KeyError(f"{metric} at concurrency {level}, input_len {ctx}")
+            total += w_ctx * w_level * _cell_value(cell, mix, metric)
+    return total
+
+
+def _cell_value(cell: Figures, mix: MixSpec, metric: str) -> float:
+    weights = mix.categories or tuple(
+        (name, 1.0 / len(cell.get("categories") or {})) for name in cell.get("categories") or {}
+    )
+    if not weights:
+        value = metric_value(cell, metric)
+        if value is None:
+            raise KeyError(f"{metric} at concurrency {cell['concurrency']}")
+        return value
+    total = 0.0
+    for category, weight in weights:
+        value = category_value(cell, category, metric)
+        if value is None:
+            raise KeyError(f"{metric} of {category} at concurrency {cell['concurrency']}")
+        total += weight * value
+    return total
 
 
 def metric_value(level: Figures, metric: str) -> float | None:
@@ -55,6 +123,7 @@ def score(
 ) -> Score:
     """The objective for measured levels, with constraint violations.
 
+    With workload axes (``objective.mix``) it is :func:`mix_value`, in the metric's units.
     With ``objective.weights`` the value is Σ w·(metric / baseline metric) over
     levels (each level normalised by its baseline so levels are comparable);
     without a baseline for a level the raw metric is used.
@@ -63,7 +132,9 @@ def score(
         KeyError: a level the objective needs was not measured.
     """
     table = by_level(levels)
-    if objective.weights:
+    if objective.mix is not None:
+        value = mix_value(levels, objective.mix, objective.metric)
+    elif objective.weights:
         total = 0.0
         for level, weight in objective.weights:
             value = _required(table, level, objective.metric)

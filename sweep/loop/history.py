@@ -89,7 +89,7 @@ class History:
         baseline = speedups.baseline_values(self.baselines, objective.metric).get(
             objective.concurrency
         )
-        if objective.weights:  # the weighted figure, as the trials' (the baseline's own: Σ w)
+        if objective.weights or objective.mix:  # the baseline's own weighted or mix figure
             good = [b for b in self.baselines if b.state is State.MEASURED]
             baseline = good[-1].value if good else None
         speed = f" ({best.value / baseline:.3f}x baseline)" if baseline else ""

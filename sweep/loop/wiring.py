@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from pathlib import Path
 from typing import Any
 
+from sweep.bench.mix import CategorySource, mixed_workload
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
@@ -113,14 +115,24 @@ def lifecycle_options(study: Study, host: HostSpec, **overrides: Any) -> Lifecyc
 
 def workload_for(study: Study) -> Workload:
     w = study.workload
-    return make_workload(
-        w.prompts,
-        output_len=w.output_len,
-        temperature=w.temperature,
-        seed=w.seed,
-        concurrency=w.concurrency,
-        warmup_output_len=study.benchmark.warmup_tokens,
-    )
+    settings: dict[str, Any] = {
+        "output_len": w.output_len,
+        "temperature": w.temperature,
+        "seed": w.seed,
+        "concurrency": w.concurrency,
+        "warmup_output_len": study.benchmark.warmup_tokens,
+    }
+    if w.has_axes:  # categories and context levels (docs/workload.md)
+        return mixed_workload(
+            [CategorySource(c.name, c.prompts) for c in w.categories],
+            prompts=w.prompts,
+            categories_file=w.categories_file,
+            base=Path(study.path).parent,
+            input_len=w.input_len,
+            prompts_per_category=w.prompts_per_category,
+            **settings,
+        )
+    return make_workload(w.prompts, **settings)
 
 
 def benchmark_settings(study: Study) -> BenchmarkSettings:

@@ -56,6 +56,12 @@ def fingerprint(study: Study, prompts: Sequence[str]) -> dict[str, str]:
             [c.metric, c.concurrency, c.maximum, c.minimum] for c in o.constraints
         ],
     }
+    if w.has_axes:  # only then: an older study's fingerprint is unchanged
+        values["workload.input_len"] = list(w.input_len)
+        values["workload.prompts_per_category"] = w.prompts_per_category
+    if o.mix is not None:
+        mix = o.mix
+        values["objective.mix"] = [list(mix.categories), list(mix.contexts), list(mix.concurrency)]
     values.update({f"engine.flags.{name}": value for name, value in e.flags})
     values.update({f"engine.env.{name}": value for name, value in e.env})
     return {key: _digest(value) for key, value in sorted(values.items())}

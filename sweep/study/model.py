@@ -86,12 +86,44 @@ class SpaceSpec:
 
 
 @dataclass(frozen=True)
+class CategorySpec:
+    """One content category of the traffic (``[workload.categories]``; docs/workload.md).
+
+    Attributes:
+        name: the category's name in results and reports.
+        prompts: a shipped category (``"code"``...) or a JSONL path relative to the study file;
+            empty when the category comes from ``categories_file``.
+        weight: its share of the traffic, normalised over the categories.
+    """
+
+    name: str
+    prompts: str = ""
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
+    """``[workload]``: what the benchmark sends.
+
+    ``input_len`` (context-length levels, in prompt words) and ``categories`` are the workload
+    axes (docs/workload.md); both empty keep the single prompt set of earlier studies.
+    """
+
     prompts: str | None = None  # None: the shipped prompt set; else a JSONL path
     output_len: int = 500
     temperature: float = 0.0
     concurrency: tuple[int, ...] = (1,)
     seed: int = 0
+    input_len: tuple[int, ...] = ()
+    input_len_weights: tuple[float, ...] = ()  # normalised, one per input_len
+    categories: tuple[CategorySpec, ...] = ()  # weights normalised
+    categories_file: str | None = None  # a Spec-Bench-style file split by its category field
+    prompts_per_category: int = 4  # distinct prompts of each category in every round
+
+    @property
+    def has_axes(self) -> bool:
+        """Whether the study measures categories or context levels (the mix objective)."""
+        return bool(self.input_len or self.categories or self.categories_file)
 
 
 @dataclass(frozen=True)
@@ -116,13 +148,30 @@ class Constraint:
 
 
 @dataclass(frozen=True)
+class MixSpec:
+    """The traffic mix the objective averages over (docs/workload.md), weights normalised.
+
+    Attributes:
+        categories: (category, weight); empty without categories.
+        contexts: (input_len, weight); empty without context levels.
+        concurrency: (level, weight).
+    """
+
+    categories: tuple[tuple[str, float], ...] = ()
+    contexts: tuple[tuple[int, float], ...] = ()
+    concurrency: tuple[tuple[int, float], ...] = ((1, 1.0),)
+
+
+@dataclass(frozen=True)
 class ObjectiveSpec:
-    """What to maximise: one figure at one level, or a weighted mix over levels."""
+    """What to maximise: one figure at one level, a weighted mix over levels, or (with
+    workload axes) the traffic-weighted figure over categories × contexts × levels."""
 
     metric: str = "decode_tok_s"
     concurrency: int = 1
     weights: tuple[tuple[int, float], ...] = ()
     constraints: tuple[Constraint, ...] = ()
+    mix: MixSpec | None = None
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from sweep.study.model import (
 )
 from sweep.study.reader import TableReader, describe
 from sweep.study.slurm import SlurmSpec, parse_slurm
+from sweep.study.workload_axes import mix_of, workload_axes
 
 _SECTIONS = frozenset(
     {
@@ -415,6 +416,7 @@ def _workload(r: TableReader) -> WorkloadSpec:
         temperature=r.number("temperature", 0.0, minimum=0.0, maximum=2.0),
         concurrency=tuple(sorted(concurrency)),
         seed=r.integer("seed", 0),
+        **workload_axes(r),
     )
     r.done()
     return spec
@@ -440,7 +442,8 @@ def _benchmark(r: TableReader) -> BenchmarkSpec:
 
 def _objective(r: TableReader, workload: WorkloadSpec) -> ObjectiveSpec:
     metric = r.string("metric", "decode_tok_s", choices=METRICS)
-    level = r.integer("concurrency", workload.concurrency[0], minimum=1)
+    given = r.integer("concurrency", None, minimum=1)
+    level = workload.concurrency[0] if given is None else given
     weights_table = r.sub("weights")
     weights = []
     for key in list(weights_table.table):
@@ -466,7 +469,10 @@ def _objective(r: TableReader, workload: WorkloadSpec) -> ObjectiveSpec:
         )
     constraints = tuple(_constraint(r, i, c, workload) for i, c in enumerate(tables))
     r.done()
-    return ObjectiveSpec(metric, level, tuple(weights), constraints)
+    mix = mix_of(workload, tuple(weights), given)
+    if mix is not None:  # the mix's own concurrency weights; the score is in tok/s, not ratios
+        weights = []
+    return ObjectiveSpec(metric, level, tuple(weights), constraints, mix)
 
 
 def _constraint(r: TableReader, index: int, table: Any, workload: WorkloadSpec) -> Constraint:

@@ -77,6 +77,8 @@ class Synth:
     seed: int = 0
     scale: Callable[[Config], float] = lambda c: 1.0  # multiplies decode speeds
     baseline_drift: float = 0.0  # relative change of each later baseline
+    contexts: tuple[int, ...] = ()  # workload context levels (input_len), docs/workload.md
+    categories: Mapping[str, float] = field(default_factory=dict)  # name -> acceptance factor
 
 
 def chain_configs(steps: Sequence[int], draft_tps: Sequence[int]) -> list[Config]:
@@ -103,11 +105,19 @@ num_steps = {{ low = 1, high = 8 }}
 [workload]
 output_len = {OUTPUT_LEN}
 concurrency = [{levels}]
-
+{_axes_text(synth)}
 [objective]
 metric = "decode_tok_s"
 concurrency = {synth.levels[0]}
 """
+
+
+def _axes_text(synth: Synth) -> str:
+    lines = [f"input_len = {list(synth.contexts)}"] if synth.contexts else []
+    if synth.categories:
+        lines.append("[workload.categories]")
+        lines += [f'{name} = {{ prompts = "{name}" }}' for name in synth.categories]
+    return "\n".join(lines) + "\n"
 
 
 def fast_storage(url: str) -> optuna.storages.RDBStorage:
@@ -173,30 +183,54 @@ def _levels(
     env: Mapping[str, str],
 ) -> list[dict[str, Any]]:
     out = []
-    for level in synth.levels:
-        p = predict(profile, sim, level, output_len=OUTPUT_LEN, env=env)
-        decode = p.decode_tok_s * scale * (1 + rng.gauss(0, synth.noise))
-        output = p.output_tok_s * scale * (1 + rng.gauss(0, synth.noise))
-        out.append(
-            {
-                "concurrency": level,
-                "decode_tok_s": _summary(decode, synth.rel_ci),
-                "output_tok_s": _summary(output, synth.rel_ci),
-                "accept_length": p.accept_length,
-                "ttft_ms": {"n": 5, "mean": 12.0, "p50": 12.0, "p90": 13.0, "p99": 14.0},
-                "itl_ms": {"n": 500, "mean": 8.0, "p50": 6.0, "p90": 17.0, "p99": 19.0},
-                "e2e_s": {"n": 5, "mean": 1.7, "p50": 1.7, "p90": 1.8, "p99": 1.8},
-                "rounds": 5,
-                "requests": 5 * level,
-                "completion_tokens": 5 * level * OUTPUT_LEN,
-                "elapsed_s": 8.0,
-                "precision": synth.rel_ci,
-                "stop_reason": "precision",
-                "accept_check": None,
-                "warnings": [],
-            }
-        )
+    for k, context in enumerate(synth.contexts or (None,)):
+        for level in synth.levels:
+            # longer contexts slow decoding, no speculation more (verification gets cheaper)
+            slower = 1 - (0.04 if sim.num_steps else 0.08) * k
+            p = predict(profile, sim, level, output_len=OUTPUT_LEN, env=env)
+            row = _level(p, synth, rng, scale * slower, level)
+            out.append({**row, **_axes(synth, context, row, sim.num_steps > 0)})
     return out
+
+
+def _axes(synth: Synth, context: int | None, row: dict[str, Any], spec: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {} if context is None else {"input_len": context}
+    if synth.categories:
+        decode, accept = row["decode_tok_s"]["mean"], row["accept_length"]
+        out["categories"] = {
+            name: {
+                "accept_length": accept * factor if spec else None,
+                "accept_half_width": 0.02 * accept if spec else None,
+                "decode_tok_s": _summary(decode * (factor if spec else 1.0), synth.rel_ci),
+                "requests": 8,
+                "prompts": 4,
+                "completion_tokens": 8 * OUTPUT_LEN,
+            }
+            for name, factor in synth.categories.items()
+        }
+    return out
+
+
+def _level(p: Any, synth: Synth, rng: random.Random, scale: float, level: int) -> dict[str, Any]:
+    decode = p.decode_tok_s * scale * (1 + rng.gauss(0, synth.noise))
+    output = p.output_tok_s * scale * (1 + rng.gauss(0, synth.noise))
+    return {
+        "concurrency": level,
+        "decode_tok_s": _summary(decode, synth.rel_ci),
+        "output_tok_s": _summary(output, synth.rel_ci),
+        "accept_length": p.accept_length,
+        "ttft_ms": {"n": 5, "mean": 12.0, "p50": 12.0, "p90": 13.0, "p99": 14.0},
+        "itl_ms": {"n": 500, "mean": 8.0, "p50": 6.0, "p90": 17.0, "p99": 19.0},
+        "e2e_s": {"n": 5, "mean": 1.7, "p50": 1.7, "p90": 1.8, "p99": 1.8},
+        "rounds": 5,
+        "requests": 5 * level,
+        "completion_tokens": 5 * level * OUTPUT_LEN,
+        "elapsed_s": 8.0,
+        "precision": synth.rel_ci,
+        "stop_reason": "precision",
+        "accept_check": None,
+        "warnings": [],
+    }
 
 
 def _summary(mean: float, rel_ci: float) -> dict[str, Any]:
