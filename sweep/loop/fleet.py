@@ -188,5 +188,7 @@ def merge_summary_files(study: Study, url: str, paths: dict[str, Path]) -> RunSu
         total.warnings += list(data.get("warnings") or [])
         reasons.append(f"{host}: {data['stop_reason']}")
         total.best = data["best"] or total.best  # every worker sees the whole study's records
+        if data.get("answer"):  # one answer for the study, whichever worker stored it
+            total.answer, total.answer_heading = data["answer"], data.get("answer_heading", "")
     total.stop_reason = "; ".join(reasons)
     return total
