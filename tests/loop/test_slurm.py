@@ -1,7 +1,8 @@
 """Slurm pilots (`kind = "slurm"`): the sbatch script, and a small study on the simulator
 through a real single-node cluster (tests/support/slurm.py) on a shared PostgreSQL study:
 every configuration measured once, Ctrl-C leaves no job and no server, a cancelled task's
-trial is re-queued and measured by the other pilot, a task that cannot start says why."""
+trial is re-queued and measured by the other pilot, a task that cannot start says why, and the
+confirmation runs across the pilots."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from sweep.study import load_study
 from sweep.study.slurm import SlurmSpec, build_script, slurm_time, time_limit_s
 from tests.support.pg import Postgres
 from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.slurm import Slurm, slurm_study
 from tests.support.studies import launches
 
@@ -287,3 +289,34 @@ def test_a_job_sbatch_refuses_stops_the_run_with_its_message(
     with pytest.raises(SlurmError, match=r"sbatch refused the pilot job: .*[Pp]artition"):
         run_slurm(load_study(path), RunOptions(), HostBoard(["0", "1"], io.StringIO(), live=False))
     assert slurm.queue() == []
+
+
+@pytest.mark.slow
+def test_the_confirmation_runs_across_three_pilots(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    """Pilots whose nodes differ in speed (``SWEEP_SIM_SPEED`` per task): the relaunches are
+    taken by the pilots, one answer is stored, every pilot prints it."""
+    speeds = "case $SLURM_ARRAY_TASK_ID in 0) S=1.03;; 1) S=1.0;; *) S=0.97;; esac"
+    setup = f'setup = ["export PYTHONUNBUFFERED=1", "{speeds}; export SWEEP_SIM_SPEED=$S"]\n'
+    path = slurm_study(tmp_path, postgres.new_database(), nodes=3)
+    profile = write_profile(tmp_path, "[noise]\nlaunch_cv = 0.02\n")
+    text = path.read_text().replace(FAST_PROFILE, profile)
+    text = text.replace("[confirm]\nenabled = false\n", "[confirm]\nmax_replicates = 3\n")
+    path.write_text(text.replace('setup = ["export PYTHONUNBUFFERED=1"]\n', setup))
+    board = io.StringIO()
+    summary = run_slurm(
+        load_study(path), RunOptions(), HostBoard(["0", "1", "2"], board, live=False)
+    )
+    stored = optuna.load_study(
+        study_name=load_study(path).name, storage=rdb_storage(load_study(path).storage)
+    ).user_attrs[ATTR.ANSWER]
+    assert summary.answer.startswith(stored["label"]) and "host effects:" in summary.answer
+    assert len(stored["host_effects"]) == 3
+    printed = [line for line in board.getvalue().splitlines() if "] answer: " in line]
+    assert len(printed) == 3 and len({line.split("] ", 1)[1] for line in printed}) == 1
+    relaunched = [t for t in trials(path) if t.user_attrs.get(ATTR.KIND) == "replicate"]
+    assert relaunched and all(t.state is TrialState.COMPLETE for t in relaunched)
+    assert len({t.user_attrs[ATTR.HOST] for t in relaunched}) >= 2  # taken by several pilots
+    assert slurm.queue() == []
+    assert servers_left(tmp_path) == []
