@@ -120,7 +120,7 @@ class FleetConfirm:
     def plan_round(self) -> Plan | None:
         """Plan this round if it is due and no other worker plans it (None: not now)."""
         trials, claims = self.run.stores.trials, self.run.stores.claims
-        if self.round == 0 and searching(self.run):
+        if self.round == 0 and searching(self.run, self.options.grace_s):
             return None
         marker = self.key("plan")
         mine = claims.claim(marker, self.run.host.name, PENDING, self.stale_plan(marker))
@@ -212,10 +212,13 @@ class FleetConfirm:
             self.run.display.message(f"confirming (round {self.round + 1}): {plan.reason}")
 
 
-def searching(run: RunContext) -> bool:
-    """A search launch is still running on some worker (its result belongs in round 0)."""
+def searching(run: RunContext, grace_s: float) -> bool:
+    """A search launch is still running on some worker (its result belongs in round 0).
+    One running for over twice a launch's expected time plus ``grace_s`` was left by a run
+    killed before heartbeats began: not waited for."""
     running = read_records(run.stores.trials, states=(TrialState.RUNNING,))
-    return any(r.kind is Kind.TRIAL for r in running)
+    oldest = run.clock.wall() - 2 * run.history().estimate(None) - grace_s
+    return any(r.kind is Kind.TRIAL and (r.started or 0.0) > oldest for r in running)
 
 
 def decide(run: RunContext) -> Plan:
