@@ -25,7 +25,8 @@ from sweep.engines import rules_for
 from sweep.exceptions import StudyFileError
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import HostBoard
-from sweep.loop.slurm import SlurmError, pilot_host, run_slurm
+from sweep.loop.slurm import SlurmError, in_allocation, pilot_host, run_slurm
+from sweep.loop.slurm_alloc import pilots, step_argv
 from sweep.loop.worker import SharedOptions
 from sweep.store import open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
@@ -318,5 +319,40 @@ def test_the_confirmation_runs_across_three_pilots(
     relaunched = [t for t in trials(path) if t.user_attrs.get(ATTR.KIND) == "replicate"]
     assert relaunched and all(t.state is TrialState.COMPLETE for t in relaunched)
     assert len({t.user_attrs[ATTR.HOST] for t in relaunched}) >= 2  # taken by several pilots
+    assert slurm.queue() == []
+    assert servers_left(tmp_path) == []
+
+
+def test_inside_an_allocation_pilots_are_steps_on_its_nodes() -> None:
+    spec = SlurmSpec(nodes=3, exclusive=False, cpus_per_task=1, setup=("module load x",))
+    assert in_allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert not in_allocation({"SLURM_JOB_ID": "7"})
+    assert not in_allocation(  # a pilot of an array is not an allocation to run pilots in
+        {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_ARRAY_TASK_ID": "0"}
+    )
+    assert pilots(spec, ["n1", "n2"]) == [(0, "n1", "n1-0"), (1, "n2", "n2-1"), (2, "n1", "n1-2")]
+    exclusive = SlurmSpec(nodes=1)
+    assert pilots(exclusive, ["n1", "n2"]) == [(0, "n1", "n1"), (1, "n2", "n2")]
+    argv = step_argv(spec, ["python", "-m", "sweep", "worker", "s.toml"], 2, "n1")
+    assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--quit-on-interrupt"]
+    assert "--export=ALL,SLURM_ARRAY_TASK_ID=2" in argv and "--cpus-per-task=1" in argv
+    assert argv[-3:] == ["bash", "-c", "module load x; exec python -m sweep worker s.toml"]
+
+
+@pytest.mark.slow
+def test_sweep_run_inside_an_allocation_runs_a_step_per_pilot(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    path = with_schema(slurm_study(tmp_path, postgres.new_database(), nodes=2))
+    log = tmp_path / "allocation.log"
+    command = f"{sys.executable} -m sweep run {path}"
+    slurm.run(
+        "sbatch", "--wait", "--ntasks=1", "--cpus-per-task=4", f"--output={log}", "--wrap", command
+    )
+    text = log.read_text()
+    assert measured_keys(path) == every_key(path), text
+    assert f"pilot step 0 on {slurm.node}" in text and f"pilot step 1 on {slurm.node}" in text
+    hosts = {t.user_attrs.get(ATTR.HOST) for t in trials(path)}
+    assert hosts <= {f"{slurm.node}-0", f"{slurm.node}-1"}
     assert slurm.queue() == []
     assert servers_left(tmp_path) == []
