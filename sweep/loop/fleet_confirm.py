@@ -23,7 +23,7 @@ prints it in its summary.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +130,7 @@ class FleetConfirm:
         trials.set_user_attr(f"{PLAN_ATTR}:{self.setup}:{self.round}", plan.to_attr())
         return plan
 
-    def stale_plan(self, marker: str) -> Any:
+    def stale_plan(self, marker: str) -> Callable[[int], bool]:
         def stale(owner: int) -> bool:
             age = self.run.stores.claims.age(marker)
             return self.plan() is None and age is not None and age > self.options.grace_s
@@ -172,7 +172,7 @@ class FleetConfirm:
             self.blocked_since = now
         return False
 
-    def stale_job(self, marker: str, job: Job) -> Any:
+    def stale_job(self, marker: str, job: Job) -> Callable[[int], bool]:
         """A job's claim is stale when its trial stopped without a result (its worker died:
         reaped, or was interrupted), or its trial was never created within the grace."""
 

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 
 from sweep.loop.context import RunOptions, RunSummary
-from sweep.loop.fleet import Worker, _outcome, create_study_tables, wait_all
+from sweep.loop.fleet import Worker, create_study_tables, outcome, wait_all
 from sweep.loop.progress import HostBoard
 from sweep.loop.slurm import SlurmError, in_allocation, job_folder, pilot_argv
 from sweep.loop.worker import refuse_unsafe_storage
@@ -114,4 +114,4 @@ def run_in_allocation(
             interrupted = wait_all(local, workers, board)
         finally:
             board.close()
-        return _outcome(study, url, workers, interrupted)
+        return outcome(study, url, workers, interrupted)

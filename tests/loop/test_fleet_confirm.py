@@ -1,9 +1,11 @@
 """The confirmation on a shared PostgreSQL study: three `sweep worker` processes on simulated
-hosts whose speeds differ (``SWEEP_SIM_SPEED``) end with one stored answer that every worker
-prints; a worker killed during a relaunch has that relaunch taken by another."""
+hosts whose speeds differ (``SWEEP_SIM_SPEED``; one host over real SSH) end with one stored
+answer that every worker prints; a worker killed during a relaunch has that relaunch taken by
+another."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,15 +25,17 @@ from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
 from tests.support.procs import group_members, kill_group, wait_until
 from tests.support.simproc import FAST_PROFILE, write_profile
+from tests.support.sshd import Sshd
 
 pytestmark = pytest.mark.slow
 
 SPEEDS = {"a": "1.03", "b": "1.0", "c": "0.97"}  # hosts a few percent apart
 
 
-def confirming_study(folder: Path, storage: str) -> Path:
-    """Three hosts, six configurations (grid), launch noise, the confirmation on."""
-    path = shared_study(folder, storage, output_len=48)
+def confirming_study(folder: Path, storage: str, sshd: Sshd | None = None) -> Path:
+    """Three hosts (c over SSH if ``sshd``), six configurations (grid), launch noise, the
+    confirmation on."""
+    path = shared_study(folder, storage, sshd, output_len=48)
     profile = write_profile(folder, "[noise]\nlaunch_cv = 0.02\n")
     text = path.read_text().replace(FAST_PROFILE, profile)
     path.write_text(text.replace("[confirm]\nenabled = false\n", "[confirm]\nmax_replicates = 3\n"))
@@ -61,11 +65,12 @@ def server_groups(folder: Path) -> list[int]:
     return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
 
 
-@pytest.fixture
-def fleet(
-    tmp_path: Path, postgres: Postgres
-) -> Iterator[tuple[Path, dict[str, subprocess.Popen[bytes]]]]:
-    path = confirming_study(tmp_path, postgres.new_database())
+Fleet = tuple[Path, dict[str, subprocess.Popen[bytes]]]
+
+
+@contextlib.contextmanager
+def started(tmp_path: Path, path: Path) -> Iterator[Fleet]:
+    """The three workers of ``path``'s study; whatever is left is killed afterwards."""
     quiet_optuna()
     open_study(load_study(path), None)  # the schema once, as `sweep run` does
     procs = {h: worker(path, h, tmp_path / f"{h}.log") for h in SPEEDS}
@@ -95,10 +100,11 @@ def answer_lines(log: str) -> list[str]:
 
 
 def test_three_workers_end_with_one_confirmed_answer_every_worker_prints(
-    tmp_path: Path, fleet: tuple[Path, dict[str, subprocess.Popen[bytes]]]
+    tmp_path: Path, postgres: Postgres, sshd: Sshd
 ) -> None:
-    path, procs = fleet
-    logs = ended(tmp_path, procs, "abc")
+    study = confirming_study(tmp_path, postgres.new_database(), sshd)  # c: over SSH
+    with started(tmp_path, study) as (path, procs):
+        logs = ended(tmp_path, procs, "abc")
     trials = trials_of(path)
     stored = trials.user_attrs[ATTR.ANSWER]
     assert set(stored["host_effects"]) == {"a", "b", "c"}
@@ -124,11 +130,12 @@ def running_relaunch(path: Path) -> TrialRecord | None:
     return next((r for r in running if r.kind is Kind.REPLICATE), None)
 
 
-def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
-    tmp_path: Path, fleet: tuple[Path, dict[str, subprocess.Popen[bytes]]]
-) -> None:
-    path, procs = fleet
-    while True:  # freeze the worker of a running relaunch, then kill it (as a lost node)
+def kill_during_a_relaunch(
+    tmp_path: Path, path: Path, procs: dict[str, subprocess.Popen[bytes]]
+) -> tuple[TrialRecord, dict[str, str]]:
+    """Freeze the worker of a running relaunch, then kill it (as a lost node); the others'
+    logs once they ended."""
+    while True:
         wait_until(lambda: running_relaunch(path) is not None, timeout=300, what="a relaunch")
         first = running_relaunch(path)
         assert first is not None and first.host in procs
@@ -140,7 +147,15 @@ def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
             break
         os.kill(procs[first.host].pid, signal.SIGCONT)
     others = "".join(h for h in SPEEDS if h != victim.host)
-    logs = ended(tmp_path, procs, others)
+    return victim, ended(tmp_path, procs, others)
+
+
+def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    path = confirming_study(tmp_path, postgres.new_database())
+    with started(tmp_path, path) as fleet:
+        victim, logs = kill_during_a_relaunch(tmp_path, *fleet)
     records = {r.number: r for r in read_records(trials_of(path))}
     assert records[victim.number].state is State.FAILED  # reaped: no heartbeat
     redo = [
