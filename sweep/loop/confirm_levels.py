@@ -33,6 +33,8 @@ def confirm_levels(run: RunContext) -> None:
     budget = study.schedule.confirm_launches
     if len(study.workload.concurrency) < 2 or budget <= 0 or not run.confirming():
         return
+    if not run.sharing.alone:  # the levels of a shared study: not yet (docs/schedule.md)
+        return
     used = 0
     while True:
         seen = run.history()

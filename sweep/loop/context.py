@@ -144,8 +144,8 @@ class RunContext:
         return Now(self.clock.now(), self.clock.wall())
 
     def confirming(self) -> bool:
-        """Confirmation runs on a single host's run (a shared study: not yet, see docs)."""
-        return self.study.confirm.enabled and self.sharing.alone
+        """Whether the study confirms its answer (a shared study too, with every worker)."""
+        return self.study.confirm.enabled
 
     def limits(self) -> Limits:
         return Limits(

@@ -67,7 +67,7 @@ def run_hosts(study: Study, options: RunOptions, board: HostBoard | None = None)
             interrupted = wait_all(local, workers, board)
         finally:
             board.close()
-        return _outcome(study, url, workers, interrupted)
+        return outcome(study, url, workers, interrupted)
 
 
 def create_study_tables(study: Study, url: str) -> None:
@@ -156,7 +156,8 @@ def _show(executor: Executor, worker: Worker, board: HostBoard, *, final: bool) 
         board.line(worker.host, line.rstrip())
 
 
-def _outcome(study: Study, url: str, workers: list[Worker], interrupted: bool) -> RunSummary:
+def outcome(study: Study, url: str, workers: list[Worker], interrupted: bool) -> RunSummary:
+    """The run's summary once every worker ended (raises when one was interrupted or failed)."""
     codes = {w.host: w.exit_code for w in workers}
     if interrupted or INTERRUPTED_EXIT in codes.values():
         raise Interrupted("interrupted: every host's worker stopped its server and recorded "
@@ -188,5 +189,7 @@ def merge_summary_files(study: Study, url: str, paths: dict[str, Path]) -> RunSu
         total.warnings += list(data.get("warnings") or [])
         reasons.append(f"{host}: {data['stop_reason']}")
         total.best = data["best"] or total.best  # every worker sees the whole study's records
+        if data.get("answer"):  # one answer for the study, whichever worker stored it
+            total.answer, total.answer_heading = data["answer"], data.get("answer_heading", "")
     total.stop_reason = "; ".join(reasons)
     return total

@@ -16,6 +16,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
 from sweep.loop.confirm_levels import confirm_levels
 from sweep.loop.context import RunContext
+from sweep.loop.fleet_confirm import confirm_shared
 from sweep.loop.propose import Launch, Told, baseline, propose
 from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
@@ -76,10 +77,14 @@ class Search:
 
 
 class Confirm:
-    """Relaunch the contenders until the winner is decided (:mod:`sweep.loop.confirm`)."""
+    """Relaunch the contenders until the winner is decided (:mod:`sweep.loop.confirm`; on a
+    shared study, with every worker, :mod:`sweep.loop.fleet_confirm`)."""
 
     def run(self, run: RunContext) -> Phase | None:
-        confirm(run)
+        if run.sharing.alone:
+            confirm(run)
+        else:
+            confirm_shared(run)
         return ConfirmLevels()
 
 

@@ -15,6 +15,9 @@ folder (their output, exit code and summary), so it needs no accounting (``sacct
 * A task killed by Slurm (``scancel``, preemption, time limit, node failure) leaves its
   trial RUNNING without heartbeats: the other pilots reap and re-queue it
   (:mod:`sweep.loop.worker`).
+
+Inside an existing allocation (``salloc``), nothing is submitted: the pilots are job steps
+(``srun`` per node, :mod:`sweep.loop.slurm_alloc`).
 """
 
 from __future__ import annotations
@@ -135,6 +138,14 @@ class Task:
         return None
 
 
+def in_allocation(environ: Mapping[str, str] | None = None) -> bool:
+    """This process runs inside a Slurm allocation (``salloc``, a batch job) and is not itself
+    a pilot: its pilots are steps of that allocation (:mod:`sweep.loop.slurm_alloc`)."""
+    env = os.environ if environ is None else environ
+    inside = env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST")
+    return bool(inside) and not env.get("SLURM_ARRAY_TASK_ID")
+
+
 def is_slurm(study: Study) -> bool:
     return study.slurm is not None
 
@@ -172,6 +183,10 @@ def run_slurm(
         WorkerFailed: a pilot's worker ended with an error, or no pilot finished.
     """
     spec = _spec(study)
+    if cli is None and in_allocation():
+        from sweep.loop.slurm_alloc import run_in_allocation  # it builds on this module
+
+        return run_in_allocation(study, spec, options, board)
     cli = cli or SlurmCli()
     url = options.storage_url or study.storage
     if spec.nodes > 1:

@@ -82,10 +82,11 @@ def main(argv: Sequence[str]) -> int:
         return 0
     try:
         seed = _launch_seed(ns)
+        host_speed = _host_speed()
     except ValueError as exc:
         print(f"sweep sim: error: {exc}", file=sys.stderr)
         return 2
-    return _serve(profile, resolved, argv, seed)
+    return _serve(profile, resolved, argv, seed, host_speed)
 
 
 def _launch_seed(ns: argparse.Namespace) -> int | None:
@@ -99,6 +100,22 @@ def _launch_seed(ns: argparse.Namespace) -> int | None:
         return int(raw)
     except ValueError:
         raise ValueError(f"{LAUNCH_SEED_ENV} must be an integer, got {raw!r}") from None
+
+
+HOST_SPEED_ENV = "SWEEP_SIM_SPEED"  # this host's speed factor (hosts differ by a few percent)
+
+
+def _host_speed() -> float:
+    """``$SWEEP_SIM_SPEED``: a factor (> 0, default 1) every duration is divided by, on top of
+    the launch's own factor, so simulated hosts can differ in speed."""
+    raw = os.environ.get(HOST_SPEED_ENV, "").strip()
+    try:
+        speed = float(raw) if raw else 1.0
+    except ValueError:
+        speed = 0.0
+    if not 0 < speed < 100:
+        raise ValueError(f"{HOST_SPEED_ENV} must be a positive number, got {raw!r}")
+    return speed
 
 
 def _profile_choice(argv: list[str]) -> str | None:
@@ -255,11 +272,14 @@ def startup_plan(
     )
 
 
-def _serve(profile: Profile, resolved: Resolved, argv: list[str], seed: int | None) -> int:
+def _serve(
+    profile: Profile, resolved: Resolved, argv: list[str], seed: int | None, host_speed: float = 1.0
+) -> int:
     plan = FaultPlan.of(profile, resolved.args)
     adaptive = _adaptive_steps(resolved)
     startup = startup_plan(profile, resolved, plan, adaptive)
     launch_seed, speed = faults.launch_speed(profile.noise.launch_cv, seed)
+    speed *= host_speed
     second_pid = 0
     if plan.second_server_pid_file:
         second_pid = faults.spawn_second_server(plan.second_server_pid_file)

@@ -9,7 +9,9 @@ storage). A claim whose trial is no longer running and whose configuration
 was not measured (interrupted, reaped after its worker died) is stale: the
 next worker that wants the configuration takes it over, atomically too.
 
-The same table holds one-off markers (:meth:`Claims.once`): "the grid was
+The shared confirmation's relaunches are claimed here too (keys ``confirm:…``, see
+:mod:`sweep.loop.fleet_confirm`); they are not configurations and :meth:`Claims.held`
+leaves them out. The same table holds one-off markers (:meth:`Claims.once`): "the grid was
 enqueued", "trial 7 was re-queued", so that happens once per study however
 many workers start together.
 """
@@ -44,6 +46,7 @@ claims_table = sa.Table(
 )
 
 ONCE_PREFIX = "once:"
+JOB_PREFIX = "confirm:"  # a shared confirmation's relaunches and plans (sweep.loop.fleet_confirm)
 ONCE_TRIAL = -1  # trial_number of a one-off marker
 
 
@@ -90,8 +93,40 @@ class Claims:
         with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
             rows = conn.execute(query).all()
         return {
-            str(k): int(n) for k, n in rows if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX))
+            str(k): int(n)
+            for k, n in rows
+            if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX, JOB_PREFIX))
         }
+
+    def age(self, key: str) -> float | None:
+        """Seconds since ``key`` was claimed (or taken over); None: not claimed."""
+        query = sa.select(claims_table.c.claimed_at).where(self._row(key))
+        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
+            value = conn.execute(query).scalar()
+        return None if value is None else max(0.0, time.time() - float(value))
+
+    def retag(self, key: str, owner: int, trial_number: int) -> bool:
+        """Hand ``owner``'s claim on ``key`` to ``trial_number`` (same host); False: it is no
+        longer ``owner``'s."""
+        update = (
+            claims_table.update()
+            .where(self._row(key), self._owned_by(owner))
+            .values(trial_number=trial_number, claimed_at=time.time())
+        )
+        return self._execute(update) == 1
+
+    def live_hosts(self, grace_s: float | None = None) -> set[str]:
+        """The hosts whose run holds a lease renewed within ``grace_s`` (default
+        :data:`LEASE_GRACE_S`; see :class:`Lease`)."""
+        grace_s = LEASE_GRACE_S if grace_s is None else grace_s
+        c = claims_table.c
+        query = sa.select(c.key, c.claimed_at).where(
+            c.study_name == self.study_name, c.key.startswith(LEASE_PREFIX)
+        )
+        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
+            rows = conn.execute(query).all()
+        now = time.time()
+        return {str(k)[len(LEASE_PREFIX) :] for k, at in rows if now - float(at) < grace_s}
 
     def once(self, marker: str, host: str = "") -> bool:
         """True for exactly one caller per study and ``marker``, whatever the concurrency."""

@@ -1,7 +1,8 @@
 """Slurm pilots (`kind = "slurm"`): the sbatch script, and a small study on the simulator
 through a real single-node cluster (tests/support/slurm.py) on a shared PostgreSQL study:
 every configuration measured once, Ctrl-C leaves no job and no server, a cancelled task's
-trial is re-queued and measured by the other pilot, a task that cannot start says why."""
+trial is re-queued and measured by the other pilot, a task that cannot start says why, and the
+confirmation runs across the pilots."""
 
 from __future__ import annotations
 
@@ -24,13 +25,15 @@ from sweep.engines import rules_for
 from sweep.exceptions import StudyFileError
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import HostBoard
-from sweep.loop.slurm import SlurmError, pilot_host, run_slurm
+from sweep.loop.slurm import SlurmError, in_allocation, pilot_host, run_slurm
+from sweep.loop.slurm_alloc import pilots, step_argv
 from sweep.loop.worker import SharedOptions
 from sweep.store import open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
 from sweep.study.slurm import SlurmSpec, build_script, slurm_time, time_limit_s
 from tests.support.pg import Postgres
 from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.slurm import Slurm, slurm_study
 from tests.support.studies import launches
 
@@ -287,3 +290,69 @@ def test_a_job_sbatch_refuses_stops_the_run_with_its_message(
     with pytest.raises(SlurmError, match=r"sbatch refused the pilot job: .*[Pp]artition"):
         run_slurm(load_study(path), RunOptions(), HostBoard(["0", "1"], io.StringIO(), live=False))
     assert slurm.queue() == []
+
+
+@pytest.mark.slow
+def test_the_confirmation_runs_across_three_pilots(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    """Pilots whose nodes differ in speed (``SWEEP_SIM_SPEED`` per task): the relaunches are
+    taken by the pilots, one answer is stored, every pilot prints it."""
+    speeds = "case $SLURM_ARRAY_TASK_ID in 0) S=1.03;; 1) S=1.0;; *) S=0.97;; esac"
+    setup = f'setup = ["export PYTHONUNBUFFERED=1", "{speeds}; export SWEEP_SIM_SPEED=$S"]\n'
+    path = slurm_study(tmp_path, postgres.new_database(), nodes=3)
+    profile = write_profile(tmp_path, "[noise]\nlaunch_cv = 0.02\n")
+    text = path.read_text().replace(FAST_PROFILE, profile)
+    text = text.replace("[confirm]\nenabled = false\n", "[confirm]\nmax_replicates = 3\n")
+    path.write_text(text.replace('setup = ["export PYTHONUNBUFFERED=1"]\n', setup))
+    board = io.StringIO()
+    summary = run_slurm(
+        load_study(path), RunOptions(), HostBoard(["0", "1", "2"], board, live=False)
+    )
+    stored = optuna.load_study(
+        study_name=load_study(path).name, storage=rdb_storage(load_study(path).storage)
+    ).user_attrs[ATTR.ANSWER]
+    assert summary.answer.startswith(stored["label"]) and "host effects:" in summary.answer
+    assert len(stored["host_effects"]) == 3
+    printed = [line for line in board.getvalue().splitlines() if "] answer: " in line]
+    assert len(printed) == 3 and len({line.split("] ", 1)[1] for line in printed}) == 1
+    relaunched = [t for t in trials(path) if t.user_attrs.get(ATTR.KIND) == "replicate"]
+    assert relaunched and all(t.state is TrialState.COMPLETE for t in relaunched)
+    assert len({t.user_attrs[ATTR.HOST] for t in relaunched}) >= 2  # taken by several pilots
+    assert slurm.queue() == []
+    assert servers_left(tmp_path) == []
+
+
+def test_inside_an_allocation_pilots_are_steps_on_its_nodes() -> None:
+    spec = SlurmSpec(nodes=3, exclusive=False, cpus_per_task=1, setup=("module load x",))
+    assert in_allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"})
+    assert not in_allocation({"SLURM_JOB_ID": "7"})
+    assert not in_allocation(  # a pilot of an array is not an allocation to run pilots in
+        {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1", "SLURM_ARRAY_TASK_ID": "0"}
+    )
+    assert pilots(spec, ["n1", "n2"]) == [(0, "n1", "n1-0"), (1, "n2", "n2-1"), (2, "n1", "n1-2")]
+    exclusive = SlurmSpec(nodes=1)
+    assert pilots(exclusive, ["n1", "n2"]) == [(0, "n1", "n1"), (1, "n2", "n2")]
+    argv = step_argv(spec, ["python", "-m", "sweep", "worker", "s.toml"], 2, "n1")
+    assert argv[:5] == ["srun", "--nodes=1", "--ntasks=1", "--nodelist=n1", "--quit-on-interrupt"]
+    assert "--export=ALL,SLURM_ARRAY_TASK_ID=2" in argv and "--cpus-per-task=1" in argv
+    assert argv[-3:] == ["bash", "-c", "module load x; exec python -m sweep worker s.toml"]
+
+
+@pytest.mark.slow
+def test_sweep_run_inside_an_allocation_runs_a_step_per_pilot(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    path = with_schema(slurm_study(tmp_path, postgres.new_database(), nodes=2))
+    log = tmp_path / "allocation.log"
+    command = f"{sys.executable} -m sweep run {path}"
+    slurm.run(
+        "sbatch", "--wait", "--ntasks=1", "--cpus-per-task=4", f"--output={log}", "--wrap", command
+    )
+    text = log.read_text()
+    assert measured_keys(path) == every_key(path), text
+    assert f"pilot step 0 on {slurm.node}" in text and f"pilot step 1 on {slurm.node}" in text
+    hosts = {t.user_attrs.get(ATTR.HOST) for t in trials(path)}
+    assert hosts <= {f"{slurm.node}-0", f"{slurm.node}-1"}
+    assert slurm.queue() == []
+    assert servers_left(tmp_path) == []

@@ -1,0 +1,350 @@
+"""The confirmation on a shared study: relaunches queued in the study, taken by any worker.
+
+Every worker enters this phase when its search ends. The confirmation goes in rounds, all
+stored in the shared study so that any worker can plan, take or finish one:
+
+* **plan**: once the previous round is settled (and no search trial still runs), one worker
+  (an atomic claim, :class:`~sweep.store.claims.Claims`) reads every launch, fits the host
+  effects and decides (:func:`sweep.search.host_blocks.fleet_step`: the solo
+  confirmation's statistics on host-adjusted launches). Either it stores the answer
+  (exactly one worker can: the plan's claim is the guard) or it publishes the round's
+  relaunches as :class:`~sweep.search.host_blocks.Job` values on the study;
+* **take**: each free worker claims the next job its host may take (a contender measured
+  on one host only goes to another one) and launches it as a relaunch;
+* **lost worker**: a job's claim names its trial; a trial whose worker stops sending
+  heartbeats is failed by the reaping every worker does, which makes its claim stale, so
+  the next free worker takes the job over (:meth:`Claims.claim`).
+
+A planner that dies before publishing leaves a claim that goes stale after the heartbeat
+grace period; another worker plans instead. Every worker ends when the answer is stored and
+prints it in its summary.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import Trial, TrialState
+
+from sweep.core.records import ATTR, Kind, State, TrialRecord
+from sweep.core.space import params_of
+from sweep.core.timing import fits
+from sweep.loop.attempt import attempt
+from sweep.loop.confirm import holdout, simplicity
+from sweep.loop.context import RunContext
+from sweep.loop.propose import Launch, baseline
+from sweep.loop.worker import SharedOptions, ask
+from sweep.search import answer
+from sweep.search.host_blocks import (
+    HostLaunch,
+    Job,
+    Round,
+    effects_text,
+    fleet_step,
+    host_effects,
+)
+from sweep.store import confirmations, count_confirmation, read_records, write_answer
+from sweep.store.claims import JOB_PREFIX
+
+PLAN_ATTR = "confirm_round"  # the study's user attribute of round r: "confirm_round:<setup>:<r>"
+PENDING = -2  # a job's (or plan's) claim before its trial exists
+LOST = ("orchestrator_died",)  # a restarted worker failed the trial its killed run left
+DONE_STATES = (State.MEASURED, State.INFEASIBLE, State.FAILED, State.SKIPPED)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One round as stored: its relaunches, or the decision (``decided``), or nothing to do."""
+
+    jobs: tuple[Job, ...] = ()
+    reason: str = ""
+    decided: bool = False
+
+    def to_attr(self) -> dict[str, Any]:
+        jobs = [{"key": j.key, "hosts": list(j.hosts)} for j in self.jobs]
+        return {"jobs": jobs, "reason": self.reason, "decided": self.decided}
+
+    @classmethod
+    def from_attr(cls, data: Mapping[str, Any]) -> Plan:
+        jobs = tuple(Job(str(j["key"]), tuple(j.get("hosts") or ())) for j in data["jobs"])
+        return cls(jobs, str(data.get("reason", "")), bool(data.get("decided")))
+
+
+@dataclass
+class FleetConfirm:
+    """One worker's part in the shared confirmation (see the module)."""
+
+    run: RunContext
+    options: SharedOptions
+    round: int = 0
+    blocked_since: float | None = None
+    said: set[int] = field(default_factory=set)
+    lost: int | None = None  # the dead worker's trial whose job this worker just took over
+
+    @property
+    def setup(self) -> int:
+        return self.run.since.get("trials", 0)
+
+    def key(self, what: str) -> str:
+        return f"{JOB_PREFIX}{self.setup}:{self.round}:{what}"
+
+    def plan(self) -> Plan | None:
+        stored = self.run.stores.trials.user_attrs.get(f"{PLAN_ATTR}:{self.setup}:{self.round}")
+        return None if stored is None else Plan.from_attr(stored)
+
+    def go(self) -> None:
+        """Take part until the answer is stored (or there is nothing to confirm)."""
+        run = self.run
+        while True:
+            run.sharing.reap(run.stores.trials, run.stores.baselines)
+            plan = self.plan() or self.plan_round()
+            if plan is not None and (plan.decided or not plan.jobs):
+                finish(self.run, plan)
+                return
+            if plan is not None:
+                self.say(plan)
+                if self.take(plan):
+                    continue
+                if self.settled(plan) or not time_left(self.run):
+                    self.round += 1
+                    self.blocked_since = None
+                    continue
+            run.clock.sleep(self.options.poll_s)
+
+    # --- planning ---------------------------------------------------------------------------
+
+    def plan_round(self) -> Plan | None:
+        """Plan this round if it is due and no other worker plans it (None: not now)."""
+        trials, claims = self.run.stores.trials, self.run.stores.claims
+        if self.round == 0 and searching(self.run, self.options.grace_s):
+            return None
+        marker = self.key("plan")
+        mine = claims.claim(marker, self.run.host.name, PENDING, self.stale_plan(marker))
+        if mine is not None:
+            return None
+        plan = decide(self.run)
+        trials.set_user_attr(f"{PLAN_ATTR}:{self.setup}:{self.round}", plan.to_attr())
+        return plan
+
+    def stale_plan(self, marker: str) -> Callable[[int], bool]:
+        def stale(owner: int) -> bool:
+            age = self.run.stores.claims.age(marker)
+            return self.plan() is None and age is not None and age > self.options.grace_s
+
+        return stale
+
+    # --- taking a job -----------------------------------------------------------------------
+
+    def take(self, plan: Plan) -> bool:
+        """Claim and launch the first job this host may take; False: none."""
+        run = self.run
+        if not time_left(self.run):
+            return False
+        claims, host = run.stores.claims, run.host.name
+        alive = claims.live_hosts() | {host}
+        now = run.clock.now()
+        overdue = self.blocked_since is not None and now - self.blocked_since > self.options.grace_s
+        blocked = False
+        for i, job in enumerate(plan.jobs):
+            marker = self.key(str(i))
+            if not overdue and not job.allows(host, alive):
+                blocked = blocked or claims.owner(marker) is None
+                continue
+            self.lost = None
+            if claims.claim(marker, host, PENDING, self.stale_job(marker, job)) is not None:
+                continue
+            if self.lost is not None:
+                run.display.message(
+                    f"relaunch of {job.key} (trial {self.lost}): its worker stopped; taken over"
+                )
+            launch = relaunch(run, job.key)
+            claims.retag(marker, PENDING, launch.trial.number)
+            self.blocked_since = None
+            attempt(run, launch, run.history())
+            return True
+        # an open job has waited a grace period for the hosts it asked for (their time may be
+        # up, or they may be stuck): any host takes it then
+        if blocked and self.blocked_since is None:
+            self.blocked_since = now
+        return False
+
+    def stale_job(self, marker: str, job: Job) -> Callable[[int], bool]:
+        """A job's claim is stale when its trial stopped without a result (its worker died:
+        reaped, or was interrupted), or its trial was never created within the grace."""
+
+        def stale(owner: int) -> bool:
+            if owner < 0:
+                age = self.run.stores.claims.age(marker)
+                return age is not None and age > self.options.grace_s
+            record = self.record(job, owner)
+            lost = record is not None and record.state is not State.RUNNING and not done(record)
+            if lost:
+                self.lost = owner
+            return lost
+
+        return stale
+
+    # --- the round's state ------------------------------------------------------------------
+
+    def settled(self, plan: Plan) -> bool:
+        """Every job of the round was launched and its trial ended."""
+        claims = self.run.stores.claims
+        for i, job in enumerate(plan.jobs):
+            owner = claims.owner(self.key(str(i)))
+            record = None if owner is None or owner < 0 else self.record(job, owner)
+            if record is None or not done(record):
+                return False
+        return True
+
+    def record(self, job: Job, number: int) -> TrialRecord | None:
+        stores = self.run.stores
+        owner = stores.baselines if job.key == answer.BASELINE_KEY else stores.trials
+        frozen = _frozen(owner, number)
+        return None if frozen is None else TrialRecord.from_frozen(frozen)
+
+    def say(self, plan: Plan) -> None:
+        if self.round not in self.said:
+            self.said.add(self.round)
+            self.run.display.message(f"confirming (round {self.round + 1}): {plan.reason}")
+
+
+def searching(run: RunContext, grace_s: float) -> bool:
+    """A search launch is still running on some worker (its result belongs in round 0).
+    One running for over twice a launch's expected time plus ``grace_s`` was left by a run
+    killed before heartbeats began: not waited for."""
+    running = read_records(run.stores.trials, states=(TrialState.RUNNING,))
+    oldest = run.clock.wall() - 2 * run.history().estimate(None) - grace_s
+    return any(r.kind is Kind.TRIAL and (r.started or 0.0) > oldest for r in running)
+
+
+def decide(run: RunContext) -> Plan:
+    """Decide from every launch: the next round's relaunches, or the answer (stored)."""
+    options = answer.options_of(run.study.confirm)
+    objective = run.study.objective
+    trials = run.stores.trials
+    seen = run.history()
+    launches = host_launches(run)
+    used, total = budget(run, seen.trials)
+    left = total - used if time_left(run) else 0
+    alive = run.stores.claims.live_hosts() | {run.host.name}
+    step = fleet_step(
+        launches,
+        options,
+        left,
+        functools.partial(simplicity, run, seen),
+        alive,
+        baseline=answer.BASELINE_KEY,
+        with_baseline=not objective.weights,
+        prior=holdout(run),
+    )
+    if step is None:
+        return Plan(reason="nothing measured to confirm")
+    if isinstance(step, Round):
+        jobs = step.jobs[: max(1, left)]
+        for job in jobs:
+            count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
+        return Plan(jobs, step.reason)
+    stored = answer.answer_of(step, answer.labels_of(seen.trials), options, used)
+    effects = host_effects(
+        [x for x in launches if not objective.weights or x.key != answer.BASELINE_KEY]
+    )
+    stored["host_effects"] = effects
+    stored["hosts"] = sorted(effects)
+    write_answer(trials, stored)
+    return Plan(reason=str(stored["reason"]), decided=True)
+
+
+def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
+    """(launches spent confirming, the confirmation's budget), as the solo confirmation
+    counts them (:mod:`sweep.loop.confirm`)."""
+    options = answer.options_of(run.study.confirm)
+    spent = confirmations(run.stores.trials)
+    searched = sum(1 for t in trials if t.kind is Kind.TRIAL and t.state is not State.WAITING)
+    baselines = read_records(run.stores.baselines)
+    searched += sum(1 for b in baselines if b.state is not State.WAITING) - spent["baselines"]
+    budget = answer.confirmation_budget(searched, options.share)
+    replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
+    return max(spent["launches"], replicated), budget
+
+
+def relaunch(run: RunContext, key: str) -> Launch:
+    """A new running trial of ``key`` (the baseline on this host's baselines): created
+    directly, not through Optuna's queue, so no other worker's ask can take it."""
+    if key == answer.BASELINE_KEY:
+        return baseline(run)
+    trials = run.stores.trials
+    first = run.history().settled.get(key)
+    config = first.config if first is not None and first.config else run.valid[key]
+    frozen = _frozen(trials, first.number) if first is not None else None
+    if frozen is None:  # not measured by the search (cannot happen for a contender)
+        trials.enqueue_trial(params_of(config, run.study))
+        return Launch(trials, ask(trials), config, Kind.REPLICATE)
+    template = optuna.trial.create_trial(
+        state=TrialState.RUNNING, params=frozen.params, distributions=frozen.distributions
+    )
+    trial_id = trials._storage.create_new_trial(trials._study_id, template_trial=template)
+    return Launch(trials, Trial(trials, trial_id), config, Kind.REPLICATE)
+
+
+def time_left(run: RunContext) -> bool:
+    """A relaunch still fits in this worker's time."""
+    return fits(run.clock.now(), run.time_end(), run.history().estimate(None))
+
+
+def finish(run: RunContext, plan: Plan) -> None:
+    """Show the stored answer (whoever decided it) in this worker's summary."""
+    stored = run.stores.trials.user_attrs.get(ATTR.ANSWER)
+    if not plan.decided or not stored:
+        return
+    effects = stored.get("host_effects") or {}
+    text = answer.answer_text(stored)
+    hosts = effects_text(effects)
+    run.summary.answer = f"{text}; {hosts}" if hosts else text
+    run.summary.answer_heading = answer.answer_heading(stored)
+    run.display.message(f"answer: {run.summary.answer}")
+
+
+def confirm_shared(run: RunContext) -> None:
+    """The shared study's confirmation (see the module); nothing when it is turned off."""
+    if run.confirming():
+        FleetConfirm(run, run.options.shared or SharedOptions()).go()
+
+
+def done(record: TrialRecord) -> bool:
+    """A job's trial ended with a result to keep (measured, infeasible, failed for a reason of
+    its own, skipped for time); reaped or interrupted: not done, it is taken again."""
+    if record.state is State.FAILED and (record.failure is None or record.failure.kind in LOST):
+        return False  # failed by reaping (no heartbeats), or by its own worker's restart
+    return record.state in DONE_STATES
+
+
+def host_launches(run: RunContext) -> list[HostLaunch]:
+    """Every measured launch with its host: the search's trials, the relaunches and every
+    host's baselines (they link the hosts)."""
+    objective = run.study.objective
+    out = []
+    records = [*run.history().trials, *_since(run, read_records(run.stores.baselines))]
+    for record in records:
+        key = answer.BASELINE_KEY if record.kind is Kind.BASELINE else record.key
+        if record.kind not in (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE) or not key:
+            continue
+        launch = answer.launch_of(record, objective.metric, objective.concurrency)
+        if launch is not None and launch.value > 0:
+            out.append(HostLaunch(key, record.host or "?", launch))
+    return out
+
+
+def _since(run: RunContext, baselines: list[TrialRecord]) -> list[TrialRecord]:
+    first = run.since.get("baselines", 0)
+    return [b for b in baselines if b.number >= first]
+
+
+def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial | None:
+    for t in study.get_trials(deepcopy=False):
+        if t.number == number:
+            return t
+    return None

@@ -1,0 +1,173 @@
+"""The confirmation on a shared PostgreSQL study: three `sweep worker` processes on simulated
+hosts whose speeds differ (``SWEEP_SIM_SPEED``; one host over real SSH) end with one stored
+answer that every worker prints; a worker killed during a relaunch has that relaunch taken by
+another."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from sweep.core.records import ATTR, Kind, State, TrialRecord
+from sweep.loop.fleet_confirm import PLAN_ATTR
+from sweep.store import open_study, quiet_optuna, rdb_storage, read_records
+from sweep.study import load_study
+from tests.support.hosts import shared_study
+from tests.support.pg import Postgres
+from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.simproc import FAST_PROFILE, write_profile
+from tests.support.sshd import Sshd
+
+pytestmark = pytest.mark.slow
+
+SPEEDS = {"a": "1.03", "b": "1.0", "c": "0.97"}  # hosts a few percent apart
+
+
+def confirming_study(folder: Path, storage: str, sshd: Sshd | None = None) -> Path:
+    """Three hosts (c over SSH if ``sshd``), six configurations (grid), launch noise, the
+    confirmation on."""
+    path = shared_study(folder, storage, sshd, output_len=48)
+    profile = write_profile(folder, "[noise]\nlaunch_cv = 0.02\n")
+    text = path.read_text().replace(FAST_PROFILE, profile)
+    path.write_text(text.replace("[confirm]\nenabled = false\n", "[confirm]\nmax_replicates = 3\n"))
+    return path
+
+
+def worker(path: Path, host: str, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "sweep", "worker", str(path), "--host", host]
+    argv += ["--heartbeat", "1", "--grace", "4"]
+    env = {**os.environ, "SWEEP_SIM_SPEED": SPEEDS[host]}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+
+
+def trials_of(path: Path) -> optuna.Study:
+    study = load_study(path)
+    return optuna.load_study(study_name=study.name, storage=rdb_storage(study.storage))
+
+
+def relaunches(path: Path) -> list[TrialRecord]:
+    return [r for r in read_records(trials_of(path)) if r.kind is Kind.REPLICATE]
+
+
+def server_groups(folder: Path) -> list[int]:
+    return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
+
+
+Fleet = tuple[Path, dict[str, subprocess.Popen[bytes]]]
+
+
+@contextlib.contextmanager
+def started(tmp_path: Path, path: Path) -> Iterator[Fleet]:
+    """The three workers of ``path``'s study; whatever is left is killed afterwards."""
+    quiet_optuna()
+    open_study(load_study(path), None)  # the schema once, as `sweep run` does
+    procs = {h: worker(path, h, tmp_path / f"{h}.log") for h in SPEEDS}
+    try:
+        yield path, procs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                kill_group(proc.pid)
+                proc.wait()
+        for pgid in server_groups(tmp_path):
+            if group_members(pgid):
+                kill_group(pgid)
+
+
+def ended(tmp_path: Path, procs: dict[str, subprocess.Popen[bytes]], hosts: str) -> dict[str, str]:
+    logs = {}
+    for host in hosts:
+        code = procs[host].wait(timeout=400)
+        logs[host] = (tmp_path / f"{host}.log").read_text()
+        assert code == 0, logs[host]
+    return logs
+
+
+def answer_lines(log: str) -> list[str]:
+    return [line.split("answer: ", 1)[1] for line in log.splitlines() if "answer: " in line]
+
+
+def test_three_workers_end_with_one_confirmed_answer_every_worker_prints(
+    tmp_path: Path, postgres: Postgres, sshd: Sshd
+) -> None:
+    study = confirming_study(tmp_path, postgres.new_database(), sshd)  # c: over SSH
+    with started(tmp_path, study) as (path, procs):
+        logs = ended(tmp_path, procs, "abc")
+    trials = trials_of(path)
+    stored = trials.user_attrs[ATTR.ANSWER]
+    assert set(stored["host_effects"]) == {"a", "b", "c"}
+    printed = {host: answer_lines(log) for host, log in logs.items()}
+    assert all(len(lines) == 1 for lines in printed.values()), printed  # each says it once
+    assert len({lines[0] for lines in printed.values()}) == 1  # the same answer everywhere
+    assert printed["a"][0].startswith(stored["label"]) and "host effects: a " in printed["a"][0]
+    decided = [k for k, v in trials.user_attrs.items() if k.startswith(PLAN_ATTR) and v["decided"]]
+    assert len(decided) == 1  # exactly one worker decided
+    # the relaunches were taken by several workers; a contender measured on one host by the
+    # search was relaunched on another
+    again = [r for r in relaunches(path) if r.state is State.MEASURED]
+    assert again and len(stored["replicates"]) >= 2
+    # within the budget (9 search launches: 6), each relaunch launched once
+    assert len(relaunches(path)) <= stored["confirmation_launches"] <= 6
+    assert not any("taken over" in log for log in logs.values())
+    hosts = {r.host for r in read_records(trials) if r.key == stored["winner"] and r.measured}
+    assert len(hosts) >= 2, hosts
+
+
+def running_relaunch(path: Path) -> TrialRecord | None:
+    running = read_records(trials_of(path), states=(TrialState.RUNNING,))
+    return next((r for r in running if r.kind is Kind.REPLICATE), None)
+
+
+def kill_during_a_relaunch(
+    tmp_path: Path, path: Path, procs: dict[str, subprocess.Popen[bytes]]
+) -> tuple[TrialRecord, dict[str, str]]:
+    """Freeze the worker of a running relaunch, then kill it (as a lost node); the others'
+    logs once they ended."""
+    while True:
+        wait_until(lambda: running_relaunch(path) is not None, timeout=300, what="a relaunch")
+        first = running_relaunch(path)
+        assert first is not None and first.host in procs
+        os.kill(procs[first.host].pid, signal.SIGSTOP)
+        victim = running_relaunch(path)
+        if victim is not None and victim.host == first.host:
+            os.kill(procs[victim.host].pid, signal.SIGKILL)
+            procs[victim.host].wait()
+            break
+        os.kill(procs[first.host].pid, signal.SIGCONT)
+    others = "".join(h for h in SPEEDS if h != victim.host)
+    return victim, ended(tmp_path, procs, others)
+
+
+def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    path = confirming_study(tmp_path, postgres.new_database())
+    with started(tmp_path, path) as fleet:
+        victim, logs = kill_during_a_relaunch(tmp_path, *fleet)
+    records = {r.number: r for r in read_records(trials_of(path))}
+    assert records[victim.number].state is State.FAILED  # reaped: no heartbeat
+    redo = [
+        r
+        for r in records.values()
+        if r.kind is Kind.REPLICATE
+        and r.key == victim.key
+        and r.number > victim.number
+        and r.host != victim.host
+        and r.measured
+    ]
+    assert redo, "the lost relaunch was taken by another worker"
+    assert any("taken over" in log for log in logs.values())
+    assert all(len(answer_lines(log)) == 1 for log in logs.values())
+    assert trials_of(path).user_attrs[ATTR.ANSWER]["winner"]

@@ -1,0 +1,104 @@
+"""The shared confirmation's pieces without a second process: one worker of a shared study
+confirms alone, the stored plans and answer, which relaunch counts as done, the claims it
+uses."""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+
+from sweep.core.records import ATTR, Failure, Kind, TrialRecord
+from sweep.core.space import TrialConfig
+from sweep.loop import wiring
+from sweep.loop.context import RunOptions
+from sweep.loop.fleet_confirm import PLAN_ATTR, Plan, done
+from sweep.loop.offline import Measurement, measurer_of
+from sweep.loop.progress import Display
+from sweep.loop.runner import Runner
+from sweep.loop.worker import SharedOptions
+from sweep.search.host_blocks import Job
+from sweep.server.executor.fake import FakeExecutor
+from sweep.store import read_records
+from sweep.store.claims import Claims, Lease
+from sweep.study import load_study
+from tests.support.studies import write_study
+
+TRUE = {1: 100.0, 2: 104.0, 3: 103.5}  # steps → throughput; 2 and 3 are close
+
+
+def shared_run(tmp_path: Path, seed: int) -> Runner:
+    """A worker of a shared study (SQLite is fine for one process) with noisy launches."""
+    path = write_study(tmp_path, study='sampler = "grid"', confirm=True)
+    rng = random.Random(seed)
+
+    def measure(config: TrialConfig) -> Measurement:
+        return Measurement(TRUE.get(config.num_steps, 80.0) * rng.gauss(1.0, 0.02))
+
+    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01))
+    display = Display(io.StringIO(), live=False)
+    ctx = wiring.run_context(
+        load_study(path),
+        options,
+        display,
+        FakeExecutor(options.clock, []),
+        measurer=measurer_of(measure),
+        engine_check=lambda run: None,
+    )
+    return Runner(ctx)
+
+
+def test_one_worker_of_a_shared_study_confirms_and_stores_one_answer(tmp_path: Path) -> None:
+    runner = shared_run(tmp_path, seed=1)
+    summary = runner.run()
+    trials = runner.ctx.stores.trials
+    stored = trials.user_attrs[ATTR.ANSWER]
+    assert summary.answer.startswith(stored["label"])
+    assert "host effects" not in summary.answer  # one host: nothing to estimate
+    assert stored["host_effects"] == {"local": 1.0}
+    plans = {k: Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(PLAN_ATTR)}
+    assert [p.decided for p in plans.values()].count(True) == 1
+    relaunched = [r for r in read_records(trials) if r.kind is Kind.REPLICATE]
+    jobs = sum(len(p.jobs) for p in plans.values())
+    assert relaunched and stored["confirmation_launches"] == jobs  # each counted once
+    # the same study run again: the stored answer, nothing launched
+    again = shared_run(tmp_path, seed=2).run()
+    assert again.answer == summary.answer and again.replicates == 0 and again.measured == 0
+
+
+def test_a_plan_is_stored_as_plain_values() -> None:
+    plan = Plan((Job("k", ("a", "b")), Job("base")), "why", decided=False)
+    assert Plan.from_attr(plan.to_attr()) == plan
+
+
+def test_a_relaunch_reaped_or_failed_by_a_restart_is_taken_again() -> None:
+    def record(state: str, failure: Failure | None = None) -> TrialRecord:
+        return TrialRecord(kind=Kind.REPLICATE, optuna_state=state, failure=failure)
+
+    assert not done(record("RUNNING"))
+    assert done(record("COMPLETE"))
+    assert not done(record("FAIL"))  # reaped: no failure recorded
+    assert not done(record("FAIL", Failure("interrupted")))
+    assert not done(record("FAIL", Failure("orchestrator_died")))
+    assert done(record("FAIL", Failure("crash")))
+
+
+def test_claims_age_retag_and_live_hosts(tmp_path: Path) -> None:
+    claims = Claims(f"sqlite:///{tmp_path / 'c.db'}", "s")
+    assert claims.age("job") is None
+    assert claims.claim("job", "a", -2, lambda owner: False) is None
+    age = claims.age("job")
+    assert age is not None and age < 60
+    assert claims.retag("job", -2, 7) and claims.owner("job") == 7
+    assert not claims.retag("job", -2, 8)  # no longer the placeholder's
+    lease = Lease(claims, "a")
+    lease.acquire()
+    try:
+        assert claims.live_hosts() == {"a"}
+        assert claims.live_hosts(grace_s=0.0) == set()
+    finally:
+        lease.release()
+    assert claims.live_hosts() == set()
+    assert "job" in claims.held() and "confirm:0:0:0" not in claims.held()
+    claims.claim("confirm:0:0:0", "a", 3, lambda owner: False)
+    assert "confirm:0:0:0" not in claims.held()  # a relaunch is not a configuration
