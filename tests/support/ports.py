@@ -29,7 +29,9 @@ def free_port(span: int = 1) -> int:
         port = chooser.randrange(_LOWEST, low - span)
         if all(_bindable(port + i) for i in range(span)):
             return port
-    raise RuntimeError(f"no {span} free consecutive port(s) in {_LOWEST}..{low} after {_TRIES} tries")
+    raise RuntimeError(
+        f"no {span} free consecutive port(s) in {_LOWEST}..{low} after {_TRIES} tries"
+    )
 
 
 def _ephemeral_low() -> int:

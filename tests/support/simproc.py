@@ -25,7 +25,6 @@ FAST_PROFILE = str(PROFILES / "fast.toml")
 EAGLE_FLAGS = ("--speculative-algorithm", "EAGLE3", "--speculative-eagle-topk", "1")
 
 
-
 def spec_flags(steps: int, topk: int = 1, draft_tokens: int | None = None) -> list[str]:
     """The four speculative flags, always together."""
     draft = steps + 1 if draft_tokens is None else draft_tokens

@@ -26,7 +26,6 @@ SSHD = Path("/usr/sbin/sshd")
 ALIAS = "sweep-test-host"
 
 
-
 class SshdUnavailable(RuntimeError):
     """sshd (or ssh-keygen) is missing or would not start here."""
 
