@@ -4,8 +4,8 @@
 concurrency 1, 2 at 16, none at 64) measures steps 1, 2 and 4 at concurrency 1, 16 and 64,
 one server start each, then the answer's and the per-level confirmation relaunch
 contenders (``schedule_real_loop_launches``); ``[schedule] verify = true`` then relaunches the
-schedule it decides (and SGLang's built-in adaptive schedule) at the end of ``sweep run`` — the real loop, the real
-lifecycle and the real benchmark. The figure is the verified schedule's output throughput
+schedule it decides (and SGLang's built-in adaptive schedule) at the end of ``sweep run`` —
+the real loop, the real lifecycle and the real benchmark. The figure is the verified schedule's output throughput
 summed over the levels against the single best static configuration's (the one with the
 highest sum; it must be >= 0, and > 0 here since the levels disagree);
 ``schedule_gain_vs_builtin_pct`` compares it with SGLang's built-in schedule the same way.
