@@ -1,14 +1,14 @@
 """What a verified per-concurrency schedule gains over static settings (the schedule issue).
 
 ``schedule_gain_pct``: a small study on `sweep sim`'s batch-dependent profile (best steps 4 at
-concurrency 1, 2 at 16, none at 64) measures steps 1, 2 and 4 at concurrency 1, 16 and 64,
-one server start each, then the answer's and the per-level confirmation relaunch
-contenders (``schedule_real_loop_launches``); ``[schedule] verify = true`` then relaunches the
-schedule it decides (and SGLang's built-in adaptive schedule) at the end of ``sweep run`` —
-the real loop, the real lifecycle and the real benchmark. The figure is the verified schedule's output throughput
-summed over the levels against the single best static configuration's (the one with the
-highest sum; it must be >= 0, and > 0 here since the levels disagree);
-``schedule_gain_vs_builtin_pct`` compares it with SGLang's built-in schedule the same way.
+concurrency 1, 2 at 16, none at 64) measures steps 1, 2 and 4 at concurrency 1, 16 and 64, one
+server start each, then the answer's and the per-level confirmation relaunch contenders
+(``schedule_real_loop_launches``); ``[schedule] verify = true`` then relaunches the schedule it
+decides (and SGLang's built-in adaptive schedule) at the end of ``sweep run`` — the real loop, the
+real lifecycle and the real benchmark. The figure is the verified schedule's output throughput
+summed over the levels against the single best static configuration's (the one with the highest
+sum; it must be >= 0, and > 0 here since the levels disagree); ``schedule_gain_vs_builtin_pct``
+compares it with SGLang's built-in schedule the same way.
 
 ``verify_wrong_sign_rate``, ``schedule_vs_optimum_pct``, ``schedule_vs_builtin_pct``: a
 statistical bench against the simulator's noise-free truth (:func:`verify_figures`).
