@@ -183,10 +183,6 @@ def run_slurm(
         WorkerFailed: a pilot's worker ended with an error, or no pilot finished.
     """
     spec = _spec(study)
-    if cli is None and in_allocation():
-        from sweep.loop.slurm_alloc import run_in_allocation  # it builds on this module
-
-        return run_in_allocation(study, spec, options, board)
     cli = cli or SlurmCli()
     url = options.storage_url or study.storage
     if spec.nodes > 1:

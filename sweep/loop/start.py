@@ -13,7 +13,8 @@ from sweep.loop.fleet import run_hosts
 from sweep.loop.notify import ended_by, open_notifier
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
-from sweep.loop.slurm import is_slurm, pilot_host, run_slurm
+from sweep.loop.slurm import in_allocation, is_slurm, pilot_host, run_slurm
+from sweep.loop.slurm_alloc import run_in_allocation
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.store import quiet_optuna, storage_errors
@@ -26,7 +27,8 @@ def run_study(
     """Run (or resume) ``study`` on its host; see :class:`~sweep.loop.runner.Runner`. A study
     with several hosts runs one worker process per host (:func:`sweep.loop.fleet.run_hosts`,
     which shows every host's output itself; ``display`` is then not used); a Slurm study
-    submits its pilots and follows them (:func:`sweep.loop.slurm.run_slurm`).
+    submits its pilots and follows them (:func:`sweep.loop.slurm.run_slurm`), or, run inside
+    an allocation, starts them as its steps (:func:`sweep.loop.slurm_alloc.run_in_allocation`).
 
     Raises:
         Interrupted: the user pressed Ctrl-C; the interrupted trial is recorded.
@@ -35,6 +37,8 @@ def run_study(
     options = options or RunOptions()
     _preflight(study, options)
     _say_deadline(study, options, display or Display())
+    if is_slurm(study) and study.slurm is not None and in_allocation():
+        return run_in_allocation(study, study.slurm, options)  # pilots as steps of this job
     if is_slurm(study):
         return run_slurm(study, options)
     if len(study.hosts) > 1:
