@@ -316,3 +316,32 @@ def _resolve_adaptive(out: Resolved) -> None:
         )
     args["speculative_num_draft_tokens"] = args["speculative_num_steps"] + 1
     out.adaptive_slots = slots
+
+
+def launch_seed(ns: argparse.Namespace) -> int | None:
+    """``--sim-launch-seed``, else ``$SWEEP_SIM_LAUNCH_SEED``, else ``None`` (random)."""
+    if ns.sim_launch_seed is not None:
+        return int(ns.sim_launch_seed)
+    raw = os.environ.get(LAUNCH_SEED_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{LAUNCH_SEED_ENV} must be an integer, got {raw!r}") from None
+
+
+HOST_SPEED_ENV = "SWEEP_SIM_SPEED"  # this host's speed factor (hosts differ by a few percent)
+
+
+def read_host_speed() -> float:
+    """``$SWEEP_SIM_SPEED``: a factor (> 0, default 1) every duration is divided by, on top of
+    the launch's own factor, so simulated hosts can differ in speed."""
+    raw = os.environ.get(HOST_SPEED_ENV, "").strip()
+    try:
+        speed = float(raw) if raw else 1.0
+    except ValueError:
+        speed = 0.0
+    if not 0 < speed < 100:
+        raise ValueError(f"{HOST_SPEED_ENV} must be a positive number, got {raw!r}")
+    return speed

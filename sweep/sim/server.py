@@ -29,10 +29,11 @@ from sweep.exceptions import SweepError
 from sweep.sim import content, faults, logs, model
 from sweep.sim.adaptive import AdaptiveSteps
 from sweep.sim.args import (
-    LAUNCH_SEED_ENV,
     SIMULATED_ALGORITHMS,
     Resolved,
     build_parser,
+    launch_seed,
+    read_host_speed,
     resolve,
 )
 from sweep.sim.faults import FaultPlan
@@ -81,41 +82,12 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(prediction, indent=2))
         return 0
     try:
-        seed = _launch_seed(ns)
-        host_speed = _host_speed()
+        seed = launch_seed(ns)
+        host_speed = read_host_speed()
     except ValueError as exc:
         print(f"sweep sim: error: {exc}", file=sys.stderr)
         return 2
     return _serve(profile, resolved, argv, seed, host_speed)
-
-
-def _launch_seed(ns: argparse.Namespace) -> int | None:
-    """``--sim-launch-seed``, else ``$SWEEP_SIM_LAUNCH_SEED``, else ``None`` (random)."""
-    if ns.sim_launch_seed is not None:
-        return int(ns.sim_launch_seed)
-    raw = os.environ.get(LAUNCH_SEED_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"{LAUNCH_SEED_ENV} must be an integer, got {raw!r}") from None
-
-
-HOST_SPEED_ENV = "SWEEP_SIM_SPEED"  # this host's speed factor (hosts differ by a few percent)
-
-
-def _host_speed() -> float:
-    """``$SWEEP_SIM_SPEED``: a factor (> 0, default 1) every duration is divided by, on top of
-    the launch's own factor, so simulated hosts can differ in speed."""
-    raw = os.environ.get(HOST_SPEED_ENV, "").strip()
-    try:
-        speed = float(raw) if raw else 1.0
-    except ValueError:
-        speed = 0.0
-    if not 0 < speed < 100:
-        raise ValueError(f"{HOST_SPEED_ENV} must be a positive number, got {raw!r}")
-    return speed
 
 
 def _profile_choice(argv: list[str]) -> str | None:
