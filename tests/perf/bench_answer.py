@@ -116,6 +116,8 @@ class Run:
     confident: bool
     launches: int  # every server start
     prediction_errors: tuple[float, ...]
+    reason: str = ""
+    seed: int = 0
 
     @property
     def shipped(self) -> bool:
@@ -142,13 +144,18 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     records = read_records(optuna_study)
     configs = {r.key: r.config for r in records if r.key and r.config}
-    ratio, confident = 0.0, False
+    ratio, confident, reason = 0.0, False, ""
+    if answer:
+        reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"
+        reason += f" reps={len(answer.get('replicates') or ())}"
+        reason += f" conf={answer.get('confirmation_launches')}"
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     starts = sum(1 for r in records + read_records(baselines) if r.kind.launches and r.measured)
-    return Run(name, space, ratio, confident, starts, prediction_errors(optuna_study))
+    errors = prediction_errors(optuna_study)
+    return Run(name, space, ratio, confident, starts, errors, reason, seed)
 
 
 def prediction_errors(optuna_study: optuna.Study) -> tuple[float, ...]:
@@ -307,7 +314,8 @@ def main(argv: list[str]) -> None:
         if args.verbose:
             print(
                 f"{run.space:5s} {run.landscape:26s} ratio {run.ratio:.4f} "
-                f"confident {run.confident!s:5s} launches {run.launches}",
+                f"confident {run.confident!s:5s} launches {run.launches} seed {run.seed} "
+                f"{run.reason}",
                 flush=True,
             )
     for figure in figures_of(done):
