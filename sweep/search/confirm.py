@@ -250,11 +250,13 @@ def _standing(
     options: ConfirmOptions,
 ) -> str | None:
     """The verdict's winner if it stands (None otherwise): no contender has two launches too
-    far apart to tell which is bad, and no single launch decides the order
-    (:func:`_survives`)."""
+    far apart to tell which is bad, the winner has more than one launch (unless
+    ``max_replicates`` is 1), and no single launch decides the order (:func:`_survives`)."""
     winner = verdict.winner
     if winner is None or doubtful & set(contenders(verdict.est, options)):
         return None
+    if len(configs[winner]) < min(2, options.max_replicates):
+        return None  # its one launch would decide: a bad launch must not be the answer
     return winner if _survives(configs, options, winner) else None
 
 
@@ -265,13 +267,14 @@ def _round(
     remaining: int | None,
     baseline: str | None,
 ) -> tuple[str, ...]:
-    """One interleaved round, where launches can change the answer: the configuration most
-    likely to be within the margin (the leader), then the rivals whose comparison with it
-    is least certain (the likeliest to be better than it by more than the margin), up to
-    ``ROUND``, each below the replicate cap; then the baseline if it has no launch yet (one
-    launch gives its comparison; the budget goes to the contenders)."""
+    """One interleaved round, where launches can change the answer: the verdict's winner or
+    else the configuration most likely to be within the margin (the leader), then the
+    rivals whose comparison with it is least certain (the likeliest to be better than it
+    by more than the margin), up to ``ROUND``, each below the replicate cap; then the
+    baseline if it has no launch yet (one launch gives its comparison; the budget goes to
+    the contenders)."""
     est, chance = verdict.est, verdict.chance
-    lead = max(chance, key=lambda k: (chance[k], est[k].mean, k))
+    lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
     doubt = {
         k: within_margin_probability(lead, {lead: est[lead], k: e}, options.tie_margin)
         for k, e in est.items()
@@ -282,7 +285,7 @@ def _round(
     rivals = sorted((k for k in doubt if doubt[k] < certain or k in close),
                     key=lambda k: (doubt[k], k))  # fmt: skip
     order = [k for k in [lead, *rivals] if est[k].n < options.max_replicates][:ROUND]
-    if not rivals or not order:
+    if not order or (not rivals and est[lead].n >= min(2, options.max_replicates)):
         return ()
     if baseline is not None and not launches.get(baseline):
         order.append(baseline)

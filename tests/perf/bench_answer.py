@@ -70,7 +70,7 @@ version = "0.5.23"
 draft_tp_flag = "--speculative-draft-tp-size"
 [space]
 {space_text}
-"""
+{confirm}"""
 SPACES = {
     "small": ("num_steps = { low = 1, high = 10 }\ndraft_tp = [1, 8]", ""),
     "large": (
@@ -124,10 +124,16 @@ class Run:
         return self.landscape in SHIPPED
 
 
+CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
+
+
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
     text, limit = SPACES[space]
+    confirm = f"[confirm]\n{CONFIRM}\n" if CONFIRM else ""
     study = parse_study(
-        STUDY.format(space=space, landscape=name, seed=seed, limit=limit, space_text=text),
+        STUDY.format(
+            space=space, landscape=name, seed=seed, limit=limit, space_text=text, confirm=confirm
+        ),
         str(folder / f"{space}-{name}-{seed}.toml"),
     )
     best = max(truth(profile, c, name)[0] for c in plan(study, rules_for(study)).valid)
@@ -304,7 +310,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--landscapes", default="")
     parser.add_argument("--spaces", default="")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--confirm", default="", help='e.g. "confidence = 0.9" (";" between)')
     args = parser.parse_args(argv)
+    global CONFIRM
+    CONFIRM = args.confirm.replace(";", "\n")
     started = time.monotonic()
     names = [n for n in args.landscapes.split(",") if n]
     spaces = [s for s in args.spaces.split(",") if s]

@@ -239,3 +239,13 @@ def test_the_loop_s_confirmation_gets_its_share_or_the_floor(
     confirmation (share / (1 - share) of the search's launches), but never fewer than the
     floor of 6 (two contenders to 3 launches each) nor than half the search's."""
     assert confirmation_budget(search, share) == budget
+
+
+def test_a_winner_launched_once_is_relaunched_before_it_is_confident() -> None:
+    launches = {"a": [120.0], "b": [100.0, 100.5], "c": [90.0]}  # far ahead, on one launch
+    result = decide(launches, TIGHT)
+    assert isinstance(result, Relaunch) and result.order[0] == "a"
+    spent = decide(launches, TIGHT, remaining=0)
+    assert isinstance(spent, Decision) and spent.winner == "a" and not spent.confident
+    again = decide({**launches, "a": [120.0, 119.0]}, TIGHT)
+    assert isinstance(again, Decision) and again.confident
