@@ -21,7 +21,8 @@ maxima (every server start: trials, replicates, baselines, confirmation), and
 measured of each configuration's first launch, predicted before it).
 
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
-subset.
+subset; ``--verbose`` prints each run (its seed and the answer's reason, and what would
+decide it), ``--confirm "confidence = 0.9"`` runs the studies with that ``[confirm]`` section.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Run:
     ratio: float  # truth(answer) / truth(optimum); 0 without an answer
     confident: bool
     launches: int  # every server start
-    prediction_errors: tuple[float, ...]
+    prediction_errors: tuple[tuple[float, int], ...]  # (error, launches before it)
     reason: str = ""
     seed: int = 0
 
@@ -164,21 +165,27 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     return Run(name, space, ratio, confident, starts, errors, reason, seed)
 
 
-def prediction_errors(optuna_study: optuna.Study) -> tuple[float, ...]:
-    """|predicted − measured| / measured of each configuration's first launch."""
+INFORMED = 3  # launches before a prediction for it to count as the model's, not the prior's
+
+
+def prediction_errors(optuna_study: optuna.Study) -> tuple[tuple[float, int], ...]:
+    """|predicted − measured| / measured of each configuration's first launch, with the
+    number of launches measured before it (what the prediction was fitted to)."""
     seen: set[str] = set()
     out = []
+    before = 0
     for t in sorted(optuna_study.get_trials(deepcopy=False), key=lambda t: t.number):
         key = t.user_attrs.get("sweep.key")
         predicted = t.system_attrs.get(PREDICTED_ATTR)
-        if t.value is None or not isinstance(key, str) or key in seen:
+        if t.value is None or not isinstance(key, str):
             continue
-        if t.user_attrs.get("sweep.kind") not in (None, "trial"):
+        before += 1
+        if key in seen or t.user_attrs.get("sweep.kind") not in (None, "trial"):
             continue
         seen.add(key)
         measured = float(t.user_attrs.get("sweep.objective", t.value))
         if isinstance(predicted, dict) and measured > 0:
-            out.append(abs(float(predicted["mean"]) - measured) / measured)
+            out.append((abs(float(predicted["mean"]) - measured) / measured, before - 1))
     return tuple(out)
 
 
@@ -224,8 +231,8 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     def within(rs: Sequence[Run]) -> float:
         return sum(r.ratio >= 0.99 for r in rs) / len(rs) if rs else math.nan
 
-    def errors(rs: Sequence[Run]) -> float:
-        values = [e for r in rs for e in r.prediction_errors]
+    def errors(rs: Sequence[Run], informed: int = 0) -> float:
+        values = [e for r in rs for e, before in r.prediction_errors if before >= informed]
         return 100 * statistics.median(values) if values else math.nan
 
     yield Figure(
@@ -297,6 +304,14 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     )
     yield Figure(
         "prediction_error_pct_misfit", errors(misfit), "%", "the same on the misfit landscapes"
+    )
+    yield Figure(
+        "prediction_error_pct_informed",
+        errors(shipped, INFORMED),
+        "%",
+        f"the same, shipped profiles, predictions fitted to {INFORMED} or more launches "
+        f"(earlier ones are the priors'); misfit landscapes: "
+        f"{errors(misfit, INFORMED):.2f} %",
     )
 
 
