@@ -273,7 +273,7 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
         confident,
         "rate",
         f"answers marked confident, 3 shipped profiles; misfit landscapes: "
-        f"{sum(r.confident for r in misfit)}/{len(misfit)}",
+        f"{sum(r.confident for r in misfit)}/{len(misfit)}; per run set: {per_set(all_runs)}",
         "≥ 0.8",
     )
     for space, goal in (("small", "≤ 14"), ("large", "≤ 40")):
@@ -312,6 +312,17 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
         f"the same, shipped profiles, predictions fitted to {INFORMED} or more launches "
         f"(earlier ones are the priors'); misfit landscapes: "
         f"{errors(misfit, INFORMED):.2f} %",
+    )
+
+
+def per_set(all_runs: Sequence[Run]) -> str:
+    """Confident answers per (space, landscape), e.g. ``small default 5/10``."""
+    sets: dict[tuple[str, str], list[Run]] = {}
+    for r in all_runs:
+        sets.setdefault((r.space, r.landscape), []).append(r)
+    return ", ".join(
+        f"{space} {name} {sum(r.confident for r in rs)}/{len(rs)}"
+        for (space, name), rs in sorted(sets.items())
     )
 
 
