@@ -1,7 +1,8 @@
 """The confirmation's decision: is the best measured configuration really the best?
 
-:func:`decide` either asks for another interleaved round of launches of the contenders
-(A B C base A B C …, so slow drift hits all of them alike: a :class:`Relaunch`) or returns
+:func:`decide` either asks for another interleaved round of launches (the leader and the
+rivals least certainly behind it, L R1 R2 L R1 R2 …, so slow drift hits all of them alike:
+a :class:`Relaunch`) or returns
 a :class:`Decision`. It estimates each configuration from its launches with
 :mod:`sweep.search.launches` (launch variance, bad launches left out) and compares the
 estimates with :mod:`sweep.search.comparisons` (contenders, the within-margin probability,
