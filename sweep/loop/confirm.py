@@ -60,8 +60,9 @@ def confirm(run: RunContext) -> None:
             seen.trials, seen.baselines, objective.metric, objective.concurrency
         )
         left = budget - used
+        reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
         if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):
-            left = 0
+            left, reserve = 0, 0
         step = answer.confirm_step(
             launches,
             options,
@@ -69,6 +70,7 @@ def confirm(run: RunContext) -> None:
             functools.partial(simplicity, run, seen),
             holdout(run),
             with_baseline=not objective.weights,
+            reserve=max(0, reserve),
         )
         if step is None:
             return
@@ -85,7 +87,7 @@ def confirm(run: RunContext) -> None:
                 )
             return
         run.display.message(f"confirming: {step.reason}")
-        for key in step.order[: max(1, budget - used)]:
+        for key in step.order[: max(1, budget + answer.EXTENSION - used)]:
             count_confirmation(trials, baseline=key == answer.BASELINE_KEY)
             used += 1
             attempt(run, relaunch(run, seen, key), seen)

@@ -74,15 +74,41 @@ def confirm_step(
     prior: Mapping[str, Prediction] | None = None,
     *,
     with_baseline: bool = True,
+    reserve: int = 0,
 ) -> Relaunch | Decision | None:
-    """What the confirmation does next (``None``: nothing measured to decide between)."""
+    """What the confirmation does next (``None``: nothing measured to decide between).
+
+    ``reserve``: launches beyond ``remaining`` that may be spent when the budget is gone
+    but the decision is within their reach (:func:`within_reach`): the answer is then
+    decided rather than left not confident for want of one or two launches.
+    """
     if not [k for k in launches if k != BASELINE_KEY]:
         return None
     given = launches if with_baseline else {k: v for k, v in launches.items()
                                             if k != BASELINE_KEY}  # fmt: skip
     baseline = BASELINE_KEY if BASELINE_KEY in given else None
-    return decide(given, launch_variance(given.values()), options, remaining=max(0, remaining),
-                  baseline=baseline, simplicity=simplicity, prior=prior)  # fmt: skip
+    variance = launch_variance(given.values())
+
+    def step(left: int) -> Relaunch | Decision:
+        return decide(given, variance, options, remaining=max(0, left), baseline=baseline,
+                      simplicity=simplicity, prior=prior)  # fmt: skip
+
+    result = step(remaining)
+    if isinstance(result, Decision) and within_reach(result, max(0, remaining) + reserve):
+        return step(max(0, remaining) + reserve)
+    return result
+
+
+EXTENSION = 4  # launches the confirmation may add to its budget when they would decide
+
+
+def within_reach(decision: Decision, launches: int) -> bool:
+    """A not-confident decision that about ``launches`` more launches (in all) of the
+    configurations it names would decide (:attr:`Decision.to_decide`)."""
+    if decision.confident or decision.to_decide is None or launches < 1:
+        return False
+    more, keys = decision.to_decide
+    return more * len(keys) <= launches
 
 
 CONFIRM_FLOOR = 6  # two contenders to 3 launches each (4), the baseline once, and one relaunch
@@ -92,7 +118,8 @@ def confirmation_budget(search_launches: int, share: float) -> int:
     """Launches kept for confirmation: ``share`` of the whole (``share / (1 − share)`` of the
     search's), but never fewer than ``CONFIRM_FLOOR`` — enough for the top two contenders to
     reach 3 launches each, whatever the search's length — nor than half the search's (a long
-    search leaves more close contenders). ``share = 0`` turns the confirmation off."""
+    search leaves more close contenders). ``share = 0`` turns the confirmation off. Up to
+    ``EXTENSION`` more may follow when they would decide (:func:`confirm_step`)."""
     if share <= 0:
         return 0
     floor = max(CONFIRM_FLOOR, math.ceil(search_launches / 2))

@@ -1,7 +1,8 @@
 """The confirmation's decision: is the best measured configuration really the best?
 
-:func:`decide` either asks for another interleaved round of launches of the contenders
-(A B C base A B C …, so slow drift hits all of them alike: a :class:`Relaunch`) or returns
+:func:`decide` either asks for another interleaved round of launches (the leader and the
+rivals least certainly behind it, L R1 R2 L R1 R2 …, so slow drift hits all of them alike:
+a :class:`Relaunch`) or returns
 a :class:`Decision`. It estimates each configuration from its launches with
 :mod:`sweep.search.launches` (launch variance, bad launches left out) and compares the
 estimates with :mod:`sweep.search.comparisons` (contenders, the within-margin probability,
@@ -43,7 +44,8 @@ from sweep.search.launches import (
     robust_launches,
 )
 
-ROUND = 3  # contenders relaunched per confirmation round, best first
+ROUND = 3  # configurations relaunched per confirmation round, the leader first
+CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
 
@@ -68,7 +70,8 @@ class Decision:
         over_baseline: its advantage over the baseline (None: no baseline launches).
         tie: the tie set (see the module), simplest first; the winner is its first member
             when ``confident``.
-        probability: lower bound on P(winner within ``tie_margin`` of the best).
+        probability: P(winner within ``tie_margin`` of the best), jointly over every
+            comparison (:func:`~sweep.search.comparisons.within_margin_probability`).
         confident: the winner is established: within the margin of every other
             configuration with the options' confidence, or the simplest of a tie the
             equivalence test established; either way surviving the loss of any one launch.
@@ -179,7 +182,7 @@ def decide(
     winner = _standing(verdict, configs, doubtful, options)
     if winner is not None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
-    order = _round(verdict.est, launches, options, remaining, baseline, excluded)
+    order = _round(verdict, launches, options, remaining, baseline)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
@@ -248,35 +251,47 @@ def _standing(
     options: ConfirmOptions,
 ) -> str | None:
     """The verdict's winner if it stands (None otherwise): no contender has two launches too
-    far apart to tell which is bad, and no single launch decides the order
-    (:func:`_survives`)."""
+    far apart to tell which is bad, the winner has more than one launch (unless
+    ``max_replicates`` is 1), and no single launch decides the order (:func:`_survives`)."""
     winner = verdict.winner
     if winner is None or doubtful & set(contenders(verdict.est, options)):
         return None
+    if len(configs[winner]) < min(2, options.max_replicates):
+        return None  # its one launch would decide: a bad launch must not be the answer
     return winner if _survives(configs, options, winner) else None
 
 
 def _round(
-    est: Mapping[str, Estimate],
+    verdict: _Verdict,
     launches: Mapping[str, Sequence[LaunchLike]],
     options: ConfirmOptions,
     remaining: int | None,
     baseline: str | None,
-    excluded: Collection[str],
 ) -> tuple[str, ...]:
-    """One interleaved round: the ``ROUND`` best contenders below the replicate cap (launches
-    go where they can change the answer, not spread thin), then the baseline while it has
-    fewer than 2 launches."""
-    rivals = [k for k in contenders(est, options) if est[k].n < options.max_replicates][:ROUND]
-    if not any(k not in excluded for k in rivals):
+    """One interleaved round, where launches can change the answer: the verdict's winner or
+    else the configuration most likely to be within the margin (the leader), then the
+    rivals whose comparison with it is least certain (the likeliest to be better than it
+    by more than the margin), up to ``ROUND``, each below the replicate cap; then the
+    baseline if it has no launch yet (one launch gives its comparison; the budget goes to
+    the contenders)."""
+    est, chance = verdict.est, verdict.chance
+    lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
+    doubt = {
+        k: within_margin_probability(lead, {lead: est[lead], k: e}, options.tie_margin)
+        for k, e in est.items()
+        if k != lead
+    }
+    close = set(contenders(est, options))
+    certain = 1 - CERTAIN * (1 - options.confidence)
+    rivals = sorted((k for k in doubt if doubt[k] < certain or k in close),
+                    key=lambda k: (doubt[k], k))  # fmt: skip
+    order = [k for k in [lead, *rivals] if est[k].n < options.max_replicates][:ROUND]
+    if not order or (not rivals and est[lead].n >= min(2, options.max_replicates)):
         return ()
-    order = list(rivals)
-    if baseline is not None and len(launches.get(baseline, ())) < min(2, options.max_replicates):
+    if baseline is not None and not launches.get(baseline):
         order.append(baseline)
     if remaining is not None:
-        if remaining < 1:
-            return ()
-        order = order[:remaining] if len(order) > remaining else order
+        order = order[: max(0, remaining)]
         if all(k == baseline for k in order):
             return ()
     return tuple(order)
@@ -351,7 +366,7 @@ def _reason(winner: str, ties: int, p: float, confident: bool, options: ConfirmO
     if not confident:
         return (
             f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
-            f"of the best (probability ≥ {p:.3f}, below {options.confidence:.2f})"
+            f"of the best (probability {p:.3f}, below {options.confidence:.2f})"
         )
     if p < options.confidence:
         return (
@@ -361,7 +376,7 @@ def _reason(winner: str, ties: int, p: float, confident: bool, options: ConfirmO
         )
     return (
         f"{winner} is within {options.tie_margin:.1%} of the best with probability "
-        f"≥ {p:.3f}; the simplest of {ties} such configuration(s)"
+        f"{p:.3f}; the simplest of {ties} such configuration(s)"
     )
 
 

@@ -21,7 +21,8 @@ maxima (every server start: trials, replicates, baselines, confirmation), and
 measured of each configuration's first launch, predicted before it).
 
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
-subset.
+subset; ``--verbose`` prints each run (its seed and the answer's reason, and what would
+decide it), ``--confirm "confidence = 0.9"`` runs the studies with that ``[confirm]`` section.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ version = "0.5.23"
 draft_tp_flag = "--speculative-draft-tp-size"
 [space]
 {space_text}
-"""
+{confirm}"""
 SPACES = {
     "small": ("num_steps = { low = 1, high = 10 }\ndraft_tp = [1, 8]", ""),
     "large": (
@@ -115,17 +116,25 @@ class Run:
     ratio: float  # truth(answer) / truth(optimum); 0 without an answer
     confident: bool
     launches: int  # every server start
-    prediction_errors: tuple[float, ...]
+    prediction_errors: tuple[tuple[float, int], ...]  # (error, launches before it)
+    reason: str = ""
+    seed: int = 0
 
     @property
     def shipped(self) -> bool:
         return self.landscape in SHIPPED
 
 
+CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
+
+
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
     text, limit = SPACES[space]
+    confirm = f"[confirm]\n{CONFIRM}\n" if CONFIRM else ""
     study = parse_study(
-        STUDY.format(space=space, landscape=name, seed=seed, limit=limit, space_text=text),
+        STUDY.format(
+            space=space, landscape=name, seed=seed, limit=limit, space_text=text, confirm=confirm
+        ),
         str(folder / f"{space}-{name}-{seed}.toml"),
     )
     best = max(truth(profile, c, name)[0] for c in plan(study, rules_for(study)).valid)
@@ -142,30 +151,41 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     records = read_records(optuna_study)
     configs = {r.key: r.config for r in records if r.key and r.config}
-    ratio, confident = 0.0, False
+    ratio, confident, reason = 0.0, False, ""
+    if answer:
+        reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"
+        reason += f" reps={len(answer.get('replicates') or ())}"
+        reason += f" conf={answer.get('confirmation_launches')}"
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     starts = sum(1 for r in records + read_records(baselines) if r.kind.launches and r.measured)
-    return Run(name, space, ratio, confident, starts, prediction_errors(optuna_study))
+    errors = prediction_errors(optuna_study)
+    return Run(name, space, ratio, confident, starts, errors, reason, seed)
 
 
-def prediction_errors(optuna_study: optuna.Study) -> tuple[float, ...]:
-    """|predicted − measured| / measured of each configuration's first launch."""
+INFORMED = 3  # launches before a prediction for it to count as the model's, not the prior's
+
+
+def prediction_errors(optuna_study: optuna.Study) -> tuple[tuple[float, int], ...]:
+    """|predicted − measured| / measured of each configuration's first launch, with the
+    number of launches measured before it (what the prediction was fitted to)."""
     seen: set[str] = set()
     out = []
+    before = 0
     for t in sorted(optuna_study.get_trials(deepcopy=False), key=lambda t: t.number):
         key = t.user_attrs.get("sweep.key")
         predicted = t.system_attrs.get(PREDICTED_ATTR)
-        if t.value is None or not isinstance(key, str) or key in seen:
+        if t.value is None or not isinstance(key, str):
             continue
-        if t.user_attrs.get("sweep.kind") not in (None, "trial"):
+        before += 1
+        if key in seen or t.user_attrs.get("sweep.kind") not in (None, "trial"):
             continue
         seen.add(key)
         measured = float(t.user_attrs.get("sweep.objective", t.value))
         if isinstance(predicted, dict) and measured > 0:
-            out.append(abs(float(predicted["mean"]) - measured) / measured)
+            out.append((abs(float(predicted["mean"]) - measured) / measured, before - 1))
     return tuple(out)
 
 
@@ -211,8 +231,8 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     def within(rs: Sequence[Run]) -> float:
         return sum(r.ratio >= 0.99 for r in rs) / len(rs) if rs else math.nan
 
-    def errors(rs: Sequence[Run]) -> float:
-        values = [e for r in rs for e in r.prediction_errors]
+    def errors(rs: Sequence[Run], informed: int = 0) -> float:
+        values = [e for r in rs for e, before in r.prediction_errors if before >= informed]
         return 100 * statistics.median(values) if values else math.nan
 
     yield Figure(
@@ -253,7 +273,7 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
         confident,
         "rate",
         f"answers marked confident, 3 shipped profiles; misfit landscapes: "
-        f"{sum(r.confident for r in misfit)}/{len(misfit)}",
+        f"{sum(r.confident for r in misfit)}/{len(misfit)}; per run set: {per_set(all_runs)}",
         "≥ 0.8",
     )
     for space, goal in (("small", "≤ 14"), ("large", "≤ 40")):
@@ -285,6 +305,25 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     yield Figure(
         "prediction_error_pct_misfit", errors(misfit), "%", "the same on the misfit landscapes"
     )
+    yield Figure(
+        "prediction_error_pct_informed",
+        errors(shipped, INFORMED),
+        "%",
+        f"the same, shipped profiles, predictions fitted to {INFORMED} or more launches "
+        f"(earlier ones are the priors'); misfit landscapes: "
+        f"{errors(misfit, INFORMED):.2f} %",
+    )
+
+
+def per_set(all_runs: Sequence[Run]) -> str:
+    """Confident answers per (space, landscape), e.g. ``small default 5/10``."""
+    sets: dict[tuple[str, str], list[Run]] = {}
+    for r in all_runs:
+        sets.setdefault((r.space, r.landscape), []).append(r)
+    return ", ".join(
+        f"{space} {name} {sum(r.confident for r in rs)}/{len(rs)}"
+        for (space, name), rs in sorted(sets.items())
+    )
 
 
 def figures() -> Iterator[Figure]:
@@ -297,7 +336,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--landscapes", default="")
     parser.add_argument("--spaces", default="")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--confirm", default="", help='e.g. "confidence = 0.9" (";" between)')
     args = parser.parse_args(argv)
+    global CONFIRM
+    CONFIRM = args.confirm.replace(";", "\n")
     started = time.monotonic()
     names = [n for n in args.landscapes.split(",") if n]
     spaces = [s for s in args.spaces.split(",") if s]
@@ -307,7 +349,8 @@ def main(argv: list[str]) -> None:
         if args.verbose:
             print(
                 f"{run.space:5s} {run.landscape:26s} ratio {run.ratio:.4f} "
-                f"confident {run.confident!s:5s} launches {run.launches}",
+                f"confident {run.confident!s:5s} launches {run.launches} seed {run.seed} "
+                f"{run.reason}",
                 flush=True,
             )
     for figure in figures_of(done):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import optuna
 
+from sweep.core.records import FEASIBLE
 from sweep.core.space import suggest
 from sweep.engines import rules_for
 from sweep.search import (
@@ -38,7 +39,7 @@ from sweep.search import (
 )
 from sweep.search.candidates import by_key
 from sweep.search.config_sampler import PREDICTED_ATTR, REPLICATE_ATTR
-from sweep.search.history import ACCEPT_LENGTH_ATTR, FEASIBLE, KIND_ATTR, STDERR_ATTR, Matcher
+from sweep.search.history import ACCEPT_LENGTH_ATTR, KIND_ATTR, STDERR_ATTR, Matcher
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
@@ -273,8 +274,8 @@ class Player:
         trial.set_constraint(FEASIBLE, 0.0)
         self.study.tell(trial, value)
         predicted = self.system_attrs(trial).get(PREDICTED_ATTR)
-        if predicted and key not in self.measured:  # predicted before it was ever measured
-            self.run.prediction_errors.append(abs(predicted["mean"] - value) / value)
+        if isinstance(predicted, dict) and key not in self.measured:  # predicted before it
+            self.run.prediction_errors.append(abs(float(predicted["mean"]) - value) / value)
         self.measured.setdefault(key, value)
 
     def system_attrs(self, trial: optuna.trial.Trial) -> dict[str, object]:

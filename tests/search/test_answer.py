@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sweep.search.answer import answer_of, answer_text
+from sweep.search.answer import EXTENSION, answer_of, answer_text, confirm_step, within_reach
 from sweep.search.comparisons import ConfirmOptions
-from sweep.search.confirm import Decision, decide
-from sweep.search.launches import LaunchVariance
+from sweep.search.confirm import Decision, Relaunch, decide
+from sweep.search.launches import Launch, LaunchVariance
 from sweep.search.predictions import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
@@ -40,3 +40,16 @@ def test_a_confident_tie_is_printed_and_the_model_figure_is_labelled_apart() -> 
     assert stored["mean"] == 100.0 and 100.0 < stored["model_adjusted_mean"] < 102.0
     assert stored["to_decide"] == ""
     assert answer_text(stored).endswith("; tie of 2 within 1 %")
+
+
+def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> None:
+    near = {"a": [Launch(102.0), Launch(102.5)], "b": [Launch(100.0), Launch(100.5)]}
+    spent = confirm_step(near, ConfirmOptions(), 0, str)
+    assert isinstance(spent, Decision) and not spent.confident
+    assert spent.to_decide == (1, ("a", "b")) and within_reach(spent, 2)
+    extended = confirm_step(near, ConfirmOptions(), 0, str, reserve=EXTENSION)
+    assert isinstance(extended, Relaunch) and extended.order == ("a", "b")
+    far = {"a": [Launch(100.0), Launch(101.0)], "b": [Launch(99.5), Launch(100.0)]}
+    undecided = confirm_step(far, ConfirmOptions(), 0, str, reserve=EXTENSION)
+    assert isinstance(undecided, Decision) and not undecided.confident  # 5 more each: too far
+    assert not within_reach(undecided, EXTENSION)

@@ -84,13 +84,18 @@ def test_contenders_are_the_ranges_that_reach_the_leader_s() -> None:
     assert contenders({}, ConfirmOptions()) == []
 
 
-def test_the_within_margin_probability_multiplies_the_comparisons() -> None:
+def test_the_within_margin_probability_is_joint_over_the_comparisons() -> None:
     est = {k: Estimate(k, m, 1.0, 3, 1e6) for k, m in (("a", 100.0), ("b", 100.0), ("c", 90.0))}
     one = within_margin_probability("a", {k: est[k] for k in "ab"}, 0.01)
     # (100 − 0.99 · 100) / √(1 + 0.99²) = 0.7107 → Φ = 0.7614
     assert one == pytest.approx(0.7614, abs=1e-3)
     assert within_margin_probability("a", est, 0.01) == pytest.approx(one, abs=1e-6)  # c is far
     assert within_margin_probability("c", est, 0.01) < 1e-9
+    # two equal rivals: the comparisons share a's estimate, so the joint probability is
+    # above the product of the two one-sided ones (the Šidák bound) and below either
+    three = {**est, "c": Estimate("c", 100.0, 1.0, 3, 1e6)}
+    joint = within_margin_probability("a", three, 0.01)
+    assert one**2 < joint < one
 
 
 def test_a_clear_winner_is_decided_without_more_launches() -> None:
@@ -106,14 +111,24 @@ def test_a_clear_winner_is_decided_without_more_launches() -> None:
     assert base is not None and base.ratio == pytest.approx(116.1667 / 89.0, rel=1e-4)
 
 
-def test_close_configurations_are_relaunched_interleaved_with_the_baseline() -> None:
+def test_close_configurations_are_relaunched_leader_first_then_the_least_certain() -> None:
     launches = {"a": [100.0], "b": [99.0], "c": [96.5], "d": [80.0], "base": [89.0]}
     result = decide(launches, TWO_PERCENT, baseline="base")
     assert isinstance(result, Relaunch)
-    assert result.order == ("a", "b", "c", "base") and result.contenders == ("a", "b", "c")
+    assert result.order == ("a", "b", "c") and result.contenders == ("a", "b", "c")
     assert "relaunching 3" in result.reason
     trimmed = decide(launches, TWO_PERCENT, baseline="base", remaining=2)
     assert isinstance(trimmed, Relaunch) and trimmed.order == ("a", "b")
+    # the leader's comparison with b is settled: the launches go to c, not to b
+    settled = {"a": [100.0] * 3, "b": [75.0] * 3, "c": [99.0], "base": [89.0]}
+    again = decide(settled, TWO_PERCENT, baseline="base")
+    assert isinstance(again, Relaunch) and again.order == ("a", "c")
+
+
+def test_a_baseline_without_a_launch_is_launched_once_in_a_round() -> None:
+    launches = {"a": [100.0], "b": [99.0], "base": []}
+    result = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(result, Relaunch) and result.order == ("a", "b", "base")
 
 
 def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> None:
@@ -163,7 +178,7 @@ def test_the_equivalence_test_establishes_a_tie_the_joint_bound_cannot() -> None
     launches = {"c": [100.0] * 3, "b": [100.0] * 3, "a": [100.0] * 3}
     noise = LaunchVariance(0.0065**2, 30.0)
     est = estimates(launches, noise)
-    assert within_margin_probability("a", est, 0.01) == pytest.approx(0.9332, abs=1e-4)
+    assert within_margin_probability("a", est, 0.01) == pytest.approx(0.9398, abs=1e-4)
     assert equivalent(list(est.values()), ConfirmOptions())
     result = decide(launches, noise)
     assert isinstance(result, Decision) and result.confident
@@ -224,3 +239,13 @@ def test_the_loop_s_confirmation_gets_its_share_or_the_floor(
     confirmation (share / (1 - share) of the search's launches), but never fewer than the
     floor of 6 (two contenders to 3 launches each) nor than half the search's."""
     assert confirmation_budget(search, share) == budget
+
+
+def test_a_winner_launched_once_is_relaunched_before_it_is_confident() -> None:
+    launches = {"a": [120.0], "b": [100.0, 100.5], "c": [90.0]}  # far ahead, on one launch
+    result = decide(launches, TIGHT)
+    assert isinstance(result, Relaunch) and result.order[0] == "a"
+    spent = decide(launches, TIGHT, remaining=0)
+    assert isinstance(spent, Decision) and spent.winner == "a" and not spent.confident
+    again = decide({**launches, "a": [120.0, 119.0]}, TIGHT)
+    assert isinstance(again, Decision) and again.confident
