@@ -31,6 +31,7 @@ class Figure:
     high: float
     accept_length: float | None
     tokens: int
+    prompts: int  # distinct prompts the accept length rests on
 
 
 def measured(path: Path) -> dict[int, dict[Cell, Figure]]:
@@ -57,7 +58,12 @@ def _cells(t: TrialRecord) -> dict[Cell, Figure]:
         for name, c in level["categories"].items():
             d = c["decode_tok_s"]
             cells[(name, int(level["input_len"]), int(level["concurrency"]))] = Figure(
-                d["mean"], d["ci_low"], d["ci_high"], c["accept_length"], c["completion_tokens"]
+                d["mean"],
+                d["ci_low"],
+                d["ci_high"],
+                c["accept_length"],
+                c["completion_tokens"],
+                c["prompts"],
             )
     return cells
 
@@ -111,9 +117,8 @@ class CellCheck:
     """One cell: the measured best steps against the truth.
 
     ``regret`` is the chosen steps' shortfall from the true best, ``(best − chosen) / best``,
-    on the profile's truth; ``timing_regret`` the same on the timing model's truth for the
-    prompts the study drew (the cell's measured accept length over the predicted cycle:
-    prompt sampling taken out; concurrency 1 only, where decode speed is AL / cycle).
+    on the profile's truth (its expectation over all prompts); ``timing_regret`` the same on
+    the truth for the prompts the study drew (:func:`drawn`: prompt sampling taken out).
     ``tied``: the chosen and the best's measured 95 % intervals overlap."""
 
     cell: Cell
@@ -126,14 +131,16 @@ class CellCheck:
 
 
 def per_cell(
-    meas: Mapping[int, Mapping[Cell, Figure]], true: Mapping[int, Mapping[Cell, Truth]]
+    meas: Mapping[int, Mapping[Cell, Figure]],
+    true: Mapping[int, Mapping[Cell, Truth]],
+    output_len: int,
 ) -> list[CellCheck]:
     """Each cell's measured best steps against the truth."""
     out = []
     for cell in sorted(next(iter(meas.values()))):
         chosen = max(meas, key=lambda s: meas[s][cell].decode)
         best = max(true, key=lambda s: true[s][cell].decode)
-        timed = {s: (meas[s][cell].accept_length or 1.0) / true[s][cell].cycle_ms for s in meas}
+        timed = {s: drawn(meas[s][cell], true[s][cell], output_len) for s in meas}
         timing_best = max(timed, key=lambda s: timed[s])
         a, b = meas[chosen][cell], meas[timing_best][cell]
         out.append(
@@ -150,21 +157,34 @@ def per_cell(
     return out
 
 
+def drawn(figure: Figure, true: Truth, output_len: int) -> float:
+    """The truth's decode speed for the prompts the study drew: the predicted cycle and
+    prefill pauses, the measured accept length (which counts the first token, from the
+    prefill, among a request's tokens; the decode speed does not)."""
+    tokens = output_len - 1
+    per_round = 1.0
+    if figure.accept_length is not None:
+        per_round = figure.accept_length * tokens / output_len
+    pauses_ms = tokens * 1000 / true.decode - tokens / true.accept_length * true.cycle_ms
+    return tokens * 1000 / (tokens / per_round * true.cycle_ms + pauses_ms)
+
+
 def mix_value(
     cells: Mapping[Cell, float], weights: Mapping[str, float], n_contexts: int, n_levels: int
 ) -> float:
     """The mix's objective: categories weighted, contexts and concurrency levels equal."""
     total = sum(weights.values())
     return sum(
-        weights[cat] / total / n_contexts / n_levels * value
-        for (cat, _, _), value in cells.items()
+        weights[cat] / total / n_contexts / n_levels * value for (cat, _, _), value in cells.items()
     )
 
 
 def pooled_accept(cells: Mapping[Cell, Figure], category: str) -> float:
     """A category's accept length over every cell: Σ tokens / Σ verify rounds."""
     mine = [f for (cat, _, _), f in cells.items() if cat == category and f.accept_length]
-    return sum(f.tokens for f in mine) / sum(f.tokens / f.accept_length for f in mine if f.accept_length)
+    return sum(f.tokens for f in mine) / sum(
+        f.tokens / f.accept_length for f in mine if f.accept_length
+    )
 
 
 def sim_flags(steps: int) -> list[str]:
@@ -187,10 +207,8 @@ def main(path: Path) -> None:
     spec = tomllib.loads(path.read_text())
     w = spec["workload"]
     meas = measured(path)
-    true = {
-        s: truth(sim_flags(s), w["output_len"], w["input_len"], w["concurrency"]) for s in meas
-    }
-    for c in per_cell(meas, true):
+    true = {s: truth(sim_flags(s), w["output_len"], w["input_len"], w["concurrency"]) for s in meas}
+    for c in per_cell(meas, true, w["output_len"]):
         print(
             f"{c.cell[0]:>13} ctx {c.cell[1]:>5} c {c.cell[2]:>2}: measured best {c.chosen}, "
             f"true best {c.best}, regret {100 * c.regret:.2f} %; for the prompts drawn: "
