@@ -13,9 +13,8 @@ Tolerances (docs/workload.md, "Checked against the simulator's truth"):
   accept length varies by at most 7 % (σ) around its category's, so 3 × 7 % / √(distinct
   prompts);
 - concurrency stays at 4 and contexts at 2k or less: at concurrency 16 and more with long
-  contexts the bench's closed loop, whose fixed-length requests start and finish in waves,
-  puts the prefills in the time to first token rather than in the decode where the truth
-  (a steady closed loop) charges them (docs/workload.md).
+  contexts the server batches waiting requests' prefills into their time to first token,
+  where the truth charges them to the decode of the others (docs/workload.md).
 """
 
 from __future__ import annotations
