@@ -10,10 +10,10 @@ latest baseline measured on its host before it (:mod:`analysis.data.speedup`);
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import pandas as pd
@@ -25,14 +25,9 @@ from analysis.errors import AnalysisError
 from sweep.core.records import StudyInfo as StoredInfo
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
-from sweep.store import (
-    baseline_study_name,
-    quiet_optuna,
-    rdb_storage,
-    schedule_study_name,
-    storage_errors,
-)
+from sweep.store import baseline_study_name, schedule_study_name
 from sweep.store import load_samples as stored_samples
+from sweep.store import read as stored
 from sweep.study import load_study, parse_study
 from sweep.study.model import BaselineSpec, Constraint
 
@@ -81,6 +76,7 @@ class LoadedStudy:
 
 
 StudyLike = StudyRef | str | Path
+_T = TypeVar("_T")
 
 
 def study_ref(study: StudyLike, storage: str | None = None) -> StudyRef:
@@ -102,15 +98,15 @@ def load_study_info(study: StudyLike) -> LoadedStudy:
         AnalysisError: no such study in the storage (or no database at all).
     """
     ref = study_ref(study)
-    stored = StoredInfo.from_attrs(_open(ref).user_attrs)
+    attrs = StoredInfo.from_attrs(_read(ref, stored.study_user_attrs))
     info = LoadedStudy(
         ref=ref,
-        tags={str(k): str(v) for k, v in redact_data(dict(stored.tags)).items()},
-        description=redact_text(stored.description),
-        sweep_version=stored.sweep_version,
-        study_file=redact_text(stored.study_file),  # older databases: unredacted
-        study_path=stored.study_path,
-        answer=dict(stored.answer),
+        tags={str(k): str(v) for k, v in redact_data(dict(attrs.tags)).items()},
+        description=redact_text(attrs.description),
+        sweep_version=attrs.sweep_version,
+        study_file=redact_text(attrs.study_file),  # older databases: unredacted
+        study_path=attrs.study_path,
+        answer=dict(attrs.answer),
     )
     return _with_objective(info)
 
@@ -173,10 +169,10 @@ def load_baselines(study: StudyLike | LoadedStudy) -> pd.DataFrame:
     """The no-speculation baselines of a study, in the trial frame's shape (empty if none)."""
     info = study if isinstance(study, LoadedStudy) else load_study_info(study)
     try:
-        companion = _open(info.ref.baselines)
-    except AnalysisError:
+        trials = _trials(info.ref.baselines)
+    except AnalysisError:  # no companion study: none stored
         return _frame([], info.context())
-    return _frame(_trials(info.ref.baselines, companion), info.context())
+    return _frame(trials, info.context())
 
 
 def load_schedules(study: StudyLike | LoadedStudy) -> pd.DataFrame:
@@ -184,10 +180,10 @@ def load_schedules(study: StudyLike | LoadedStudy) -> pd.DataFrame:
     shape, ``schedule`` naming each (``schedule`` or ``builtin``); empty if none."""
     info = study if isinstance(study, LoadedStudy) else load_study_info(study)
     try:
-        companion = _open(info.ref.schedules)
-    except AnalysisError:
+        trials = _trials(info.ref.schedules)
+    except AnalysisError:  # no companion study: none stored
         return _frame([], info.context())
-    return _frame(_trials(info.ref.schedules, companion), info.context())
+    return _frame(trials, info.context())
 
 
 def load_samples(
@@ -260,31 +256,19 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return typed(pd.concat(frames, ignore_index=True))
 
 
-_storages: dict[str, optuna.storages.RDBStorage] = {}
-
-
-def _storage(url: str) -> optuna.storages.RDBStorage:
-    """One storage per URL per process (opening one checks the schema, ~0.2 s), with sweep's
-    connection settings (no connection pool for PostgreSQL: safe across forks)."""
-    if url not in _storages:
-        _storages[url] = rdb_storage(url)
-    return _storages[url]
-
-
-def _open(ref: StudyRef) -> optuna.Study:
-    quiet_optuna()
+def _read(ref: StudyRef, read: Callable[[str, str], _T]) -> _T:
+    """``read(url, name)`` from the store, its errors as :class:`AnalysisError`."""
     if ref.storage.startswith("sqlite:///"):
         path = Path(ref.storage.removeprefix("sqlite:///"))
-        if not path.exists():  # optuna would create an empty database
+        if not path.exists():  # the engine would create an empty database
             raise AnalysisError(
                 f"no results for study {ref.name!r}: {path} does not exist; "
                 "run `sweep run STUDY_FILE` first"
             )
     try:
-        with storage_errors(ref.storage, "cannot read"):
-            return optuna.load_study(study_name=ref.name, storage=_storage(ref.storage))
+        return read(ref.storage, ref.name)
     except KeyError:
-        names = optuna.get_all_study_names(_storage(ref.storage))
+        names = stored.study_names(ref.storage)
         raise AnalysisError(
             f"no study named {ref.name!r} in {redact_url(ref.storage)} "
             f"(it holds: {', '.join(names) or 'nothing'})"
@@ -297,9 +281,6 @@ def _open(ref: StudyRef) -> optuna.Study:
         ) from exc
 
 
-# --- reading trials ------------------------------------------------------------------------------
-
-
-def _trials(ref: StudyRef, study: optuna.Study | None = None) -> list[optuna.trial.FrozenTrial]:
-    """Every trial of a study, through Optuna's public API."""
-    return list((study or _open(ref)).get_trials(deepcopy=False))
+def _trials(ref: StudyRef) -> list[optuna.trial.FrozenTrial]:
+    """Every trial of a study (one query per table: :mod:`sweep.store.read`)."""
+    return _read(ref, stored.frozen_trials)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +39,22 @@ def measured(df: pd.DataFrame, concurrency: int | None = None) -> pd.DataFrame:
     return df[mask.fillna(False).astype(bool)]
 
 
+_remembered: dict[tuple[int, int], tuple[pd.DataFrame, pd.DataFrame]] | None = None
+
+
+@contextmanager
+def remembering() -> Iterator[None]:
+    """In the block, :func:`per_config` computes each (frame, level) table once (a report asks
+    for the same two tables six times); the frames it is given must not change in the block."""
+    global _remembered
+    outer = _remembered
+    _remembered = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _remembered = outer
+
+
 def per_config(df: pd.DataFrame, concurrency: int) -> pd.DataFrame:
     """One row per configuration at ``concurrency``: means of repeated measurements.
 
@@ -45,6 +63,16 @@ def per_config(df: pd.DataFrame, concurrency: int) -> pd.DataFrame:
     four parameters, extras, config, value, value_ci_low/high, accept_length,
     speedup and its bounds, baseline_value and ``trials`` (how many measured it).
     """
+    if _remembered is None:
+        return _per_config(df, concurrency)
+    key = (id(df), concurrency)
+    hit = _remembered.get(key)
+    if hit is None or hit[0] is not df:  # the frame is kept with its table: ids stay unique
+        hit = _remembered[key] = (df, _per_config(df, concurrency))
+    return hit[1].copy()
+
+
+def _per_config(df: pd.DataFrame, concurrency: int) -> pd.DataFrame:
     rows = with_groups(measured(df, concurrency))
     if rows.empty:
         return rows.assign(trials=pd.Series(dtype="Int64"))

@@ -61,11 +61,16 @@ def cells_frame(df: pd.DataFrame) -> pd.DataFrame:
     carrying = narrow[
         (narrow["workload_cells"].notna() & (narrow["state"] == "measured")).to_numpy()
     ]
-    rows: list[dict[str, Any]] = []
-    for trial in carrying.itertuples(index=False):
-        identity = dict(zip(TRIAL_COLUMNS, trial[:-1], strict=True))
-        rows.extend({**identity, **cell} for cell in workload_cells(trial[-1]))
-    frame = pd.DataFrame.from_records(rows, columns=[*TRIAL_COLUMNS, *CELL, *_FIGURES])
+    # column by column (as :func:`workload_cells` would give them, without a dict per cell)
+    owner: list[int] = []
+    columns: dict[str, list[Any]] = {name: [] for name in (*CELL, *_FIGURES)}
+    for position, levels in enumerate(carrying["workload_cells"]):
+        for cell in workload_cells(levels):
+            owner.append(position)
+            for name, values in columns.items():
+                values.append(cell[name])
+    frame = carrying[list(TRIAL_COLUMNS)].iloc[owner].reset_index(drop=True)
+    frame = frame.assign(**{name: values for name, values in columns.items()})
     frame["input_len"] = pd.to_numeric(frame["input_len"], errors="coerce").astype("Int64")
     for name in _FIGURES:
         frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
@@ -112,14 +117,18 @@ class WorkloadView:
 
 
 def workload_view(
-    trials: pd.DataFrame, baselines: pd.DataFrame, answer_key: str | None = None
+    trials: pd.DataFrame,
+    baselines: pd.DataFrame,
+    answer_key: str | None = None,
+    *,
+    unfolded: tuple[pd.DataFrame, pd.DataFrame] | None = None,
 ) -> WorkloadView | None:
-    """The workload view of a study, ``None`` when its trials have no workload axes."""
-    cells = cells_frame(trials)
-    cells = cells[(cells["kind"].isin(["trial", "replicate"])) & cells["speculative"].fillna(False)]
+    """The workload view of a study, ``None`` when its trials have no workload axes
+    (``unfolded``: the trials' and baselines' :func:`cells_frame`, when already made)."""
+    mine, base = unfolded or (cells_frame(trials), cells_frame(baselines))
+    cells = mine[mine["kind"].isin(["trial", "replicate"]) & mine["speculative"].fillna(False)]
     if cells.empty:
         return None
-    base = cells_frame(baselines)
     base = base.assign(
         _rel=(base["decode_ci_high"] - base["decode_ci_low"]) / 2 / base["decode_tok_s"]
     )

@@ -12,6 +12,7 @@ exactly (no uncertainty); at one the curve is not fitted.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -100,7 +101,16 @@ def fit_accept_curve(
     eagle_topk: int = 1,
     draft_rule: str = "steps+1",
 ) -> AcceptCurve | None:
-    """Fit the curve to measured (steps, accept length) pairs; ``None`` below two step counts."""
+    """Fit the curve to measured (steps, accept length) pairs; ``None`` below two step counts.
+
+    Remembered: a report fits the same groups for its predictions and for its figure."""
+    return _fit(tuple(steps), tuple(accept_lengths), eagle_topk, draft_rule)
+
+
+@functools.lru_cache(maxsize=512)
+def _fit(
+    steps: tuple[int, ...], accept_lengths: tuple[float, ...], eagle_topk: int, draft_rule: str
+) -> AcceptCurve | None:
     if len(set(steps)) < 2:
         return None
     x = np.asarray(steps, dtype=float)

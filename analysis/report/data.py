@@ -8,6 +8,7 @@ a sentence saying why).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from matplotlib.figure import Figure
 
 from analysis.data.load import LoadedStudy
 from analysis.data.schema import empty_frame
+from analysis.data.workload import cells_frame
 from analysis.errors import CostModelError
 from analysis.report.document import Document, FigureRef
 
@@ -49,6 +51,12 @@ class StudyData:
     trials: pd.DataFrame
     baselines: pd.DataFrame
     schedules: pd.DataFrame = field(default_factory=empty_frame)
+
+    @functools.cached_property
+    def cells(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """The trials' and the baselines' workload cells, unfolded once (the workload section
+        and ``workload.csv`` both read them)."""
+        return cells_frame(self.trials), cells_frame(self.baselines)
 
 
 @dataclass(frozen=True)

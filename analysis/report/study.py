@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.data.best import BestSchedule, best_per_level, overall_best
-from analysis.data.transform import default_level, levels, measured
+from analysis.data.transform import default_level, levels, measured, remembering
 from analysis.errors import CostModelError
 from analysis.models.costmodel import CostModel, fit_cost_model
 from analysis.models.schedule_compare import ScheduleComparison
@@ -37,6 +37,11 @@ from sweep.redact import redact_url
 
 def study_report(data: StudyData) -> ReportContent:
     """The whole report of one study: summary, best, curves, cost model, drift, failures."""
+    with remembering():
+        return _study_report(data)
+
+
+def _study_report(data: StudyData) -> ReportContent:
     figures = FigureSet()
     numbers = slim(data.trials)
     schedule = best_per_level(data.trials)

@@ -20,7 +20,8 @@ CAPTION = (
 
 def view_of(data: StudyData) -> WorkloadView | None:
     winner = data.info.answer.get("winner") if data.info.answer else None
-    return workload_view(data.trials, data.baselines, None if winner is None else str(winner))
+    key = None if winner is None else str(winner)
+    return workload_view(data.trials, data.baselines, key, unfolded=data.cells)
 
 
 def workload_section(view: WorkloadView | None, figures: FigureSet) -> Section | None:

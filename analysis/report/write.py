@@ -17,11 +17,13 @@ is renamed; a full or read-only destination raises :class:`~sweep.exceptions.Out
 from __future__ import annotations
 
 import base64
+import gc
 import io
 import json
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,7 +31,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.data.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
-from analysis.data.workload import cells_frame
 from analysis.errors import AnalysisError
 from analysis.models.compare import compare_studies
 from analysis.report.compare import comparison_report
@@ -100,25 +101,39 @@ def write_report(
         OutputError: the folder cannot be written (nothing partial is left in it).
     """
     chosen = check_formats(formats)
-    info, trials, baselines = load_study_data(study_ref(study, storage))
-    schedules = load_schedules(info)
-    content = study_report(StudyData(info, trials, baselines, schedules))
-    out = Path(folder)
+    with _no_gc():
+        info, trials, baselines = load_study_data(study_ref(study, storage))
+        data = StudyData(info, trials, baselines, load_schedules(info))
+        content = study_report(data)
+        return _write_study(data, content, Path(folder), chosen)
+
+
+def _write_study(
+    study: StudyData, content: ReportContent, out: Path, chosen: tuple[str, ...]
+) -> ReportFiles:
+    trials, baselines, schedules = study.trials, study.baselines, study.schedules
     with building_folder(out) as staging:
-        data = (
-            export_frame(trials, staging / "trials.csv"),
-            export_frame(trials, staging / "trials.parquet"),
-            export_frame(baselines, staging / "baselines.csv"),
-            *((export_frame(schedules, staging / "schedules.csv"),) if not schedules.empty else ()),
-            *_workload_export(trials, baselines, staging),
-        )
-        files = _write(content, staging, chosen, data)
+
+        def exports() -> tuple[Path, ...]:
+            return (
+                export_frame(trials, staging / "trials.csv"),
+                export_frame(trials, staging / "trials.parquet"),
+                export_frame(baselines, staging / "baselines.csv"),
+                *(
+                    (export_frame(schedules, staging / "schedules.csv"),)
+                    if not schedules.empty
+                    else ()
+                ),
+                *_workload_export(study.cells, staging),
+            )
+
+        files = _write(content, staging, chosen, exports)
     return files.moved(staging, out)
 
 
-def _workload_export(trials: pd.DataFrame, baselines: pd.DataFrame, folder: Path) -> list[Path]:
+def _workload_export(cells: Sequence[pd.DataFrame], folder: Path) -> list[Path]:
     """``workload.csv``: one row per trial × category × context × level, when measured."""
-    frames = [f for f in (cells_frame(trials), cells_frame(baselines)) if not f.empty]
+    frames = [f for f in cells if not f.empty]
     if not frames:
         return []
     return [export_frame(pd.concat(frames, ignore_index=True), folder / "workload.csv")]
@@ -146,7 +161,7 @@ def write_comparison(
             export_frame(trials, staging / "trials.csv"),
             export_frame(comparison.changes_table(), staging / "changes.csv"),
         )
-        files = _write(content, staging, chosen, data)
+        files = _write(content, staging, chosen, lambda: data)
     return files.moved(staging, out)
 
 
@@ -199,26 +214,55 @@ def save_figure(figure: Figure, stem: Path, formats: Sequence[str]) -> list[Path
     return paths
 
 
-def save_figures(figures: Mapping[str, Figure], folder: Path, formats: Sequence[str]) -> list[Path]:
-    """Save every figure in every format, half of them in a forked child when that is safe.
+def save_figures(
+    figures: Mapping[str, Figure],
+    folder: Path,
+    formats: Sequence[str],
+    meanwhile: Callable[[], object] | None = None,
+) -> list[Path]:
+    """Save every figure in every format, a share of them in a forked child when that is safe,
+    running ``meanwhile`` here while the child draws (a report's data exports).
 
     Rendering is CPU-bound and matplotlib holds the GIL, so a second process is
     the only way to use a second core; the child inherits the figures (no
-    pickling) and is waited for by its PID. Without ``fork``, or with other
+    pickling) and is waited for by its PID. It takes half the figures, or two thirds
+    when this process has ``meanwhile`` to do as well. Without ``fork``, or with other
     threads running (forking them is unsafe), everything is saved here.
     """
     jobs = list(figures.items())
-    half = jobs[1::2]
-    child = _fork_saver(half, folder, formats) if len(jobs) > 2 else None
-    mine = jobs[::2] if child is not None else jobs
+    share = 2 if meanwhile is None else 3  # this process keeps every share-th figure
+    theirs = [job for i, job in enumerate(jobs) if i % share]
+    child = _fork_saver(theirs, folder, formats) if len(jobs) > 2 else None
+    if meanwhile is not None:
+        try:
+            meanwhile()
+        except BaseException:
+            if child is not None:  # no orphan drawing into a folder about to be removed
+                _child_succeeded(child)
+            raise
+    mine = jobs[::share] if child is not None else jobs
     written = [p for name, figure in mine for p in save_figure(figure, folder / name, formats)]
     if child is not None and not _child_succeeded(child):
-        for name, figure in half:  # the child failed: do its share here
+        for name, figure in theirs:  # the child failed: do its share here
             save_figure(figure, folder / name, formats)
     written += [
-        folder / f"{name}.{ext}" for name, _ in half if child is not None for ext in formats
+        folder / f"{name}.{ext}" for name, _ in theirs if child is not None for ext in formats
     ]
     return sorted(written)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """No cyclic garbage collection in the block: a report decodes and builds millions of
+    small objects that live until it is written (nothing cyclic among them), and collection
+    passes over them cost a fifth of the loading time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _fork_saver(jobs: list[tuple[str, Figure]], folder: Path, formats: Sequence[str]) -> int | None:
@@ -243,10 +287,19 @@ def _child_succeeded(pid: int) -> bool:
 
 
 def _write(
-    content: ReportContent, out: Path, formats: tuple[str, ...], data: tuple[Path, ...]
+    content: ReportContent,
+    out: Path,
+    formats: tuple[str, ...],
+    exports: Callable[[], tuple[Path, ...]],
 ) -> ReportFiles:
+    """Write the figures and the documents; ``exports`` writes the data files (while a child
+    process draws figures) and names them."""
     figures_dir = out / "figures"
-    written = save_figures(content.figures, figures_dir, formats)
+    exported: list[tuple[Path, ...]] = []
+    written = save_figures(
+        content.figures, figures_dir, formats, lambda: exported.append(exports())
+    )
+    data = exported[0]
     embedded = {
         name: _data_uri(figure, figures_dir / f"{name}.png", "png" in formats)
         for name, figure in content.figures.items()

@@ -4,6 +4,8 @@ The only package that imports SQLAlchemy or calls Optuna's storage internals; a 
 error leaves it as a :class:`sweep.exceptions.StorageError`.
 
 * :mod:`~sweep.store.trials` — open a study, write and read trial records, the answer;
+* :mod:`~sweep.store.read` — fast reads for reports: a study's trials and attributes with one
+  SELECT per table (no ORM objects), the stored study names;
 * :mod:`~sweep.store.samples` — raw per-request samples (``sweep_samples``), keyed by study
   and trial, so every figure can be recomputed later;
 * :mod:`~sweep.store.claims` — who measures which configuration, one-off markers and the

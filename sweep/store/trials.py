@@ -22,6 +22,7 @@ from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
 from sweep.store.db import OPEN_ATTEMPTS, Heartbeat, ensure_tables, optuna_storage
 from sweep.store.errors import RETRIED_ERRORS, retryable, storage_errors, storage_problem
+from sweep.store.read import study_names
 from sweep.study.model import Study
 
 
@@ -117,18 +118,7 @@ def stored_study_names(url: str) -> list[str]:
     Raises:
         StorageError: the database cannot be read.
     """
-    with storage_errors(url, "cannot read"):
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        try:
-            if not sa.inspect(engine).has_table("studies"):
-                return []
-        finally:
-            engine.dispose()
-        storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
-        try:
-            return [s.study_name for s in storage.get_all_studies()]
-        finally:
-            storage.engine.dispose()
+    return study_names(url)
 
 
 def record_study(optuna_study: optuna.Study, study: Study) -> None:

@@ -1,0 +1,154 @@
+"""Fast reads for reports: a study's trials and attributes in one query per table.
+
+Optuna's ``get_trials`` loads every trial through SQLAlchemy's ORM (an object per row of
+every attribute table, then a ``FrozenTrial`` with its distributions): on a 2,000-trial study
+with workload levels that is ~2 s of CPU before any figure. Here the same rows are read with
+plain SELECTs over Optuna's own table definitions and each attribute's JSON is decoded once,
+giving the same ``FrozenTrial`` fields sweep's records read (number, state, value, user and
+system attributes; parameters and intermediate values are not read: the records keep the
+configuration as a user attribute). Nothing is written, nothing is created.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+from optuna.storages._rdb import models
+from optuna.trial import FrozenTrial, TrialState
+
+from sweep.store.db import sql_engine
+from sweep.store.errors import storage_errors
+
+_STUDIES = models.StudyModel.__table__
+_STUDY_USER = models.StudyUserAttributeModel.__table__
+_TRIALS = models.TrialModel.__table__
+_VALUES = models.TrialValueModel.__table__
+_USER = models.TrialUserAttributeModel.__table__
+_SYSTEM = models.TrialSystemAttributeModel.__table__
+_FINITE = models.TrialValueModel.TrialValueType.FINITE
+_INF_POS = models.TrialValueModel.TrialValueType.INF_POS
+
+
+def study_names(url: str) -> list[str]:
+    """The studies stored at ``url``; a database without Optuna's tables holds none.
+
+    Raises:
+        StorageError: the database cannot be read.
+    """
+    with storage_errors(url, "cannot read"):
+        engine = sql_engine(url)
+        if not sa.inspect(engine).has_table(_STUDIES.name):
+            return []
+        with engine.connect() as conn:
+            query = sa.select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)
+            return [str(name) for name in conn.execute(query).scalars()]
+
+
+def study_user_attrs(url: str, name: str) -> dict[str, Any]:
+    """The user attributes of the study ``name``, decoded.
+
+    Raises:
+        KeyError: no study of that name is stored there.
+        StorageError: the database cannot be read.
+    """
+    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
+        study_id = _study_id(conn, name)
+        query = sa.select(_STUDY_USER.c.key, _STUDY_USER.c.value_json).where(
+            _STUDY_USER.c.study_id == study_id
+        )
+        return {str(key): json.loads(value) for key, value in conn.execute(query)}
+
+
+def frozen_trials(url: str, name: str) -> list[FrozenTrial]:
+    """Every trial of the study ``name``, in trial order, as Optuna's ``FrozenTrial`` with
+    number, state, value(s), user and system attributes (no parameters, no distributions).
+
+    Raises:
+        KeyError: no study of that name is stored there.
+        StorageError: the database cannot be read.
+    """
+    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
+        study_id = _study_id(conn, name)
+        mine = sa.select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == study_id)
+        trials = conn.execute(
+            sa.select(_TRIALS.c.trial_id, _TRIALS.c.number, _TRIALS.c.state)
+            .where(_TRIALS.c.study_id == study_id)
+            .order_by(_TRIALS.c.trial_id)
+        ).all()
+        values = conn.execute(
+            sa.select(
+                _VALUES.c.trial_id, _VALUES.c.objective, _VALUES.c.value, _VALUES.c.value_type
+            ).where(_VALUES.c.trial_id.in_(mine))
+        ).all()
+        with _no_gc():  # decoding builds many small objects; nothing cyclic to collect
+            user = _attributes(conn, _USER, mine)
+            system = _attributes(conn, _SYSTEM, mine)
+    by_trial: dict[int, list[float]] = defaultdict(list)
+    for trial_id, _, value, kind in sorted(values, key=lambda v: (v[0], v[1])):
+        by_trial[trial_id].append(_value(value, kind))
+    return [
+        FrozenTrial(
+            number=number,
+            state=_state(state),
+            value=None,
+            values=by_trial.get(trial_id),
+            datetime_start=None,
+            datetime_complete=None,
+            params={},
+            distributions={},
+            user_attrs=user.get(trial_id, {}),
+            system_attrs=system.get(trial_id, {}),
+            intermediate_values={},
+            trial_id=trial_id,
+        )
+        for trial_id, number, state in trials
+    ]
+
+
+def _study_id(conn: sa.Connection, name: str) -> int:
+    found = conn.execute(
+        sa.select(_STUDIES.c.study_id).where(_STUDIES.c.study_name == name)
+    ).scalar()
+    if found is None:
+        raise KeyError(name)
+    return int(found)
+
+
+def _attributes(
+    conn: sa.Connection, table: sa.Table, trials: sa.Select[Any]
+) -> dict[int, dict[str, Any]]:
+    query = sa.select(table.c.trial_id, table.c.key, table.c.value_json).where(
+        table.c.trial_id.in_(trials)
+    )
+    out: dict[int, dict[str, Any]] = defaultdict(dict)
+    loads = json.loads
+    for trial_id, key, value in conn.execute(query.order_by(table.c.trial_id)):
+        out[trial_id][key] = loads(value)
+    return out
+
+
+def _value(value: float | None, kind: Any) -> float:
+    if kind == _FINITE or kind == _FINITE.name:
+        return float(value) if value is not None else float("nan")
+    return float("inf") if kind in (_INF_POS, _INF_POS.name) else float("-inf")
+
+
+def _state(state: Any) -> TrialState:
+    return state if isinstance(state, TrialState) else TrialState[str(state)]
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
