@@ -156,9 +156,10 @@ def _argv(config: TrialConfig, deployment: Deployment = CONFIG, version: str = "
     return " ".join(VLLMAdapter(version=version).command(deployment, config).argv)
 
 
-def test_a_schedule_launch_asks_vllm_for_the_drafted_k_of_every_step() -> None:
+def test_a_speculative_launch_asks_vllm_for_every_steps_drafted_and_accepted() -> None:
     assert "--per-request-spec-decode-metrics detailed" in _argv(SCHEDULE)
-    assert "per-request" not in _argv(TrialConfig(4, 1, 5, 1))  # a static configuration
+    # a static configuration too: each request's own acceptance (per content category)
+    assert "--per-request-spec-decode-metrics detailed" in _argv(TrialConfig(4, 1, 5, 1))
     assert "per-request" not in _argv(TrialConfig.baseline())  # vLLM refuses it without spec
     assert "per-request" not in _argv(SCHEDULE, version="0.31.2")  # not checked before 0.32
     mine = dataclasses.replace(CONFIG, extra_flags=("--per-request-spec-decode-metrics=summary",))
