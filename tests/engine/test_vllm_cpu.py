@@ -348,7 +348,8 @@ def category_prompts(cache: Path) -> dict[str, list[str]]:
 
 def categories_study(cache: Path, folder: Path, prompts: dict[str, list[str]]) -> Path:
     """The committed study on the bigram model with an n-gram draft (k = 3, one configuration,
-    no baseline), concurrency 1, two rounds, and the two categories as JSONL prompt files."""
+    one launch: no baseline, no confirmation), concurrency 1, two rounds, and the two
+    categories as JSONL prompt files."""
     for name, texts in prompts.items():
         lines = [json.dumps({"prompt": t}) for t in texts]
         (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
@@ -359,7 +360,7 @@ def categories_study(cache: Path, folder: Path, prompts: dict[str, list[str]]) -
         + [f'{name} = {{ prompts = "{name}.jsonl" }}' for name in prompts]
     )
     rounds = f"min_rounds = {CATEGORY_ROUNDS}\nmax_rounds = {CATEGORY_ROUNDS}"
-    return study_variant(
+    path = study_variant(
         cache,
         folder,
         "vllm-cpu-categories",
@@ -373,6 +374,8 @@ def categories_study(cache: Path, folder: Path, prompts: dict[str, list[str]]) -
         ("min_rounds = 3\nmax_rounds = 4", rounds),
         ("every_trials = 100", "enabled = false"),
     )
+    path.write_text(path.read_text() + "\n[confirm]\nenabled = false  # one launch is the test\n")
+    return path
 
 
 def alone_on_the_counters(
