@@ -2,13 +2,14 @@
 rounds of their own, and the per-category figures of a level (docs/workload.md).
 
 One launch measures every category at once: the seeded order deals the categories in turn
-(:attr:`sweep.bench.workload.Workload.order`), so each round holds requests of every category,
-and each request's own acceptance (``spec_verify_ct`` in its meta info) says which category
-accepted what. A category's accept length is pooled over its requests, with a ratio-estimator
-interval over its distinct prompts (a prompt replayed in later rounds adds no information at
-temperature 0). Its decode speed per round pools its requests — tokens after the first over
-the time after the first token, summed — so one request whose tokens arrived in a burst cannot
-dominate a category of few requests; the t interval is over rounds, like the level's.
+(:attr:`sweep.bench.workload.Workload.order`), so each round holds requests of every
+category, and each request's own acceptance (``spec_verify_ct`` in its meta info; on vLLM
+its per-step drafted/accepted lists) says which category accepted what. A category's accept
+length is pooled over its requests, with a ratio-estimator interval over its distinct
+prompts (a prompt replayed in later rounds adds no information at temperature 0). Its decode
+speed per round pools its requests — tokens after the first over the time after the first
+token, summed — so one request whose tokens arrived in a burst cannot dominate a category of
+few requests; the t interval is over rounds, like the level's.
 """
 
 from __future__ import annotations

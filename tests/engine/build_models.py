@@ -2,8 +2,10 @@
 
 Run with the vLLM venv's python (it has torch, transformers, tokenizers, safetensors):
 ``python build_models.py OUT_DIR`` writes OUT_DIR/target, OUT_DIR/draft-noise-<pct> for
-each noise level (0 = an exact copy) and OUT_DIR/draft-headdim-16 (a configuration the CPU
-attention kernels refuse). Recipe: reference/vllm-cpu.md §3-4.
+each noise level (0 = an exact copy), OUT_DIR/draft-headdim-16 (a configuration the CPU
+attention kernels refuse) and OUT_DIR/bigram (the target's tokenizer, hand-set weights: the
+next token follows a chain of words, ``chain.json``; for an n-gram draft).
+Recipe: reference/vllm-cpu.md §3-4.
 """
 
 from __future__ import annotations
