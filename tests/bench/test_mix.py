@@ -180,6 +180,19 @@ def test_a_prompt_replayed_in_later_rounds_counts_once_in_the_interval() -> None
     assert accept_interval([done(0, 100, 0)]) == (None, None)
 
 
+def test_a_request_that_listed_its_steps_counts_only_the_steps_that_drafted() -> None:
+    """vLLM's per-request metrics: 1 + accepted / drafted steps, its counters' definition;
+    the stream's 20 chunks (steps that drafted nothing included) do not count."""
+
+    def done(prompt: int, steps: tuple[tuple[int, int], ...]) -> Finished:
+        record = StreamRecord(0.0, ((1.0, 21),), 21, {"type": "length"}, 20, None, steps)
+        return Finished(0, prompt, record)
+
+    al, _ = accept_interval([done(0, ((3, 3), (3, 1))), done(1, ((3, 0),) * 2)])
+    assert al == pytest.approx(1 + 4 / 4)
+    assert accept_interval([done(0, ())]) == (None, None)  # nothing drafted: no figure
+
+
 def test_at_context_extends_every_prompt_and_keeps_it_last() -> None:
     w = categorised()
     long = at_context(w, 300)

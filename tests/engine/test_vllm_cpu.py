@@ -4,14 +4,20 @@
 build in its own venv, a tiny Llama and two drafts: an exact copy and a 10 %
 noise copy; a head_dim-16 draft the CPU kernels refuse), then runs this. The study is
 ``studies/vllm-cpu-tiny.toml`` with its
-paths pointed at the cache and its storage, port and logs in a temp folder.
+paths pointed at the cache and its storage, port and logs in a temp folder. The content
+categories' test runs its own study on the "bigram" model (its next token follows a fixed
+chain of words) with an n-gram draft.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
+import random
 import re
+import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import optuna
 import pytest
 
@@ -314,3 +321,177 @@ def test_a_schedule_runs_on_vllm_cpu_as_each_steps_drafted_k_shows(
     reason = not_applied(record, other) or ""
     assert "at concurrency 8 the server drafted K = 1" in reason, reason
     assert "the schedule's K there is 2" in reason and "per_step_drafted" in reason
+
+
+# --- content categories: per-category acceptance against vLLM's counters -----------------------
+
+CATEGORY_STEPS = 3  # num_speculative_tokens of the n-gram draft
+CATEGORY_OUTPUT = 32
+CATEGORY_ROUNDS = 2
+
+
+def category_prompts(cache: Path) -> dict[str, list[str]]:
+    """Two categories over the bigram model's chain of words (``build_models.build_bigram``:
+    its next token is the chain's next word). ``repetitive``: a list of chain words, then its
+    first four again — the model repeats the list, which the n-gram draft finds in the prompt
+    until the list ends. ``varied``: the same kind of words shuffled — every word the model
+    says is in the prompt, but what follows it there is wrong."""
+    chain: list[str] = json.loads((cache / "models" / "bigram" / "chain.json").read_text())
+    assert len(chain) >= 528, f"the bigram model's chain has only {len(chain)} words"  # used: 0-527
+    repetitive, varied = [], []
+    for i, length in enumerate((20, 24, 28, 32)):
+        words = chain[60 * i : 60 * i + length]
+        repetitive.append("Repeat this list:" + "".join(words) + ". Again:" + "".join(words[:4]))
+        shuffled = chain[300 + 60 * i : 348 + 60 * i]
+        random.Random(i).shuffle(shuffled)
+        varied.append("Some words:" + "".join(shuffled))
+    return {"repetitive": repetitive, "varied": varied}
+
+
+def categories_study(cache: Path, folder: Path, prompts: dict[str, list[str]]) -> Path:
+    """The committed study on the bigram model with an n-gram draft (k = 3, one configuration,
+    one launch: no baseline, no confirmation), concurrency 1, two rounds, and the two
+    categories as JSONL prompt files."""
+    for name, texts in prompts.items():
+        lines = [json.dumps({"prompt": t}) for t in texts]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    ngram = '"--speculative-config.prompt_lookup_min" = ["1"]\n'
+    ngram += '"--speculative-config.prompt_lookup_max" = ["3"]'
+    categories = "\n".join(
+        [f"prompts_per_category = {len(prompts['varied'])}", "[workload.categories]"]
+        + [f'{name} = {{ prompts = "{name}.jsonl" }}' for name in prompts]
+    )
+    rounds = f"min_rounds = {CATEGORY_ROUNDS}\nmax_rounds = {CATEGORY_ROUNDS}"
+    path = study_variant(
+        cache,
+        folder,
+        "vllm-cpu-categories",
+        f"[{CATEGORY_STEPS}]",
+        "target",
+        (f'"--speculative-config.model" = ["{cache}/models/target"]', ngram),
+        (f"{cache}/models/target", f"{cache}/models/bigram"),
+        ('algorithm = "draft_model"', 'algorithm = "ngram"'),
+        ("output_len = 64", f"output_len = {CATEGORY_OUTPUT}"),
+        ("concurrency = [1]\n", f"concurrency = [1]\n{categories}\n"),
+        ("min_rounds = 3\nmax_rounds = 4", rounds),
+        ("every_trials = 100", "enabled = false"),
+    )
+    path.write_text(path.read_text() + "\n[confirm]\nenabled = false  # one launch is the test\n")
+    return path
+
+
+def alone_on_the_counters(
+    command: str, env: dict[str, str], port: int, prompts: dict[str, list[str]]
+) -> dict[str, dict[str, float]]:
+    """Each category alone, on a server started with the trial's own command: vLLM's counter
+    deltas over its requests (each prompt as often as the interleaved run sent it)."""
+    from sweep.bench.openai import parse_spec_counters
+
+    argv = [w for w in shlex.split(command) if not re.match(r"^[A-Z_]+=", w)]
+    server = subprocess.Popen(
+        argv,
+        env=os.environ | env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            _wait_healthy(client, server)
+            model = client.get("/v1/models").json()["data"][0]["id"]
+            out = {}
+            for name, texts in prompts.items():
+                before = parse_spec_counters(client.get("/metrics").text)
+                decode_tokens = every_step = 0
+                for text in texts * CATEGORY_ROUNDS:
+                    body = {
+                        "model": model,
+                        "prompt": text,
+                        "max_tokens": CATEGORY_OUTPUT,
+                        "temperature": 0.0,
+                        "ignore_eos": True,
+                    }
+                    done = client.post("/v1/completions", json=body).json()
+                    tokens = done["usage"]["completion_tokens"] - 1  # the first: prefill
+                    spec = (done.get("metrics") or {}).get("speculative_decoding") or {}
+                    accepted = spec.get("per_step_accepted") or []
+                    # every step, drafted or not: what stream chunks would count
+                    every_step += len(accepted) + tokens - sum(a + 1 for a in accepted)
+                    decode_tokens += tokens
+                after = parse_spec_counters(client.get("/metrics").text)
+                assert before is not None and after is not None
+                delta = after.minus(before)
+                out[name] = {
+                    "accept_length": 1 + delta.accepted / delta.drafts,
+                    "drafts": delta.drafts,
+                    "accepted": delta.accepted,
+                    "per_chunk": decode_tokens / every_step,
+                }
+            return out
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+
+
+def _wait_healthy(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "the vLLM server exited while starting"
+        try:
+            if client.get("/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    raise AssertionError("the vLLM server did not answer /health within 240 s")
+
+
+@pytest.mark.timeout(900)
+def test_per_category_acceptance_matches_vllms_counters_for_each_category(
+    prepared: Path, tmp_path: Path
+) -> None:
+    """Two categories interleaved in one run (`sweep run`): repetitive prompts accept far more
+    n-gram drafts than varied ones, and each category's accept length — pooled from its own
+    requests' per-step metrics — matches vLLM's counters over that category alone, on a server
+    started with the trial's own command. At temperature 0 and concurrency 1 every prompt
+    takes the same steps on both servers, so the two figures differ only by requests the
+    interleaved run pooled beyond its rounds: 2 % covers that. (Tokens per stream chunk, which
+    also count the steps that drafted nothing, are printed for comparison: not the counters'.)"""
+    if not (prepared / "models" / "bigram" / "chain.json").exists():
+        skip_or_fail("run tests/engine/prepare.sh first (missing the bigram model)")
+    prompts = category_prompts(prepared)
+    study = categories_study(prepared, tmp_path, prompts)
+    started = time.monotonic()
+    run = subprocess.run(
+        [str(SWEEP), "run", str(study)], capture_output=True, text=True, timeout=600, cwd=tmp_path
+    )
+    print(run.stdout[-3000:], f"the interleaved run took {time.monotonic() - started:.0f} s")
+    assert run.returncode == 0, run.stderr[-3000:]
+    (trial,) = [t for t in measured(tmp_path) if t.state.name == "COMPLETE"]
+    command = trial.user_attrs[ATTR.COMMAND]
+    assert '"method":"ngram"' in command and "--per-request-spec-decode-metrics detailed" in command
+    level = _level(trial)
+    stored = level["categories"]
+    port = int(re.search(r"--port (\d+)", command).group(1))  # type: ignore[union-attr]
+    env = dict(
+        re.findall(r'(\w+) = "([^"]*)"', study.read_text().split("env = {")[1].split("}")[0])
+    )
+    started = time.monotonic()
+    alone = alone_on_the_counters(command, env, port, prompts)
+    print(f"each category alone took {time.monotonic() - started:.0f} s")
+    for name in prompts:
+        figure = stored[name]
+        print(
+            f"{name}: interleaved {figure['accept_length']:.4f} "
+            f"± {figure['accept_half_width']:.4f} ({figure['requests']} requests), "
+            f"counters alone {alone[name]}"
+        )
+        assert figure["accept_length"] == pytest.approx(alone[name]["accept_length"], rel=0.02)
+    rep, var = stored["repetitive"], stored["varied"]
+    assert rep["accept_length"] > var["accept_length"] + 1  # clearly apart: k = 3, 1 to 4
+    assert rep["accept_length"] - rep["accept_half_width"] > (
+        var["accept_length"] + var["accept_half_width"]
+    )
+    check = level["accept_check"]  # the level's own figure against its counter window
+    assert check["client"] == pytest.approx(check["server"], rel=0.02)

@@ -19,7 +19,13 @@ import pytest
 
 from sweep.bench import BenchmarkSettings, StopRule, make_workload
 from sweep.bench.client import StreamRecord
-from sweep.bench.openai import CompletionParser, DraftedSteps, drafted_steps, per_step_metrics
+from sweep.bench.openai import (
+    CompletionParser,
+    DraftedSteps,
+    drafted_steps,
+    per_step_metrics,
+    steps_accept_length,
+)
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
 from sweep.core.policy import Failed, Measured
@@ -156,9 +162,10 @@ def _argv(config: TrialConfig, deployment: Deployment = CONFIG, version: str = "
     return " ".join(VLLMAdapter(version=version).command(deployment, config).argv)
 
 
-def test_a_schedule_launch_asks_vllm_for_the_drafted_k_of_every_step() -> None:
+def test_a_speculative_launch_asks_vllm_for_every_steps_drafted_and_accepted() -> None:
     assert "--per-request-spec-decode-metrics detailed" in _argv(SCHEDULE)
-    assert "per-request" not in _argv(TrialConfig(4, 1, 5, 1))  # a static configuration
+    # a static configuration too: each request's own acceptance (per content category)
+    assert "--per-request-spec-decode-metrics detailed" in _argv(TrialConfig(4, 1, 5, 1))
     assert "per-request" not in _argv(TrialConfig.baseline())  # vLLM refuses it without spec
     assert "per-request" not in _argv(SCHEDULE, version="0.31.2")  # not checked before 0.32
     mine = dataclasses.replace(CONFIG, extra_flags=("--per-request-spec-decode-metrics=summary",))
@@ -230,3 +237,19 @@ def test_a_schedule_the_evidence_confirms_stays_a_measurement() -> None:
     assert _checked(static, TrialConfig(4, 1, 5, 1)) is static  # no schedule: nothing to check
     off = dataclasses.replace(static.record, resolved={"adaptive": False})
     assert not_applied(off, SCHEDULE) == "adaptive mode off in its resolved arguments"
+
+
+def test_per_step_metrics_with_no_step_drafted_are_an_empty_list() -> None:
+    """vLLM leaves ``per_step_*`` out when no step drafted (an n-gram draft with no match)."""
+    nothing = {"metrics": {"speculative_decoding": {"num_spec_steps": 0}}}
+    assert per_step_metrics(nothing) == ()
+    assert per_step_metrics({"metrics": {"speculative_decoding": {"num_spec_steps": 3}}}) is None
+
+
+def test_steps_accept_length_is_the_counters_definition() -> None:
+    def record(steps: tuple[tuple[int, int], ...] | None) -> StreamRecord:
+        return StreamRecord(0.0, ((1.0, 9),), 9, {"type": "length"}, 8, None, steps)
+
+    assert steps_accept_length([record(((3, 3),)), record(((3, 0), (2, 1)))]) == 1 + 4 / 3
+    assert steps_accept_length([record(((3, 3),)), record(None)]) is None  # one did not list
+    assert steps_accept_length([record(())]) is None
