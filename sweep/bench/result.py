@@ -103,8 +103,9 @@ class CategoryFigures:
         requests: its measured requests.
         prompts: its distinct prompts (the unit of the accept-length interval).
         completion_tokens: tokens its requests generated.
-        accept_length: Σ completion / Σ spec_verify_ct over its requests; ``None`` without
-            per-request speculation counters.
+        accept_length: 1 + Σ accepted / Σ drafted steps from each request's own per-step
+            lists (vLLM's per-request metrics, the counters' definition), else Σ completion /
+            Σ spec_verify_ct (SGLang); ``None`` without per-request speculation counters.
         accept_half_width: the interval's half-width (ratio estimator over its prompts).
         decode_speed: its requests' pooled decode speed per round (Σ tokens after the first /
             Σ time after the first token), t interval over rounds.
