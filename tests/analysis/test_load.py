@@ -30,7 +30,8 @@ from sweep.core.speedup import reference_baseline
 from sweep.loop.start import run_study
 from sweep.study import load_study
 from tests.support.frames import Config, Synth, write_study
-from tests.support.simproc import free_port, write_profile
+from tests.support.ports import free_port
+from tests.support.simproc import write_profile
 
 STUDY = """
 [study]

@@ -32,7 +32,8 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from sweep.sim.scheduler import _seed as sim_seed  # how the simulator seeds a prompt's acceptance
-from tests.support.simproc import SimProcess, free_port, running_sim, spec_flags
+from tests.support.ports import free_port
+from tests.support.simproc import SimProcess, running_sim, spec_flags
 
 # --- the protocol, against a fake SGLang --------------------------------------------------
 

@@ -32,7 +32,8 @@ from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget
 from sweep.study import parse_study
 from tests.programs.standin_sglang import imports, install, interpreter
 from tests.support.flagwords import flags_of
-from tests.support.sshd import Sshd, free_port
+from tests.support.ports import free_port
+from tests.support.sshd import Sshd
 
 CONFIG = Deployment(model_path="m", tp_size=1, port=30000)
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)

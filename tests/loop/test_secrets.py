@@ -26,7 +26,8 @@ from sweep.redact import (
     redact_url,
 )
 from sweep.study import load_study, parse_study
-from tests.support.simproc import free_port, write_profile
+from tests.support.ports import free_port
+from tests.support.simproc import write_profile
 
 TOKEN = "hf_PLANTEDtoken4711"
 API_KEY = "sk-PLANTEDapikey0815"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import Event, EventSink
 from tests.perf.figures import Figure
+from tests.support.ports import free_port
 from tests.support.sshd import SshdUnavailable, throwaway_sshd
 
 RUNS = 5
@@ -42,12 +42,6 @@ FAST = Path(__file__).resolve().parents[1] / "support" / "profiles" / "fast.toml
 SIM = (sys.executable, "-m", "sweep", "sim")
 PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})[^\]]*\] (.*)$")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _logged_at(log: Path, text: str) -> float:
@@ -72,7 +66,7 @@ class Bench:
         path = self.work / f"profile-{time.monotonic_ns()}.toml"
         path.write_text(f'[profile]\nname = "bench"\nbase = "{FAST}"\n{profile_text}')
         flags = ("--sim-profile", str(path))
-        return Deployment("sim-model", 8, _free_port(), extra_flags=flags)
+        return Deployment("sim-model", 8, free_port(), extra_flags=flags)
 
     def run(
         self, config: Deployment, on_event: EventSink | None = None

@@ -52,7 +52,7 @@ from tests.perf.engine_timeline import (
     sweep_phases,
 )
 from tests.perf.figures import Figure
-from tests.support.simproc import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -24,8 +24,10 @@ def schedule_of(*levels: LevelChoice) -> Schedule:
 TIGHT = [1000 + d for d in (0.5, -0.5, 0.2, -0.2, 0.1, -0.1, 0.3, -0.3, 0, 0)]
 
 
-def test_a_clear_best_needs_no_relaunch_and_is_confident() -> None:
-    clear = schedule_of(level(1, candidate(4, 1300), candidate(1, 1000), candidate(0, 900)))
+def test_a_clear_best_is_relaunched_once_then_confident() -> None:
+    once = schedule_of(level(1, candidate(4, 1300), candidate(1, 1000), candidate(0, 900)))
+    assert level_confirm.next_round(once, remaining=10) == ("s4",)  # one launch never decides
+    clear = schedule_of(level(1, candidate(4, 1300, 1302), candidate(1, 1000), candidate(0, 900)))
     assert level_confirm.next_round(clear, remaining=10) == ()
     [slot] = level_confirm.confirmed(clear).levels
     assert slot.steps == 4 and slot.confident is True and slot.doubt == ""
@@ -79,14 +81,15 @@ def test_no_speculation_is_the_simplest_of_a_tie() -> None:
 
 def test_a_tie_won_on_one_launch_is_below_the_floor() -> None:
     # a hundred tight launches of steps 3 bring the launch variance down so far that one
-    # launch of steps 2 passes the test; "fewer steps" still needs a second launch of it
+    # launch of steps 2 would pass the test; one launch never decides, so the slot runs the
+    # best measured (steps 3) and asks for a second launch of steps 2
     fewer = Candidate("s2", "steps 2", 2, (Estimate(1000, 1000, 1000),))
     many = tuple(Estimate(1000.5 + d, 1000.5 + d, 1000.5 + d) for d in (0.1, -0.1) * 50)
     more = Candidate("s3", "steps 3", 3, many)
     slot = level_confirm.judge(level(8, fewer, more), remaining=10)
-    assert slot.winner.key == "s2" and slot.confident is False and slot.wanted == ("s2",)
-    assert slot.doubt == "1 more launch of steps 2"
-    assert slot.reason.endswith("fewer steps (2) not yet established")
+    assert slot.winner.key == "s3" and slot.confident is False and slot.wanted == ("s2",)
+    assert "steps 2" in slot.doubt
+    assert slot.reason.startswith("the best measured (100 launches); not established")
     twice = Candidate("s2", "steps 2", 2, fewer.estimates * 2)
     settled = level_confirm.judge(level(8, twice, more), remaining=10)
     assert settled.winner.key == "s2" and settled.confident is True and settled.wanted == ()

@@ -22,6 +22,7 @@ from sweep.exceptions import ExecutorError
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
 from sweep.server.executor.base import ProcStat, RunOwner
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+from tests.support.ports import free_port
 from tests.support.procs import group_members, kill_group, wait_until
 from tests.support.sshd import Sshd
 
@@ -197,9 +198,7 @@ def test_read_text_and_remove(executor: Executor, tmp_path: Path) -> None:
 def test_listening_processes_name_the_group_holding_the_port(
     executor: Executor, started: Callable[..., ServerProcess]
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     code = (
         "import socket, time\n"
         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"

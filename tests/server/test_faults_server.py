@@ -38,8 +38,9 @@ from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.hygiene import HostLimits, StopReport
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import Event, EventKind
+from tests.support.ports import free_port
 from tests.support.procs import group_members, kill_group, wait_until
-from tests.support.simproc import FAST_PROFILE, free_port, write_profile
+from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.sshd import Sshd
 
 PY = sys.executable

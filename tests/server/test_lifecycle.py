@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from sweep.server.executor.fake import FakeExecutor
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
 from tests.support.flagwords import flags_of
+from tests.support.ports import free_port
 from tests.support.procs import group_members, kill_group, wait_until
 
 PY = sys.executable
@@ -291,12 +291,6 @@ def test_a_leftover_group_is_reaped_and_said() -> None:
 
 
 # --- real `sweep sim` processes ------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def profile(tmp_path: Path, text: str = "") -> str:

@@ -22,8 +22,9 @@ from sweep.server.executor import RecordedGroup, ServerFiles
 from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget, connect
 from sweep.server.lifecycle import LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
+from tests.support.ports import free_port
 from tests.support.procs import group_members, kill_group, wait_until
-from tests.support.sshd import ALIAS, CuttableProxy, Sshd, free_port
+from tests.support.sshd import ALIAS, CuttableProxy, Sshd
 
 pytestmark = pytest.mark.ssh
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.simproc import free_port
+from tests.support.ports import free_port
 from tests.support.sshd import Sshd
 from tests.support.studies import write_study
 

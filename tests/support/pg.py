@@ -18,7 +18,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from tests.support.sshd import free_port
+from tests.support.ports import free_port
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)  # Debian layout
 

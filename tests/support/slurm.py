@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.sshd import free_port
+from tests.support.ports import free_port
 from tests.support.studies import write_study
 
 SLOTS = 8  # task slots on the one node (more than the CPUs: the pilots mostly wait)

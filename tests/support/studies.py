@@ -6,7 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from tests.support.simproc import FAST_PROFILE, free_port
+from tests.support.ports import free_port
+from tests.support.simproc import FAST_PROFILE
 
 RECORDER = Path(__file__).parents[1] / "programs" / "record_launch.py"
 
