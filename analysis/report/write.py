@@ -17,13 +17,11 @@ is renamed; a full or read-only destination raises :class:`~sweep.exceptions.Out
 from __future__ import annotations
 
 import base64
-import gc
 import io
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -38,6 +36,7 @@ from analysis.report.data import ReportContent, StudyData
 from analysis.report.document import to_html, to_markdown
 from analysis.report.study import study_report
 from sweep.files import atomic_write, building_folder
+from sweep.store.read import no_gc  # the report builds as many small objects as loading
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 EXPORT_FORMATS = ("csv", "parquet")
@@ -101,7 +100,7 @@ def write_report(
         OutputError: the folder cannot be written (nothing partial is left in it).
     """
     chosen = check_formats(formats)
-    with _no_gc():
+    with no_gc():
         info, trials, baselines = load_study_data(study_ref(study, storage))
         data = StudyData(info, trials, baselines, load_schedules(info))
         content = study_report(data)
@@ -249,20 +248,6 @@ def save_figures(
         folder / f"{name}.{ext}" for name, _ in theirs if child is not None for ext in formats
     ]
     return sorted(written)
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """No cyclic garbage collection in the block: a report decodes and builds millions of
-    small objects that live until it is written (nothing cyclic among them), and collection
-    passes over them cost a fifth of the loading time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _fork_saver(jobs: list[tuple[str, Figure]], folder: Path, formats: Sequence[str]) -> int | None:

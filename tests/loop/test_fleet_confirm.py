@@ -23,7 +23,7 @@ from sweep.store import open_study, quiet_optuna, rdb_storage, read_records
 from sweep.study import load_study
 from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
-from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.procs import stop_fleet, wait_until
 from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.sshd import Sshd
 
@@ -61,10 +61,6 @@ def relaunches(path: Path) -> list[TrialRecord]:
     return [r for r in read_records(trials_of(path)) if r.kind is Kind.REPLICATE]
 
 
-def server_groups(folder: Path) -> list[int]:
-    return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
-
-
 Fleet = tuple[Path, dict[str, subprocess.Popen[bytes]]]
 
 
@@ -77,13 +73,7 @@ def started(tmp_path: Path, path: Path) -> Iterator[Fleet]:
     try:
         yield path, procs
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                kill_group(proc.pid)
-                proc.wait()
-        for pgid in server_groups(tmp_path):
-            if group_members(pgid):
-                kill_group(pgid)
+        stop_fleet(procs, tmp_path)
 
 
 def ended(tmp_path: Path, procs: dict[str, subprocess.Popen[bytes]], hosts: str) -> dict[str, str]:

@@ -31,7 +31,7 @@ from sweep.store.claims import Claims
 from sweep.study import load_study
 from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
-from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.procs import group_members, kill_group, server_groups, stop_fleet, wait_until
 from tests.support.sshd import Sshd
 from tests.support.studies import flag
 
@@ -149,10 +149,6 @@ def kill_mid_trial(path: Path, proc: subprocess.Popen[bytes]) -> optuna.trial.Fr
         os.kill(proc.pid, signal.SIGCONT)  # it had just finished: wait for its next trial
 
 
-def server_groups(folder: Path) -> list[int]:
-    return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
-
-
 def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
     tmp_path: Path, postgres: Postgres
 ) -> None:
@@ -165,13 +161,7 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
         for host in ("a", "c"):
             assert procs[host].wait(timeout=120) == 0, (tmp_path / f"{host}.log").read_text()
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                kill_group(proc.pid)
-                proc.wait()
-        for pgid in server_groups(tmp_path):
-            if group_members(pgid):
-                kill_group(pgid)
+        stop_fleet(procs, tmp_path)
     by_number = {t.number: t for t in all_trials(path)}
     assert by_number[victim.number].state is TrialState.FAIL  # reaped: no heartbeat
     key = victim.user_attrs[ATTR.KEY]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,3 +52,20 @@ def kill_group(pgid: int) -> None:
     """SIGKILL a process group, if it still exists (test clean-up)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
+
+
+def server_groups(folder: Path) -> list[int]:
+    """The process groups of the servers the workers of a fleet test recorded under ``folder``."""
+    return [int(p.read_text().split()[0]) for p in folder.glob("servers-*/*.pgid")]
+
+
+def stop_fleet(procs: Mapping[str, subprocess.Popen[bytes]], folder: Path) -> None:
+    """Kill whatever a fleet test left: its live workers (each its own group), then the
+    servers they recorded under ``folder`` (by process group, never by name)."""
+    for proc in procs.values():
+        if proc.poll() is None:
+            kill_group(proc.pid)
+            proc.wait()
+    for pgid in server_groups(folder):
+        if group_members(pgid):
+            kill_group(pgid)
