@@ -4,7 +4,6 @@ of their own, per-category accept length from each request's own counters."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import random
 from dataclasses import dataclass, field
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sweep.bench import BenchmarkSettings, StopRule
+from sweep.bench import StopRule
 from sweep.bench.client import StreamRecord
 from sweep.bench.figures import Finished
 from sweep.bench.mix import (
@@ -25,11 +24,10 @@ from sweep.bench.mix import (
     ratio_interval,
 )
 from sweep.bench.result import BenchmarkResult
-from sweep.bench.runner import benchmark
 from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload, make_workload
-from sweep.clock import Clock
 from sweep.exceptions import ConfigError, PromptFileError
+from tests.support.fakebench import bench_on_fake
 
 TOKENS = 12
 WARMUP = 4
@@ -84,16 +82,9 @@ def _sse(tokens: int, verify: int) -> str:
 
 
 def run(fake: CategoryFake, workload: Workload, rounds: int = 2) -> BenchmarkResult:
-    ticks = itertools.count()
-    clock = Clock(now=lambda: next(ticks) * 0.01)
-    rule = StopRule(min_rounds=rounds, max_rounds=rounds, min_tokens=0)
-
-    async def main() -> BenchmarkResult:
-        transport = httpx.MockTransport(fake)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:1") as c:
-            return await benchmark(c, workload, BenchmarkSettings(stop=rule), clock=clock)
-
-    return asyncio.run(main())
+    return bench_on_fake(
+        fake, workload, StopRule(min_rounds=rounds, max_rounds=rounds, min_tokens=0)
+    )
 
 
 def test_the_seeded_order_deals_the_categories_so_every_window_holds_each_once() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import os
 import random
@@ -26,12 +25,12 @@ from sweep.bench.result import LevelResult, RequestFigures
 from sweep.bench.runner import benchmark, run_benchmark
 from sweep.bench.workload import Workload
 from sweep.cli import app
-from sweep.clock import Clock
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ConfigError
 from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from sweep.sim.scheduler import _seed as sim_seed  # how the simulator seeds a prompt's acceptance
+from tests.support.fakebench import bench_on_fake
 from tests.support.ports import free_port
 from tests.support.simproc import SimProcess, running_sim, spec_flags
 
@@ -77,15 +76,7 @@ def _sse(tokens: int, finish: str) -> str:
 
 
 def fake_run(fake: FakeSGLang, workload: Workload, rule: StopRule) -> BenchmarkResult:
-    ticks = itertools.count()
-    clock = Clock(now=lambda: next(ticks) * 0.01)
-
-    async def main() -> BenchmarkResult:
-        transport = httpx.MockTransport(fake)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:1") as c:
-            return await benchmark(c, workload, BenchmarkSettings(stop=rule), clock=clock)
-
-    return asyncio.run(main())
+    return bench_on_fake(fake, workload, rule)
 
 
 def test_warmup_then_flush_then_measured_rounds() -> None:

@@ -32,6 +32,7 @@ import pytest
 from sweep.core.records import ATTR
 from tests.conftest import skip_or_fail
 from tests.support.ports import free_port
+from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.engine
 
@@ -435,16 +436,14 @@ def alone_on_the_counters(
 
 
 def _wait_healthy(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
+    def healthy() -> bool:
         assert server.poll() is None, "the vLLM server exited while starting"
         try:
-            if client.get("/health").status_code == 200:
-                return
+            return client.get("/health").status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(1)
-    raise AssertionError("the vLLM server did not answer /health within 240 s")
+            return False
+
+    wait_for(healthy, timeout=240, step=1.0)  # fails the test if /health never answers
 
 
 @pytest.mark.timeout(900)
