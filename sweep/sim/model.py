@@ -17,9 +17,11 @@ token costs ``forward(B, C)``. Acceptance can depend on the request's content ca
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import itertools
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -390,3 +392,154 @@ def matching_failures(profile: Profile, resolved: Mapping[str, object]) -> list[
         for rule in profile.failures
         if all(resolved.get(key) == value for key, value in rule.match.items())
     ]
+
+
+def closed_loop_decode(
+    profile: Profile,
+    config: SimConfig,
+    concurrency: int,
+    *,
+    output_len: int,
+    prompt_tokens: int,
+    nccl: float = 1.0,
+    categories: Sequence[str | None] = (None,),
+    rounds: int = 3,
+) -> tuple[dict[str | None, float], float]:
+    """Decode tok/s per request (per content category) and output tok/s of the benchmark's
+    closed loop, replayed on the server's scheduler: a small deterministic event simulation.
+
+    The bench starts ``concurrency`` slots at once and replaces each request as soon as it
+    finishes; a round closes every ``concurrency`` completions, and a round's decode speed
+    pools its requests (Σ tokens after the first / Σ time after the first token). The
+    scheduler (:class:`sweep.sim.scheduler.Scheduler`) prefills every waiting request in one
+    pass before the next decode round: a pass lands in the time to first token of the
+    requests in it and pauses the decode of the others. Requests that finish in a decode
+    round are resubmitted during the next one (the scheduler does not wait for them), so
+    they are prefilled after it; an idle scheduler wakes on the first request that arrives
+    and prefills it alone, the others arriving during that pass. Each slot's prompt takes
+    its own acceptance multiplier (the profile's spread, evenly) and draws its accepted
+    prefix per round from a fixed seed: the same inputs give the same figures. Slot ``j``
+    sends ``categories[j % len(categories)]`` (the bench deals the categories in turn), and
+    each category's figure pools its own requests, as the bench's per-category figures do.
+    A cell holds few requests, so the figures are the mean of ``_REPLICAS`` replicas (seeds).
+    """
+    runs = [
+        _closed_loop_once(
+            profile,
+            config,
+            concurrency,
+            output_len=output_len,
+            prompt_tokens=prompt_tokens,
+            nccl=nccl,
+            categories=categories,
+            rounds=rounds,
+            seed=seed,
+        )
+        for seed in range(_REPLICAS)
+    ]
+    decode = {kind: sum(r[0][kind] for r in runs) / len(runs) for kind in runs[0][0]}
+    return decode, sum(r[1] for r in runs) / len(runs)
+
+
+def _closed_loop_once(
+    profile: Profile,
+    config: SimConfig,
+    concurrency: int,
+    *,
+    output_len: int,
+    prompt_tokens: int,
+    nccl: float = 1.0,
+    categories: Sequence[str | None] = (None,),
+    rounds: int = 3,
+    seed: int = 0,
+) -> tuple[dict[str | None, float], float]:
+    """One replica of :func:`closed_loop_decode` with acceptance drawn from ``seed``."""
+    t = profile.timing
+    rng = random.Random(_SEED + seed)
+    slots = max(1, concurrency)
+    kinds = [categories[j % len(categories)] for j in range(slots)]
+    per_kind = -(-slots // len(categories))  # each category's prompts span the spread
+    cumulative = [
+        _accept_cdf(profile, config, _spread(profile, per_kind)[j // len(categories)], kind)
+        for j, kind in enumerate(kinds)
+    ]
+    tokens_needed = output_len - 1  # decode tokens after the prefill's first
+
+    def prefill(count: int) -> float:
+        return (
+            (t.prefill_ms + t.prefill_token_ms * prompt_tokens * count)
+            * t.calibrated_tp
+            / (config.tp_size)
+        )
+
+    now = 0.0
+    running: list[list[float]] = []  # [slot, decoded tokens, first token at]
+    queued: list[int] = list(range(slots))  # arrived, waiting for a prefill
+    arriving: list[int] = []  # resubmitted during the current pass (seen after it)
+    done: list[tuple[int, float, float]] = []  # (slot, decode tokens, decode ms), in order
+    needed = rounds * slots
+    woken = True  # the loop starts on an idle server
+    while len(done) < needed:
+        if not running and not queued:
+            queued, arriving, woken = arriving, [], True
+        if queued and len(running) < config.max_running_requests:
+            room = config.max_running_requests - len(running)
+            take = queued[: 1 if woken else room]  # an idle server wakes on the first arrival
+            woken = False
+            queued = queued[len(take) :]
+            now += prefill(len(take))
+            running.extend([float(s), 0.0, now] for s in take)
+            queued, arriving = queued + arriving, []
+            continue
+        batch = len(running)
+        context = sum(prompt_tokens + 1 + r[1] for r in running)
+        cost = cycle_ms(profile, config, batch, nccl, context)
+        most = 0
+        finished = []
+        for r in running:
+            count = 1 + bisect.bisect(cumulative[int(r[0])], rng.random())
+            count = min(count, tokens_needed - int(r[1]))
+            r[1] += count
+            most = max(most, count)
+            if r[1] >= tokens_needed:
+                finished.append(r)
+        now += cost + host_floor_ms(profile, cost, most)
+        queued, arriving = queued + arriving, []
+        for r in finished:
+            running.remove(r)
+            done.append((int(r[0]), r[1], now - r[2]))
+            arriving.append(int(r[0]))
+    decode: dict[str | None, float] = {}
+    for kind in dict.fromkeys(kinds):
+        speeds = []
+        for k in range(rounds):
+            mine = [(n, ms) for j, n, ms in done[k * slots : (k + 1) * slots] if kinds[j] == kind]
+            if mine:
+                speeds.append(1000 * sum(n for n, _ in mine) / sum(ms for _, ms in mine))
+        decode[kind] = sum(speeds) / len(speeds)
+    return decode, 1000 * len(done) * output_len / now
+
+
+_REPLICAS = 8  # independent acceptance draws averaged
+_SEED = 24  # the closed loop's acceptance draws
+
+
+def _spread(profile: Profile, count: int) -> list[float]:
+    """``count`` prompt multipliers evenly over the profile's spread (midpoints)."""
+    s = profile.acceptance.prompt_spread
+    return [1 - s + 2 * s * (i + 0.5) / count for i in range(count)]
+
+
+def _accept_cdf(
+    profile: Profile, config: SimConfig, multiplier: float, category: str | None
+) -> list[float]:
+    """Cumulative probabilities of accepting at least 1, 2, … drafts, as thresholds: a
+    uniform draw ``u`` accepts ``bisect(thresholds, u)`` drafts."""
+    if not config.speculative or config.num_steps == 0:
+        return []
+    reach, at_least = 1.0, []
+    for p in depth_probabilities(profile, config, multiplier, category):
+        reach *= p
+        at_least.append(reach)
+    # P(accept ≥ d) = reach_d; u < reach_d ⇔ at least d accepted: thresholds 1 − reach, rising
+    return [1 - r for r in reversed(at_least)]
