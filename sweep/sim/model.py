@@ -415,8 +415,11 @@ def closed_loop_decode(
     pass before the next decode round: a pass lands in the time to first token of the
     requests in it and pauses the decode of the others. Requests that finish in a decode
     round are resubmitted during the next one (the scheduler does not wait for them), so
-    they are prefilled after it; an idle scheduler wakes on the first request that arrives
-    and prefills it alone, the others arriving during that pass. Each slot's prompt takes
+    they are prefilled after it. The client sends one request at a time, ``_CLIENT_MS``
+    apart (its turnaround, fitted to the shipped study on 2 shared cores): after all slots
+    finish together (no speculation: every request decodes in lockstep) the idle scheduler
+    wakes on the first arrival and prefills what has arrived by then, one pass at a time,
+    each pausing the requests of the passes before it. Each slot's prompt takes
     its own acceptance multiplier (the profile's spread, evenly) and draws its accepted
     prefix per round from a fixed seed: the same inputs give the same figures. Slot ``j``
     sends ``categories[j % len(categories)]`` (the bench deals the categories in turn), and
@@ -434,6 +437,7 @@ def closed_loop_decode(
             categories=categories,
             rounds=rounds,
             seed=seed,
+            client_ms=_CLIENT_MS,
         )
         for seed in range(_REPLICAS)
     ]
@@ -452,75 +456,78 @@ def _closed_loop_once(
     categories: Sequence[str | None] = (None,),
     rounds: int = 3,
     seed: int = 0,
+    client_ms: float = 0.0,
 ) -> tuple[dict[str | None, float], float]:
     """One replica of :func:`closed_loop_decode` with acceptance drawn from ``seed``."""
     t = profile.timing
     rng = random.Random(_SEED + seed)
     slots = max(1, concurrency)
-    kinds = [categories[j % len(categories)] for j in range(slots)]
-    per_kind = -(-slots // len(categories))  # each category's prompts span the spread
+    n = len(categories)
+    per_slot = -(-n // slots)  # a slot cycles through several prompts when slots are few
+    spread = _spread(profile, -(-slots * per_slot // n))  # each category's prompts, evenly
+    # request position p (slot + slots · (number % per_slot)): its category and acceptance
+    kinds = [categories[p % n] for p in range(slots * per_slot)]
     cumulative = [
-        _accept_cdf(profile, config, _spread(profile, per_kind)[j // len(categories)], kind)
-        for j, kind in enumerate(kinds)
+        _accept_cdf(profile, config, spread[p // n], kind) for p, kind in enumerate(kinds)
     ]
     tokens_needed = output_len - 1  # decode tokens after the prefill's first
 
     def prefill(count: int) -> float:
-        return (
-            (t.prefill_ms + t.prefill_token_ms * prompt_tokens * count)
-            * t.calibrated_tp
-            / (config.tp_size)
-        )
+        ms = t.prefill_ms + t.prefill_token_ms * prompt_tokens * count
+        return ms * t.calibrated_tp / config.tp_size
 
-    now = 0.0
-    running: list[list[float]] = []  # [slot, decoded tokens, first token at]
-    queued: list[int] = list(range(slots))  # arrived, waiting for a prefill
-    arriving: list[int] = []  # resubmitted during the current pass (seen after it)
-    done: list[tuple[int, float, float]] = []  # (slot, decode tokens, decode ms), in order
-    needed = rounds * slots
-    woken = True  # the loop starts on an idle server
-    while len(done) < needed:
-        if not running and not queued:
-            queued, arriving, woken = arriving, [], True
-        if queued and len(running) < config.max_running_requests:
-            room = config.max_running_requests - len(running)
-            take = queued[: 1 if woken else room]  # an idle server wakes on the first arrival
-            woken = False
-            queued = queued[len(take) :]
+    now = client = 0.0  # the server's clock; when the client is free to send again
+    sent = [0] * slots  # requests each slot has sent
+    running: list[list[float]] = []  # [slot, position, decoded tokens, first token at]
+    arrivals: list[tuple[float, int]] = []  # (when it reaches the server, slot), in order
+    for j in range(slots):  # the slots start at once; the client sends one at a time
+        client += client_ms
+        arrivals.append((client, j))
+    done: list[tuple[int, float, float]] = []  # (position, decode tokens, decode ms), in order
+    round_size = slots * per_slot
+    while len(done) < rounds * round_size:
+        if not running and arrivals[0][0] > now:  # idle: wake on the next arrival
+            now = arrivals[0][0]
+        room = config.max_running_requests - len(running)
+        take = [j for at, j in arrivals[:room] if at <= now]
+        if take:  # every request waiting is prefilled in one pass
+            arrivals = arrivals[len(take) :]
             now += prefill(len(take))
-            running.extend([float(s), 0.0, now] for s in take)
-            queued, arriving = queued + arriving, []
+            for j in take:
+                running.append([j, j + slots * (sent[j] % per_slot), 0.0, now])
+                sent[j] += 1
             continue
-        batch = len(running)
-        context = sum(prompt_tokens + 1 + r[1] for r in running)
-        cost = cycle_ms(profile, config, batch, nccl, context)
+        context = sum(prompt_tokens + 1 + r[2] for r in running)
+        cost = cycle_ms(profile, config, len(running), nccl, context)
         most = 0
         finished = []
         for r in running:
-            count = 1 + bisect.bisect(cumulative[int(r[0])], rng.random())
-            count = min(count, tokens_needed - int(r[1]))
-            r[1] += count
+            count = 1 + bisect.bisect(cumulative[int(r[1])], rng.random())
+            count = min(count, tokens_needed - int(r[2]))
+            r[2] += count
             most = max(most, count)
-            if r[1] >= tokens_needed:
+            if r[2] >= tokens_needed:
                 finished.append(r)
         now += cost + host_floor_ms(profile, cost, most)
-        queued, arriving = queued + arriving, []
-        for r in finished:
+        for r in finished:  # resubmitted by the client, after the scheduler moved on
             running.remove(r)
-            done.append((int(r[0]), r[1], now - r[2]))
-            arriving.append(int(r[0]))
+            done.append((int(r[1]), r[2], now - r[3]))
+            client = max(client, now) + client_ms
+            arrivals.append((client, int(r[0])))
     decode: dict[str | None, float] = {}
     for kind in dict.fromkeys(kinds):
         speeds = []
         for k in range(rounds):
-            mine = [(n, ms) for j, n, ms in done[k * slots : (k + 1) * slots] if kinds[j] == kind]
+            chunk = done[k * round_size : (k + 1) * round_size]
+            mine = [(tokens, ms) for p, tokens, ms in chunk if kinds[p] == kind]
             if mine:
-                speeds.append(1000 * sum(n for n, _ in mine) / sum(ms for _, ms in mine))
+                speeds.append(1000 * sum(x for x, _ in mine) / sum(ms for _, ms in mine))
         decode[kind] = sum(speeds) / len(speeds)
     return decode, 1000 * len(done) * output_len / now
 
 
 _REPLICAS = 8  # independent acceptance draws averaged
+_CLIENT_MS = 2.0  # the bench client's turnaround per request (send, or read a finished one)
 _SEED = 24  # the closed loop's acceptance draws
 
 

@@ -12,9 +12,12 @@ Tolerances (docs/workload.md, "Checked against the simulator's truth"):
 - per category and steps the pooled accept length is within 3 σ of the profile's: a prompt's
   accept length varies by at most 7 % (σ) around its category's, so 3 × 7 % / √(distinct
   prompts);
-- concurrency stays at 4 and contexts at 2k or less: at concurrency 16 and more with long
-  contexts the server batches waiting requests' prefills into their time to first token,
-  where the truth charges them to the decode of the others (docs/workload.md).
+- above concurrency 1 the truth replays the bench's closed loop on the scheduler (batched
+  prefills in the time to first token, the categories dealt to the slots in the bench's
+  order), so concurrency 16 at every context and 64 at 2k and 8k are checked like
+  concurrency 1. Not concurrency 64 at 256 words: without speculation 64 streams get a token
+  every 8 ms, more than the simulator and client keep up with on 2 shared cores (measured
+  a third below the truth, while every speculative setting there is within 10 %).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import pytest
 
 from tests.study.workload_truth import (
     Figure,
+    dealt_categories,
     drawn,
     measured,
     mix_value,
@@ -44,9 +48,10 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = tomllib.loads((ROOT / "studies" / "workload-sim.toml").read_text())
-CONTEXTS = [256, 2048]
-LEVELS = [1, 4]
+CONTEXTS = [256, 2048, 8192]
+LEVELS = [1, 16, 64]
 STEPS = [3, 5]  # where content decides at concurrency 1: code and math want 5, chat and summaries 3
+HOST_BOUND = {(256, 64)}  # (context, level) the host cannot stream in real time (docstring)
 OUTPUT_LEN = 64  # shorter outputs bias the accept length down (the last round is cut)
 PROMPT_SIGMA = 0.07  # a prompt's accept length around its category's (content-context, ≤ 7 %)
 RECORDER = ROOT / "tests" / "programs" / "record_launch.py"
@@ -123,7 +128,7 @@ def sweep_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=400,
+        timeout=900,
         check=False,
     )
 
@@ -157,8 +162,10 @@ def test_a_reduced_workload_study_matches_the_simulators_truth(tmp_path: Path) -
         }
     launches = [json.loads(line) for line in (tmp_path / "launches.jsonl").read_text().splitlines()]
     profile = ["--sim-profile", str(tmp_path / "content-context-fast.toml")]  # the study's env
+    order = dealt_categories(path)
     true = {
-        _steps(argv): truth([*argv, *profile], OUTPUT_LEN, CONTEXTS, LEVELS) for argv in launches
+        _steps(argv): truth([*argv, *profile], OUTPUT_LEN, CONTEXTS, LEVELS, order)
+        for argv in launches
     }
     assert sorted(true) == [0, *STEPS]
 
@@ -167,6 +174,8 @@ def test_a_reduced_workload_study_matches_the_simulators_truth(tmp_path: Path) -
     }
     for check in per_cell(meas, true, OUTPUT_LEN):
         assert (reported[check.cell]["steps"] or 0) == check.chosen  # the report's own best
+        if check.cell[1:] in HOST_BOUND:
+            continue
         assert check.timing_regret <= 0.01 or check.tied, check
         sampling = 3 * PROMPT_SIGMA / math.sqrt(_prompts(meas[check.chosen], check.cell[0]))
         assert check.regret <= 0.01 + sampling, check

@@ -78,10 +78,16 @@ class Truth:
 
 
 def truth(
-    argv: Sequence[str], output_len: int, contexts: Sequence[int], levels: Sequence[int]
+    argv: Sequence[str],
+    output_len: int,
+    contexts: Sequence[int],
+    levels: Sequence[int],
+    categories: Sequence[str] = (),
 ) -> dict[Cell, Truth]:
     """The simulator's noise-free decode speed and accept length per cell for one launch's
-    flags (``sweep sim`` argv, the profile from the environment or ``--sim-profile``)."""
+    flags (``sweep sim`` argv, the profile from the environment or ``--sim-profile``).
+    ``categories``: in the order the bench deals them to its slots (the closed loop above
+    concurrency 1 interleaves them so); empty: all, in the simulator's order."""
     done = subprocess.run(
         [
             sys.executable,
@@ -91,7 +97,7 @@ def truth(
             *argv,
             "--predict",
             "--predict-category",
-            "all",
+            ",".join(categories) or "all",
             "--predict-output-len",
             str(output_len),
             "--predict-input-len",
@@ -187,6 +193,17 @@ def pooled_accept(cells: Mapping[Cell, Figure], category: str) -> float:
     )
 
 
+def dealt_categories(path: Path) -> list[str]:
+    """The study's categories in the order its bench deals them to slots 0, 1, …"""
+    from sweep.bench.mix import CategorySource, mixed_workload
+
+    spec = load_study(path)
+    w = spec.workload
+    sources = [CategorySource(c.name, c.prompts) for c in w.categories]
+    dealt = mixed_workload(sources, base=path.parent, seed=w.seed)
+    return list(dict.fromkeys(dealt.categories[i] for i in dealt.order))
+
+
 def sim_flags(steps: int) -> list[str]:
     """The shipped study's launch flags for ``steps`` (0: no speculation)."""
     base = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "1"]
@@ -207,7 +224,11 @@ def main(path: Path) -> None:
     spec = tomllib.loads(path.read_text())
     w = spec["workload"]
     meas = measured(path)
-    true = {s: truth(sim_flags(s), w["output_len"], w["input_len"], w["concurrency"]) for s in meas}
+    order = dealt_categories(path)
+    true = {
+        s: truth(sim_flags(s), w["output_len"], w["input_len"], w["concurrency"], order)
+        for s in meas
+    }
     for c in per_cell(meas, true, w["output_len"]):
         print(
             f"{c.cell[0]:>13} ctx {c.cell[1]:>5} c {c.cell[2]:>2}: measured best {c.chosen}, "
