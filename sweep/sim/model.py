@@ -394,6 +394,15 @@ def matching_failures(profile: Profile, resolved: Mapping[str, object]) -> list[
     ]
 
 
+@dataclass(frozen=True)
+class ClosedLoop:
+    """The benchmark's closed loop on the scheduler (:func:`closed_loop_decode`)."""
+
+    decode_tok_s: dict[str | None, float]  # per request, per category
+    spread: dict[str | None, float]  # relative standard deviation over replicas
+    output_tok_s: float
+
+
 def closed_loop_decode(
     profile: Profile,
     config: SimConfig,
@@ -404,7 +413,7 @@ def closed_loop_decode(
     nccl: float = 1.0,
     categories: Sequence[str | None] = (None,),
     rounds: int = 3,
-) -> tuple[dict[str | None, float], float]:
+) -> ClosedLoop:
     """Decode tok/s per request (per content category) and output tok/s of the benchmark's
     closed loop, replayed on the server's scheduler: a small deterministic event simulation.
 
@@ -424,7 +433,10 @@ def closed_loop_decode(
     prefix per round from a fixed seed: the same inputs give the same figures. Slot ``j``
     sends ``categories[j % len(categories)]`` (the bench deals the categories in turn), and
     each category's figure pools its own requests, as the bench's per-category figures do.
-    A cell holds few requests, so the figures are the mean of ``_REPLICAS`` replicas (seeds).
+    A cell holds few requests, and which of them finish together (their acceptance draws)
+    moves its figure by several percent at 16 streams and more: the figures are the mean of
+    ``_REPLICAS`` replicas (seeds), and ``spread`` their relative standard deviation, what
+    one measurement of fixed prompts may fall off the mean.
     """
     runs = [
         _closed_loop_once(
@@ -442,7 +454,11 @@ def closed_loop_decode(
         for seed in range(_REPLICAS)
     ]
     decode = {kind: sum(r[0][kind] for r in runs) / len(runs) for kind in runs[0][0]}
-    return decode, sum(r[1] for r in runs) / len(runs)
+    spread = {
+        kind: math.sqrt(sum((r[0][kind] - mean) ** 2 for r in runs) / (len(runs) - 1)) / mean
+        for kind, mean in decode.items()
+    }
+    return ClosedLoop(decode, spread, sum(r[1] for r in runs) / len(runs))
 
 
 def _closed_loop_once(

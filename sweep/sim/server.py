@@ -150,7 +150,7 @@ def _cells(
         input_lens = [int(x) for x in str(ns.predict_input_len).split(",") if x.strip()]
     config = resolved.sim_config()
     nccl = model.nccl_factor(profile, os.environ)
-    loops: dict[tuple[int, int], dict[str | None, float]] = {}
+    loops: dict[tuple[int, int], model.ClosedLoop] = {}
     cells = []
     for category, input_len, level in itertools.product(categories, input_lens, levels):
         at_level = config
@@ -175,7 +175,7 @@ def _cells(
             mix = [category] if resolved.adaptive_slots is not None else categories
             key = (input_len, level)
             if key not in loops or resolved.adaptive_slots is not None:
-                loops[key], _ = model.closed_loop_decode(
+                loops[key] = model.closed_loop_decode(
                     profile,
                     at_level,
                     level,
@@ -184,7 +184,8 @@ def _cells(
                     nccl=nccl,
                     categories=mix,
                 )
-            decode = loops[key][category]
+            decode = loops[key].decode_tok_s[category]
+            cell["decode_spread"] = loops[key].spread[category]
         cell.update(
             accept_length=p.accept_length,
             cycle_ms=p.cycle_ms,

@@ -217,3 +217,49 @@ def test_server_accepts_per_category(tmp_path: Path) -> None:
     for category in measured:
         assert measured[category] == pytest.approx(expected[category], abs=0.25)
     assert measured["code"] > measured["summarization"] + 0.3
+
+
+# The benchmark's closed loop replayed on the scheduler (`--predict` cells above concurrency 1).
+MIX = ("chat", "summarization", "code", "math")
+
+
+def one_gpu(steps: int) -> SimConfig:
+    if steps == 0:
+        return SimConfig(tp_size=1, draft_tp_size=1, max_running_requests=64)
+    return SimConfig("EAGLE3", steps, 1, steps + 1, 1, 1, 64)
+
+
+def closed_loop(steps: int, concurrency: int, context: int) -> dict[str | None, float]:
+    profile = load_profile("content-context")
+    loop = model.closed_loop_decode(
+        profile, one_gpu(steps), concurrency, output_len=64, prompt_tokens=context, categories=MIX
+    )
+    return loop.decode_tok_s
+
+
+def test_the_closed_loop_puts_lockstep_prefills_in_the_time_to_first_token() -> None:
+    profile = load_profile("content-context")
+    config = one_gpu(0)
+    decode = closed_loop(0, 16, 8192)
+    charged = model.predict(profile, config, 16, output_len=64, prompt_tokens=8192).decode_tok_s
+    context = 16 * (8192 + 32)
+    unpaused = 63 / (63 * model.cycle_ms(profile, config, 16, context=context) / 1000)
+    # the first slot wakes the idle server alone; the others are prefilled in one pass after
+    # it, which pauses that first request only: its category is slower, the others unpaused
+    assert decode["chat"] < 0.8 * unpaused
+    for category in ("summarization", "code", "math"):
+        assert decode[category] == pytest.approx(unpaused, rel=0.01)
+    assert min(decode.values()) > 1.5 * charged  # not every other request's prefill
+
+
+def test_speculation_drifts_out_of_lockstep_and_pays_for_the_prefills() -> None:
+    spec, plain = closed_loop(3, 16, 8192), closed_loop(0, 16, 8192)
+    assert all(spec[c] < plain[c] for c in MIX)  # paused by the successors' prefills
+    short = closed_loop(3, 16, 256)
+    assert all(short[c] > closed_loop(0, 16, 256)[c] for c in ("code", "math", "chat"))
+
+
+def test_the_closed_loop_is_deterministic_and_deals_every_category_to_few_slots() -> None:
+    assert closed_loop(3, 2, 2048) == closed_loop(3, 2, 2048)
+    assert set(closed_loop(3, 2, 2048)) == set(MIX)  # 2 slots cycle through the 4 categories
+    assert closed_loop(3, 2, 2048)["math"] > closed_loop(3, 2, 2048)["summarization"]

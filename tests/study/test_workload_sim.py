@@ -15,9 +15,12 @@ Tolerances (docs/workload.md, "Checked against the simulator's truth"):
 - above concurrency 1 the truth replays the bench's closed loop on the scheduler (batched
   prefills in the time to first token, the categories dealt to the slots in the bench's
   order), so concurrency 16 at every context and 64 at 2k and 8k are checked like
-  concurrency 1. Not concurrency 64 at 256 words: without speculation 64 streams get a token
-  every 8 ms, more than the simulator and client keep up with on 2 shared cores (measured
-  a third below the truth, while every speculative setting there is within 10 %).
+  concurrency 1, with one more allowance against the profile's truth: a cell holds 4-16
+  requests of a category, and which of them finish together (their acceptance draws, fixed
+  by the prompts) moves its figure by 2-6 % (σ over the truth's replicas), so 3 σ of the
+  chosen − best difference. Not concurrency 64 at 256 words: without speculation 64
+  streams get a token every 8 ms, more than the simulator and client keep up with on 2
+  shared cores (measured 23 % below the truth, every speculative setting within 13 %).
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def test_a_reduced_workload_study_matches_the_simulators_truth(tmp_path: Path) -
             continue
         assert check.timing_regret <= 0.01 or check.tied, check
         sampling = 3 * PROMPT_SIGMA / math.sqrt(_prompts(meas[check.chosen], check.cell[0]))
-        assert check.regret <= 0.01 + sampling, check
+        # above concurrency 1 also which requests finish together (3 σ of the truth's replicas)
+        assert check.regret <= 0.01 + sampling + 3 * check.spread, check
 
     # the mix's answer: the best mix on the truth for the prompts drawn, within 1 %
     weights = {k: c["weight"] for k, c in SHIPPED["workload"]["categories"].items()}

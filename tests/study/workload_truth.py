@@ -7,6 +7,7 @@ shipped one: ``python -m tests.study.workload_truth studies/workload-sim.toml``.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -75,6 +76,7 @@ class Truth:
     decode: float
     accept_length: float
     cycle_ms: float
+    spread: float = 0.0  # above concurrency 1: how far one run of fixed prompts may fall (σ)
 
 
 def truth(
@@ -112,7 +114,7 @@ def truth(
     )
     return {
         (c["category"], c["input_len"], c["concurrency"]): Truth(
-            c["decode_tok_s"], c["accept_length"], c["cycle_ms"]
+            c["decode_tok_s"], c["accept_length"], c["cycle_ms"], c.get("decode_spread", 0.0)
         )
         for c in json.loads(done.stdout)["cells"]
     }
@@ -125,7 +127,9 @@ class CellCheck:
     ``regret`` is the chosen steps' shortfall from the true best, ``(best − chosen) / best``,
     on the profile's truth (its expectation over all prompts); ``timing_regret`` the same on
     the truth for the prompts the study drew (:func:`drawn`: prompt sampling taken out).
-    ``tied``: the chosen and the best's measured 95 % intervals overlap."""
+    ``tied``: the chosen and the best's measured 95 % intervals overlap. ``spread``: the
+    relative σ of the chosen − best difference over the truth's replicas (which requests
+    finish together moves a cell's figure above concurrency 1; 0 at concurrency 1)."""
 
     cell: Cell
     chosen: int
@@ -134,6 +138,7 @@ class CellCheck:
     timing_best: int
     timing_regret: float
     tied: bool
+    spread: float = 0.0
 
 
 def per_cell(
@@ -158,6 +163,7 @@ def per_cell(
                 timing_best,
                 1 - timed[chosen] / timed[timing_best],
                 a.low <= b.high and b.low <= a.high,
+                math.hypot(true[chosen][cell].spread, true[best][cell].spread),
             )
         )
     return out
@@ -234,6 +240,7 @@ def main(path: Path) -> None:
             f"{c.cell[0]:>13} ctx {c.cell[1]:>5} c {c.cell[2]:>2}: measured best {c.chosen}, "
             f"true best {c.best}, regret {100 * c.regret:.2f} %; for the prompts drawn: "
             f"{c.timing_best}, {100 * c.timing_regret:.2f} %{' (tied)' if c.tied else ''}"
+            f"; spread {100 * c.spread:.1f} %"
         )
     weights = {k: v["weight"] for k, v in w["categories"].items()}
     for s in sorted(meas):
