@@ -210,6 +210,30 @@ def dealt_categories(path: Path) -> list[str]:
     return list(dict.fromkeys(dealt.categories[i] for i in dealt.order))
 
 
+def cut_accept_length(profile_name: str, steps: int, category: str, output_len: int) -> float:
+    """The accept length a request of ``output_len`` tokens shows (its tokens over its verify
+    rounds, the prefill's first token included) on a chain of ``steps``, averaged over the
+    profile's prompts: its last round is cut at ``output_len``, which the profile's
+    per-round accept length does not see (a few percent at 5 steps and 64 tokens)."""
+    from sweep.sim import model
+    from sweep.sim.profile import load_profile
+
+    profile = load_profile(profile_name)
+    config = model.SimConfig("EAGLE3", steps, 1, steps + 1, 1, 1)
+    rounds = []
+    for m in model.prompt_multipliers(profile):
+        reach, tail = 1.0, [1.0]  # P(a round emits ≥ 1, 2, … tokens)
+        for p in model.depth_probabilities(profile, config, m, category):
+            reach *= p
+            tail.append(reach)
+        emits = [tail[k] - (tail[k + 1] if k + 1 < len(tail) else 0.0) for k in range(len(tail))]
+        need = [0.0] * output_len  # expected rounds to decode k more tokens
+        for k in range(1, output_len):
+            need[k] = 1 + sum(q * need[max(0, k - 1 - x)] for x, q in enumerate(emits))
+        rounds.append(need[output_len - 1])
+    return output_len * len(rounds) / sum(rounds)
+
+
 def sim_flags(steps: int) -> list[str]:
     """The shipped study's launch flags for ``steps`` (0: no speculation)."""
     base = ["--model-path", "meta-llama/Llama-3.1-8B-Instruct", "--tp-size", "1"]
