@@ -426,23 +426,38 @@ def schedule(
         "its interval; exit 1 when nothing could be compared.",
     ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
+    context: int | None = typer.Option(
+        None,
+        "--context",
+        help="The context band ([workload] input_len level) the engine's files are for; "
+        "default: the level with the most traffic weight (the first on a tie).",
+        show_default=False,
+    ),
 ) -> None:
     """Export the per-concurrency schedule in the engine's own format; --verify relaunches it.
 
     From the measured levels: per level the confirmed best steps (fewer steps on a tie only
     when established; 0 where no speculation wins), as SGLang's adaptive config or vLLM's
-    speculative config.
+    speculative config, for one context band; schedule-table.json holds every band's.
 
-    Example: sweep schedule studies/schedule-sim.toml --verify
+    Example: sweep schedule studies/workload-sim.toml --context 2048
     """
     from sweep.files import check_writable_folder
     from sweep.loop.verify_schedule import make_schedule
     from sweep.study import load_study
 
     study = load_study(study_file)
+    if context is not None:
+        from sweep.core.schedule_table import context_problem
+
+        problem = context_problem(study.workload.input_len, context)
+        if problem:
+            raise typer.BadParameter(f"{study_file}: {problem}", param_hint="--context")
     folder = out or f"{study.name}-schedule"
     check_writable_folder(folder)  # a read-only or full folder: one line now, before any launch
-    result = make_schedule(study, out=folder, verify=verify, storage_url=storage or None)
+    result = make_schedule(
+        study, out=folder, verify=verify, storage_url=storage or None, context=context
+    )
     print(result.export.table)
     print(f"launch command:\n  {result.export.command}\n")
     for path in result.export.files:

@@ -16,13 +16,15 @@ from sweep.study.model import MixSpec, ObjectiveSpec
 Figures = Mapping[str, Any]  # one level's record, as stored
 
 
-def by_level(levels: Sequence[Figures]) -> dict[int, Figures]:
+def by_level(levels: Sequence[Figures], context: int | None = None) -> dict[int, Figures]:
     """Levels by concurrency. With context levels (docs/workload.md) a concurrency has one
     record per context; the first one measured (the study's first ``input_len``) stands for
-    it in per-concurrency figures: constraints, schedules, speedups."""
+    it in per-concurrency figures: constraints, schedules, speedups. ``context`` given: only
+    the records of that context level (``sweep schedule --context``)."""
     out: dict[int, Figures] = {}
     for level in levels:
-        out.setdefault(int(level["concurrency"]), level)
+        if context is None or _context(level) == context:
+            out.setdefault(int(level["concurrency"]), level)
     return out
 
 

@@ -153,6 +153,7 @@ class Schedule:
     notes: tuple[str, ...] = ()
     allowance: float = LAUNCH_ALLOWANCE
     keys: tuple[tuple[int, int], ...] = ()  # level → the engine's batch-size key (padding)
+    context: int | None = None  # the context level (input_len) decided at; None: the first
 
     @property
     def steps_by_batch(self) -> tuple[tuple[int, int], ...]:
@@ -182,8 +183,10 @@ class Schedule:
 
     def as_dict(self) -> dict[str, Any]:
         """The stored form (on a schedule trial; see :mod:`sweep.loop.verify_schedule`)."""
+        context = {} if self.context is None else {"input_len": self.context}
         return {
             "metric": self.metric,
+            **context,
             "family": self.family.label(),
             "steps_by_batch": {str(b): s for b, s in self.steps_by_batch},
             "keys": {str(level): key for level, key in self.keys},
@@ -207,6 +210,7 @@ def decide_schedule(
     constraints: Sequence[Constraint] = (),
     allowance: float = LAUNCH_ALLOWANCE,
     study: str = "",
+    context: int | None = None,
 ) -> Schedule:
     """The schedule the measurements support (see the module docstring).
 
@@ -218,11 +222,13 @@ def decide_schedule(
         constraints: ``[objective.constraints]``; each rules candidates out at its level.
         allowance: the launch-to-launch allowance of :func:`beats`.
         study: the study's name, for messages.
+        context: decide at this context level (``input_len``) only; ``None``: each record's
+            first context level (:func:`~sweep.core.objective.by_level`).
 
     Raises:
         ScheduleError: no measured chain (topk 1) configuration, or no level with a figure.
     """
-    table = _candidates(trials, baselines, metric, levels, constraints)
+    table = _candidates(trials, baselines, metric, levels, constraints, context)
     families = sorted({f for f, _ in table if f is not None})
     if not families:
         raise ScheduleError(
@@ -234,8 +240,9 @@ def decide_schedule(
     reference = _reference(table, levels)
     best = max(schedules, key=lambda s: (_closeness(s, reference), -s.max_steps))
     if not best.levels:
-        raise ScheduleError(study, f"no level of {list(levels)} has a measured {metric}")
-    return best
+        at = "" if context is None else f" at context level {context}"
+        raise ScheduleError(study, f"no level of {list(levels)} has a measured {metric}{at}")
+    return replace(best, context=context)
 
 
 Table = Mapping[tuple[Family | None, int], Mapping[str, Candidate]]  # (family, level) → by key
@@ -247,6 +254,7 @@ def _candidates(
     metric: str,
     levels: Sequence[int],
     constraints: Sequence[Constraint],
+    context: int | None = None,
 ) -> dict[tuple[Family | None, int], dict[str, Candidate]]:
     """Every usable launch as a candidate, grouped by family (None: no speculation) and level."""
     out: dict[tuple[Family | None, int], dict[str, Candidate]] = {}
@@ -254,7 +262,7 @@ def _candidates(
     for record in records:
         assert record.config is not None
         family = Family.of(record.config) if record.config.speculative else None
-        figures = by_level(record.levels)
+        figures = by_level(record.levels, context)
         for level in levels:
             if level not in figures or _breaks(figures[level], level, constraints):
                 continue

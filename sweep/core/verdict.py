@@ -21,11 +21,14 @@ from sweep.core.space import TrialConfig
 LevelFigures = Mapping[int, Sequence[Estimate]]  # per level, one estimate per launch
 
 
-def figures_of(records: Iterable[TrialRecord], metric: str) -> dict[int, tuple[Estimate, ...]]:
-    """Every level's estimates over ``records`` (launches of one configuration)."""
+def figures_of(
+    records: Iterable[TrialRecord], metric: str, context: int | None = None
+) -> dict[int, tuple[Estimate, ...]]:
+    """Every level's estimates over ``records`` (launches of one configuration); ``context``:
+    at that context level (:func:`~sweep.core.objective.by_level`)."""
     out: dict[int, tuple[Estimate, ...]] = {}
     for record in records:
-        for level, figures in by_level(record.levels).items():
+        for level, figures in by_level(record.levels, context).items():
             estimate = Estimate.of(figures, metric)
             if estimate is not None:
                 out[level] = (*out.get(level, ()), estimate)
@@ -49,18 +52,22 @@ class StaticBest:
 
 
 def best_static(
-    records: Iterable[TrialRecord], metric: str, levels: Sequence[int]
+    records: Iterable[TrialRecord],
+    metric: str,
+    levels: Sequence[int],
+    context: int | None = None,
 ) -> StaticBest | None:
     """The measured configuration (speculative or not, any family) with the highest sum of
-    ``metric`` over ``levels``; only configurations measured at every level compete, and
-    repeated launches of one configuration are pooled."""
+    ``metric`` over ``levels`` (at ``context``, a context level, if given); only
+    configurations measured at every level compete, and repeated launches of one
+    configuration are pooled."""
     by_key: dict[str, list[TrialRecord]] = {}
     for r in records:
         if r.state is State.MEASURED and r.config is not None and r.kind is not Kind.SCHEDULE:
             by_key.setdefault(r.key or r.config.key(), []).append(r)
     best: StaticBest | None = None
     for key, launches in sorted(by_key.items()):
-        figures = figures_of(launches, metric)
+        figures = figures_of(launches, metric, context)
         if not all(figures.get(lv) for lv in levels):
             continue
         config = launches[0].config

@@ -17,7 +17,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.confirm import relaunch
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
-from sweep.loop.schedule_export import measured_schedule
+from sweep.loop.schedule_export import default_band, measured_schedule
 from sweep.search import answer, level_confirm
 
 
@@ -68,10 +68,11 @@ def _launchable(run: RunContext, seen: History, schedule: Schedule, key: str) ->
 
 
 def _schedule(run: RunContext) -> Schedule | None:
-    """The schedule the stored launches give (None: nothing to decide from yet)."""
+    """The schedule the stored launches give at the default context band (None: nothing to
+    decide from yet)."""
     seen = run.history()
     try:
-        return measured_schedule(run.study, seen.trials, seen.baselines)
+        return measured_schedule(run.study, seen.trials, seen.baselines, default_band(run.study))
     except (ScheduleError, ConfigError):
         return None
 

@@ -1,7 +1,9 @@
 """A schedule's files in the engine's own format, and how it stands against the answer.
 
 :func:`export` writes what the engine reads (SGLang's adaptive config, vLLM's
-``--speculative-config``) plus ``schedule.json`` and ``launch.sh``;
+``--speculative-config``) plus ``schedule.json``, ``launch.sh`` and the neutral concurrency ×
+context table ``schedule-table.json`` (:mod:`sweep.core.schedule_table`; the engine's files
+are for one context band, :func:`default_band` or ``--context``);
 :func:`against_answer` says when the schedule runs another configuration than the confirmed
 answer at the objective's level; :func:`decide` is the schedule the stored launches give, each
 slot decided by the per-level confirmation's test. :mod:`sweep.loop.verify_schedule` verifies.
@@ -18,9 +20,11 @@ from typing import Any
 
 from sweep.core.records import StudyInfo, TrialRecord
 from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
+from sweep.core.schedule_table import Band, bands_of, default_context
+from sweep.core.schedule_table import table as schedule_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import EngineAdapter
-from sweep.exceptions import StorageError
+from sweep.exceptions import ScheduleError, StorageError
 from sweep.files import building_folder
 from sweep.loop import wiring
 from sweep.search.level_confirm import confirmed
@@ -66,16 +70,43 @@ def against_answer(schedule: Schedule, answer: Mapping[str, Any], study: Study) 
 
 
 def decide(
-    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+    study: Study,
+    trials: Sequence[TrialRecord],
+    baselines: Sequence[TrialRecord],
+    context: int | None = None,
 ) -> Schedule:
     """The study's schedule (:func:`measured_schedule`), each slot decided by its launches with
     the per-level confirmation's test (:func:`sweep.search.level_confirm.confirmed`): "fewer
-    steps" only where established, and a slot that is not confident says what would decide it."""
-    return confirmed(measured_schedule(study, trials, baselines))
+    steps" only where established, and a slot that is not confident says what would decide it.
+    ``context``: at that context level (``input_len``); ``None``: the first."""
+    return confirmed(measured_schedule(study, trials, baselines, context))
+
+
+def default_band(study: Study) -> int | None:
+    """The context band a schedule is for without ``--context``
+    (:func:`~sweep.core.schedule_table.default_context`); ``None`` without context levels."""
+    return default_context(study.workload.input_len, study.workload.input_len_weights)
+
+
+def bands(
+    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+) -> list[Band]:
+    """Every context level's schedule (:func:`decide` at it), or why there is none."""
+    out = []
+    levels, weights = study.workload.input_len, study.workload.input_len_weights
+    for context, weight in bands_of(levels, weights):
+        try:
+            out.append(Band(context, weight, decide(study, trials, baselines, context)))
+        except ScheduleError as exc:
+            out.append(Band(context, weight, error=str(exc)))
+    return out
 
 
 def measured_schedule(
-    study: Study, trials: Sequence[TrialRecord], baselines: Sequence[TrialRecord]
+    study: Study,
+    trials: Sequence[TrialRecord],
+    baselines: Sequence[TrialRecord],
+    context: int | None = None,
 ) -> Schedule:
     """The schedule as measured (:func:`~sweep.core.schedule.decide_schedule`), keyed where the
     engine pads each level (:func:`~sweep.core.schedule.keyed_by_graph`); slots not judged."""
@@ -87,6 +118,7 @@ def measured_schedule(
         levels=study.workload.concurrency,
         constraints=study.objective.constraints,
         study=study.name,
+        context=context,
     ), sizes)  # fmt: skip
 
 
@@ -125,8 +157,17 @@ def verification_params(
     return dataclasses.replace(config, adaptive=Adaptive(verification=True))
 
 
-def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Path) -> Export:
-    """Write the engine's documents, the launch command and the table into ``folder``.
+def export(
+    study: Study,
+    schedule: Schedule,
+    adapter: EngineAdapter,
+    folder: Path,
+    extra: Mapping[str, str] | None = None,
+    heading: str = "",
+) -> Export:
+    """Write the engine's documents, the launch command and the table into ``folder``, with
+    ``extra`` files (name → text; ``schedule-table.json``); ``heading``: a line before the
+    table (the context band).
 
     The command names the engine's config file by its absolute path in ``folder``.
 
@@ -141,7 +182,7 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
     name = next((n for n, t in documents.items() if text is not None and t == text), None)
     config = schedule_params(schedule, str((folder / name).resolve()) if name else None)
     command = adapter.command(deployment, config).shell()
-    table = render_table(schedule)
+    table = (f"{heading}\n\n" if heading else "") + render_table(schedule)
     if not schedule.speculative:
         table += "\nNo level gains from speculation: deploy without it (the command below).\n"
     files = {
@@ -149,8 +190,24 @@ def export(study: Study, schedule: Schedule, adapter: EngineAdapter, folder: Pat
         "launch.sh": f"#!/bin/sh\n# {study.name}: the per-concurrency schedule\n{command}\n",
         "schedule.md": f"{table}\nLaunch command:\n\n    {command}\n",
         "schedule.json": json.dumps(schedule.as_dict(), indent=2) + "\n",
+        **(extra or {}),
     }
     with building_folder(folder) as staging:  # whole or not at all (a full or read-only disk)
         for name, text in files.items():
             (staging / name).write_text(text, encoding="utf-8")
     return Export(folder, tuple(folder / name for name in files), command, table)
+
+
+def table_text(
+    study: Study, adapter: EngineAdapter, found: Sequence[Band], exported: int | None
+) -> str:
+    """``schedule-table.json``: every context band's schedule (:func:`bands`), neutral."""
+    document = schedule_table(
+        found,
+        study=study.name,
+        engine=adapter.name,
+        metric=schedule_metric(study),
+        concurrency=study.workload.concurrency,
+        exported=exported,
+    )
+    return json.dumps(document, indent=2) + "\n"

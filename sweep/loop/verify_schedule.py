@@ -28,6 +28,7 @@ from sweep.core import speedup as speedups
 from sweep.core.policy import Failed, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.schedule import NOT_APPLIED, Schedule
+from sweep.core.schedule_table import band_text, context_problem
 from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
@@ -40,12 +41,15 @@ from sweep.loop.progress import Display
 from sweep.loop.schedule_export import (
     Export,
     against_answer,
+    bands,
     builtin_params,
     decide,
+    default_band,
     export,
     schedule_metric,
     schedule_params,
     stored_answer,
+    table_text,
     verification_params,
 )
 from sweep.loop.tell import tell
@@ -85,6 +89,7 @@ class ScheduleResult:
     verified: tuple[TrialRecord, ...] = ()  # the launches this verification made
     verdict: SideBySide | None = None  # over every stored launch of the arms
     note: str = ""  # the schedule against the confirmed answer (:func:`against_answer`)
+    band: str = ""  # which context band the engine's files are for, and why ("": no bands)
 
 
 def make_schedule(
@@ -94,8 +99,13 @@ def make_schedule(
     verify: bool = False,
     storage_url: str | None = None,
     display: Display | None = None,
+    context: int | None = None,
 ) -> ScheduleResult:
     """Decide ``study``'s schedule from its records, export it, and verify it if asked.
+
+    The engine's files are for one context band: ``context`` (one of ``[workload]
+    input_len``) or, without it, :func:`default_band`; ``schedule-table.json`` holds every
+    band's schedule (:func:`bands`).
 
     Args:
         study: the study (its measurements are in its storage).
@@ -104,22 +114,31 @@ def make_schedule(
             launches and judge them.
         storage_url: the study's storage instead of the study file's.
         display: progress of the verification launches.
+        context: the context band (``sweep schedule --context``).
 
     Raises:
-        ScheduleError: nothing measured to decide from.
+        ScheduleError: nothing measured to decide from, or ``context`` is not a context level.
         EngineConfigError: the engine cannot run the schedule.
         SweepError: a verification could not start (host, engine, storage).
     """
+    levels, weights = study.workload.input_len, study.workload.input_len_weights
+    if context is not None and (problem := context_problem(levels, context)):
+        raise ScheduleError(study.name, f"--context: {problem}")
+    band = default_band(study) if context is None else context
     storage = storage_url or study.storage
     trials, baselines = stored_records(study, storage)
-    schedule = decide(study, trials, baselines)
+    found = bands(study, trials, baselines)
+    schedule = decide(study, trials, baselines, band)  # the error, if this band has none
     adapter = wiring.adapter_for(study, study.host)
-    exported = export(study, schedule, adapter, Path(out or f"{study.name}-schedule"))
+    heading = "" if band is None else band_text(levels, weights, band, context is not None)
+    table = {"schedule-table.json": table_text(study, adapter, found, band)}
+    folder = Path(out or f"{study.name}-schedule")
+    exported = export(study, schedule, adapter, folder, extra=table, heading=heading)
     note = against_answer(schedule, stored_answer(study, storage), study)
     if not verify:
-        return ScheduleResult(schedule, exported, note=note)
+        return ScheduleResult(schedule, exported, note=note, band=heading)
     done = verify_schedule(study, schedule, storage=storage, display=display)
-    return ScheduleResult(schedule, exported, done.records, done.result, note)
+    return ScheduleResult(schedule, exported, done.records, done.result, note, heading)
 
 
 def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
@@ -243,7 +262,8 @@ def verify_with(
     arms = arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines)
     metric, levels = schedule_metric(study), list(study.workload.concurrency)
     stored = _records(storage, schedule_study_name(study.name)) or []
-    launches = {arm.name: _launches_of(stored, arm, metric, levels) for arm in arms}
+    context = schedule.context  # every launch is judged at the schedule's context band
+    launches = {arm.name: _launches_of(stored, arm, metric, levels, context) for arm in arms}
     labels = {arm.name: arm.label for arm in arms}
     records: list[TrialRecord] = []
     failures: dict[str, int] = {}
@@ -257,7 +277,7 @@ def verify_with(
             arm = next(a for a in arms if a.name == name)
             record = _verify_one(rig, owner, schedule, arm, values, storage, host)
             records.append(record)
-            launch = _launch_of(record, metric, levels)
+            launch = _launch_of(record, metric, levels, context)
             if launch is None:  # a deterministic failure (e.g. not applied) is not retried
                 again = record.failure is None or not record.failure.deterministic
                 failures[name] = failures.get(name, 0) + (1 if again else 2)
@@ -278,7 +298,8 @@ def arms_of(
     ``verify_builtin``) and no speculation — each once (the static
     arm may be no speculation; a schedule that never speculates is no speculation)."""
     arms = [Arm(SCHEDULE, "the schedule", _schedule_config(study, schedule, adapter, workdir))]
-    static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency)
+    static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency,
+                         schedule.context)  # fmt: skip
     baseline = TrialConfig.baseline(schedule.family.flags, schedule.family.env)
     static_config = static.config if static is not None else None
     if static is not None and static_config is not None:
@@ -311,19 +332,26 @@ def _schedule_config(
     return config
 
 
-def _launch_of(record: TrialRecord, metric: str, levels: Sequence[int]) -> Launch | None:
-    """A measured launch's figure summed over the levels; ``None`` for a failed launch or one
-    whose server did not run the schedule (never a measurement)."""
+def _launch_of(
+    record: TrialRecord, metric: str, levels: Sequence[int], context: int | None = None
+) -> Launch | None:
+    """A measured launch's figure summed over the levels (at ``context``, a context level);
+    ``None`` for a failed launch or one whose server did not run the schedule (never a
+    measurement)."""
     if not record.measured or any(w.startswith(NOT_APPLIED) for w in record.warnings):
         return None
-    per_level = {lv: estimates[0] for lv, estimates in figures_of([record], metric).items()}
-    return summed(per_level, levels)
+    figures = figures_of([record], metric, context)
+    return summed({lv: estimates[0] for lv, estimates in figures.items()}, levels)
 
 
 def _launches_of(
-    stored: Sequence[TrialRecord], arm: Arm, metric: str, levels: Sequence[int]
+    stored: Sequence[TrialRecord],
+    arm: Arm,
+    metric: str,
+    levels: Sequence[int],
+    context: int | None = None,
 ) -> list[Launch]:
-    found = (_launch_of(r, metric, levels) for r in stored if r.key == arm.key)
+    found = (_launch_of(r, metric, levels, context) for r in stored if r.key == arm.key)
     return [launch for launch in found if launch is not None]
 
 
@@ -430,7 +458,7 @@ def verify_at_end(
     study = rig.study
     try:
         trials, baselines = stored_records(study, storage)
-        schedule = decide(study, trials, baselines)
+        schedule = decide(study, trials, baselines, default_band(study))
         arms = len(arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines))
         budget = study.schedule.verify_launches
         if seconds_left is not None:
