@@ -65,15 +65,14 @@ def context_problem(levels: Sequence[int], given: int) -> str | None:
 def band_text(levels: Sequence[int], weights: Sequence[float], chosen: int, given: bool) -> str:
     """One line saying which context band the engine files are for, and how it was chosen."""
     if given:
-        how = "chosen with --context"
-    else:
-        others = ", ".join(str(lv) for lv in levels if lv != chosen)
-        share = _share(levels, weights, chosen)
-        how = (
-            f"the context level with the most traffic weight ({share:.0%}; on a tie the first)"
-            + (f"; others: {others}, choose one with --context" if others else "")
-        )
-    return f"context band: input_len {chosen} ({how})"
+        return f"context band: input_len {chosen} (chosen with --context)"
+    others = ", ".join(str(lv) for lv in levels if lv != chosen)
+    share = _share(levels, weights, chosen)
+    return (
+        f"context band: input_len {chosen}, the context level with the most traffic weight "
+        f"({share:.0%}, the first on a tie)"
+        + (f"; other levels: {others} (--context N)" if others else "")
+    )
 
 
 def _share(levels: Sequence[int], weights: Sequence[float], chosen: int) -> float:

@@ -123,8 +123,9 @@ def test_the_table_holds_every_context_and_concurrency_cell(tmp_path: Path) -> N
     assert read(tmp_path / "out", "sglang-adaptive-config.json") == {
         "1": {"candidate_steps": [2]}, "16": {"candidate_steps": [2]}}  # fmt: skip
     assert read(tmp_path / "out", "schedule.json")["input_len"] == 2048
-    assert result.band.startswith("context band: input_len 2048 (the context level with the most")
-    assert "others: 256, choose one with --context" in result.band
+    assert result.band == ("context band: input_len 2048, the context level with the most "
+                           "traffic weight (70%, the first on a tie); other levels: 256 "
+                           "(--context N)")  # fmt: skip
 
 
 def test_context_selects_the_band_the_engine_files_are_for(tmp_path: Path) -> None:
