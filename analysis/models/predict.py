@@ -1,14 +1,14 @@
-"""What the fitted cost model expects of configurations nobody measured yet (pure).
+"""What the cost model expects of configurations nobody measured yet (pure).
 
-Accept length does not depend on the draft TP, so a configuration measured at
-one draft TP lends its accept length to the others; for step counts nobody
-measured, the group's fitted accept-length curve (:mod:`analysis.models.acceptance`)
-interpolates or extrapolates. Cycle time comes from :class:`CostModel`.
+One model, one prediction type: the fit is :func:`analysis.models.costmodel.fit_cost_model`
+(the search's own :mod:`sweep.core.costmodel`), and each configuration's prediction is a
+:class:`sweep.core.costmodel.Prediction` (decode speed with its interval, accept length and
+cycle). Accept length comes from the model's acceptance rule, fitted to every measured
+accept length at once (it does not depend on the draft TP).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -17,58 +17,13 @@ import pandas as pd
 
 from analysis.data.groups import CHAIN, draft_rule
 from analysis.data.transform import measured
-from analysis.models.acceptance import AcceptCurve, fit_accept_curve
-from analysis.models.costmodel import CostModel, observations
+from analysis.errors import CostModelError
+from analysis.models.costmodel import CostModel, fit_cost_model, observations
+from sweep.core import costmodel
+from sweep.core.costmodel import Prediction
 from sweep.core.space import TrialConfig
 
 EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """Predicted decode speed of one configuration, with 1-σ uncertainties."""
-
-    config: TrialConfig
-    accept_length: float
-    accept_length_std: float
-    accept_source: str  # "measured" (at some draft TP) or "curve"
-    cycle_ms: float
-    cycle_std_ms: float
-    tried: bool
-
-    @property
-    def throughput(self) -> float:
-        """Predicted decode speed, tok/s."""
-        return 1000.0 * self.accept_length / self.cycle_ms
-
-    @property
-    def throughput_std(self) -> float:
-        """Its 1-σ uncertainty (cycle and accept length, relative errors in quadrature)."""
-        rel = math.hypot(
-            self.cycle_std_ms / self.cycle_ms,
-            _zero_nan(self.accept_length_std) / self.accept_length,
-        )
-        return self.throughput * rel
-
-
-def _zero_nan(value: float) -> float:
-    return 0.0 if math.isnan(value) else value
-
-
-def accept_curves(df: pd.DataFrame, concurrency: int) -> dict[tuple[int, str], AcceptCurve]:
-    """One accept-length curve per (topk, draft rule) group with two or more step counts."""
-    rows = measured(df, concurrency).dropna(subset=["accept_length"])
-    curves = {}
-    for (topk, rule), group in _by_rule(rows):
-        curve = fit_accept_curve(
-            list(group["num_steps"].astype(int)),
-            list(group["accept_length"].astype(float)),
-            eagle_topk=topk,
-            draft_rule=rule,
-        )
-        if curve is not None:
-            curves[(topk, rule)] = curve
-    return curves
 
 
 def _by_rule(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, str], pd.DataFrame]]:
@@ -83,37 +38,23 @@ def _by_rule(rows: pd.DataFrame) -> Iterator[tuple[tuple[int, str], pd.DataFrame
 
 def predict_configs(
     model: CostModel, df: pd.DataFrame, extra_steps: int = EXTRA_STEPS
-) -> tuple[Prediction, ...]:
+) -> dict[TrialConfig, Prediction]:
     """Every configuration the model can reach, best predicted decode speed first."""
     rows = measured(df, model.concurrency).dropna(subset=["accept_length"])
-    measured_al = rows.groupby(["num_steps", "eagle_topk", "num_draft_tokens"])[
-        "accept_length"
-    ].mean()
-    curves = accept_curves(df, model.concurrency)
+    configs = list(_candidates(model, rows, extra_steps))
+    pairs = zip(configs, model.predict(configs), strict=True)
+    return dict(sorted(pairs, key=lambda pair: -pair[1].mean))
+
+
+def untried(model: CostModel, df: pd.DataFrame) -> dict[TrialConfig, Prediction]:
+    """:func:`predict_configs` of the configurations nobody tried, best first."""
     tried = _tried(df, model)
-    out = []
-    for config in _candidates(model, rows, extra_steps):
-        key = (config.num_steps, config.eagle_topk, config.num_draft_tokens)
-        if key in measured_al.index:
-            al, al_std, source = float(measured_al[key]), math.nan, "measured"
-        elif (curve := curves.get((config.eagle_topk, draft_rule(*key[::2])))) is not None:
-            al, al_std, source = (
-                curve.accept_length(config.num_steps),
-                curve.std(config.num_steps),
-                "curve",
-            )
-        else:
-            continue
-        cycle, std = model.cycle_ms(config), model.cycle_std_ms(config)
-        if cycle is None or std is None or cycle <= 0:
-            continue
-        out.append(Prediction(config, al, al_std, source, cycle, std, config in tried))
-    return tuple(sorted(out, key=lambda p: -p.throughput))
+    return {c: p for c, p in predict_configs(model, df).items() if c not in tried}
 
 
-def best_untried(model: CostModel, df: pd.DataFrame) -> Prediction | None:
+def best_untried(model: CostModel, df: pd.DataFrame) -> tuple[TrialConfig, Prediction] | None:
     """The configuration nobody tried that the model expects to be fastest (None if none)."""
-    return next((p for p in predict_configs(model, df) if not p.tried), None)
+    return next(iter(untried(model, df).items()), None)
 
 
 def _tried(df: pd.DataFrame, model: CostModel) -> set[TrialConfig]:
@@ -127,13 +68,14 @@ def _tried(df: pd.DataFrame, model: CostModel) -> set[TrialConfig]:
 
 
 def _candidates(model: CostModel, rows: pd.DataFrame, extra_steps: int) -> Iterator[TrialConfig]:
+    rows = rows[(rows["extras"].fillna("") == model.extras).to_numpy()]
     for (topk, rule), group in _by_rule(rows):
         top = int(group["num_steps"].max()) + extra_steps
         for steps in range(1, top + 1):
             tokens = steps + 1 if rule == CHAIN else int(rule)
             if not _legal(steps, topk, tokens):
                 continue
-            for tp in model.structure.draft_tps:
+            for tp in model.draft_tps:
                 yield TrialConfig(steps, topk, tokens, tp)
 
 
@@ -145,8 +87,18 @@ def _legal(steps: int, topk: int, tokens: int) -> bool:
 # --- what the figures draw, computed here (plots only draw) ---
 
 
+@dataclass(frozen=True)
+class AcceptCurve:
+    """The cost model's accept length along one group's step counts."""
+
+    steps: tuple[int, ...]
+    accept_lengths: tuple[float, ...]
+    first: float  # the model's acceptance of the first depth (p)
+    decay: float  # its decay per depth (r)
+
+
 class AcceptGroup(NamedTuple):
-    """One (topk, draft rule) group's measured accept lengths and its fitted curve."""
+    """One (topk, draft rule) group's measured accept lengths and the model's curve."""
 
     eagle_topk: int
     draft_rule: str
@@ -165,7 +117,8 @@ class AcceptGroups:
 
 
 def accept_groups(df: pd.DataFrame, concurrency: int, limit: int) -> AcceptGroups:
-    """The ``limit`` groups with the most trials at ``concurrency``, each with its fitted curve."""
+    """The ``limit`` groups with the most trials at ``concurrency``, each with the cost
+    model's accept length (no curve when the model cannot be fitted)."""
     rows = measured(df, concurrency).dropna(subset=["accept_length"])
     if rows.empty:
         return AcceptGroups(concurrency, (), 0)
@@ -175,18 +128,26 @@ def accept_groups(df: pd.DataFrame, concurrency: int, limit: int) -> AcceptGroup
     ]
     rows = rows.assign(_rule=rules)
     sizes = rows.groupby(["eagle_topk", "_rule"]).size().sort_values(ascending=False, kind="stable")
+    try:
+        model: CostModel | None = fit_cost_model(df, concurrency=concurrency)
+    except CostModelError:
+        model = None
     groups = []
     for topk, rule in sizes.index[:limit]:
         group = rows[((rows["eagle_topk"] == topk) & (rows["_rule"] == rule)).to_numpy()]
         steps = group["num_steps"].astype(int)
-        curve = fit_accept_curve(
-            list(steps),
-            list(group["accept_length"].astype(float)),
-            eagle_topk=int(topk),
-            draft_rule=str(rule),
-        )
+        curve = None if model is None else _curve(model, int(topk), str(rule), int(steps.max()))
         groups.append(AcceptGroup(int(topk), str(rule), steps, group["accept_length"], curve))
     return AcceptGroups(concurrency, tuple(groups), len(sizes))
+
+
+def _curve(model: CostModel, topk: int, rule: str, top: int) -> AcceptCurve:
+    steps = tuple(range(1, top + EXTRA_STEPS + 1))
+    shapes = [costmodel.Shape(s, topk, s + 1 if rule == CHAIN else int(rule), 1) for s in steps]
+    theta = model.fit.theta
+    lengths = costmodel.accept_length(theta, costmodel.design(shapes))
+    p, r = (float(costmodel.sigmoid(theta[i])) for i in (costmodel.P, costmodel.R))
+    return AcceptCurve(steps, tuple(float(v) for v in lengths), p, r)
 
 
 @dataclass(frozen=True)

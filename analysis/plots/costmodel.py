@@ -22,12 +22,14 @@ def plot_cycle_breakdown(cycles: Cycles, *, ax: Axes | None = None, legend: bool
 
     ``cycles`` is :func:`analysis.models.predict.measured_cycles`; a diamond marks the
     measured cycle (accept length / decode speed), and each bar is labelled with the
-    measured speed and accept length. The top bar is the baseline (one decode step).
+    measured speed and accept length. The top bar is the baseline (one decode step), when
+    one was measured.
     """
     model, table, total = cycles.model, cycles.table, cycles.total
     ax = new_axes(ax, height=max(3.0, 1.3 + 0.36 * (len(table) + 1)))
-    labels = ["no speculation (baseline)"]
-    parts = {"draft": [0.0], "verify": [model.decode_ms], "overhead": [0.0]}
+    base = [model.decode_ms] if model.has_baseline else []
+    labels = ["no speculation (baseline)"] if base else []
+    parts = {"draft": [0.0] * len(base), "verify": list(base), "overhead": [0.0] * len(base)}
     for config in table["config"]:
         split = model.breakdown(config)
         assert split is not None  # the fit reached every configuration it was fitted on
@@ -63,9 +65,9 @@ def _bars(ax: Axes, parts: dict[str, list[float]], labels: list[str]) -> np.ndar
 
 
 def _measured_marks(ax: Axes, table: pd.DataFrame, model: CostModel, totals: np.ndarray) -> None:
-    n = len(table) + 1
-    y = np.arange(n)[::-1]
-    cycles = [model.decode_ms, *table["cycle_ms"]]
+    base = [model.decode_ms] if model.has_baseline else []
+    y = np.arange(len(table) + len(base))[::-1]
+    cycles = [*base, *table["cycle_ms"]]
     ax.scatter(
         cycles,
         y,
@@ -75,8 +77,9 @@ def _measured_marks(ax: Axes, table: pd.DataFrame, model: CostModel, totals: np.
         zorder=3,
         label="measured cycle (accept length / speed)",
     )
-    ax.scatter([model.decode_ms], [y[0]], marker="D", color=BASELINE_COLOR, s=18, zorder=3)
-    texts = [f"{1000 / model.decode_ms:.1f} tok/s"]
+    if base:
+        ax.scatter(base, [y[0]], marker="D", color=BASELINE_COLOR, s=18, zorder=3)
+    texts = [f"{1000 / b:.1f} tok/s" for b in base]
     texts += [f"{r.tok_s:.1f} tok/s · accept {r.accept_length:.2f}" for r in table.itertuples()]
     ends = np.maximum(totals, cycles)
     for yy, end, text in zip(y, ends, texts, strict=True):

@@ -159,8 +159,8 @@ def plot_accept_length_vs_steps(
     """Accept length (tokens per cycle, bonus included) vs steps, per (topk, draft rule).
 
     Dots are trials (every draft TP: accept length does not depend on it); the
-    dashed line is the fitted saturating curve the cost model extrapolates with
-    (fitted by :func:`analysis.models.predict.accept_groups`).
+    dashed line is the cost model's accept length (its acceptance rule, fitted to every
+    trial at the level: :func:`analysis.models.predict.accept_groups`).
     """
     ax = new_axes(ax)
     level = frame_level(df, concurrency)
@@ -201,14 +201,13 @@ def _accept_group(ax: Axes, group: AcceptGroup, colour: str) -> None:
         label=f"{label} (trials)",
     )
     if curve is not None:
-        xs = np.arange(1, int(steps.max()) + 3)
         ax.plot(
-            xs,
-            [curve.accept_length(int(s)) for s in xs],
+            curve.steps,
+            curve.accept_lengths,
             color=colour,
             linestyle="--",
             linewidth=1.2,
-            label=f"{label} (fit: first {curve.first:.2f}, decay {curve.decay:.2f})",
+            label=f"{label} (cost model: first {curve.first:.2f}, decay {curve.decay:.2f})",
         )
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.models.costmodel import CostModel
-from analysis.models.predict import Prediction, measured_cycles, predict_configs
+from analysis.models.predict import measured_cycles, untried
 from analysis.plots.costmodel import plot_cycle_breakdown
 from analysis.report import formatting as fmt
 from analysis.report.data import FigureSet
 from analysis.report.document import Block, Section, table
+from sweep.core.costmodel import Prediction
 
 MAX_RESIDUALS = 12
 MAX_CYCLES = 14  # bars in the cycle figure
@@ -24,9 +25,14 @@ def cost_model_section(
         return Section(title, (f"The cost model could not be fitted: {error}",))
     blocks: list[Block] = [
         "cycle = overhead + steps × draft step + verify(draft tokens); "
-        "throughput = accept length / cycle. Fitted by least squares on "
-        f"{len(model.residuals)} trials and the baseline at concurrency {model.concurrency} "
-        f"(R² = {model.r_squared:.4f} on decode speed).",
+        "throughput = accept length / cycle: the search's own cost model, fitted to "
+        f"{len(model.residuals)} trials' decode speeds and accept lengths at concurrency "
+        f"{model.concurrency} (R² = {model.r_squared:.4f} on decode speed)"
+        + (
+            "; the baseline splits the target's verify pass out of the overhead."
+            if model.has_baseline
+            else "."
+        ),
         table(
             ("constant", "value (ms)", "± std error", "meaning"),
             [
@@ -61,33 +67,28 @@ def _residuals(model: CostModel) -> Block:
 
 
 def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
-    top = [p for p in predict_configs(model, df) if not p.tried][:5]
+    top = list(untried(model, df).items())[:5]
     best = max(model.residuals, key=lambda r: r.measured_tok_s)
     if not top:
         return ["Every configuration the model can reach was tried."]
-    untried = top[0]
-    verdict = "above" if untried.throughput > best.measured_tok_s else "below"
+    config, first = top[0]
+    verdict = "above" if first.mean > best.measured_tok_s else "below"
     return [
-        f"The untried configuration the model expects to be best: **{untried.config.label()}** "
-        f"at {_prediction_text(untried)}, {verdict} the best measured "
+        f"The untried configuration the model expects to be best: **{config.label()}** "
+        f"at {_prediction_text(first)}, {verdict} the best measured "
         f"({best.measured_tok_s:.1f} tok/s).",
         table(
-            ("untried configuration", "predicted tok/s", "accept length (source)", "cycle ms"),
+            ("untried configuration", "predicted tok/s", "accept length (model)", "cycle ms"),
             [
-                (
-                    p.config.label(),
-                    _prediction_text(p),
-                    f"{p.accept_length:.2f} ({p.accept_source})",
-                    f"{p.cycle_ms:.2f}",
-                )
-                for p in top
+                (c.label(), _prediction_text(p), f"{p.accept_length:.2f}", f"{1000 * p.cycle:.2f}")
+                for c, p in top
             ],
         ),
     ]
 
 
 def _prediction_text(p: Prediction) -> str:
-    return f"{p.throughput:.1f} ± {p.throughput_std:.1f} tok/s"
+    return f"{p.mean:.1f} ± {p.sd:.1f} tok/s"
 
 
 def model_summary(model: CostModel | None, error: str) -> dict[str, object]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 
 from sweep.core import policy
+from sweep.core.costmodel import Prediction
 from sweep.core.records import Kind, State
 from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits
@@ -20,7 +21,6 @@ from sweep.loop.worker import ask
 from sweep.search import answer
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
-from sweep.search.predictions import Prediction
 from sweep.store import confirmations, count_confirmation, write_answer
 
 

@@ -3,7 +3,8 @@
 Pure library code (Optuna, NumPy, SciPy; no I/O):
 
 - :mod:`sweep.search.candidates`: the valid configurations with their features;
-- :mod:`sweep.search.physics`: the speculative-decoding cost model and its fit;
+- :mod:`sweep.core.costmodel`: the speculative-decoding cost model and its fit (shared with
+  the report);
 - :mod:`sweep.search.guided`: :class:`PhysicsSampler` (model-guided proposals), with its
   parts :mod:`~sweep.search.predictions`, :mod:`~sweep.search.misfit`,
   :mod:`~sweep.search.climb`, :mod:`~sweep.search.stopping` and
@@ -21,6 +22,7 @@ See docs/search.md.
 
 from __future__ import annotations
 
+from sweep.core.costmodel import Prediction
 from sweep.search.candidates import Candidate, candidates_for
 from sweep.search.comparisons import Advantage, ConfirmOptions, contenders
 from sweep.search.config_sampler import PICK_ATTR, PREDICTED_ATTR, REPLICATE_ATTR, ConfigSampler
@@ -35,7 +37,6 @@ from sweep.search.launches import (
     estimates,
     launch_variance,
 )
-from sweep.search.predictions import Prediction
 from sweep.search.samplers import ValidRandomSampler, sampler_for
 
 __all__ = [

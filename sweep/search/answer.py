@@ -10,12 +10,12 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from sweep.core.costmodel import Prediction
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, estimate, launch_variance
-from sweep.search.predictions import Prediction
 from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()

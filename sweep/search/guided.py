@@ -2,7 +2,7 @@
 
 :class:`PhysicsSampler`, each trial: the launches measured so far (COMPLETE trials with
 ``sweep_feasible`` ≤ 0; several per configuration are replicates) are fitted by the
-speculative-decoding cost model (:mod:`sweep.search.physics`: one overhead and draft step per
+speculative-decoding cost model (:mod:`sweep.core.costmodel`: one overhead and draft step per
 draft-TP / extras family, a shared acceptance curve, topk-branch and verify-token costs);
 every untried valid configuration gets a predicted log value ``μ`` with uncertainty ``σ``
 (:mod:`sweep.search.predictions`), and the plausible one (``μ + plausible_z·σ`` above the
@@ -35,19 +35,15 @@ import numpy as np
 from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
 
-from sweep.search import physics, space_filling, stopping
+from sweep.core import costmodel
+from sweep.core.costmodel import Prediction
+from sweep.search import space_filling, stopping
 from sweep.search.candidates import Candidate
 from sweep.search.climb import Climb
 from sweep.search.config_sampler import PREDICTED_ATTR, ConfigSampler
 from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
 from sweep.search.misfit import surprise
-from sweep.search.predictions import (
-    Prediction,
-    fit_data,
-    holdout,
-    physics_floor,
-    predictions_of,
-)
+from sweep.search.predictions import fit_data, holdout, physics_floor, predictions_of
 from sweep.store.db import set_system_attr
 from sweep.store.trials import current_trials
 
@@ -94,11 +90,11 @@ class PhysicsSampler(ConfigSampler):
         self.accept_sd = accept_sd
         self.accept_length_attr = accept_length_attr
         self.stderr_attr = stderr_attr
-        self.design = physics.design(self.candidates)
+        self.design = costmodel.design(self.candidates)
         self.last_theta: np.ndarray | None = None
         self.features = space_filling.features(self.candidates)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
-        self._fitted: tuple[tuple[Any, ...], physics.Fit] | None = None
+        self._fitted: tuple[tuple[Any, ...], costmodel.Fit] | None = None
         self.climb = Climb(self.candidates, self.index)
         self.neighbours = self.climb.neighbours
         self.min_launches = stopping.MIN_SEARCH_LAUNCHES
@@ -114,17 +110,17 @@ class PhysicsSampler(ConfigSampler):
 
     # --- the model --------------------------------------------------------------------------
 
-    def fit(self, history: History) -> physics.Fit:
+    def fit(self, history: History) -> costmodel.Fit:
         """Fit the cost model to ``history``'s launches (kept while they do not change)."""
         data, signature = fit_data(history, self.index, self.accept_sd)
         if self._fitted is not None and self._fitted[0] == signature:
             return self._fitted[1]
-        result = physics.fit(self.design, data, self.last_theta)
+        result = costmodel.fit(self.design, data, self.last_theta)
         self.last_theta = result.theta
         self._fitted = (signature, result)
         return result
 
-    def predict(self, history: History) -> tuple[physics.Fit, np.ndarray, np.ndarray]:
+    def predict(self, history: History) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
         """The fit, and the mean and sd of every candidate's log objective value."""
         result = self.fit(history)
         mean, sd = result.predict(self.design, model_sd=physics_floor(result))
@@ -242,7 +238,7 @@ class PhysicsSampler(ConfigSampler):
             return self.uniform(self.candidates)
         tried = [self.index[k] for k in history.tried() if k in self.index]
         if not tried:  # before any launch: what the priors alone predict best
-            mean = physics.log_throughput(self.fit(History()).theta, self.design)
+            mean = costmodel.log_throughput(self.fit(History()).theta, self.design)
             return space_filling.prior_best(untried, self.index, mean)
         pool = np.array([self.index[c.key] for c in untried])
         return self.candidates[space_filling.farthest(self.features, pool, tried, self.rng)]

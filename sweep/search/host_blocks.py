@@ -26,10 +26,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.core.costmodel import Prediction
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, launch_variance
-from sweep.search.predictions import Prediction
 
 FIT_ROUNDS = 200  # alternating least squares sweeps (the designs are small)
 FIT_TOLERANCE = 1e-10

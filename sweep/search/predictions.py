@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
 
-from sweep.search import physics
+from sweep.core import costmodel
+from sweep.core.costmodel import Prediction
 from sweep.search.candidates import Candidate
 from sweep.search.history import History
 from sweep.search.launches import PRIOR_DOF, PRIOR_SD, launch_variance
@@ -24,25 +23,9 @@ from sweep.search.launches import PRIOR_DOF, PRIOR_SD, launch_variance
 CALIBRATION_MIN = 5  # measured configurations before held-out errors calibrate the prior
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """The cost model's prediction of one configuration's objective value.
-
-    Attributes:
-        mean: predicted value (the objective's units).
-        sd: its standard deviation (model uncertainty, not launch noise).
-        lower, upper: 95 % interval (log-normal).
-    """
-
-    mean: float
-    sd: float
-    lower: float
-    upper: float
-
-
 def fit_data(
     history: History, index: dict[str, int], accept_sd: float
-) -> tuple[physics.Data, tuple[Any, ...]]:
+) -> tuple[costmodel.Data, tuple[Any, ...]]:
     """``history``'s launches as the cost model fits them (``index``: a candidate's row by
     key; ``accept_sd``: relative sd of a measured accept length), and a signature that is
     equal while they do not change."""
@@ -58,7 +41,7 @@ def fit_data(
         prior_sd=PRIOR_SD,
         prior_dof=PRIOR_DOF,
     )
-    data = physics.Data(
+    data = costmodel.Data(
         np.array(rows, dtype=np.int64),
         np.array(values),
         np.array(accepts),
@@ -68,7 +51,7 @@ def fit_data(
     return data, (tuple(rows), tuple(values), tuple(accepts))
 
 
-def physics_floor(result: physics.Fit) -> float:
+def physics_floor(result: costmodel.Fit) -> float:
     """Model uncertainty nothing fitted can remove (0.5 %), larger when the fit is poor."""
     return 0.005 * max(1.0, result.rms)
 
@@ -77,21 +60,15 @@ def predictions_of(
     candidates: Sequence[Candidate], mean: np.ndarray, sd: np.ndarray
 ) -> dict[str, Prediction]:
     """Each candidate's prediction from the mean and sd of its log value."""
-    z = float(special.ndtri(0.975))
     return {
-        c.key: Prediction(
-            float(math.exp(m)),
-            float(math.exp(m) * s),
-            float(math.exp(m - z * s)),
-            float(math.exp(m + z * s)),
-        )
+        c.key: Prediction.from_log(float(m), float(s))
         for c, m, s in zip(candidates, mean, sd, strict=True)
     }
 
 
 def holdout(
-    result: physics.Fit,
-    design: physics.Design,
+    result: costmodel.Fit,
+    design: costmodel.Design,
     index: dict[str, int],
     history: History,
     keys: Sequence[str] | None = None,
@@ -113,17 +90,11 @@ def holdout(
     if len(squares) >= CALIBRATION_MIN:
         inflation = math.sqrt(max(1.0, float(np.mean(squares))))
     floor = physics_floor(result)
-    z = float(special.ndtri(0.975))
     out = {}
     for k in keys if keys is not None else list(held):
         if k not in held:
             continue
         mu, sd = held[k]
         total = math.hypot(sd * inflation, floor)
-        out[k] = Prediction(
-            math.exp(mu),
-            math.exp(mu) * total,
-            math.exp(mu - z * total),
-            math.exp(mu + z * total),
-        )
+        out[k] = Prediction.from_log(mu, total)
     return out

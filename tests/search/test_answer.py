@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from sweep.core.costmodel import Prediction
 from sweep.search.answer import EXTENSION, answer_of, answer_text, confirm_step, within_reach
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, LaunchVariance
-from sweep.search.predictions import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
 LABELS = {"a": "3 steps, draft TP 1", "b": "4 steps, draft TP 1", "base": "no speculation"}

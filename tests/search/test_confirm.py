@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from sweep.core.costmodel import Prediction
 from sweep.search.answer import confirmation_budget
 from sweep.search.comparisons import (
     ConfirmOptions,
@@ -25,7 +26,6 @@ from sweep.search.launches import (
     launch_variance,
     robust_launches,
 )
-from sweep.search.predictions import Prediction
 
 TWO_PERCENT = LaunchVariance(0.02**2, 4.0)
 TIGHT = LaunchVariance(0.002**2, 30.0)

@@ -1,4 +1,8 @@
-"""The speculative-decoding cost model, fitted to measured launches (pure numpy/scipy).
+"""THE speculative-decoding cost model: one fit, one :class:`Prediction` (pure numpy/scipy).
+
+The search's sampler (:mod:`sweep.search.guided`) and the report
+(:mod:`analysis.models.costmodel`) both fit and predict with this module; nothing else
+fits a cost model.
 
 One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``)
 in family ``f`` (its draft TP and extra flags/environment)::
@@ -26,11 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-
-from sweep.search.candidates import Candidate
 
 Array = NDArray[np.float64]
 
@@ -50,6 +53,32 @@ RESTART_COST = 4.0  # mean squared standardised residual above which fresh start
 # Shared parameters, then (log overhead, log draft step) per family.
 P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT = range(7)
 SHARED = 7
+
+
+class Features(Protocol):
+    """What the model reads of a configuration (a search ``Candidate`` has these)."""
+
+    @property
+    def steps(self) -> int: ...
+    @property
+    def topk(self) -> int: ...
+    @property
+    def draft_tokens(self) -> int: ...
+    @property
+    def draft_tp(self) -> int: ...
+    @property
+    def extras(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A configuration's features, for callers without a search ``Candidate``."""
+
+    steps: int
+    topk: int
+    draft_tokens: int
+    draft_tp: int
+    extras: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,20 +108,22 @@ class Design:
         )
 
 
-def design(candidates: Sequence[Candidate]) -> Design:
-    """Features of ``candidates`` (families are (draft TP, extras) pairs, in first-seen order)."""
-    families: dict[tuple[int, str], int] = {}
+def design(candidates: Sequence[Features], families: Sequence[tuple[int, str]] = ()) -> Design:
+    """Features of ``candidates`` (families are (draft TP, extras) pairs: ``families`` first,
+    then the others in first-seen order; pass a fitted design's families to predict with
+    its fit)."""
+    order = {f: i for i, f in enumerate(families)}
     for c in candidates:
-        families.setdefault((c.draft_tp, c.extras), len(families))
+        order.setdefault((c.draft_tp, c.extras), len(order))
     depth = max((c.steps for c in candidates), default=1)
     widths = np.array([tree_widths(c.steps, c.topk, c.draft_tokens, depth) for c in candidates])
     return Design(
         np.array([c.steps for c in candidates], dtype=float),
         np.array([c.steps * (c.topk - 1) for c in candidates], dtype=float),
         np.array([c.draft_tokens - 1 for c in candidates], dtype=float),
-        np.array([families[(c.draft_tp, c.extras)] for c in candidates], dtype=np.int64),
+        np.array([order[(c.draft_tp, c.extras)] for c in candidates], dtype=np.int64),
         widths.reshape(len(candidates), depth).astype(float),
-        tuple(families),
+        tuple(order),
     )
 
 
@@ -109,13 +140,13 @@ def tree_widths(steps: int, topk: int, draft_tokens: int, depth: int) -> list[in
     return widths
 
 
-def _sigmoid(x: float | Array) -> float | Array:
+def sigmoid(x: float | Array) -> float | Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
 def accept_length(theta: Array, d: Design) -> Array:
     """Expected tokens per verify cycle (bonus token included) of every row of ``d``."""
-    p, r, g = (float(_sigmoid(theta[i])) for i in (P, R, G))
+    p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
     depth = d.widths.shape[1]
     chain = np.minimum(CAP, p * r ** np.arange(depth))
     miss = (1.0 - chain)[None, :] * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
@@ -288,3 +319,46 @@ def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
     if start is not None and len(start) == SHARED + 2 * n_families:
         out.insert(0, np.asarray(start, dtype=float))
     return out
+
+
+Z95 = 1.959963984540054  # two-sided 95 % normal quantile
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The cost model's prediction of one configuration's value (the one prediction type:
+    the sampler's proposals, the confirmation's prior and the report all use it).
+
+    Attributes:
+        mean: predicted value (the fitted values' units, e.g. tok/s).
+        sd: its standard deviation (model uncertainty, not launch noise).
+        lower, upper: 95 % interval (log-normal).
+        accept_length: predicted tokens per verify cycle (NaN when not asked for).
+        cycle: predicted time of one verify cycle, in the inverse of the value's units
+            times tokens (seconds for tok/s; NaN when not asked for).
+    """
+
+    mean: float
+    sd: float
+    lower: float
+    upper: float
+    accept_length: float = math.nan
+    cycle: float = math.nan
+
+    @classmethod
+    def from_log(cls, mean: float, sd: float, **parts: float) -> Prediction:
+        """The prediction whose log value has ``mean`` and ``sd``."""
+        value = math.exp(mean)
+        return cls(value, value * sd, math.exp(mean - Z95 * sd), math.exp(mean + Z95 * sd), **parts)
+
+
+def predict(result: Fit, d: Design, model_sd: float = 0.0) -> list[Prediction]:
+    """Every row of ``d`` predicted by ``result`` (value, interval, accept length, cycle);
+    ``d`` must use the fitted design's families (:func:`design`'s ``families``)."""
+    mean, sd = result.predict(d, model_sd)
+    accepts = accept_length(result.theta, d)
+    cycles = cycle(result.theta, d)
+    return [
+        Prediction.from_log(float(m), float(s), accept_length=float(a), cycle=float(c))
+        for m, s, a, c in zip(mean, sd, accepts, cycles, strict=True)
+    ]

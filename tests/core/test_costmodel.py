@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sweep.search import physics
+from sweep.core import costmodel
 from sweep.search.candidates import Candidate
 from sweep.sim import model
 from sweep.sim.model import SimConfig
@@ -42,9 +42,9 @@ def truth(profile: model.Profile, c: Candidate) -> tuple[float, float]:
 
 
 def test_tree_widths_keep_the_chain_then_shallow_siblings() -> None:
-    assert physics.tree_widths(3, 1, 4, 5) == [1, 1, 1, 0, 0]
-    assert physics.tree_widths(2, 4, 8, 3) == [4, 3, 0]  # 7 nodes: chain 2, then 3 + 2
-    assert physics.tree_widths(5, 2, 3, 5) == [1, 1, 0, 0, 0]  # budget below the steps
+    assert costmodel.tree_widths(3, 1, 4, 5) == [1, 1, 1, 0, 0]
+    assert costmodel.tree_widths(2, 4, 8, 3) == [4, 3, 0]  # 7 nodes: chain 2, then 3 + 2
+    assert costmodel.tree_widths(5, 2, 3, 5) == [1, 1, 0, 0, 0]  # budget below the steps
 
 
 def test_accept_length_is_the_eagle_rule() -> None:
@@ -53,27 +53,31 @@ def test_accept_length_is_the_eagle_rule() -> None:
         profile, acceptance=dataclasses.replace(profile.acceptance, prompt_spread=0.0)
     )
     candidates = valid_candidates(parse_study(STUDY, "t.toml"))
-    d = physics.design(candidates)
+    d = costmodel.design(candidates)
     a = flat.acceptance
     theta = np.zeros(d.n_params)
-    theta[[physics.P, physics.R, physics.G]] = logit(a.first), logit(a.decay), logit(a.sibling_gain)
-    ours = physics.accept_length(theta, d)
+    theta[[costmodel.P, costmodel.R, costmodel.G]] = (
+        logit(a.first),
+        logit(a.decay),
+        logit(a.sibling_gain),
+    )
+    ours = costmodel.accept_length(theta, d)
     theirs = [truth(flat, c)[1] for c in candidates]
     assert ours == pytest.approx(theirs, rel=1e-9)
-    assert physics.accept_length(theta, d.rows(np.array([0])))[0] == pytest.approx(1.62)  # 1 + p
+    assert costmodel.accept_length(theta, d.rows(np.array([0])))[0] == pytest.approx(1.62)  # 1 + p
 
 
-def fit_to_truth(profile_name: str, rows: list[int]) -> tuple[physics.Fit, physics.Design,
+def fit_to_truth(profile_name: str, rows: list[int]) -> tuple[costmodel.Fit, costmodel.Design,
                                                               np.ndarray]:  # fmt: skip
     candidates = valid_candidates(parse_study(STUDY, "t.toml"))
     profile = load_profile(profile_name)
     values = np.array([truth(profile, c) for c in candidates])
-    d = physics.design(candidates)
+    d = costmodel.design(candidates)
     index = np.array(rows, dtype=np.int64)
-    data = physics.Data(
+    data = costmodel.Data(
         index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.02, accept_sd=0.01
     )
-    return physics.fit(d, data), d, values
+    return costmodel.fit(d, data), d, values
 
 
 @pytest.mark.parametrize("profile_name", ["default", "tree"])
@@ -92,14 +96,14 @@ def test_a_held_out_prediction_ignores_the_configuration_s_own_launches() -> Non
     rows = list(range(0, 68, 3))
     _, d, values = fit_to_truth("default", rows)
     held = rows[3]
-    wrong = physics.Data(
+    wrong = costmodel.Data(
         np.array(rows, dtype=np.int64),
         np.log(np.where(np.array(rows) == held, 1.3, 1.0) * values[rows, 0]),  # 30 % off
         np.full(len(rows), math.nan),
         value_sd=0.02,
         accept_sd=0.01,
     )
-    skewed = physics.fit(d, wrong)
+    skewed = costmodel.fit(d, wrong)
     in_sample = math.exp(skewed.predict(d.rows(np.array([held])))[0][0])
     mean, sd = skewed.holdout(d, held)
     assert in_sample > 1.01 * values[held, 0]  # the bad launch pulls the fit
@@ -109,9 +113,9 @@ def test_a_held_out_prediction_ignores_the_configuration_s_own_launches() -> Non
 
 def test_with_no_launch_the_priors_alone_give_a_finite_fit() -> None:
     candidates = valid_candidates(parse_study(STUDY, "t.toml"))
-    d = physics.design(candidates)
-    empty = physics.Data(np.array([], dtype=np.int64), np.array([]), np.array([]), 0.02, 0.01)
-    fitted = physics.fit(d, empty)
+    d = costmodel.design(candidates)
+    empty = costmodel.Data(np.array([], dtype=np.int64), np.array([]), np.array([]), 0.02, 0.01)
+    fitted = costmodel.fit(d, empty)
     mean, sd = fitted.predict(d)
     assert np.isfinite(mean).all() and (sd > 0.1).all()  # wide: nothing is known
     steps = int(d.steps[int(np.argmax(mean))])
