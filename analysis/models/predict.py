@@ -116,9 +116,12 @@ class AcceptGroups:
     total: int
 
 
-def accept_groups(df: pd.DataFrame, concurrency: int, limit: int) -> AcceptGroups:
+def accept_groups(
+    df: pd.DataFrame, concurrency: int, limit: int, model: CostModel | None = None
+) -> AcceptGroups:
     """The ``limit`` groups with the most trials at ``concurrency``, each with the cost
-    model's accept length (no curve when the model cannot be fitted)."""
+    model's accept length (no curve when the model cannot be fitted). ``model``: the fit of
+    ``df`` at ``concurrency`` when the caller has it (a report fits once); else fitted here."""
     rows = measured(df, concurrency).dropna(subset=["accept_length"])
     if rows.empty:
         return AcceptGroups(concurrency, (), 0)
@@ -128,10 +131,11 @@ def accept_groups(df: pd.DataFrame, concurrency: int, limit: int) -> AcceptGroup
     ]
     rows = rows.assign(_rule=rules)
     sizes = rows.groupby(["eagle_topk", "_rule"]).size().sort_values(ascending=False, kind="stable")
-    try:
-        model: CostModel | None = fit_cost_model(df, concurrency=concurrency)
-    except CostModelError:
-        model = None
+    if model is None or model.concurrency != concurrency:
+        try:
+            model = fit_cost_model(df, concurrency=concurrency)
+        except CostModelError:
+            model = None
     groups = []
     for topk, rule in sizes.index[:limit]:
         group = rows[((rows["eagle_topk"] == topk) & (rows["_rule"] == rule)).to_numpy()]

@@ -20,6 +20,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.data.best import progress_rows, progress_x
 from analysis.data.transform import levels, per_config, speedup_grid, top_groups
+from analysis.models.costmodel import CostModel
 from analysis.models.predict import AcceptGroup, accept_groups
 from analysis.plots.style import (
     BASELINE_COLOR,
@@ -155,17 +156,19 @@ def plot_accept_length_vs_steps(
     concurrency: int | None = None,
     max_groups: int = 5,
     legend: bool = True,
+    model: CostModel | None = None,
 ) -> Axes:
     """Accept length (tokens per cycle, bonus included) vs steps, per (topk, draft rule).
 
     Dots are trials (every draft TP: accept length does not depend on it); the
     dashed line is the cost model's accept length (its acceptance rule, fitted to every
-    trial at the level: :func:`analysis.models.predict.accept_groups`).
+    trial at the level: :func:`analysis.models.predict.accept_groups`; ``model``: that fit,
+    when the caller already has it).
     """
     ax = new_axes(ax)
     level = frame_level(df, concurrency)
     title = f"Accept length vs steps (concurrency {level})"
-    fitted = accept_groups(df, level, max_groups)
+    fitted = accept_groups(df, level, max_groups, model)
     if not fitted.groups:
         return empty(ax, title, f"no accept lengths measured at concurrency {level}")
     for i, group in enumerate(fitted.groups):

@@ -54,7 +54,7 @@ def _study_report(data: StudyData) -> ReportContent:
         _best(data, schedule),
         *filter(None, [workload.workload_section(mix, figures)]),
         schedule_section(data, verified, figures),
-        _curves(numbers, figures, data.info.answer),
+        _curves(numbers, figures, data.info.answer, model),
         cost_model_section(numbers, model, model_error, figures),
         _progress(numbers, figures),
         drift_section(data),
@@ -235,12 +235,16 @@ def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
     ]
 
 
-def _curves(df: pd.DataFrame, figures: FigureSet, answer: Mapping[str, Any]) -> Section:
+def _curves(
+    df: pd.DataFrame, figures: FigureSet, answer: Mapping[str, Any], model: CostModel | None
+) -> Section:
     if measured(df).empty:
         return Section("Curves", ("Nothing measured yet.",))
     blocks: list[Block] = [
         figures.draw("throughput_vs_steps", lambda: plot_throughput_vs_steps(df, answer=answer)),
-        figures.draw("accept_length_vs_steps", lambda: plot_accept_length_vs_steps(df)),
+        figures.draw(
+            "accept_length_vs_steps", lambda: plot_accept_length_vs_steps(df, model=model)
+        ),
         figures.draw("speedup_heatmap", lambda: plot_speedup_heatmap(df, y=_heatmap_y(df))),
     ]
     if len(levels(df)) > 1:
