@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from sweep.core.space import Plan, plan
 from sweep.engines import rules_for
 from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFileError
-from sweep.loop import wiring
 from sweep.redact import redact_url
 from sweep.store import check_storage_url, quiet_optuna, sqlite_file, stored_study_names
 from sweep.study.model import Study
@@ -46,6 +45,8 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     if not result.valid:
         raise _nothing_to_run(study, result)
     _check_workload(study)
+    from sweep.loop import wiring  # here: `sweep report` reads results without the launch stack
+
     wiring.check_launchers(study)  # a missing launcher would fail every launch the same way
     url = storage_url or study.storage
     check_storage_url(url)
@@ -66,6 +67,8 @@ def _nothing_to_run(study: Study, result: Plan) -> ConfigError:
 
 def _check_workload(study: Study) -> None:
     """Load the prompt file and build the workload, as the first benchmark will."""
+    from sweep.loop import wiring
+
     try:
         wiring.workload_for(study)
     except PromptFileError as exc:
