@@ -26,7 +26,7 @@ import httpx
 import uvicorn
 
 from sweep.exceptions import SweepError
-from sweep.sim import content, faults, logs, model
+from sweep.sim import closed_loop, content, faults, logs, model
 from sweep.sim.adaptive import AdaptiveSteps
 from sweep.sim.args import (
     SIMULATED_ALGORITHMS,
@@ -150,7 +150,7 @@ def _cells(
         input_lens = [int(x) for x in str(ns.predict_input_len).split(",") if x.strip()]
     config = resolved.sim_config()
     nccl = model.nccl_factor(profile, os.environ)
-    loops: dict[tuple[int, int], model.ClosedLoop] = {}
+    loops: dict[tuple[int, int], closed_loop.ClosedLoop] = {}
     cells = []
     for category, input_len, level in itertools.product(categories, input_lens, levels):
         at_level = config
@@ -175,7 +175,7 @@ def _cells(
             mix = [category] if resolved.adaptive_slots is not None else categories
             key = (input_len, level)
             if key not in loops or resolved.adaptive_slots is not None:
-                loops[key] = model.closed_loop_decode(
+                loops[key] = closed_loop.closed_loop_decode(
                     profile,
                     at_level,
                     level,

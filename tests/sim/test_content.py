@@ -15,6 +15,7 @@ import pytest
 from sweep.bench.categories import extend_to_tokens, load_category
 from sweep.exceptions import ProfileError
 from sweep.sim import content, model
+from sweep.sim.closed_loop import closed_loop_decode
 from sweep.sim.decode import Acceptance, SimRequest
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile, parse_profile
@@ -231,7 +232,7 @@ def one_gpu(steps: int) -> SimConfig:
 
 def closed_loop(steps: int, concurrency: int, context: int) -> dict[str | None, float]:
     profile = load_profile("content-context")
-    loop = model.closed_loop_decode(
+    loop = closed_loop_decode(
         profile, one_gpu(steps), concurrency, output_len=64, prompt_tokens=context, categories=MIX
     )
     return loop.decode_tok_s
