@@ -183,10 +183,9 @@ class Schedule:
 
     def as_dict(self) -> dict[str, Any]:
         """The stored form (on a schedule trial; see :mod:`sweep.loop.verify_schedule`)."""
-        context = {} if self.context is None else {"input_len": self.context}
         return {
             "metric": self.metric,
-            **context,
+            **({} if self.context is None else {"input_len": self.context}),
             "family": self.family.label(),
             "steps_by_batch": {str(b): s for b, s in self.steps_by_batch},
             "keys": {str(level): key for level, key in self.keys},

@@ -128,7 +128,8 @@ def make_schedule(
     storage = storage_url or study.storage
     trials, baselines = stored_records(study, storage)
     found = bands(study, trials, baselines)
-    schedule = decide(study, trials, baselines, band)  # the error, if this band has none
+    decided = next((b.schedule for b in found if b.input_len == band and b.schedule), None)
+    schedule = decided or decide(study, trials, baselines, band)  # or this band's error
     adapter = wiring.adapter_for(study, study.host)
     heading = "" if band is None else band_text(levels, weights, band, context is not None)
     table = {"schedule-table.json": table_text(study, adapter, found, band)}
@@ -298,8 +299,8 @@ def arms_of(
     ``verify_builtin``) and no speculation — each once (the static
     arm may be no speculation; a schedule that never speculates is no speculation)."""
     arms = [Arm(SCHEDULE, "the schedule", _schedule_config(study, schedule, adapter, workdir))]
-    static = best_static([*trials, *baselines], schedule_metric(study), study.workload.concurrency,
-                         schedule.context)  # fmt: skip
+    records, levels = [*trials, *baselines], study.workload.concurrency
+    static = best_static(records, schedule_metric(study), levels, schedule.context)
     baseline = TrialConfig.baseline(schedule.family.flags, schedule.family.env)
     static_config = static.config if static is not None else None
     if static is not None and static_config is not None:
