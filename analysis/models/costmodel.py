@@ -3,7 +3,8 @@
 The model and its fit are :mod:`sweep.core.costmodel` (see docs/analysis.md, "One cost
 model")::
 
-    cycle = overhead(draft TP) + steps · draft_step(draft TP) + steps · (topk − 1) · branch
+    cycle = overhead(draft TP) + steps · draft_step(draft TP)
+            + steps(steps − 1)/2 · draft_growth(draft TP) + steps · (topk − 1) · branch
             + (draft tokens − 1) · verify_slope
     throughput = accept_length(steps, topk, draft tokens) / cycle
 
@@ -42,6 +43,11 @@ ACCEPT_SD = 0.01  # relative sd of a measured accept length (the search's defaul
 def draft_name(tp: int) -> str:
     """The constant name of the draft step at draft TP ``tp``."""
     return f"draft_step@tp{tp}"
+
+
+def growth_name(tp: int) -> str:
+    """The constant name of the draft step's growth per earlier step at draft TP ``tp``."""
+    return f"draft_growth@tp{tp}"
 
 
 def overhead_name(tp: int) -> str:
@@ -148,6 +154,7 @@ class CostModel:
             *base,
             VERIFY_SLOPE,
             *(draft_name(tp) for tp in self.draft_tps),
+            *(growth_name(tp) for tp in self.draft_tps),
             BRANCH,
             *(overhead_name(tp) for tp in self.draft_tps),
         )
@@ -172,11 +179,14 @@ class CostModel:
         if name == VERIFY_BASE:
             return Constant(name, self.decode_ms, self.decode_std_ms, _meaning(name))
         if name.startswith("overhead@tp"):
-            value, std = self._ms(self._family_param(name, 0))
+            value, std = self._ms(self._family_param(name, costmodel.OVERHEAD))
             base, base_std = (self.decode_ms, self.decode_std_ms) if self.has_baseline else (0, 0)
             return Constant(name, value - base, math.hypot(std, base_std), _meaning(name))
         index = {VERIFY_SLOPE: costmodel.TOKEN, BRANCH: costmodel.BRANCH}.get(name)
-        value, std = self._ms(index if index is not None else self._family_param(name, 1))
+        if index is None:
+            which = costmodel.GROWTH if name.startswith("draft_growth@") else costmodel.DRAFT
+            index = self._family_param(name, which)
+        value, std = self._ms(index)
         return Constant(name, value, std, _meaning(name))
 
     def _ms(self, index: int) -> tuple[float, float]:
@@ -186,7 +196,8 @@ class CostModel:
 
     def _family_param(self, name: str, which: int) -> int:
         tp = int(name.rpartition("@tp")[2])
-        return costmodel.SHARED + 2 * self.families.index((tp, self.extras)) + which
+        family = self.families.index((tp, self.extras))
+        return costmodel.SHARED + costmodel.PER_FAMILY * family + which
 
     def reaches(self, config: TrialConfig) -> bool:
         """Whether ``config``'s family (draft TP with :attr:`extras`) was fitted."""
@@ -210,6 +221,7 @@ class CostModel:
         c = {name: self.constant(name).value_ms for name in self.names}
         steps, tp = config.num_steps, config.draft_tp
         draft = steps * (c[draft_name(tp)] + (config.eagle_topk - 1) * c[BRANCH])
+        draft += steps * (steps - 1) / 2 * c[growth_name(tp)]
         verify = c.get(VERIFY_BASE, 0.0) + (config.num_draft_tokens - 1) * c[VERIFY_SLOPE]
         return CycleBreakdown(draft, verify, c[overhead_name(tp)])
 
@@ -225,6 +237,9 @@ class CostModel:
 def _meaning(name: str) -> str:
     if name.startswith("draft_step@tp"):
         return f"one draft step at draft TP {name.removeprefix('draft_step@tp')}"
+    if name.startswith("draft_growth@tp"):
+        tp = name.removeprefix("draft_growth@tp")
+        return f"what each draft step at draft TP {tp} pays more per earlier step"
     if name.startswith("overhead@tp"):
         return f"fixed overhead per cycle at draft TP {name.removeprefix('overhead@tp')}"
     return {

@@ -7,22 +7,31 @@ fits a cost model.
 One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``)
 in family ``f`` (its draft TP and extra flags/environment)::
 
-    cycle = overhead[f] + s · draft_step[f] + s · (k − 1) · branch + (d − 1) · verify_token
+    cycle = overhead[f] + s · draft_step[f] + s(s − 1)/2 · growth[f]
+            + s · (k − 1) · branch + (d − 1) · verify_token
     throughput = accept_length(s, k, d) / cycle
 
+``growth[f]`` is what each draft step pays more per earlier step (draft-TP communication
+that grows as the draft tree grows: a sharded draft can win at few steps and lose at many).
 The accept length follows the EAGLE chain/tree rule: depth ``i`` (1-based) of
-the chain is accepted with ``min(cap, p · r^(i−1))`` given every shallower depth
-was; the verify tree keeps ``d − 1`` nodes, one per depth along the chain first
-(up to ``s``), then extra siblings at the shallowest depths (up to ``k − 1`` per
-depth), each catching a share ``g`` of the remaining misses; accept length =
-1 + Σ_i Π_{j≤i} P(depth j accepted).
+the chain is accepted with ``min(cap, p · r^(i−1) · e^(−φ(s−1)))`` given every shallower
+depth was (``φ`` ≥ 0: acceptance that falls with long drafts, e.g. at temperature > 0);
+the verify tree keeps ``d − 1`` nodes, one per depth along the chain first (up to ``s``),
+then extra siblings at the shallowest depths (up to ``k − 1`` per depth), each catching a
+share ``g`` of the remaining misses; accept length = 1 + Σ_i Π_{j≤i} P(depth j accepted).
 
 The constants are fitted by nonlinear least squares on log throughput (and log
 accept length when measured), with weak priors that keep the fit defined from
 the first launch: families share a mean overhead and draft step (hierarchical
 shrinkage), and every constant has a broad log-normal prior relative to the
-overhead. The Laplace approximation (the fit's Jacobian) gives each prediction
-an uncertainty.
+overhead. The growth and the fall have priors near zero (1 % of the family's draft step,
+φ = 0.002): the model takes those shapes on only when the launches show them. The Laplace
+approximation (the fit's Jacobian) gives each prediction an uncertainty.
+
+What the model still cannot represent (a verify pass that steps up at a draft-token count
+when CUDA graphs were not captured that wide, a memory cliff, two optima) the search finds
+by measurement: a launch far from its prediction widens every uncertainty, and the leader's
+neighbours are always launched before the search stops (docs/search.md).
 """
 
 from __future__ import annotations
@@ -48,11 +57,15 @@ PRIOR_VERIFY_TOKEN = (math.log(0.015), 2.0)  # each extra verified token / mean 
 PRIOR_SCALE_SD = 3.0  # on log mean overhead around the first guess
 FAMILY_OVERHEAD_SD = 0.3  # families' overheads spread around their mean (log)
 FAMILY_DRAFT_SD = 1.0  # families' draft steps spread around their mean (log)
+PRIOR_GROWTH = (math.log(0.01), 2.0)  # a family's growth per earlier step / its draft step
+PRIOR_FALL = (math.log(0.002), 2.0)  # φ: acceptance × e^(−φ) per step beyond the first
 STARTS = ((0.65, 0.85, 0.2), (0.85, 0.97, 0.2), (0.45, 0.7, 0.35))
 RESTART_COST = 4.0  # mean squared standardised residual above which fresh starts are tried
-# Shared parameters, then (log overhead, log draft step) per family.
-P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT = range(7)
-SHARED = 7
+# Shared parameters, then (log overhead, log draft step, log growth) per family.
+P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT, FALL = range(8)
+SHARED = 8
+OVERHEAD, DRAFT, GROWTH = range(3)  # a family's parameters, in order
+PER_FAMILY = 3
 
 
 class Features(Protocol):
@@ -86,6 +99,7 @@ class Design:
     """The candidates' features as arrays (one row per candidate)."""
 
     steps: Array
+    pairs: Array  # s(s − 1)/2: earlier steps summed over the steps (the growth's weight)
     branches: Array  # s · (k − 1)
     extra_tokens: Array  # d − 1
     family: NDArray[np.int64]
@@ -94,12 +108,13 @@ class Design:
 
     @property
     def n_params(self) -> int:
-        return SHARED + 2 * len(self.families)
+        return SHARED + PER_FAMILY * len(self.families)
 
     def rows(self, index: NDArray[np.int64]) -> Design:
         """The design of a subset of candidates."""
         return Design(
             self.steps[index],
+            self.pairs[index],
             self.branches[index],
             self.extra_tokens[index],
             self.family[index],
@@ -117,8 +132,10 @@ def design(candidates: Sequence[Features], families: Sequence[tuple[int, str]] =
         order.setdefault((c.draft_tp, c.extras), len(order))
     depth = max((c.steps for c in candidates), default=1)
     widths = np.array([tree_widths(c.steps, c.topk, c.draft_tokens, depth) for c in candidates])
+    steps = np.array([c.steps for c in candidates], dtype=float)
     return Design(
-        np.array([c.steps for c in candidates], dtype=float),
+        steps,
+        steps * (steps - 1) / 2,
         np.array([c.steps * (c.topk - 1) for c in candidates], dtype=float),
         np.array([c.draft_tokens - 1 for c in candidates], dtype=float),
         np.array([order[(c.draft_tp, c.extras)] for c in candidates], dtype=np.int64),
@@ -148,20 +165,23 @@ def accept_length(theta: Array, d: Design) -> Array:
     """Expected tokens per verify cycle (bonus token included) of every row of ``d``."""
     p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
     depth = d.widths.shape[1]
-    chain = np.minimum(CAP, p * r ** np.arange(depth))
-    miss = (1.0 - chain)[None, :] * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
+    fall = np.exp(-math.exp(theta[FALL]) * (d.steps - 1.0))[:, None]
+    chain = np.minimum(CAP, p * r ** np.arange(depth)[None, :] * fall)
+    miss = (1.0 - chain) * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
     accepted = np.where(d.widths > 0, 1.0 - miss, 0.0)
     return np.asarray(1.0 + np.cumprod(accepted, axis=1).sum(axis=1))
 
 
 def cycle(theta: Array, d: Design) -> Array:
     """Cycle time (in the objective's inverse units) of every row of ``d``."""
-    fam = theta[SHARED:].reshape(-1, 2)
-    overhead = np.exp(fam[d.family, 0])
-    draft = np.exp(fam[d.family, 1])
+    fam = theta[SHARED:].reshape(-1, PER_FAMILY)
+    overhead = np.exp(fam[d.family, OVERHEAD])
+    draft = np.exp(fam[d.family, DRAFT])
+    growth = np.exp(fam[d.family, GROWTH])
     return np.asarray(
         overhead
         + d.steps * draft
+        + d.pairs * growth
         + d.branches * math.exp(theta[BRANCH])
         + d.extra_tokens * math.exp(theta[TOKEN])
     )
@@ -184,7 +204,7 @@ class Data:
 
 
 def prior_residuals(theta: Array, n_families: int, scale: float) -> Array:
-    fam = theta[SHARED:].reshape(-1, 2)
+    fam = theta[SHARED:].reshape(-1, PER_FAMILY)
     mean_o, mean_d = theta[MEAN_OVERHEAD], theta[MEAN_DRAFT]
     shared = [
         (theta[P] - PRIOR_P[0]) / PRIOR_P[1],
@@ -194,12 +214,14 @@ def prior_residuals(theta: Array, n_families: int, scale: float) -> Array:
         (theta[TOKEN] - mean_o - PRIOR_VERIFY_TOKEN[0]) / PRIOR_VERIFY_TOKEN[1],
         (mean_o - scale) / PRIOR_SCALE_SD,
         (mean_d - mean_o - PRIOR_DRAFT_STEP[0]) / PRIOR_DRAFT_STEP[1],
+        (theta[FALL] - PRIOR_FALL[0]) / PRIOR_FALL[1],
     ]
     return np.concatenate(
         [
             np.array(shared),
-            (fam[:, 0] - mean_o) / FAMILY_OVERHEAD_SD,
-            (fam[:, 1] - mean_d) / FAMILY_DRAFT_SD,
+            (fam[:, OVERHEAD] - mean_o) / FAMILY_OVERHEAD_SD,
+            (fam[:, DRAFT] - mean_d) / FAMILY_DRAFT_SD,
+            (fam[:, GROWTH] - fam[:, DRAFT] - PRIOR_GROWTH[0]) / PRIOR_GROWTH[1],
         ]
     )
 
@@ -314,9 +336,10 @@ def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
             scale + PRIOR_VERIFY_TOKEN[0],
             scale,
             mean_d,
-        ] + [scale, mean_d] * n_families
+            PRIOR_FALL[0],
+        ] + [scale, mean_d, mean_d + PRIOR_GROWTH[0]] * n_families
         out.append(np.array(theta))
-    if start is not None and len(start) == SHARED + 2 * n_families:
+    if start is not None and len(start) == SHARED + PER_FAMILY * n_families:
         out.insert(0, np.asarray(start, dtype=float))
     return out
 

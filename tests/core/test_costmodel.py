@@ -12,7 +12,7 @@ from sweep.core import costmodel
 from sweep.search.candidates import Candidate
 from sweep.sim import model
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import load_profile
+from sweep.sim.profile import Profile, load_profile
 from sweep.study import parse_study
 from tests.support.search_helpers import valid_candidates
 
@@ -35,7 +35,7 @@ def logit(x: float) -> float:
     return math.log(x / (1 - x))
 
 
-def truth(profile: model.Profile, c: Candidate) -> tuple[float, float]:
+def truth(profile: Profile, c: Candidate) -> tuple[float, float]:
     sim = SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, 8, c.draft_tp)
     p = model.predict(profile, sim, 1)
     return p.decode_tok_s, p.accept_length
@@ -56,6 +56,7 @@ def test_accept_length_is_the_eagle_rule() -> None:
     d = costmodel.design(candidates)
     a = flat.acceptance
     theta = np.zeros(d.n_params)
+    theta[costmodel.FALL] = -50.0  # no fall
     theta[[costmodel.P, costmodel.R, costmodel.G]] = (
         logit(a.first),
         logit(a.decay),
@@ -120,3 +121,53 @@ def test_with_no_launch_the_priors_alone_give_a_finite_fit() -> None:
     assert np.isfinite(mean).all() and (sd > 0.1).all()  # wide: nothing is known
     steps = int(d.steps[int(np.argmax(mean))])
     assert 1 < steps < 6  # the prior's optimum is in the middle, not at an edge
+
+
+CHAINS = """
+[study]
+name = "chains"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = { low = 1, high = 10 }
+draft_tp = [1, 8]
+"""
+
+
+def chain_fit(profile: Profile, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Fit noise-free launches of ``rows`` of the chain study; (predicted, true) throughput."""
+    candidates = valid_candidates(parse_study(CHAINS, "chains.toml"))
+    values = np.array([truth(profile, c) for c in candidates])
+    d = costmodel.design(candidates)
+    index = np.array(rows, dtype=np.int64)
+    data = costmodel.Data(
+        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.01, accept_sd=0.01
+    )
+    mean, _ = costmodel.fit(d, data).predict(d)
+    return np.exp(mean), values[:, 0]
+
+
+def _with(profile: Profile, section: str, **values: object) -> Profile:
+    changed = dataclasses.replace(getattr(profile, section), **values)
+    return dataclasses.replace(profile, **{section: changed})
+
+
+def test_the_fit_takes_on_draft_communication_that_grows_with_steps() -> None:
+    # draft TP 8's all-reduce grows with each step: it wins at few steps, loses at many
+    profile = _with(
+        _with(load_profile("default"), "draft", compute_ms=0.9,
+              allreduce_ms={"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2}, allreduce_growth=1.0),
+        "timing", draft_tp_mismatch_ms=2.5, spec_overhead_ms=2.8,
+    )  # fmt: skip
+    predicted, true = chain_fit(profile, [0, 3, 5, 8, 10, 12, 15, 18])
+    assert np.abs(predicted / true - 1).max() < 0.02  # without the growth term: 6.3 %
+    assert int(np.argmax(predicted)) == int(np.argmax(true))
+
+
+def test_the_fit_takes_on_acceptance_that_falls_with_long_drafts() -> None:
+    profile = _with(load_profile("high-acceptance"), "acceptance", fall_after=4, fall_per_step=0.05)
+    predicted, true = chain_fit(profile, [0, 3, 6, 9, 12, 15, 18, 19])  # both draft TPs
+    assert np.abs(predicted / true - 1).max() < 0.05  # without the fall: 17.8 %
+    assert true[int(np.argmax(predicted))] >= 0.995 * true.max()
