@@ -1,17 +1,22 @@
 """The neighbour climb: the measured leader, its untried neighbours, and where to climb next.
 
 Pure. :class:`sweep.search.guided.PhysicsSampler` never stops on the model's word while the
-leader has an untried neighbour (the neighbour check), and climbs by measurement when the
+leader — or any configuration the launch noise cannot yet tell from it (:meth:`Climb.rivals`)
+— has an untried neighbour (the neighbour check), and climbs by measurement when the
 model was found wrong (:mod:`sweep.search.misfit`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from sweep.search.candidates import Candidate
 from sweep.search.history import History
+from sweep.search.launches import launch_variance
 from sweep.search.neighbours import Neighbours
+
+RIVAL_Z = 1.0  # a configuration within this many standard errors of the leader is a rival
 
 
 class Climb:
@@ -32,12 +37,35 @@ class Climb:
         return self.candidates[self.index[key]]
 
     def untried_neighbours(self, history: History, of: Candidate | None = None) -> list[Candidate]:
-        """The untried neighbours of ``of`` (default: the leader)."""
-        lead = of or self.leader(history)
-        if lead is None:
-            return []
+        """The untried neighbours of ``of``; by default of the leader and of its rivals
+        (:meth:`rivals`), the leader's first: with one launch each, which of two close
+        configurations leads is noise, and the true optimum may be the neighbour of either."""
         tried = history.tried()
-        return [c for c in self.neighbours.of(lead) if c.key not in tried]
+        if of is not None:
+            return [c for c in self.neighbours.of(of) if c.key not in tried]
+        out: dict[str, Candidate] = {}
+        for rival in self.rivals(history):
+            for c in self.neighbours.of(rival):
+                if c.key not in tried:
+                    out.setdefault(c.key, c)
+        return list(out.values())
+
+    def rivals(self, history: History, z: float = RIVAL_Z) -> list[Candidate]:
+        """The leader, then every eligible configuration whose mean measured value is
+        within ``z`` standard errors (launch-to-launch noise, :func:`launch_variance`) of
+        the leader's, best first."""
+        eligible = history.eligible()
+        if not eligible:
+            return []
+        means = {k: sum(m.value for m in v) / len(v) for k, v in eligible.items()}
+        sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
+        lead = max(means, key=lambda k: (means[k], k))
+        out = []
+        for key in sorted(means, key=lambda k: (-means[k], k)):
+            se = sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
+            if key == lead or means[key] >= means[lead] * (1 - z * se):
+                out.append(self.candidates[self.index[key]])
+        return out
 
     def frontier(self, history: History) -> list[Candidate]:
         """The untried neighbours of the best measured configuration that has one ([]: no

@@ -45,6 +45,7 @@ from sweep.search.launches import (
 )
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
+WINNER_LAUNCHES = 3  # a confident winner has this many launches (its first one chose it)
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
@@ -256,8 +257,8 @@ def _standing(
     winner = verdict.winner
     if winner is None or doubtful & set(contenders(verdict.est, options)):
         return None
-    if len(configs[winner]) < min(2, options.max_replicates):
-        return None  # its one launch would decide: a bad launch must not be the answer
+    if len(configs[winner]) < min(WINNER_LAUNCHES, options.max_replicates):
+        return None  # a lucky first launch made it the leader: fresh ones must confirm it
     return winner if _survives(configs, options, winner) else None
 
 
@@ -286,7 +287,7 @@ def _round(
     rivals = sorted((k for k in doubt if doubt[k] < certain or k in close),
                     key=lambda k: (doubt[k], k))  # fmt: skip
     order = [k for k in [lead, *rivals] if est[k].n < options.max_replicates][:ROUND]
-    if not order or (not rivals and est[lead].n >= min(2, options.max_replicates)):
+    if not order or (not rivals and est[lead].n >= min(WINNER_LAUNCHES, options.max_replicates)):
         return ()
     if baseline is not None and not launches.get(baseline):
         order.append(baseline)
