@@ -49,7 +49,7 @@ from pathlib import Path
 
 import optuna
 
-from sweep.core.records import StudyInfo
+from sweep.core.records import StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.loop.offline import Measurement, run_with_measurements
@@ -158,6 +158,7 @@ class Run:
     prediction_errors: tuple[tuple[float, int], ...]  # (error, launches before it)
     reason: str = ""
     seed: int = 0
+    trace: tuple[str, ...] = ()  # with ``--trace``: every launch, in order (see trace_lines)
 
     @property
     def shipped(self) -> bool:
@@ -169,6 +170,7 @@ class Run:
 
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
+TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
@@ -205,7 +207,26 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     starts = sum(1 for r in records + read_records(baselines) if r.kind.launches and r.measured)
     errors = prediction_errors(optuna_study)
-    return Run(name, space, ratio, confident, starts, errors, reason, seed)
+    trace = trace_lines(records, profile, name, best) if TRACE else ()
+    return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
+
+
+def trace_lines(
+    records: Sequence[TrialRecord], profile: Profile, name: str, best: float
+) -> tuple[str, ...]:
+    """Each measured launch: trial number, kind, configuration, measured value, its true
+    ratio to the optimum and the value the search predicted for it before."""
+    lines = []
+    for r in records:
+        if not (r.kind.launches and r.measured and r.config and r.key):
+            continue
+        predicted = r.predicted.get("mean")
+        guess = f" predicted {float(predicted):7.2f}" if predicted is not None else ""
+        lines.append(
+            f"#{r.number:<3d} {r.kind.value:9s} {r.key:30s} measured {r.objective or 0:7.2f} "
+            f"true {truth(profile, r.config, name)[0] / best:.4f}{guess}"
+        )
+    return tuple(lines)
 
 
 INFORMED = 3  # launches before a prediction for it to count as the model's, not the prior's
@@ -447,9 +468,11 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--confirm", default="", help='e.g. "confidence = 0.9" (";" between)')
     parser.add_argument("--workers", type=int, default=WORKERS, help="processes (1: this one)")
+    parser.add_argument("--trace", action="store_true", help="with --verbose: every launch")
     args = parser.parse_args(argv)
-    global CONFIRM
+    global CONFIRM, TRACE
     CONFIRM = args.confirm.replace(";", "\n")
+    TRACE = args.trace
     started = time.monotonic()
     names = [n for n in args.landscapes.split(",") if n]
     spaces = [s for s in args.spaces.split(",") if s]
@@ -463,6 +486,8 @@ def main(argv: list[str]) -> None:
                 f"{run.reason}",
                 flush=True,
             )
+            for line in run.trace:
+                print(f"    {line}", flush=True)
     for figure in figures_of(done):
         print(figure.line())
     print(f"# {time.monotonic() - started:.0f} s", file=sys.stderr)
