@@ -29,7 +29,8 @@ runs them and prints their own figures, ``*_heldout`` (``winner_within_1pct_rate
 
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
-answer's reason, and what would decide it), ``--confirm "confidence = 0.9"`` runs the
+answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
+ratio to the optimum and the prediction before it), ``--confirm "confidence = 0.9"`` runs the
 studies with that ``[confirm]`` section.
 """
 
