@@ -30,6 +30,7 @@ def closed_loop_decode(
     output_len: int,
     prompt_tokens: int,
     nccl: float = 1.0,
+    draft_nccl: float | None = None,
     categories: Sequence[str | None] = (None,),
     rounds: int = 3,
 ) -> ClosedLoop:
@@ -65,6 +66,7 @@ def closed_loop_decode(
             output_len=output_len,
             prompt_tokens=prompt_tokens,
             nccl=nccl,
+            draft_nccl=draft_nccl,
             categories=categories,
             rounds=rounds,
             seed=seed,
@@ -88,6 +90,7 @@ def _closed_loop_once(
     output_len: int,
     prompt_tokens: int,
     nccl: float = 1.0,
+    draft_nccl: float | None = None,
     categories: Sequence[str | None] = (None,),
     rounds: int = 3,
     seed: int = 0,
@@ -133,7 +136,7 @@ def _closed_loop_once(
                 sent[j] += 1
             continue
         context = sum(prompt_tokens + 1 + r[2] for r in running)
-        cost = cycle_ms(profile, config, len(running), nccl, context)
+        cost = cycle_ms(profile, config, len(running), nccl, context, draft_nccl)
         most = 0
         finished = []
         for r in running:

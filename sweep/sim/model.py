@@ -70,11 +70,12 @@ class Prediction:
     output_tok_s: float  # all requests together, prefill interruptions included
 
 
-def nccl_factor(profile: Profile, env: Mapping[str, str]) -> float:
-    """Product of the all-reduce factors of the profile's NCCL rules that ``env`` sets."""
+def nccl_factor(profile: Profile, env: Mapping[str, str], *, draft: bool = False) -> float:
+    """Product of the all-reduce factors of the profile's NCCL rules that ``env`` sets:
+    the target's (rules of scope ``all``) or, with ``draft``, the draft's (every rule)."""
     factor = 1.0
     for rule in profile.nccl:
-        if env.get(rule.var) == rule.value:
+        if env.get(rule.var) == rule.value and (draft or rule.scope == "all"):
             factor *= rule.allreduce_factor
     return factor
 
@@ -122,21 +123,34 @@ def draft_step_ms(
     context: float = 0.0,
 ) -> float:
     """One draft forward step (all topk branches together); ``step`` (1-based) is its place
-    in the cycle (its all-reduce grows by ``draft.allreduce_growth`` per earlier step)."""
+    in the cycle (its all-reduce grows by ``draft.allreduce_growth`` per earlier step).
+    ``nccl`` is the draft's all-reduce factor; a cycle past the draft TP's cliff
+    (``draft.cliff_steps``) makes every step ``1 + draft.cliff_factor`` times dearer."""
     d = profile.draft
     allreduce = _table(d.allreduce_ms, config.draft_tp_size, "draft.allreduce_ms") * nccl
     allreduce *= 1 + d.allreduce_growth * (step - 1)
     width = d.topk_ms * max(0, config.eagle_topk - 1)
     kv = d.kv_ms_per_ktoken * context / 1000
-    return (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1)) + kv
+    cost = (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1)) + kv
+    cliff = d.cliff_steps.get(str(config.draft_tp_size), 0)
+    if cliff and config.num_steps >= cliff:
+        cost *= 1 + d.cliff_factor
+    return cost
 
 
 def drafting_ms(
-    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
+    profile: Profile,
+    config: SimConfig,
+    batch: int,
+    nccl: float = 1.0,
+    context: float = 0.0,
+    draft_nccl: float | None = None,
 ) -> float:
-    """All ``steps`` draft steps of one cycle."""
+    """All ``steps`` draft steps of one cycle (``draft_nccl``: the draft's all-reduce
+    factor when it differs from the target's ``nccl``)."""
+    factor = nccl if draft_nccl is None else draft_nccl
     return sum(
-        draft_step_ms(profile, config, batch, nccl, step, context)
+        draft_step_ms(profile, config, batch, factor, step, context)
         for step in range(1, config.num_steps + 1)
     )
 
@@ -155,17 +169,23 @@ def verify_ms(
 
 
 def cycle_ms(
-    profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
+    profile: Profile,
+    config: SimConfig,
+    batch: int,
+    nccl: float = 1.0,
+    context: float = 0.0,
+    draft_nccl: float | None = None,
 ) -> float:
     """Time of one decode iteration at ``batch`` running requests holding ``context``
-    tokens of KV cache together, noise-free."""
+    tokens of KV cache together, noise-free (``draft_nccl``: the draft's all-reduce factor
+    when it differs from the target's ``nccl``)."""
     if not config.speculative or config.num_steps == 0:  # 0 steps (adaptive): plain decode
         return forward_ms(profile, batch, batch, config.tp_size, nccl, context)
     t = profile.timing
     overhead = t.spec_overhead_ms
     if config.draft_tp_size != config.tp_size:
         overhead += t.draft_tp_mismatch_ms
-    drafting = drafting_ms(profile, config, batch, nccl, context)
+    drafting = drafting_ms(profile, config, batch, nccl, context, draft_nccl)
     return overhead + drafting + verify_ms(profile, config, batch, nccl, context)
 
 
@@ -303,9 +323,10 @@ def predict(
     """
     batch = max(1, min(concurrency, config.max_running_requests))
     nccl = nccl_factor(profile, env or {})
+    draft_nccl = nccl_factor(profile, env or {}, draft=True)
     al = accept_length_override or accept_length(profile, config, category)
     context = batch * (prompt_tokens + output_len / 2)
-    cycle = cycle_ms(profile, config, batch, nccl, context)
+    cycle = cycle_ms(profile, config, batch, nccl, context, draft_nccl)
     rounds = (output_len - 1) / al
     pauses = (batch - 1) * prefill_ms(profile, prompt_tokens, config.tp_size)
     decoding = max(rounds * cycle, (output_len - 1) * profile.timing.min_token_ms)

@@ -26,6 +26,7 @@ from sweep.sim.sections import (
     CURVE_KEYS,
     FAILURE_KINDS,
     HANG_PHASES,
+    NCCL_SCOPES,
     PORT_HOLDERS,
     AcceptanceSection,
     BuildSection,
@@ -156,9 +157,7 @@ def profile_from_mapping(data: dict[str, Any], *, source: str | None = None) -> 
     _reject_unknown(data, allowed, "", source)
     sections = {key: _build(cls, data.get(key, {}), key, source) for key, cls in _SECTIONS.items()}
     failures = tuple(_failure(item, i, source) for i, item in enumerate(data.get("failure", [])))
-    nccl = tuple(
-        _build(NcclRule, item, f"nccl[{i}]", source) for i, item in enumerate(data.get("nccl", []))
-    )
+    nccl = tuple(_nccl(item, i, source) for i, item in enumerate(data.get("nccl", [])))
     profile = Profile(
         name=_typed(head.get("name", "unnamed"), str, "profile.name", source),
         description=_typed(head.get("description", ""), str, "profile.description", source),
@@ -234,6 +233,16 @@ def _failure(item: Any, index: int, source: str | None) -> FailureRule:
     return rule
 
 
+def _nccl(item: Any, index: int, source: str | None) -> NcclRule:
+    key = f"nccl[{index}]"
+    rule: NcclRule = _build(NcclRule, item, key, source)
+    if rule.scope not in NCCL_SCOPES:
+        raise ProfileError(
+            source, f"{key}.scope", f"expected one of {list(NCCL_SCOPES)}, got {rule.scope!r}"
+        )
+    return rule
+
+
 def _build(cls: type, table: Any, key: str, source: str | None) -> Any:
     _require_table(table, key, source)
     hints = typing.get_type_hints(cls)
@@ -296,6 +305,7 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
         ("timing.verify_cliff_factor", profile.timing.verify_cliff_factor >= 0, ">= 0"),
         ("timing.min_token_ms", profile.timing.min_token_ms >= 0, ">= 0"),
         ("draft.allreduce_growth", profile.draft.allreduce_growth >= 0, ">= 0"),
+        ("draft.cliff_factor", profile.draft.cliff_factor >= 0, ">= 0"),
         ("acceptance.fall_after", profile.acceptance.fall_after >= 0, ">= 0"),
         ("acceptance.fall_per_step", 0 <= profile.acceptance.fall_per_step < 1, "in [0, 1)"),
         ("startup.load_s", profile.startup.load_s >= 0, ">= 0"),
@@ -307,6 +317,16 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
             found = getattr(getattr(profile, section), name)
             raise ProfileError(source, key, f"expected {expected}, got {found!r}")
     _check_categories(profile.acceptance, source)
+    _check_draft_cliff(profile.draft.cliff_steps, source)
+
+
+def _check_draft_cliff(cliff_steps: dict[str, int], source: str | None) -> None:
+    for tp, steps in cliff_steps.items():
+        key = f"draft.cliff_steps.{tp}"
+        if not tp.isdigit() or int(tp) < 1:
+            raise ProfileError(source, key, "expected a draft TP size (a positive integer) as key")
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise ProfileError(source, key, f"expected a step count >= 1, got {steps!r}")
 
 
 def _check_categories(acceptance: AcceptanceSection, source: str | None) -> None:

@@ -48,6 +48,7 @@ class Scheduler:
         self.seed = seed
         self.decode_log_interval = max(1, decode_log_interval)
         self.nccl = model.nccl_factor(profile, env)
+        self.draft_nccl = model.nccl_factor(profile, env, draft=True)
         self.on_fatal = on_fatal
         self.adaptive = adaptive
         self.pace = Pace(profile.noise, seed, speed_factor)
@@ -150,7 +151,7 @@ class Scheduler:
         slot = self.adaptive.slot_for(batch) if self.adaptive else None
         config = self.config.at_steps(slot.current_steps) if slot else self.config
         context = sum(r.prompt_tokens + r.completion_tokens for r in self.running)
-        cost = model.cycle_ms(self.profile, config, batch, self.nccl, context)
+        cost = model.cycle_ms(self.profile, config, batch, self.nccl, context, self.draft_nccl)
         duration = cost * self.pace.noise_factor() / self.pace.speed()
         await self._sleep_ms(duration)
         if self._crash_due():

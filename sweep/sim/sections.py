@@ -70,6 +70,11 @@ class DraftSection:
     allreduce_growth: float = 0.0
     # The draft's own KV reads per step, per 1,000 tokens of the batch's context.
     kv_ms_per_ktoken: float = 0.0
+    # A draft cliff per draft TP size: a cycle of at least cliff_steps[draft_tp] steps runs
+    # every draft step (1 + cliff_factor) times slower (the draft's CUDA graphs at that TP
+    # were captured only that deep, or its memory ran out: eager mode). {} = no cliff.
+    cliff_steps: dict[str, int] = field(default_factory=dict)
+    cliff_factor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -189,10 +194,16 @@ HANG_PHASES = ("init", "load_weights", "capture", "warmup")
 PORT_HOLDERS = ("child", "main", "detached")
 
 
+NCCL_SCOPES = ("all", "draft")
+
+
 @dataclass(frozen=True)
 class NcclRule:
-    """An environment assignment that scales all-reduce cost (target and draft)."""
+    """An environment assignment that scales all-reduce cost: the target's and the
+    draft's (``scope = "all"``) or only the draft's (``scope = "draft"``: the target's
+    all-reduce runs SGLang's custom kernel, which the NCCL environment does not touch)."""
 
     var: str
     value: str
     allreduce_factor: float
+    scope: str = "all"

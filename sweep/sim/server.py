@@ -150,6 +150,7 @@ def _cells(
         input_lens = [int(x) for x in str(ns.predict_input_len).split(",") if x.strip()]
     config = resolved.sim_config()
     nccl = model.nccl_factor(profile, os.environ)
+    draft_nccl = model.nccl_factor(profile, os.environ, draft=True)
     loops: dict[tuple[int, int], closed_loop.ClosedLoop] = {}
     cells = []
     for category, input_len, level in itertools.product(categories, input_lens, levels):
@@ -182,6 +183,7 @@ def _cells(
                     output_len=ns.predict_output_len,
                     prompt_tokens=input_len,
                     nccl=nccl,
+                    draft_nccl=draft_nccl,
                     categories=mix,
                 )
             decode = loops[key].decode_tok_s[category]

@@ -20,9 +20,18 @@ maxima (every server start: trials, replicates, baselines, confirmation), and
 ``prediction_error_pct`` / ``prediction_error_pct_misfit`` (median |predicted − measured| /
 measured of each configuration's first launch, predicted before it).
 
+Held-out landscapes (:func:`tests.perf.search_play.heldout_landscapes`: a draft-TP-1 cliff,
+two optima in steps, an NCCL flag that helps only draft TP 8, an acceptance plateau that
+drops, a peaked tree) are not in the default run; ``--landscapes heldout`` (or their names)
+runs them and prints their own figures, ``*_heldout`` (``winner_within_1pct_rate_heldout``,
+``confident_wrong_count_heldout``, ``worst_miss_pct_heldout``, ``launches_median_heldout_*``,
+``prediction_error_pct_heldout``).
+
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
-subset; ``--verbose`` prints each run (its seed and the answer's reason, and what would
-decide it), ``--confirm "confidence = 0.9"`` runs the studies with that ``[confirm]`` section.
+subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
+answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
+ratio to the optimum and the prediction before it), ``--confirm "confidence = 0.9"`` runs the
+studies with that ``[confirm]`` section.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from pathlib import Path
 
 import optuna
 
-from sweep.core.records import StudyInfo
+from sweep.core.records import StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.loop.offline import Measurement, run_with_measurements
@@ -52,7 +61,7 @@ from sweep.sim.profile import Profile, load_profile
 from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
 from tests.perf.figures import Figure
-from tests.perf.search_play import misfit_landscapes
+from tests.perf.search_play import heldout_landscapes, misfit_landscapes
 
 LAUNCH_SD = 0.02
 WITHIN_SD = 0.005
@@ -83,8 +92,39 @@ SPACES = {
 }
 
 
+HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
+
+
 def landscapes() -> dict[str, Profile]:
+    """The default run's landscapes: the shipped profiles and the misfit ones."""
     return {name: load_profile(name) for name in SHIPPED} | misfit_landscapes()
+
+
+def every_landscape() -> dict[str, Profile]:
+    """Every landscape a run can name: the default ones and the held-out ones."""
+    return landscapes() | heldout_landscapes()
+
+
+def chosen(names: Sequence[str]) -> list[str]:
+    """The landscapes ``--landscapes`` names (``heldout``: all held-out ones; none: the
+    default run's).
+
+    Raises:
+        ValueError: a name that is no landscape.
+    """
+    if not names:
+        return list(landscapes())
+    known = every_landscape()
+    out: list[str] = []
+    for name in names:
+        expanded = list(heldout_landscapes()) if name == HELDOUT else [name]
+        for one in expanded:
+            if one not in known:
+                expected = f"{HELDOUT} or one of {sorted(known)}"
+                raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
+            if one not in out:
+                out.append(one)
+    return out
 
 
 _TRUTHS: dict[tuple[str, str], tuple[float, float]] = {}
@@ -119,13 +159,19 @@ class Run:
     prediction_errors: tuple[tuple[float, int], ...]  # (error, launches before it)
     reason: str = ""
     seed: int = 0
+    trace: tuple[str, ...] = ()  # with ``--trace``: every launch, in order (see trace_lines)
 
     @property
     def shipped(self) -> bool:
         return self.landscape in SHIPPED
 
+    @property
+    def heldout(self) -> bool:
+        return self.landscape.startswith("heldout-")
+
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
+TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
@@ -162,7 +208,26 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     starts = sum(1 for r in records + read_records(baselines) if r.kind.launches and r.measured)
     errors = prediction_errors(optuna_study)
-    return Run(name, space, ratio, confident, starts, errors, reason, seed)
+    trace = trace_lines(records, profile, name, best) if TRACE else ()
+    return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
+
+
+def trace_lines(
+    records: Sequence[TrialRecord], profile: Profile, name: str, best: float
+) -> tuple[str, ...]:
+    """Each measured launch: trial number, kind, configuration, measured value, its true
+    ratio to the optimum and the value the search predicted for it before."""
+    lines = []
+    for r in records:
+        if not (r.kind.launches and r.measured and r.config and r.key):
+            continue
+        predicted = r.predicted.get("mean")
+        guess = f" predicted {float(predicted):7.2f}" if predicted is not None else ""
+        lines.append(
+            f"#{r.number:<3d} {r.kind.value:9s} {r.key:30s} measured {r.objective or 0:7.2f} "
+            f"true {truth(profile, r.config, name)[0] / best:.4f}{guess}"
+        )
+    return tuple(lines)
 
 
 INFORMED = 3  # launches before a prediction for it to count as the model's, not the prior's
@@ -203,8 +268,7 @@ def runs(
         (space, name, seed)
         for space in reversed(SPACES)
         if not spaces or space in spaces
-        for name in landscapes()
-        if not names or name in names
+        for name in chosen(names)
         for seed in seeds
     ]
     if workers <= 1:
@@ -220,20 +284,33 @@ def _task(task: tuple[str, str, int]) -> Run:
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     shm = Path("/dev/shm")  # SQLite commits dominate a run: keep the storage in memory
     with tempfile.TemporaryDirectory(dir=str(shm) if shm.is_dir() else None) as tmp:
-        return one_run(space, name, landscapes()[name], seed, Path(tmp))
+        return one_run(space, name, every_landscape()[name], seed, Path(tmp))
+
+
+def within(rs: Sequence[Run]) -> float:
+    return sum(r.ratio >= 0.99 for r in rs) / len(rs) if rs else math.nan
+
+
+def errors(rs: Sequence[Run], informed: int = 0) -> float:
+    values = [e for r in rs for e, before in r.prediction_errors if before >= informed]
+    return 100 * statistics.median(values) if values else math.nan
 
 
 def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
+    """The default run's figures (shipped and misfit landscapes), then the held-out
+    landscapes' own (``*_heldout``), each only when it has runs."""
+    held = [r for r in all_runs if r.heldout]
+    default = [r for r in all_runs if not r.heldout]
+    if default:
+        yield from _default_figures(default)
+    if held:
+        yield from heldout_figures(held)
+
+
+def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
     shipped = [r for r in all_runs if r.shipped]
     misfit = [r for r in all_runs if not r.shipped]
     where = "the loop seam, 2 % launch noise, 10 seeds, small (20) and large (1,084) spaces"
-
-    def within(rs: Sequence[Run]) -> float:
-        return sum(r.ratio >= 0.99 for r in rs) / len(rs) if rs else math.nan
-
-    def errors(rs: Sequence[Run], informed: int = 0) -> float:
-        values = [e for r in rs for e, before in r.prediction_errors if before >= informed]
-        return 100 * statistics.median(values) if values else math.nan
 
     yield Figure(
         "winner_within_1pct_rate",
@@ -315,6 +392,60 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     )
 
 
+def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
+    """The held-out landscapes' figures (issue 21), apart from the default run's."""
+    seeds = len({r.seed for r in held})
+    where = f"{len({r.landscape for r in held})} held-out landscapes, the loop seam, {seeds} seeds"
+    yield Figure(
+        "winner_within_1pct_rate_heldout",
+        within(held),
+        "rate",
+        f"answer truly within 1 % of the optimum, {where}",
+        "≥ 0.95",
+    )
+    wrong = [r for r in held if r.confident and r.ratio < 0.99]
+    yield Figure(
+        "confident_wrong_count_heldout",
+        len(wrong),
+        "runs",
+        f"answers marked confident that are truly more than 1 % off, of {len(held)}: "
+        + (", ".join(f"{r.space} {r.landscape} seed {r.seed}" for r in wrong) or "none"),
+        "0",
+    )
+    worst = min(held, key=lambda r: r.ratio)
+    yield Figure(
+        "worst_miss_pct_heldout",
+        100 * (1 - worst.ratio),
+        "%",
+        f"largest true shortfall below the optimum ({worst.landscape}, {worst.space}, "
+        f"seed {worst.seed}, confident {worst.confident})",
+        "≤ 2",
+    )
+    yield Figure(
+        "confident_rate_heldout",
+        sum(r.confident for r in held) / len(held),
+        "rate",
+        f"answers marked confident; per run set: {per_set(held)}",
+    )
+    for space in SPACES:
+        counts = [r.launches for r in held if r.space == space]
+        if counts:
+            yield Figure(
+                f"launches_median_heldout_{space}",
+                statistics.median(counts),
+                "launches",
+                f"every server start of a run, {space} space, held-out landscapes; "
+                f"max {max(counts)}",
+            )
+    yield Figure(
+        "prediction_error_pct_heldout",
+        errors(held),
+        "%",
+        f"median |predicted − measured| / measured of each first launch, predicted before it, "
+        f"held-out landscapes; fitted to {INFORMED}+ launches: {errors(held, INFORMED):.2f} %",
+    )
+
+
 def per_set(all_runs: Sequence[Run]) -> str:
     """Confident answers per (space, landscape), e.g. ``small default 5/10``."""
     sets: dict[tuple[str, str], list[Run]] = {}
@@ -337,14 +468,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--spaces", default="")
     parser.add_argument("--verbose", action="store_true")
     parser.add_argument("--confirm", default="", help='e.g. "confidence = 0.9" (";" between)')
+    parser.add_argument("--workers", type=int, default=WORKERS, help="processes (1: this one)")
+    parser.add_argument("--trace", action="store_true", help="with --verbose: every launch")
     args = parser.parse_args(argv)
-    global CONFIRM
+    global CONFIRM, TRACE
     CONFIRM = args.confirm.replace(";", "\n")
+    TRACE = args.trace
     started = time.monotonic()
     names = [n for n in args.landscapes.split(",") if n]
     spaces = [s for s in args.spaces.split(",") if s]
     done = []
-    for run in runs(range(args.seeds), names, spaces):
+    for run in runs(range(args.seeds), names, spaces, args.workers):
         done.append(run)
         if args.verbose:
             print(
@@ -353,6 +487,8 @@ def main(argv: list[str]) -> None:
                 f"{run.reason}",
                 flush=True,
             )
+            for line in run.trace:
+                print(f"    {line}", flush=True)
     for figure in figures_of(done):
         print(figure.line())
     print(f"# {time.monotonic() - started:.0f} s", file=sys.stderr)

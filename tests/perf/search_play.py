@@ -42,7 +42,7 @@ from sweep.search.config_sampler import PREDICTED_ATTR, REPLICATE_ATTR
 from sweep.search.history import ACCEPT_LENGTH_ATTR, KIND_ATTR, STDERR_ATTR, Matcher
 from sweep.sim import model
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import Profile, load_profile
+from sweep.sim.profile import NcclRule, Profile, load_profile
 from sweep.study import parse_study
 from sweep.study.model import Study
 from tests.support.search_helpers import valid_candidates
@@ -149,6 +149,71 @@ def misfit_landscapes() -> dict[str, Profile]:
         ),
         "misfit-flat-top": _perturb(high, timing={"min_token_ms": 4.6}),
     }
+
+
+def heldout_landscapes() -> dict[str, Profile]:
+    """Five landscapes of shapes the search was not tuned against (issue 21's held-out set;
+    ``python -m tests.perf.search_play --truth heldout`` prints their optima):
+
+    - ``heldout-tp1-cliff``: draft TP 1 cheaper per step, but its draft steps run 50 %
+      slower from 5 steps on (``draft.cliff_steps``), so draft TP 1 peaks at 4 steps and
+      draft TP 8 wins at 6-7 (3.4 % better);
+    - ``heldout-two-optima``: a mild verify cliff (× 1.10 from 6 draft tokens) under high
+      acceptance: a local optimum at 4 steps, the global one at 7-8 (3.4 % better);
+    - ``heldout-flag-tp8``: ``NCCL_PROTO=LL`` cuts only the draft's all-reduce (scope
+      ``draft``), so it does nothing at draft TP 1 (the small space's winner) and makes
+      draft TP 8 the large space's winner (6.8 % better);
+    - ``heldout-plateau-drop``: acceptance flat over depth (decay 1) that falls 6 % per
+      step past 6 steps: the throughput rises to 5-6 steps and drops 12 % at 7;
+    - ``heldout-peaked-tree``: the ``tree`` profile with siblings that catch 55 % of the
+      misses: a peaked optimum at topk 4, 4 steps, 16 draft tokens (15: −2 %, 5 or 3 steps:
+      −5 %); the small space (chains only) keeps ``tree``'s 2-step chain.
+    """
+    high, tree = load_profile("high-acceptance"), load_profile("tree")
+    default = load_profile("default")
+    flag = _perturb(
+        default,
+        draft={"allreduce_ms": {"1": 0.0, "2": 0.6, "4": 0.9, "8": 1.2}},
+        timing={"draft_tp_mismatch_ms": 2.0},
+    )
+    return {
+        "heldout-tp1-cliff": _perturb(
+            high,
+            draft={
+                "allreduce_ms": {"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2},
+                "cliff_steps": {"1": 5},
+                "cliff_factor": 0.5,
+            },
+        ),
+        "heldout-two-optima": _perturb(
+            high,
+            acceptance={"first": 0.88, "decay": 0.98},
+            timing={"verify_cliff_tokens": 6, "verify_cliff_factor": 0.10},
+        ),
+        "heldout-flag-tp8": flag.replace(nccl=(NcclRule("NCCL_PROTO", "LL", 0.25, scope="draft"),)),
+        "heldout-plateau-drop": _perturb(
+            default,
+            acceptance={"first": 0.75, "decay": 1.0, "fall_after": 6, "fall_per_step": 0.06},
+        ),
+        "heldout-peaked-tree": _perturb(
+            tree, acceptance={"sibling_gain": 0.55}, timing={"token_ms": 0.3}
+        ),
+    }
+
+
+def truth_lines(name: str, profile: Profile, space: Space, top: int = 2) -> list[str]:
+    """The ``top`` best configurations of ``space`` on a landscape, noise-free, each with
+    its ratio to the optimum, and how many are within 1 % of it."""
+    values = sorted(
+        ((truth(profile, c)[0], c.key) for c in valid_candidates(space.study)), reverse=True
+    )
+    best = values[0][0]
+    lines = [
+        f"{space.name:5s} {name:24s} #{i + 1} {key:28s} {value:7.2f} tok/s ({value / best:.4f})"
+        for i, (value, key) in enumerate(values[:top])
+    ]
+    within = sum(v >= 0.99 * best for v, _ in values)
+    return [*lines, f"{space.name:5s} {name:24s} {within} of {len(values)} within 1 %"]
 
 
 def random_landscape(seed: int) -> Profile:
@@ -428,9 +493,13 @@ def main() -> None:
     parser.add_argument("--no-accept-length", action="store_true")
     parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
+    parser.add_argument("--truth", default="", help="print optima: heldout, misfit or names")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     chosen = landscapes() | misfit_landscapes()
+    if args.truth:
+        _print_truths(args.truth, args.spaces)
+        return
     if args.random:
         chosen = {f"random-{i}": random_landscape(i) for i in range(args.random)}
     for space in spaces():
@@ -452,6 +521,16 @@ def main() -> None:
                 _print(space, name, runs, time.monotonic() - started)
         if args.random:
             _print(space, f"{args.random} random landscapes", runs_all, 0.0)
+
+
+def _print_truths(which: str, space_names: str) -> None:
+    every = landscapes() | misfit_landscapes() | heldout_landscapes()
+    sets = {"heldout": heldout_landscapes(), "misfit": misfit_landscapes()}
+    chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
+    for space in spaces():
+        if not space_names or space.name in space_names.split(","):
+            for name, profile in chosen.items():
+                print("\n".join(truth_lines(name, profile, space, top=4)), flush=True)
 
 
 def _print(space: Space, name: str, runs: Sequence[Run], seconds: float) -> None:

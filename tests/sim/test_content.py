@@ -18,7 +18,7 @@ from sweep.sim import content, model
 from sweep.sim.closed_loop import closed_loop_decode
 from sweep.sim.decode import Acceptance, SimRequest
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import load_profile, parse_profile
+from sweep.sim.profile import NcclRule, load_profile, parse_profile
 from sweep.sim.scheduler import Scheduler
 from tests.support.simproc import running_sim, spec_flags, write_profile
 
@@ -170,6 +170,21 @@ def test_scheduler_charges_the_context_each_round() -> None:
         costs[words] = scheduler.totals.cost_ms / scheduler.totals.rounds
     # 4000 more tokens at 1 ms per 1,000: every round costs about 4 ms more.
     assert costs[4000] - costs[10] == pytest.approx(3.99, abs=0.01)
+
+
+def test_scheduler_applies_a_draft_scoped_nccl_rule_to_the_draft_only() -> None:
+    rule = NcclRule("NCCL_PROTO", "LL", 0.25, scope="draft")
+    profile = load_profile("default").replace(nccl=(rule,))
+    profile = profile.replace(noise=dataclasses.replace(profile.noise, cv=0.0))
+    config = SimConfig("EAGLE3", 3, 1, 4, 8, 8)
+    scheduler = Scheduler(
+        profile, config, seed=0, decode_log_interval=40, env={"NCCL_PROTO": "LL"}, on_fatal=print
+    )
+    run_one(scheduler, "a short prompt")
+    per_round = scheduler.totals.cost_ms / scheduler.totals.rounds
+    tuned = model.cycle_ms(profile, config, 1, 1.0, 0.0, draft_nccl=0.25)
+    assert per_round == pytest.approx(tuned, rel=0.01)
+    assert per_round < model.cycle_ms(profile, config, 1) - 4  # 3 · 2.07 · 0.75 ms saved
 
 
 def test_predict_gives_a_cell_per_category_context_and_concurrency() -> None:

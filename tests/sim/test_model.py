@@ -9,7 +9,7 @@ import pytest
 
 from sweep.sim import model
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import Profile, load_profile
+from sweep.sim.profile import NcclRule, Profile, load_profile
 
 NO_SPEC = SimConfig()
 
@@ -163,3 +163,43 @@ def test_a_host_ceiling_makes_a_flat_top() -> None:
     assert model.predict(profile, chain(8)).decode_tok_s == pytest.approx(50.0)
     assert model.host_floor_ms(profile, 30.0, 2) == pytest.approx(10.0)
     assert model.host_floor_ms(profile, 30.0, 1) == 0.0
+
+
+def test_a_draft_cliff_slows_every_draft_step_of_deep_drafts_at_its_draft_tp_only() -> None:
+    profile = knobs("high-acceptance", draft={"cliff_steps": {"1": 5}, "cliff_factor": 0.5})
+    # draft TP 1: 0.6 ms a step below 5 steps, 0.9 ms from 5 steps on; draft TP 8 unchanged
+    assert model.drafting_ms(profile, chain(4, draft_tp=1), 1) == pytest.approx(2.4)
+    assert model.drafting_ms(profile, chain(5, draft_tp=1), 1) == pytest.approx(4.5)
+    assert model.drafting_ms(profile, chain(5), 1) == pytest.approx(5.5)
+    plain = load_profile("high-acceptance")
+    assert model.drafting_ms(plain, chain(5, draft_tp=1), 1) == pytest.approx(3.0)
+
+
+def test_the_draft_tp1_cliff_moves_the_optimum_to_draft_tp8_at_more_steps() -> None:
+    profile = knobs(
+        "high-acceptance",
+        draft={"allreduce_ms": {"1": 0.0, "8": 0.2}, "cliff_steps": {"1": 5}, "cliff_factor": 0.5},
+    )
+    speed = {
+        (s, tp): model.predict(profile, chain(s, tp)).decode_tok_s
+        for s in range(1, 11)
+        for tp in (1, 8)
+    }
+    assert max(speed, key=speed.__getitem__) == (6, 8)
+    assert max(range(1, 11), key=lambda s: speed[s, 1]) == 4
+    assert speed[4, 1] > speed[4, 8]  # below the cliff draft TP 1 is the faster
+
+
+def test_an_nccl_rule_of_draft_scope_leaves_the_target_alone() -> None:
+    rule = NcclRule("NCCL_PROTO", "LL", 0.25, scope="draft")
+    profile = dataclasses.replace(load_profile("default"), nccl=(rule,))
+    env = {"NCCL_PROTO": "LL"}
+    assert model.nccl_factor(profile, env) == 1.0
+    assert model.nccl_factor(profile, env, draft=True) == 0.25
+    plain = model.predict(profile, chain(3, draft_tp=1))
+    assert model.predict(profile, chain(3, draft_tp=1), env=env) == plain  # no draft all-reduce
+    # draft TP 8: 3 steps of 2.07 ms all-reduce each, three quarters of it saved
+    saved = (
+        model.cycle_ms(profile, chain(3), 1) - model.predict(profile, chain(3), env=env).cycle_ms
+    )
+    assert saved == pytest.approx(3 * 2.07 * 0.75, rel=1e-3)

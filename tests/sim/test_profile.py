@@ -81,3 +81,28 @@ def test_the_misfit_knobs_are_read_and_checked() -> None:
         parse_profile("[acceptance]\nfall_per_step = 1.0\n", source="p.toml")
     with pytest.raises(ProfileError, match=r"draft.allreduce_growth.*>= 0"):
         parse_profile("[draft]\nallreduce_growth = -1.0\n", source="p.toml")
+
+
+def test_the_draft_cliff_and_a_draft_scoped_nccl_rule_are_read_and_checked() -> None:
+    text = (
+        '[draft]\ncliff_steps = { "1" = 5 }\ncliff_factor = 0.5\n'
+        '[[nccl]]\nvar = "NCCL_PROTO"\nvalue = "LL"\nallreduce_factor = 0.25\nscope = "draft"\n'
+    )
+    p = parse_profile(text, source="p.toml")
+    assert (p.draft.cliff_steps, p.draft.cliff_factor) == ({"1": 5}, 0.5)
+    assert p.nccl[0].scope == "draft"
+    off = load_profile("default")
+    assert (off.draft.cliff_steps, off.draft.cliff_factor) == ({}, 0.0)
+    assert {rule.scope for rule in off.nccl} == {"all"}
+    bad = {
+        '[draft]\ncliff_steps = { "one" = 5 }\n': r"draft.cliff_steps.one.*draft TP size",
+        '[draft]\ncliff_steps = { "1" = 0 }\n': r"draft.cliff_steps.1.*step count >= 1, got 0",
+        '[draft]\ncliff_steps = { "1" = 2.5 }\n': r"draft.cliff_steps.1.*got 2.5",
+        "[draft]\ncliff_factor = -0.1\n": r"draft.cliff_factor.*>= 0",
+        '[[nccl]]\nvar = "V"\nvalue = "x"\nallreduce_factor = 0.5\nscope = "target"\n': (
+            r"nccl\[0\].scope.*\['all', 'draft'\], got 'target'"
+        ),
+    }
+    for wrong, message in bad.items():
+        with pytest.raises(ProfileError, match=message):
+            parse_profile(wrong, source="p.toml")

@@ -1,0 +1,67 @@
+"""The held-out landscapes (issue 21) have the shapes they are named for, and the answer
+benchmark keeps their figures apart from the default run's."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweep.search.candidates import Candidate
+from tests.perf import bench_answer
+from tests.perf.search_play import heldout_landscapes, spaces, truth
+from tests.support.search_helpers import valid_candidates
+
+SPACES = {space.name: space for space in spaces()}
+
+
+def ranked(name: str, space: str) -> list[tuple[float, Candidate]]:
+    profile = heldout_landscapes()[name]
+    values = [(truth(profile, c)[0], c) for c in valid_candidates(SPACES[space].study)]
+    return sorted(values, key=lambda pair: -pair[0])
+
+
+def best_steps(name: str, draft_tp: int) -> int:
+    chains = [(v, c) for v, c in ranked(name, "small") if c.draft_tp == draft_tp]
+    return chains[0][1].steps
+
+
+def test_the_draft_tp1_cliff_makes_draft_tp8_win_at_more_steps() -> None:
+    assert ranked("heldout-tp1-cliff", "small")[0][1].key == "s6-k1-d7-tp8[]"
+    assert best_steps("heldout-tp1-cliff", 1) == 4
+
+
+def test_two_optima_in_steps_the_far_one_global() -> None:
+    speed = {c.steps: v for v, c in ranked("heldout-two-optima", "small") if c.draft_tp == 1}
+    assert speed[4] > speed[3] and speed[4] > speed[5]  # the local optimum
+    assert max(speed, key=speed.__getitem__) == 8
+    assert speed[4] < 0.97 * speed[8]
+
+
+def test_the_nccl_flag_helps_only_draft_tp8() -> None:
+    assert ranked("heldout-flag-tp8", "small")[0][1].key == "s3-k1-d4-tp1[]"
+    assert ranked("heldout-flag-tp8", "large")[0][1].key == "s2-k1-d3-tp8[NCCL_PROTO=LL]"
+
+
+def test_the_acceptance_plateau_drops_past_six_steps() -> None:
+    speed = {c.steps: v for v, c in ranked("heldout-plateau-drop", "small") if c.draft_tp == 1}
+    assert max(speed, key=speed.__getitem__) == 6
+    assert speed[7] < 0.9 * speed[6]
+
+
+def test_the_tree_optimum_is_peaked_at_topk_4_and_16_draft_tokens() -> None:
+    (best, winner), (second, _) = ranked("heldout-peaked-tree", "large")[:2]
+    assert winner.key == "s4-k4-d16-tp1[NCCL_PROTO=LL]"
+    assert second < 0.99 * best
+
+
+def test_the_benchmark_names_held_out_landscapes_apart() -> None:
+    assert bench_answer.chosen(["heldout"]) == list(heldout_landscapes())
+    assert bench_answer.chosen([]) == list(bench_answer.landscapes())
+    assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
+    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout or one of"):
+        bench_answer.chosen(["nope"])
+    run = bench_answer.Run("heldout-flag-tp8", "small", 0.95, True, 12, ((0.02, 4),))
+    ids = [f.figure_id for f in bench_answer.figures_of([run])]
+    assert ids[:2] == ["winner_within_1pct_rate_heldout", "confident_wrong_count_heldout"]
+    assert all(i.endswith("_heldout") or "_heldout_" in i for i in ids)
+    wrong = next(f for f in bench_answer.figures_of([run]) if "wrong" in f.figure_id)
+    assert wrong.value == 1 and "small heldout-flag-tp8 seed 0" in wrong.what
