@@ -45,7 +45,7 @@ from sweep.search.launches import (
 )
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
-WINNER_LAUNCHES = 3  # a confident winner has this many launches (its first one chose it)
+WINNER_LAUNCHES = 2  # a confident winner has this many launches (one launch must not decide)
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
@@ -258,7 +258,7 @@ def _standing(
     if winner is None or doubtful & set(contenders(verdict.est, options)):
         return None
     if len(configs[winner]) < min(WINNER_LAUNCHES, options.max_replicates):
-        return None  # a lucky first launch made it the leader: fresh ones must confirm it
+        return None  # its one launch would decide: a bad launch must not be the answer
     return winner if _survives(configs, options, winner) else None
 
 

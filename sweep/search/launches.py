@@ -31,7 +31,6 @@ from scipy import special
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
 PRIOR_DOF = 4.0  # how many degrees of freedom that assumption is worth
 OUTLIER = 3.0  # a launch this many launch σ from its group's median is a bad launch
-TRUST_DOF = 20.0  # replicate degrees of freedom before the data may put σ below the prior's
 
 
 @dataclass(frozen=True)
@@ -72,10 +71,7 @@ def launch_variance(
     Each group is one configuration (or the baseline) measured on several server starts.
     Its squared relative deviations from its mean, less the part its launches' own
     standard errors explain, add to the prior's ``prior_dof · prior_sd²``; the degrees of
-    freedom add up likewise. Until the replicates give ``TRUST_DOF`` degrees of freedom
-    the variance never falls below the prior's: a few replicates that agree by luck (and
-    the search relaunches exactly the configurations that measured high) would otherwise
-    make two or three launches look decisive.
+    freedom add up likewise.
 
     Args:
         groups: replicate launches per configuration (groups of one launch are ignored).
@@ -99,10 +95,7 @@ def launch_variance(
         dof += len(launches) - 1
     if dof <= 0:
         raise ValueError("no replicates and no prior: the launch variance is unknown")
-    var = squares / dof
-    if dof - prior_dof < TRUST_DOF:
-        var = max(var, prior_sd**2)
-    return LaunchVariance(var, dof)
+    return LaunchVariance(squares / dof, dof)
 
 
 @dataclass(frozen=True)

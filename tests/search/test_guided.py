@@ -11,6 +11,7 @@ from sweep.core.space import suggest
 from sweep.engines import rules_for
 from sweep.search import PhysicsSampler
 from sweep.search.candidates import Candidate, by_key
+from sweep.search.climb import Climb
 from sweep.search.history import History, Measurement
 from sweep.search.neighbours import Neighbours
 from sweep.search.stopping import stalled
@@ -120,6 +121,26 @@ def test_the_search_stops_only_after_the_leader_s_neighbours_are_measured() -> N
     lead = sampler.leader(sampler.history(study))
     assert lead is not None and lead.key == "s3-k1-d4-tp1[]"  # the optimum
     assert {c.key for c in sampler.neighbours.of(lead)} <= set(launched)
+
+
+def test_the_neighbour_check_covers_configurations_noise_cannot_tell_from_the_leader() -> None:
+    candidates = valid_candidates(parse_study(SMALL, "t.toml"))
+    climb = Climb(candidates, {c.key: i for i, c in enumerate(candidates)})
+
+    def history(values: dict[str, float]) -> History:
+        return History({k: [Measurement(k, i, v)] for i, (k, v) in enumerate(values.items())})
+
+    # one launch each: 136.3 vs 136.1 is noise, so s2 at draft TP 1 is as much the leader
+    close = history({"s2-k1-d3-tp8[]": 136.3, "s2-k1-d3-tp1[]": 136.1,
+                     "s1-k1-d2-tp8[]": 119.4, "s3-k1-d4-tp8[]": 123.1})  # fmt: skip
+    assert [c.key for c in climb.rivals(close)] == ["s2-k1-d3-tp8[]", "s2-k1-d3-tp1[]"]
+    untried = {c.key for c in climb.untried_neighbours(close)}
+    assert {"s1-k1-d2-tp1[]", "s3-k1-d4-tp1[]"} <= untried  # the rival's steps ± 1
+    # 10 % behind is not noise: only the leader's own neighbours are left to check
+    far = history({"s2-k1-d3-tp8[]": 136.3, "s2-k1-d3-tp1[]": 122.0,
+                   "s1-k1-d2-tp8[]": 119.4, "s3-k1-d4-tp8[]": 123.1})  # fmt: skip
+    assert [c.key for c in climb.rivals(far)] == ["s2-k1-d3-tp8[]"]
+    assert climb.untried_neighbours(far) == []
 
 
 def test_one_surprise_widens_the_model_and_the_search_climbs_by_measurement() -> None:
