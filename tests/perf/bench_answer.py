@@ -23,7 +23,9 @@ measured of each configuration's first launch, predicted before it).
 Held-out landscapes (:func:`tests.perf.search_play.heldout_landscapes`: a draft-TP-1 cliff,
 two optima in steps, an NCCL flag that helps only draft TP 8, an acceptance plateau that
 drops, a peaked tree) are not in the default run; ``--landscapes heldout`` (or their names)
-runs them and prints their own figures, ``*_heldout`` (``winner_within_1pct_rate_heldout``,
+runs them and prints their own figures (``--landscapes random``: 30 random landscapes with
+random misfit shapes, :func:`tests.perf.search_play.random_misfit_landscapes`, counted with
+them), ``*_heldout`` (``winner_within_1pct_rate_heldout``,
 ``confident_wrong_count_heldout``, ``worst_miss_pct_heldout``, ``launches_median_heldout_*``,
 ``prediction_error_pct_heldout``).
 
@@ -61,7 +63,11 @@ from sweep.sim.profile import Profile, load_profile
 from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
 from tests.perf.figures import Figure
-from tests.perf.search_play import heldout_landscapes, misfit_landscapes
+from tests.perf.search_play import (
+    heldout_landscapes,
+    misfit_landscapes,
+    random_misfit_landscapes,
+)
 
 LAUNCH_SD = 0.02
 WITHIN_SD = 0.005
@@ -93,6 +99,7 @@ SPACES = {
 
 
 HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
+RANDOM = "random"  # --landscapes random: random landscapes with random misfit shapes
 
 
 def landscapes() -> dict[str, Profile]:
@@ -102,7 +109,7 @@ def landscapes() -> dict[str, Profile]:
 
 def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
-    return landscapes() | heldout_landscapes()
+    return landscapes() | heldout_landscapes() | random_misfit_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -117,10 +124,11 @@ def chosen(names: Sequence[str]) -> list[str]:
     known = every_landscape()
     out: list[str] = []
     for name in names:
-        expanded = list(heldout_landscapes()) if name == HELDOUT else [name]
+        groups = {HELDOUT: list(heldout_landscapes()), RANDOM: list(random_misfit_landscapes())}
+        expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                expected = f"{HELDOUT} or one of {sorted(known)}"
+                expected = f"{HELDOUT}, {RANDOM} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
                 out.append(one)

@@ -216,6 +216,33 @@ def truth_lines(name: str, profile: Profile, space: Space, top: int = 2) -> list
     return [*lines, f"{space.name:5s} {name:24s} {within} of {len(values)} within 1 %"]
 
 
+RANDOM_MISFIT = 30  # --landscapes random: this many random landscapes with random misfit shapes
+
+
+def random_misfit_landscapes(n: int = RANDOM_MISFIT) -> dict[str, Profile]:
+    """``n`` landscapes of random constants (:func:`random_landscape`), each with misfit
+    shapes switched on at random: draft-TP communication growing with steps (half of them),
+    a verify cliff at 4-9 draft tokens (40 %), acceptance falling past 2-6 steps (40 %)."""
+    out = {}
+    for i in range(n):
+        rng = np.random.default_rng(9000 + i)
+        sections: dict[str, dict[str, object]] = {}
+        if rng.random() < 0.5:
+            sections["draft"] = {"allreduce_growth": float(rng.uniform(0.3, 1.5))}
+        if rng.random() < 0.4:
+            sections["timing"] = {
+                "verify_cliff_tokens": int(rng.integers(4, 10)),
+                "verify_cliff_factor": float(rng.uniform(0.08, 0.3)),
+            }
+        if rng.random() < 0.4:
+            sections["acceptance"] = {
+                "fall_after": int(rng.integers(2, 7)),
+                "fall_per_step": float(rng.uniform(0.02, 0.08)),
+            }
+        out[f"heldout-random-{i:02d}"] = _perturb(random_landscape(i), **sections)
+    return out
+
+
 def random_landscape(seed: int) -> Profile:
     """A landscape of the same physics with every constant drawn at random (for seed)."""
     rng = np.random.default_rng(5000 + seed)
