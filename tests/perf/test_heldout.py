@@ -57,8 +57,10 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen(["heldout"]) == list(heldout_landscapes())
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
-    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout or one of"):
+    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout, random or one of"):
         bench_answer.chosen(["nope"])
+    random = bench_answer.chosen(["random"])
+    assert len(random) == 30 and all(name.startswith("heldout-random-") for name in random)
     run = bench_answer.Run("heldout-flag-tp8", "small", 0.95, True, 12, ((0.02, 4),))
     ids = [f.figure_id for f in bench_answer.figures_of([run])]
     assert ids[:2] == ["winner_within_1pct_rate_heldout", "confident_wrong_count_heldout"]
