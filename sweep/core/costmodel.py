@@ -30,8 +30,8 @@ approximation (the fit's Jacobian) gives each prediction an uncertainty.
 
 What the model still cannot represent (a verify pass that steps up at a draft-token count
 when CUDA graphs were not captured that wide, a memory cliff, two optima) the search finds
-by measurement: a launch far from its prediction widens every uncertainty, and the leader's
-neighbours are always launched before the search stops (docs/search.md).
+by measurement: a launch far from its prediction widens every uncertainty, and the untried
+neighbours of the leader and its rivals are launched before the search stops (docs/search.md).
 """
 
 from __future__ import annotations

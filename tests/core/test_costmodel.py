@@ -14,7 +14,7 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
 from sweep.study import parse_study
-from tests.support.search_helpers import valid_candidates
+from tests.support.search_helpers import CHAINS, valid_candidates
 
 STUDY = """
 [study]
@@ -121,19 +121,6 @@ def test_with_no_launch_the_priors_alone_give_a_finite_fit() -> None:
     assert np.isfinite(mean).all() and (sd > 0.1).all()  # wide: nothing is known
     steps = int(d.steps[int(np.argmax(mean))])
     assert 1 < steps < 6  # the prior's optimum is in the middle, not at an edge
-
-
-CHAINS = """
-[study]
-name = "chains"
-[engine]
-model_path = "m"
-tp_size = 8
-draft_tp_flag = "--speculative-draft-tp-size"
-[space]
-num_steps = { low = 1, high = 10 }
-draft_tp = [1, 8]
-"""
 
 
 def chain_fit(profile: Profile, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:

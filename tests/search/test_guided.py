@@ -19,7 +19,7 @@ from sweep.sim import model
 from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
 from sweep.study import parse_study
-from tests.support.search_helpers import valid_candidates
+from tests.support.search_helpers import CHAINS, valid_candidates
 
 SPACE = """
 [study]
@@ -34,17 +34,6 @@ eagle_topk = [1, 2]
 num_draft_tokens = {{ low = 2, high = 6 }}
 draft_tp = [1, 8]
 {env}
-"""
-SMALL = """
-[study]
-name = "t"
-[engine]
-model_path = "m"
-tp_size = 8
-draft_tp_flag = "--speculative-draft-tp-size"
-[space]
-num_steps = { low = 1, high = 10 }
-draft_tp = [1, 8]
 """
 
 
@@ -95,7 +84,7 @@ def truth(profile: Profile, c: Candidate) -> tuple[float, float]:
 
 
 def play(profile: Profile, launches: int) -> tuple[PhysicsSampler, optuna.Study, list[str]]:
-    spec = parse_study(SMALL, "t.toml")
+    spec = parse_study(CHAINS, "t.toml")
     candidates = valid_candidates(spec)
     values = {c.key: truth(profile, c) for c in candidates}
     sampler = PhysicsSampler(candidates)
@@ -124,7 +113,7 @@ def test_the_search_stops_only_after_the_leader_s_neighbours_are_measured() -> N
 
 
 def test_the_neighbour_check_covers_configurations_noise_cannot_tell_from_the_leader() -> None:
-    candidates = valid_candidates(parse_study(SMALL, "t.toml"))
+    candidates = valid_candidates(parse_study(CHAINS, "t.toml"))
     climb = Climb(candidates, {c.key: i for i, c in enumerate(candidates)})
 
     def history(values: dict[str, float]) -> History:
@@ -151,7 +140,7 @@ def test_one_surprise_widens_the_model_and_the_search_climbs_by_measurement() ->
     )
     sampler, study, launched = play(cliff, 20)
     assert sampler.surprise(study) > 1.0  # a launch missed its prediction by > 3 sds
-    spec = parse_study(SMALL, "t.toml")
+    spec = parse_study(CHAINS, "t.toml")
     values = {c.key: truth(cliff, c)[0] for c in valid_candidates(spec)}
     best = max(values.values())
     assert max(values[k] for k in launched) >= 0.99 * best  # s4-k1-d5-tp1 despite the cliff
