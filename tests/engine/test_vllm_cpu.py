@@ -104,7 +104,8 @@ def summary(folder: Path) -> list[str]:
             f"client={(level.get('accept_check') or {}).get('client')} "
             f"output_tok_s={(level.get('output_tok_s') or {}).get('mean')} "
             f"load_s={times.get('load')} teardown_s={times.get('teardown')} "
-            f"total_s={times.get('total')} failure={(a.get(ATTR.FAILURE) or {}).get('kind')}"
+            f"total_s={times.get('total')} attempt={a.get(ATTR.ATTEMPT)} "
+            f"failure={(a.get(ATTR.FAILURE) or {}).get('kind')}"
         )
     return lines
 
@@ -147,9 +148,21 @@ def _case(trial: optuna.trial.FrozenTrial) -> tuple[str, int]:
     return draft, int(config["num_steps"])
 
 
+def _not_measured(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
+    """Each trial that did not end COMPLETE, with its failure: the assertion says why."""
+    out = []
+    for t in trials:
+        if t.state.name != "COMPLETE":
+            failure = t.user_attrs.get(ATTR.FAILURE) or {}
+            out.append(f"trial {t.number} {t.state.name}: {failure.get('kind')}: "
+                       f"{str(failure.get('message'))[:400]}")  # fmt: skip
+    return out
+
+
 def test_accept_length_matches_vllm_counters(finished_study: dict[str, Any]) -> None:
-    done = [t for t in measured(finished_study["folder"]) if t.state.name == "COMPLETE"]
-    assert len(done) == 6
+    every = measured(finished_study["folder"])
+    done = [t for t in every if t.state.name == "COMPLETE"]
+    assert len(done) == 6, _not_measured(every)
     for t in done:
         level, (_, k) = _level(t), _case(t)
         counters = level["acceptance"]
