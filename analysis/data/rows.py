@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 from optuna.trial import FrozenTrial
 
 from analysis.data.schema import (
@@ -48,11 +49,32 @@ def trial_rows(trial: FrozenTrial, context: StudyContext) -> list[Row]:
     if not levels:
         return [base]
     cells = has_axes(levels)
-    if cells:  # one row per concurrency (its first context); every level rides on the first row
-        rows = _rows(record, base, list(by_level(levels).values()), context.metric)
+    if cells:  # one row per concurrency (its first context, or a verified schedule's band);
+        # every level rides on the first row
+        band = (record.schedule or {}).get("input_len")
+        here = by_level(levels, None if band is None else int(band))
+        rows = _rows(record, base, list(here.values()), context.metric)
         rows[0]["workload_cells"] = tuple(levels)
         return rows
     return _rows(record, base, levels, context.metric)
+
+
+def at_context(frame: pd.DataFrame, context: int, metric: str) -> pd.DataFrame:
+    """``frame`` (trial rows) with each trial measured on workload axes at ``context``: one
+    row per concurrency of that context level's records instead of its first context's (the
+    figures from :func:`level_columns`, the trial's own columns kept); other trials as they
+    are. How a verified schedule's band is compared with the static launches."""
+    if frame.empty or "workload_cells" not in frame.columns:
+        return frame
+    carriers = frame[frame["workload_cells"].notna()]
+    rows = []
+    for base in carriers.to_dict("records"):
+        for level in base["workload_cells"]:
+            if level.get("input_len") is not None and int(level["input_len"]) == context:
+                rows.append({**base, **level_columns(level, metric), "workload_cells": None})
+    kept = frame[~frame["trial"].isin(carriers["trial"])]
+    moved = pd.DataFrame(rows, columns=frame.columns)
+    return pd.concat([kept, moved], ignore_index=True) if not kept.empty else moved
 
 
 def _rows(
@@ -149,8 +171,9 @@ def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
         return {}
     counted = not any(w.startswith(NOT_APPLIED) for w in record.warnings)
     steps = record.schedule.get("steps_by_batch")
+    band = {"schedule_input_len": record.schedule.get("input_len")}  # judged at (None: first)
     if not isinstance(steps, Mapping):
-        return {"schedule_counted": counted}
+        return {"schedule_counted": counted, **band}
     slots: Sequence[Mapping[str, Any]] = record.schedule.get("levels") or ()
     here = level.get("concurrency")
     slot: Mapping[str, Any] = next((s for s in slots if s.get("concurrency") == here), {})
@@ -159,6 +182,7 @@ def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
         "schedule_confident": slot.get("confident"),
         "schedule_doubt": slot.get("doubt") or None,
         "schedule_counted": counted,
+        **band,
     }
 
 

@@ -107,6 +107,7 @@ OUTCOME = {
     "schedule_confident": BOOL,  # that slot established by the per-level confirmation
     "schedule_doubt": STR,  # not confident: what would decide it
     "schedule_counted": BOOL,  # False: the server did not run the schedule (not in the verdict)
+    "schedule_input_len": INT,  # the context band a verification launch is judged at
     "workload_cells": OBJECT,  # per category × context × level figures (analysis.data.workload)
 }
 BASELINE = {

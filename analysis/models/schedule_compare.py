@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from analysis.data.rows import at_context
 from sweep.core.schedule import Estimate
 from sweep.core.verdict import Verdict, verdict
 from sweep.search.launches import Launch
@@ -55,6 +56,7 @@ class ScheduleComparison:
     single_best: str | None
     side: SideBySide | None = None  # the side-by-side over every stored launch of the arms
     slots: Mapping[int, str] = field(default_factory=dict)  # level → "yes" / "no: …" / ""
+    context: int | None = None  # the context band (input_len) it was judged at; None: the first
 
     def wide(self) -> pd.DataFrame:
         """One row per level, one column per series (its value)."""
@@ -110,6 +112,9 @@ def compare_schedule(
     if mine.empty:
         return ScheduleComparison(metric, pd.DataFrame(columns=COLUMNS), None, None, None)
     levels = sorted(int(c) for c in mine["concurrency"].dropna())
+    band = _band(mine)
+    if band is not None:  # judged at its context band: the static launches' figures there
+        trials, baselines = at_context(trials, band, metric), at_context(baselines, band, metric)
     launches = static_launches(trials, baselines, metric)
     pooled = _pooled(launches)
     single = _single_best(pooled, levels)
@@ -130,7 +135,15 @@ def compare_schedule(
     label = None if single is None else str(pooled[pooled["key"] == single]["config"].iloc[0])
     result = _verdict(mine, launches, latest(schedules, BUILTIN), single, label, metric)
     return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label,
-                              side_by_side(schedules, metric), _slots(mine))  # fmt: skip
+                              side_by_side(schedules, metric), _slots(mine), band)  # fmt: skip
+
+
+def _band(mine: pd.DataFrame) -> int | None:
+    """The context level (``input_len``) a verified schedule was decided and judged at."""
+    if "schedule_input_len" not in mine:
+        return None
+    known = mine["schedule_input_len"].dropna()
+    return None if known.empty else int(known.iloc[0])
 
 
 def side_by_side(schedules: pd.DataFrame, metric: str) -> SideBySide | None:

@@ -51,9 +51,15 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
             "so there is no single best one to compare with."
         )
     metric = comparison.metric
+    band = (
+        ""
+        if comparison.context is None
+        else f" at context level input_len {comparison.context} (the band the schedule was "
+        "decided for; every static configuration's figure is its own at that context)"
+    )
     blocks.append(
-        f"{metric} per level, mean [95 % interval]. The schedules were measured on their own "
-        "server starts, so launch-to-launch differences are part of what is compared."
+        f"{metric} per level{band}, mean [95 % interval]. The schedules were measured on their "
+        "own server starts, so launch-to-launch differences are part of what is compared."
     )
     blocks.append(_table(comparison))
     row = comparison.schedule

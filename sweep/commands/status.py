@@ -10,6 +10,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from sweep.core import cells
+from sweep.core.costmodel import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
@@ -94,7 +95,6 @@ def _workload_line(study: Study, records: list[TrialRecord], stored: Any) -> str
 
 
 def _row(r: TrialRecord, study: Study) -> TrialRow:
-    objective = study.objective
     state = r.state
     reason = (r.failure.kind if r.failure else "") or (r.excluded or "")
     if r.kind is Kind.DUPLICATE:
@@ -105,13 +105,21 @@ def _row(r: TrialRecord, study: Study) -> TrialRow:
         state=state.value,
         label=r.config.label() if r.config else "",
         value=_shown_value(r),
-        half_width=r.half_width(objective.metric, objective.concurrency),
+        half_width=_half_width(r, study),
         accept_length=r.accept_length,
         speedup=r.speedup,
         failure=reason,
         host=r.host or "",
         drift=r.drift is not None and r.kind is Kind.TRIAL,
     )
+
+
+def _half_width(r: TrialRecord, study: Study) -> float | None:
+    """The 95 % half-width of the launch's own objective value (the mix's, with workload
+    axes); a record stored before sweep kept it: its objective level's."""
+    if r.stderr is not None:
+        return r.stderr * Z95
+    return r.half_width(study.objective.metric, study.objective.concurrency)
 
 
 def _shown_value(r: TrialRecord) -> float | None:

@@ -227,11 +227,11 @@ def prior_residuals(theta: Array, n_families: int, scale: float) -> Array:
 
 
 def _residuals(theta: Array, sub: Design, data: Data, scale: float) -> Array:
-    parts = [(log_throughput(theta, sub) - data.log_value) / data.value_sd]
+    log_accept = np.log(accept_length(theta, sub))  # once: it is most of a residual's cost
+    parts = [(log_accept - np.log(cycle(theta, sub)) - data.log_value) / data.value_sd]
     known = ~np.isnan(data.log_accept)
     if known.any():
-        predicted = np.log(accept_length(theta, sub))[known]
-        parts.append((predicted - data.log_accept[known]) / data.accept_sd)
+        parts.append((log_accept[known] - data.log_accept[known]) / data.accept_sd)
     parts.append(prior_residuals(theta, len(sub.families), scale))
     return np.concatenate(parts)
 

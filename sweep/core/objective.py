@@ -7,6 +7,7 @@ analysis can recompute everything from storage.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,8 +20,8 @@ Figures = Mapping[str, Any]  # one level's record, as stored
 def by_level(levels: Sequence[Figures], context: int | None = None) -> dict[int, Figures]:
     """Levels by concurrency. With context levels (docs/workload.md) a concurrency has one
     record per context; the first one measured (the study's first ``input_len``) stands for
-    it in per-concurrency figures: constraints, schedules, speedups. ``context`` given: only
-    the records of that context level (``sweep schedule --context``)."""
+    it in per-concurrency figures (constraints hold at every context: :func:`score`).
+    ``context`` given: only the records of that context level (``sweep schedule --context``)."""
     out: dict[int, Figures] = {}
     for level in levels:
         if context is None or _context(level) == context:
@@ -108,10 +109,12 @@ def metric_value(level: Figures, metric: str) -> float | None:
 
 @dataclass(frozen=True)
 class Score:
-    """The objective value and each constraint's violation (> 0 means violated)."""
+    """The objective value, each constraint's violation (> 0 means violated) and the value's
+    95 % half-width within the launch (``None`` when a figure it rests on has none)."""
 
     value: float
     violations: Mapping[str, float]
+    half_width: float | None = None
 
     @property
     def feasible(self) -> bool:
@@ -134,18 +137,59 @@ def score(
         KeyError: a level the objective needs was not measured.
     """
     table = by_level(levels)
+    metric = objective.metric
     if objective.mix is not None:
-        value = mix_value(levels, objective.mix, objective.metric)
+        value = mix_value(levels, objective.mix, metric)
+        half = mix_half_width(levels, objective.mix, metric)
     elif objective.weights:
-        total = 0.0
+        total, parts = 0.0, []
         for level, weight in objective.weights:
-            value = _required(table, level, objective.metric)
-            reference = (baselines or {}).get(level)
-            total += weight * (value / reference if reference else value)
-        value = total
+            value = _required(table, level, metric)
+            reference = (baselines or {}).get(level) or 1.0
+            total += weight * value / reference
+            own = _half(table[level], metric)
+            parts.append(None if own is None else weight * own / reference)
+        value, half = total, _quadrature(parts)
     else:
-        value = _required(table, objective.concurrency, objective.metric)
-    return Score(value, _violations(table, objective))
+        value = _required(table, objective.concurrency, metric)
+        half = _half(table[objective.concurrency], metric)
+    return Score(value, _violations(levels, objective), half)
+
+
+def mix_half_width(levels: Sequence[Figures], mix: MixSpec, metric: str) -> float | None:
+    """The 95 % half-width of :func:`mix_value` within one launch: the cells' (and their
+    categories') half-widths, weighted as in the mix and added in quadrature (the cells are
+    measured on different requests); ``None`` when one of them has none."""
+    table = by_cell(levels)
+    parts: list[float | None] = []
+    for ctx, w_ctx in mix.contexts or ((None, 1.0),):
+        for level, w_level in mix.concurrency:
+            cell = table.get((ctx, level))
+            if cell is None:
+                return None
+            categories = cell.get("categories") or {}
+            weights = mix.categories or tuple((n, 1.0 / len(categories)) for n in categories)
+            if not weights or metric != "decode_tok_s":  # the level's own figure
+                own = _half(cell, metric)
+                parts.append(None if own is None else w_ctx * w_level * own)
+                continue
+            for name, w in weights:
+                own = _half(categories.get(name) or {}, metric)
+                parts.append(None if own is None else w_ctx * w_level * w * own)
+    return _quadrature(parts)
+
+
+def _half(figures: Figures, metric: str) -> float | None:
+    summary = figures.get(metric)
+    if isinstance(summary, Mapping) and summary.get("half_width") is not None:
+        return float(summary["half_width"])
+    return None
+
+
+def _quadrature(parts: Sequence[float | None]) -> float | None:
+    if not parts or any(p is None for p in parts):
+        return None
+    return math.sqrt(sum(p * p for p in parts if p is not None))
 
 
 def _required(table: Mapping[int, Figures], level: int, metric: str) -> float:
@@ -155,18 +199,26 @@ def _required(table: Mapping[int, Figures], level: int, metric: str) -> float:
     return value
 
 
-def _violations(table: Mapping[int, Figures], objective: ObjectiveSpec) -> dict[str, float]:
+def _violations(levels: Sequence[Figures], objective: ObjectiveSpec) -> dict[str, float]:
+    """Each constraint's worst violation over its concurrency level's records: with context
+    levels a constraint holds at every context (the longest one usually binds a latency)."""
     out = {}
     for c in objective.constraints:
-        value = metric_value(table[c.concurrency], c.metric) if c.concurrency in table else None
+        values = [
+            metric_value(level, c.metric)
+            for level in levels
+            if int(level["concurrency"]) == c.concurrency
+        ]
         name = f"{c.metric}@{c.concurrency}"
-        if value is None:
+        if not values or any(v is None for v in values):
             out[name] = 1.0
             continue
         worst = 0.0
-        if c.maximum is not None:
-            worst = max(worst, value - c.maximum)
-        if c.minimum is not None:
-            worst = max(worst, c.minimum - value)
+        for value in values:
+            assert value is not None
+            if c.maximum is not None:
+                worst = max(worst, value - c.maximum)
+            if c.minimum is not None:
+                worst = max(worst, c.minimum - value)
         out[name] = worst
     return out

@@ -22,6 +22,7 @@ from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload
 from sweep.clock import Clock
+from sweep.core.costmodel import Z95
 from sweep.core.objective import Figures, Score, by_level, metric_value, score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
@@ -142,6 +143,7 @@ def _measure(
         levels=levels,
         drift=drift,
         objective=s.value,
+        stderr=None if s.half_width is None else s.half_width / Z95,
         accept_length=levels[0].get("accept_length") if levels else None,
         timings=timings,
         constraints=dict(s.violations),

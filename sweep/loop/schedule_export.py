@@ -28,7 +28,7 @@ from sweep.exceptions import ScheduleError, StorageError
 from sweep.files import building_folder
 from sweep.loop import wiring
 from sweep.search.level_confirm import confirmed
-from sweep.store import stored_study
+from sweep.store import baseline_study_name, read_records, stored_study
 from sweep.study.model import Study
 
 
@@ -48,6 +48,38 @@ def stored_answer(study: Study, storage: str) -> Mapping[str, Any]:
         return StudyInfo.from_attrs(stored_study(storage, study.name).user_attrs).answer
     except (KeyError, StorageError):
         return {}
+
+
+def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """The study's trials and baselines, read without creating anything.
+
+    Raises:
+        ScheduleError: the study has no results in ``storage``.
+    """
+    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
+        raise ScheduleError(study.name, f"no results: {storage} does not exist; `sweep run` first")
+    trials = stored_in(storage, study.name)
+    if trials is None:
+        raise ScheduleError(study.name, f"no results in {storage}; `sweep run` first")
+    return trials, stored_in(storage, baseline_study_name(study.name)) or []
+
+
+def stored_or_none(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
+    """The study's trials and baselines, none if it has no results (a schedule given as is)."""
+    try:
+        return stored_records(study, storage)
+    except ScheduleError:
+        return [], []
+
+
+def stored_in(storage: str, name: str) -> list[TrialRecord] | None:
+    """The records of study ``name`` in ``storage`` (``None``: no such study)."""
+    try:
+        return read_records(stored_study(storage, name))
+    except KeyError:
+        return None
+    except StorageError as exc:
+        raise ScheduleError(name, str(exc)) from exc
 
 
 def against_answer(schedule: Schedule, answer: Mapping[str, Any], study: Study) -> str:

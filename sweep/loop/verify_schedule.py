@@ -33,7 +33,7 @@ from sweep.core.space import TrialConfig
 from sweep.core.verdict import best_static, figures_of
 from sweep.engines.base import EngineAdapter
 from sweep.engines.vllm_spec import schedule_not_applied
-from sweep.exceptions import ConfigError, ExecutorError, ScheduleError, StorageError
+from sweep.exceptions import ConfigError, ExecutorError, ScheduleError
 from sweep.loop import wiring
 from sweep.loop.attempt import saver, with_retries
 from sweep.loop.measure import Rig, measure, start_record
@@ -49,6 +49,9 @@ from sweep.loop.schedule_export import (
     schedule_metric,
     schedule_params,
     stored_answer,
+    stored_in,
+    stored_or_none,
+    stored_records,
     table_text,
     verification_params,
 )
@@ -67,14 +70,7 @@ from sweep.search.side_by_side import (
     summed,
 )
 from sweep.server.engine_check import check_engine
-from sweep.store import (
-    baseline_study_name,
-    open_study,
-    read_records,
-    schedule_study_name,
-    stored_study,
-    write_record,
-)
+from sweep.store import open_study, schedule_study_name, write_record
 from sweep.study.model import Study
 
 NOT_APPLIED_KIND = "schedule_not_applied"  # a verification launch that did not run the schedule
@@ -142,37 +138,6 @@ def make_schedule(
     return ScheduleResult(schedule, exported, done.records, done.result, note, heading)
 
 
-def stored_records(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
-    """The study's trials and baselines, read without creating anything.
-
-    Raises:
-        ScheduleError: the study has no results in ``storage``.
-    """
-    if storage.startswith("sqlite:///") and not Path(storage.removeprefix("sqlite:///")).exists():
-        raise ScheduleError(study.name, f"no results: {storage} does not exist; `sweep run` first")
-    trials = _records(storage, study.name)
-    if trials is None:
-        raise ScheduleError(study.name, f"no results in {storage}; `sweep run` first")
-    return trials, _records(storage, baseline_study_name(study.name)) or []
-
-
-def _stored_or_none(study: Study, storage: str) -> tuple[list[TrialRecord], list[TrialRecord]]:
-    """The study's trials and baselines, none if it has no results (a schedule given as is)."""
-    try:
-        return stored_records(study, storage)
-    except ScheduleError:
-        return [], []
-
-
-def _records(storage: str, name: str) -> list[TrialRecord] | None:
-    try:
-        return read_records(stored_study(storage, name))
-    except KeyError:
-        return None
-    except StorageError as exc:
-        raise ScheduleError(name, str(exc)) from exc
-
-
 # --- verification by relaunch -------------------------------------------------------------------
 
 
@@ -196,7 +161,7 @@ def verify_schedule(
     adapter = wiring.adapter_for(study, host)
     deployment = wiring.deployment_for(study)
     workdir = wiring.lifecycle_options(study, host).workdir
-    trials, baselines = _stored_or_none(study, storage)
+    trials, baselines = stored_or_none(study, storage)
     arms = arms_of(study, schedule, adapter, workdir, trials, baselines)
     commands = [adapter.command(deployment, arm.config) for arm in arms]
     with wiring.open_host(host) as executor:
@@ -258,11 +223,11 @@ def verify_with(
     study = rig.study
     budget = study.schedule.verify_launches if budget is None else budget
     owner = open_study(study, None, storage_url=storage, name=schedule_study_name(study.name))
-    trials, baselines = _stored_or_none(study, storage)
+    trials, baselines = stored_or_none(study, storage)
     values = speedups.baseline_values(baselines, study.objective.metric)
     arms = arms_of(study, schedule, rig.adapter, rig.lifecycle.workdir, trials, baselines)
     metric, levels = schedule_metric(study), list(study.workload.concurrency)
-    stored = _records(storage, schedule_study_name(study.name)) or []
+    stored = stored_in(storage, schedule_study_name(study.name)) or []
     context = schedule.context  # every launch is judged at the schedule's context band
     launches = {arm.name: _launches_of(stored, arm, metric, levels, context) for arm in arms}
     labels = {arm.name: arm.label for arm in arms}
@@ -395,9 +360,10 @@ def _verify_one(
 def _described(schedule: Schedule, name: str, config: TrialConfig) -> dict[str, object]:
     if name == SCHEDULE:
         return schedule.as_dict()
+    band = {} if schedule.context is None else {"input_len": schedule.context}  # judged there
     if name in (BUILTIN, VERIFICATION):
-        return {"family": schedule.family.label(), "initial_steps": config.num_steps}
-    return {"family": schedule.family.label(), "config": config.label()}
+        return {"family": schedule.family.label(), "initial_steps": config.num_steps, **band}
+    return {"family": schedule.family.label(), "config": config.label(), **band}
 
 
 def _label(name: str, schedule: Schedule, config: TrialConfig) -> str:

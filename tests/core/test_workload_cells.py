@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from sweep.core.cells import bests, cell_values, mix_line, where_best_changes
 from sweep.core.objective import by_level, score
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.study.model import MixSpec, ObjectiveSpec
+from sweep.study.model import Constraint, MixSpec, ObjectiveSpec
 
 
 def level(concurrency: int, ctx: int | None, **decode: float) -> dict[str, Any]:
@@ -56,6 +57,29 @@ def test_a_cell_the_mix_needs_but_was_not_measured_is_a_key_error() -> None:
 def test_without_category_weights_measured_categories_weigh_equally() -> None:
     mix = MixSpec(concurrency=((1, 1.0),))
     assert score([level(1, None, a=10, b=30)], ObjectiveSpec(mix=mix)).value == 20.0
+
+
+def test_the_mix_half_width_adds_the_weighted_cells_in_quadrature() -> None:
+    levels = [level(1, 256, code=100, chat=60), level(1, 4096, code=80, chat=40)]
+    for lv in levels:
+        lv["categories"]["code"]["decode_tok_s"]["half_width"] = 4.0
+        lv["categories"]["chat"]["decode_tok_s"]["half_width"] = 2.0
+    half = score(levels, ObjectiveSpec(mix=MIX)).half_width
+    assert half == pytest.approx(math.sqrt(2 * (0.5 * 0.75 * 4) ** 2 + 2 * (0.5 * 0.25 * 2) ** 2))
+    del levels[1]["categories"]["chat"]["decode_tok_s"]["half_width"]
+    assert score(levels, ObjectiveSpec(mix=MIX)).half_width is None  # unknown, not zero
+
+
+def test_a_constraint_holds_at_every_context_level() -> None:
+    """A latency limit at concurrency 1 binds at the longest context, not only the first."""
+    levels = [level(1, 256, code=100, chat=60), level(1, 4096, code=80, chat=40)]
+    levels[0]["ttft_ms"] = {"p90": 120.0}
+    levels[1]["ttft_ms"] = {"p90": 900.0}
+    limit = Constraint(metric="ttft_p90_ms", concurrency=1, maximum=500.0)
+    s = score(levels, ObjectiveSpec(mix=MIX, constraints=(limit,)))
+    assert not s.feasible and s.violations["ttft_p90_ms@1"] == pytest.approx(400.0)
+    levels[1]["ttft_ms"] = {"p90": 450.0}
+    assert score(levels, ObjectiveSpec(mix=MIX, constraints=(limit,))).feasible
 
 
 def test_by_level_keeps_the_first_context_of_each_concurrency() -> None:

@@ -15,13 +15,16 @@ import pytest
 from optuna.trial import create_trial
 from typer.testing import CliRunner
 
+from analysis.data.load import load_schedules, load_study_data
+from analysis.models.schedule_compare import compare_schedule
+from analysis.report.write import write_report
 from sweep.cli import app
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.schedule_table import FORMAT, VERSION, default_context
 from sweep.core.space import TrialConfig
 from sweep.exceptions import ScheduleError
 from sweep.loop.verify_schedule import make_schedule
-from sweep.store import baseline_study_name
+from sweep.store import baseline_study_name, schedule_study_name
 from sweep.study import load_study
 from sweep.study.model import Study
 from tests.support.studies import write_study
@@ -197,3 +200,37 @@ def test_the_default_band_is_the_heaviest_then_the_first() -> None:
     assert default_context([256, 2048], [0.5, 0.5]) == 256
     assert default_context([256, 2048], []) == 256  # equal weights
     assert default_context([]) is None
+
+
+def test_the_report_judges_a_verified_band_against_the_static_launches_at_that_band(
+    tmp_path: Path,
+) -> None:
+    """A schedule decided and verified at 2048 is compared, level by level, with what every
+    static configuration measured at 2048 — not at the first context level (256)."""
+    path, study = stored_study(tmp_path)
+    result = make_schedule(study, out=tmp_path / "out")  # the 2048 band: 2 steps at 1 and 16
+    schedule = result.schedule
+    assert schedule.context == 2048
+    config = TrialConfig(2, 1, 3, 8)
+    launch = TrialRecord(
+        kind=Kind.SCHEDULE, config=config, key=f"schedule:{config.key()}", host="local",
+        levels=levels(scaled(STEPS[2], 1.01)),  # a verification launch measures every cell
+        schedule={"name": "schedule", "engine": "sglang", **schedule.as_dict()},
+    )  # fmt: skip
+    owner = optuna.create_study(study_name=schedule_study_name(study.name),
+                                storage=study.storage, direction="maximize")  # fmt: skip
+    owner.add_trial(create_trial(value=1.0, user_attrs=launch.to_attrs(),
+                                 constraints={"sweep_feasible": 0.0}))  # fmt: skip
+
+    info, trials, baselines = load_study_data(path)
+    comparison = compare_schedule(trials, baselines, load_schedules(info), "decode_tok_s")
+    wide = comparison.wide()
+    assert wide.loc[1, "schedule"] == pytest.approx(140 * 1.01)  # its 2048 figure, not 150
+    assert wide.loc[1, "best_here"] == pytest.approx(140)  # 2 steps at 2048 (4 steps: 170 at 256)
+    assert wide.loc[16, "best_here"] == pytest.approx(800)
+    assert wide.loc[16, "none"] == pytest.approx(600)
+    assert comparison.verdict is not None and comparison.verdict.won
+    assert comparison.context == 2048
+    write_report(path, tmp_path / "report", formats=["png"])
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "decode_tok_s per level at context level input_len 2048" in text

@@ -20,8 +20,7 @@ from sweep.loop.context import RunOptions
 from sweep.loop.measure import Rig, SaveSamples
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
-from sweep.loop.schedule_export import decide
-from sweep.loop.verify_schedule import stored_records
+from sweep.loop.schedule_export import decide, stored_records
 from sweep.server.executor import LocalExecutor
 from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import load_study

@@ -36,6 +36,9 @@ from pathlib import Path
 
 import pytest
 
+from sweep.core.costmodel import Z95
+from sweep.core.objective import mix_half_width
+from sweep.study import load_study
 from tests.study.workload_truth import (
     Figure,
     cut_accept_length,
@@ -45,6 +48,7 @@ from tests.study.workload_truth import (
     mix_value,
     per_cell,
     pooled_accept,
+    records,
     truth,
 )
 from tests.support.ports import free_port
@@ -155,6 +159,13 @@ def test_a_reduced_workload_study_matches_the_simulators_truth(tmp_path: Path) -
     assert set(summary["acceptance"]) == {"code", "math", "chat", "summarization"}
     assert set(summary["acceptance"]["code"]) == {str(s) for s in STEPS}
     assert len(summary["best_per_cell"]) == 4 * len(CONTEXTS) * len(LEVELS)
+
+    for record in records(path):  # each launch keeps its mix value's own within-launch error
+        study = load_study(path)
+        assert study.objective.mix is not None and record.objective is not None
+        half = mix_half_width(record.levels, study.objective.mix, study.objective.metric)
+        assert half is not None and 0 < half < 0.2 * record.objective
+        assert record.stderr == pytest.approx(half / Z95)
 
     meas = measured(path)
     assert sorted(meas) == [0, *STEPS]  # the baseline and every steps value, once each

@@ -35,17 +35,22 @@ class Figure:
     prompts: int  # distinct prompts the accept length rests on
 
 
-def measured(path: Path) -> dict[int, dict[Cell, Figure]]:
-    """Per steps (0: no speculation, the baselines' mean) and cell, the stored figures."""
+def records(path: Path) -> list[TrialRecord]:
+    """The measured trials' and baselines' records of the study at ``path``."""
     study = load_study(path)
     trials = read_records(optuna.load_study(study_name=study.name, storage=study.storage))
     baselines = read_records(
         optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     )
+    return [
+        t for t in [*trials, *baselines] if t.kind in (Kind.TRIAL, Kind.BASELINE) and t.measured
+    ]
+
+
+def measured(path: Path) -> dict[int, dict[Cell, Figure]]:
+    """Per steps (0: no speculation, the baselines' mean) and cell, the stored figures."""
     out: dict[int, dict[Cell, Figure]] = {}
-    for t in [*trials, *baselines]:
-        if t.kind not in (Kind.TRIAL, Kind.BASELINE) or not t.measured:
-            continue
+    for t in records(path):
         steps = t.config.num_steps if t.config is not None and t.config.speculative else 0
         if steps in out:
             raise AssertionError(f"steps {steps} measured twice: the comparison expects a grid")
