@@ -74,7 +74,9 @@ def at_context(frame: pd.DataFrame, context: int, metric: str) -> pd.DataFrame:
                 rows.append({**base, **level_columns(level, metric), "workload_cells": None})
     kept = frame[~frame["trial"].isin(carriers["trial"])]
     moved = pd.DataFrame(rows, columns=frame.columns)
-    return pd.concat([kept, moved], ignore_index=True) if not kept.empty else moved
+    if kept.empty or moved.empty:
+        return moved if kept.empty else kept.reset_index(drop=True)
+    return pd.concat([kept, moved], ignore_index=True)
 
 
 def _rows(
