@@ -62,21 +62,34 @@ def mix_value(levels: Sequence[Figures], mix: MixSpec, metric: str) -> float:
     Raises:
         KeyError: a cell or category the mix needs was not measured.
     """
+    return sum(w * _cell_value(cell, mix, metric) for w, cell in _mix_cells(levels, mix, metric))
+
+
+def _mix_cells(levels: Sequence[Figures], mix: MixSpec, metric: str) -> list[tuple[float, Figures]]:
+    """Each (context, concurrency) cell the mix weighs, with its weight w_context · w_level.
+
+    Raises:
+        KeyError: a cell the mix needs was not measured.
+    """
     table = by_cell(levels)
-    total = 0.0
+    out = []
     for ctx, w_ctx in mix.contexts or ((None, 1.0),):
         for level, w_level in mix.concurrency:
             cell = table.get((ctx, level))
             if cell is None:
                 raise KeyError(f"{metric} at concurrency {level}, input_len {ctx}")
-            total += w_ctx * w_level * _cell_value(cell, mix, metric)
-    return total
+            out.append((w_ctx * w_level, cell))
+    return out
+
+
+def _category_weights(cell: Figures, mix: MixSpec) -> tuple[tuple[str, float], ...]:
+    """The mix's category weights, or the cell's measured categories weighing equally."""
+    measured = cell.get("categories") or {}
+    return mix.categories or tuple((name, 1.0 / len(measured)) for name in measured)
 
 
 def _cell_value(cell: Figures, mix: MixSpec, metric: str) -> float:
-    weights = mix.categories or tuple(
-        (name, 1.0 / len(cell.get("categories") or {})) for name in cell.get("categories") or {}
-    )
+    weights = _category_weights(cell, mix)
     if not weights:
         value = metric_value(cell, metric)
         if value is None:
@@ -160,22 +173,21 @@ def mix_half_width(levels: Sequence[Figures], mix: MixSpec, metric: str) -> floa
     """The 95 % half-width of :func:`mix_value` within one launch: the cells' (and their
     categories') half-widths, weighted as in the mix and added in quadrature (the cells are
     measured on different requests); ``None`` when one of them has none."""
-    table = by_cell(levels)
+    try:
+        cells = _mix_cells(levels, mix, metric)
+    except KeyError:
+        return None
     parts: list[float | None] = []
-    for ctx, w_ctx in mix.contexts or ((None, 1.0),):
-        for level, w_level in mix.concurrency:
-            cell = table.get((ctx, level))
-            if cell is None:
-                return None
-            categories = cell.get("categories") or {}
-            weights = mix.categories or tuple((n, 1.0 / len(categories)) for n in categories)
-            if not weights or metric != "decode_tok_s":  # the level's own figure
-                own = _half(cell, metric)
-                parts.append(None if own is None else w_ctx * w_level * own)
-                continue
-            for name, w in weights:
-                own = _half(categories.get(name) or {}, metric)
-                parts.append(None if own is None else w_ctx * w_level * w * own)
+    for w, cell in cells:
+        weights = _category_weights(cell, mix)
+        if not weights or metric != "decode_tok_s":  # the level's own figure
+            own = _half(cell, metric)
+            parts.append(None if own is None else w * own)
+            continue
+        categories = cell.get("categories") or {}
+        for name, w_cat in weights:
+            own = _half(categories.get(name) or {}, metric)
+            parts.append(None if own is None else w * w_cat * own)
     return _quadrature(parts)
 
 

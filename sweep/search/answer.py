@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sweep.core.costmodel import Prediction
+from sweep.core.costmodel import Z95, Prediction  # Z95: a stored half-width is a 95 % interval
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.comparisons import ConfirmOptions
@@ -19,7 +19,6 @@ from sweep.search.launches import Launch, estimate, launch_variance
 from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()
-Z95 = 1.959963984540054  # a stored half-width is a 95 % interval
 
 
 def options_of(spec: ConfirmSpec) -> ConfirmOptions:
