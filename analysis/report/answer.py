@@ -87,6 +87,15 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     if answer.get("near"):
         rows.append(("not separated from the winner", "; ".join(map(str, answer["near"]))))
     rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
+    informed = answer.get("informed_probability")
+    if not answer.get("confident") and informed is not None:
+        rows.append(
+            (
+                "named with the cost model's help",
+                f"within the margin with probability {float(answer['probability']):.2f} from "
+                f"the launches, {float(informed):.2f} with the model's predictions",
+            )
+        )
     if not answer.get("confident") and answer.get("to_decide"):
         rows.append(("what would decide it", str(answer["to_decide"])))
     ignored = answer.get("ignored_launches") or []

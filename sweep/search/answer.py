@@ -156,6 +156,7 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "near": [labels.get(k, k) for k in decision.near],
         "to_decide": _to_decide(decision, labels),
         "model_adjusted_mean": decision.model_mean,
+        "informed_probability": decision.informed,
         "ignored_launches": [{"label": labels.get(k, k), "value": v} for k, v in decision.ignored],
     }
 

@@ -12,8 +12,10 @@ The **tie set** is the configurations whose within-margin probability reaches
 ``confidence``: each is, with that confidence, within the tie margin of the best. The
 **winner** is the simplest of the tie set (fewer steps, then fewer draft tokens, then draft
 TP equal to the target's). When the budget or ``max_replicates`` runs out first, the winner
-is the configuration most likely to be within the margin, and the decision says it is not
-confident.
+is the configuration most likely to be within the margin — judged from its launches and, when
+given, the cost model's held-out prediction of each configuration (the launches could not
+decide; the model, fitted to every other launch, pools what the neighbours measured) — and
+the decision says it is not confident.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class Decision:
             each of these configurations would decide; None when confident.
         model_mean: the winner's value adjusted by the cost model's held-out prediction
             (precision-weighted; a model-adjusted figure, never the answer's value), or None.
+        informed: not confident with a prior: the winner's within-margin probability with
+            every configuration's launches combined with its prediction (what picked it);
+            None otherwise.
         ignored: launches left out as bad launches (``OUTLIER`` launch σ from their
             configuration's median), per configuration.
     """
@@ -100,6 +105,7 @@ class Decision:
     to_decide: tuple[int, tuple[str, ...]] | None = None
     model_mean: float | None = None
     ignored: tuple[tuple[str, float], ...] = ()
+    informed: float | None = None
 
 
 Simplicity = Callable[[str], Any]
@@ -166,8 +172,9 @@ def decide(
         excluded: keys that may not win (e.g. a violated constraint); they still count as
             competitors.
         prior: the cost model's held-out prediction of each configuration
-            (:meth:`PhysicsSampler.holdout_predictions`); only for the labelled
-            ``model_mean`` of the decision, never for its value or its confidence.
+            (:meth:`PhysicsSampler.holdout_predictions`): the labelled ``model_mean``, and
+            which configuration a not-confident decision names; never its value, its
+            intervals or its confidence.
 
     Returns:
         :class:`Relaunch` when another round can still change the answer, else the
@@ -309,12 +316,25 @@ def _near(
 
 def _undecided(verdict: _Verdict, excluded: Collection[str], inputs: _Inputs) -> Decision:
     """No round left to launch: the eligible configuration most likely to be within the
-    margin, not confident, with the configurations near it."""
+    margin, not confident, with the configurations near it. With a prior, "most likely"
+    combines each configuration's launches with its held-out prediction: the launches
+    could not decide, and the model, fitted to every other launch, knows what the
+    neighbours measured (a configuration 2 % behind on two lucky launches of its rival is
+    not picked when the whole family says otherwise)."""
     est, chance = verdict.est, verdict.chance
     eligible = [k for k in est if k not in excluded] or list(est)
-    best = max(eligible, key=lambda k: (chance[k], est[k].mean))
+    informed = None
+    if inputs.prior:
+        margin = inputs.options.tie_margin
+        combined = {k: combine(e, inputs.prior.get(k)) for k, e in est.items()}
+        informed = {k: within_margin_probability(k, combined, margin) for k in eligible}
+    ranked = informed or chance
+    best = max(eligible, key=lambda k: (ranked[k], est[k].mean))
     near = _near(best, est, eligible, inputs.options)
-    return _decision(best, (best,), verdict, inputs, confident=False, near=near)
+    return _decision(
+        best, (best,), verdict, inputs, confident=False, near=near,
+        informed=informed[best] if informed else None,
+    )  # fmt: skip
 
 
 def _decision(
@@ -325,6 +345,7 @@ def _decision(
     *,
     confident: bool,
     near: Sequence[str] = (),
+    informed: float | None = None,
 ) -> Decision:
     est, options = verdict.est, inputs.options
     p = verdict.chance.get(winner, 0.0)
@@ -340,11 +361,12 @@ def _decision(
         tuple(tie),
         p,
         confident,
-        _reason(winner, len(tie), p, confident, options),
+        _reason(winner, len(tie), p, confident, options, informed),
         tuple(tie) if confident else tuple(near),
         None if confident else launches_to_decide(est, options, winner),
         model_mean,
         inputs.ignored,
+        informed,
     )
 
 
@@ -362,12 +384,21 @@ def _over_baseline(winner: str, est: Mapping[str, Estimate], inputs: _Inputs) ->
     return advantage(est[winner], base, inputs.options.confidence)
 
 
-def _reason(winner: str, ties: int, p: float, confident: bool, options: ConfirmOptions) -> str:
+def _reason(
+    winner: str,
+    ties: int,
+    p: float,
+    confident: bool,
+    options: ConfirmOptions,
+    informed: float | None = None,
+) -> str:
     """One sentence for the report."""
     if not confident:
+        model = "" if informed is None else f"; {informed:.3f} with the cost model's predictions"
         return (
             f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
-            f"of the best (probability {p:.3f}, below {options.confidence:.2f})"
+            f"of the best (probability {p:.3f} from the launches{model}; below "
+            f"{options.confidence:.2f})"
         )
     if p < options.confidence:
         return (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from analysis.report.answer import _answer_rows
 from sweep.core.costmodel import Prediction
 from sweep.search.answer import EXTENSION, answer_of, answer_text, confirm_step, within_reach
 from sweep.search.comparisons import ConfirmOptions
@@ -25,9 +26,25 @@ def test_a_not_confident_answer_says_what_would_decide_and_prints_no_tie() -> No
     )
     assert "3 steps, draft TP 1 is the most likely" in stored["reason"]  # labels, not keys
     assert stored["mean"] == 100.5 and stored["model_adjusted_mean"] is None
+    assert stored["informed_probability"] is None  # no model: the launches alone named it
     text = answer_text(stored)
     assert "tie of" not in text
     assert "NOT confident (budget spent): about " in text and text.endswith(" would decide")
+
+
+def test_a_not_confident_answer_named_with_the_model_says_so_in_the_report() -> None:
+    launches = {"a": [100.0, 101.0], "b": [101.0, 101.5]}
+    prior = {"a": Prediction(104.0, 0.5, 103.0, 105.0), "b": Prediction(99.0, 0.5, 98.0, 100.0)}
+    decision = decide(launches, TWO_PERCENT, remaining=0, prior=prior)
+    assert isinstance(decision, Decision) and not decision.confident and decision.winner == "a"
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 2)
+    assert stored["mean"] == 100.5  # the launches alone
+    assert stored["informed_probability"] > stored["probability"]
+    rows = dict(_answer_rows(stored))
+    assert rows["confident"] == "no (budget spent)"
+    assert rows["named with the cost model's help"].startswith(
+        f"within the margin with probability {stored['probability']:.2f} from the launches"
+    )
 
 
 def test_a_confident_tie_is_printed_and_the_model_figure_is_labelled_apart() -> None:

@@ -161,14 +161,19 @@ def test_an_excluded_configuration_competes_but_never_wins() -> None:
         decide({"base": [90.0]}, TIGHT, baseline="base")
 
 
-def test_the_model_never_decides_and_its_figure_is_labelled() -> None:
+def test_the_model_never_makes_an_answer_confident_and_its_figure_is_labelled() -> None:
     launches = {"a": [100.0], "b": [101.0]}
     prior = {"a": Prediction(104.0, 0.4, 103.2, 104.8), "b": Prediction(98.0, 0.4, 97.2, 98.8)}
     assert isinstance(decide(launches, TWO_PERCENT, prior=prior), Relaunch)
+    alone = decide(launches, TWO_PERCENT, remaining=0)
+    assert isinstance(alone, Decision) and alone.winner == "b" and alone.informed is None
+    # the launches cannot decide: the model, sure that a is 6 % ahead, names a — not confident
     spent = decide(launches, TWO_PERCENT, prior=prior, remaining=0)
-    assert isinstance(spent, Decision) and spent.winner == "b" and not spent.confident
-    assert spent.estimate.mean == 101.0  # the launches alone
-    assert spent.model_mean == pytest.approx((101 / 4.0804 + 98 / 0.16) / (1 / 4.0804 + 1 / 0.16))
+    assert isinstance(spent, Decision) and spent.winner == "a" and not spent.confident
+    assert spent.informed is not None and spent.informed > 0.9 > spent.probability
+    assert "from the launches; " in spent.reason and "with the cost model's" in spent.reason
+    assert spent.estimate.mean == 100.0  # the launches alone
+    assert spent.model_mean == pytest.approx((100 / 4 + 104 / 0.16) / (1 / 4 + 1 / 0.16))
     assert estimates(launches, TWO_PERCENT, prior)["a"].mean == pytest.approx(
         (100 / 4 + 104 / 0.16) / (1 / 4 + 1 / 0.16)
     )
