@@ -199,10 +199,11 @@ class PhysicsSampler(ConfigSampler):
             # the model was found wrong: climb by measurement (the model only orders them)
             return self._best(self.climb.frontier(history) or untried, mean, sd)
         plausible = self._plausible(history, mean, sd)
-        if not plausible:
+        if not plausible or stopping.stalled(history):
             near = self.climb.untried_neighbours(history)
-            if near:  # the neighbour check: never stop on the model's word alone
-                return self._best(near, mean, sd)
+            if near:  # the neighbour check: never stop on the model's word alone, and
+                return self._best(near, mean, sd)  # no more model picks after a stall
+        if not plausible:
             pick = self._replicate(history, untried)
             self.repeat = pick.key in history.measured
             return pick

@@ -33,7 +33,8 @@ them), ``*_heldout`` (``winner_within_1pct_rate_heldout``,
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
 answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
 ratio to the optimum and the prediction before it), ``--confirm "confidence = 0.9"`` runs the
-studies with that ``[confirm]`` section.
+studies with that ``[confirm]`` section, ``--bad-launches 0.1`` makes one launch in ten
+8 % slow on top of the noise (a noisy neighbour, a throttled GPU).
 """
 
 from __future__ import annotations
@@ -180,6 +181,8 @@ class Run:
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
+BAD_SHARE = 0.0  # ``--bad-launches``: this share of launches comes out BAD_DROP slow
+BAD_DROP = 0.08  # a bad launch (a noisy neighbour, a throttled GPU): 8 % slow
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
@@ -193,10 +196,13 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     )
     best = max(truth(profile, c, name)[0] for c in plan(study, rules_for(study)).valid)
     rng = random.Random(seed)
+    bad = random.Random(seed + 10_000)  # its own draws: without bad launches, the same runs
 
     def measure(config: TrialConfig) -> Measurement:
         value, accept = truth(profile, config, name)
         value *= rng.gauss(1.0, LAUNCH_SD) * rng.gauss(1.0, WITHIN_SD)
+        if BAD_SHARE and bad.random() < BAD_SHARE:
+            value *= 1 - BAD_DROP
         accept_length = accept * rng.gauss(1.0, ACCEPT_SD) if config.speculative else None
         return Measurement(value, accept_length, 1.96 * WITHIN_SD * value)
 
@@ -478,10 +484,14 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--confirm", default="", help='e.g. "confidence = 0.9" (";" between)')
     parser.add_argument("--workers", type=int, default=WORKERS, help="processes (1: this one)")
     parser.add_argument("--trace", action="store_true", help="with --verbose: every launch")
+    parser.add_argument(
+        "--bad-launches", type=float, default=0.0, help="share of launches 8 %% slow (e.g. 0.1)"
+    )
     args = parser.parse_args(argv)
-    global CONFIRM, TRACE
+    global CONFIRM, TRACE, BAD_SHARE
     CONFIRM = args.confirm.replace(";", "\n")
     TRACE = args.trace
+    BAD_SHARE = args.bad_launches
     started = time.monotonic()
     names = [n for n in args.landscapes.split(",") if n]
     spaces = [s for s in args.spaces.split(",") if s]

@@ -144,3 +144,33 @@ def test_one_surprise_widens_the_model_and_the_search_climbs_by_measurement() ->
     values = {c.key: truth(cliff, c)[0] for c in valid_candidates(spec)}
     best = max(values.values())
     assert max(values[k] for k in launched) >= 0.99 * best  # s4-k1-d5-tp1 despite the cliff
+
+
+def test_after_a_stall_the_leader_s_neighbours_come_before_the_model_s_picks() -> None:
+    # the leader (4 steps, draft TP 1) came early; eight later picks all lost by > 1 %
+    spec = parse_study(CHAINS, "t.toml")
+    candidates = valid_candidates(spec)
+    sampler = PhysicsSampler(candidates, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    measured = {"s1-k1-d2-tp8[]": 120.0, "s4-k1-d5-tp1[]": 150.0, "s7-k1-d8-tp8[]": 140.0,
+                "s8-k1-d9-tp8[]": 141.0, "s9-k1-d10-tp8[]": 142.0, "s10-k1-d11-tp8[]": 143.0,
+                "s6-k1-d7-tp8[]": 139.0, "s10-k1-d11-tp1[]": 90.0, "s1-k1-d2-tp1[]": 110.0,
+                "s8-k1-d9-tp1[]": 95.0}  # fmt: skip
+    by = {c.key: c for c in candidates}
+    for key, value in measured.items():
+        c = by[key]
+        study.enqueue_trial({"num_steps": c.steps, "draft_tp": c.draft_tp})
+        trial = study.ask()
+        trial.set_user_attr(ATTR.KIND, "trial")
+        trial.set_user_attr(ATTR.KEY, key)
+        trial.set_constraint("sweep_feasible", 0.0)
+        study.tell(trial, value)
+    history = sampler.history(study)
+    assert stalled(history)
+    lead = sampler.leader(history)
+    assert lead is not None and lead.key == "s4-k1-d5-tp1[]"
+    untried = {c.key for c in sampler.climb.untried_neighbours(history)}
+    assert untried == {"s3-k1-d4-tp1[]", "s5-k1-d6-tp1[]", "s4-k1-d5-tp8[]"}
+    trial = study.ask()
+    key = rules_for(spec).resolve(suggest(trial, spec)).key()
+    assert key in untried
