@@ -20,6 +20,8 @@ launch-to-launch allowance); a confirmation module can replace it.
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -159,9 +161,10 @@ class Schedule:
     def steps_by_batch(self) -> tuple[tuple[int, int], ...]:
         """``(batch size, steps)`` pairs, ascending: what the engines' schedules take.
 
-        Each level's batch size is where the engine's padding puts it (:func:`keyed_by_graph`;
-        the level itself without padding); levels padded to one size share its key, and the
-        highest of them gives the steps (see the notes)."""
+        Each level's batch size is where its slot starts (:func:`keyed_by_graph`: halfway
+        from the level below in log scale, padded as the engine pads; the level itself when
+        not keyed); levels whose starts pad to one size share its key, and the highest of
+        them gives the steps (see the notes)."""
         key_of = dict(self.keys)
         out: dict[int, int] = {}
         for c in self.levels:
@@ -389,31 +392,38 @@ def _closeness(schedule: Schedule, reference: Mapping[int, float]) -> float:
 
 
 def keyed_by_graph(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
-    """``schedule`` with each level keyed where the engine pads a running batch of that size.
+    """``schedule`` with each level's slot starting halfway (in log scale) from the level below,
+    keyed where the engine pads a running batch of that size.
+
+    A server run at concurrency 16 does not hold 16 requests all the time: one finishes and
+    its successor is still on its way, and production traffic runs every batch size in
+    between. A slot keyed at its level itself would give every batch from 2 to 15 the steps
+    chosen at concurrency 1. So level *i*'s slot starts at ⌈√(Lᵢ₋₁ · Lᵢ)⌉ (levels 1, 16,
+    64 → batch sizes 1–3, 4–31, 32 and up): each batch size between two levels runs the
+    steps of the level nearer it in log scale, and a batch of exactly a level runs that
+    level's steps. The smallest level keys at itself (smaller batches run it anyway).
 
     SGLang pads a running batch up to the next CUDA-graph size (``sizes``, ascending; under
     speculation ``1..8, 10..32`` step 2, …: 13 pads to 14), then runs the slot with the
-    largest key ≤ that size, and a batch below the smallest key runs the smallest key's slot.
-    A level's key is its padded size, so a batch of exactly that level runs that level's steps;
-    two levels padded to one size share one slot (the higher level's steps, with a note).
-    Levels above every size are not padded. ``sizes`` empty: ``schedule`` unchanged.
+    largest key ≤ that size, so each start is padded too; two levels whose starts pad to
+    one size share one slot (the higher level's steps, with a note). Starts above every size
+    are not padded. ``sizes`` empty (vLLM routes the batch size itself): the starts unpadded.
     """
-    if not sizes:
-        return schedule
     ordered = sorted(sizes)
-    keys = tuple((c.concurrency, _padded(c.concurrency, ordered)) for c in schedule.levels)
+    keys: list[tuple[int, int]] = []
+    below: int | None = None
+    for level in sorted(c.concurrency for c in schedule.levels):
+        start = level if below is None else max(below + 1, math.ceil(math.sqrt(below * level)))
+        keys.append((level, _padded(start, ordered)))
+        below = level
     notes = list(schedule.notes)
-    by_key: dict[int, list[int]] = {}
-    for level, key in keys:
-        by_key.setdefault(key, []).append(level)
-    for key, levels in by_key.items():
-        if len(levels) > 1:
+    for (low, _), (high, key) in itertools.pairwise(keys):
+        if _padded(low, ordered) >= key:  # a batch of exactly ``low`` runs ``high``'s slot
             notes.append(
-                f"concurrency {', '.join(map(str, levels))} pad to one CUDA-graph batch size "
-                f"({key}): the engine runs one slot for them, with the steps chosen at "
-                f"{levels[-1]}"
+                f"concurrency {low}, {high} pad to one CUDA-graph batch size ({key}): the "
+                f"engine runs one slot for them, with the steps chosen at {high}"
             )
-    return replace(schedule, keys=keys, notes=tuple(notes))
+    return replace(schedule, keys=tuple(keys), notes=tuple(notes))
 
 
 def _padded(level: int, sizes: Sequence[int]) -> int:

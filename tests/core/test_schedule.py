@@ -530,16 +530,26 @@ def test_keys_sit_where_sglang_pads_each_level() -> None:
     sizes = SGLangAdapter().graph_batch_sizes(CONFIG)  # max running requests 64
     assert sizes[:10] == (1, 2, 3, 4, 5, 6, 7, 8, 10, 12) and sizes[-3:] == (56, 60, 64)
     s = keyed_by_graph(decide_schedule(ODD, ODD_BASE, metric=METRIC, levels=levels), sizes)
-    assert dict(s.keys) == {1: 1, 13: 14, 14: 14, 20: 20, 64: 64}  # 13 pads to 14, not 16
+    # each slot starts halfway (log scale) from the level below, padded: √13 → 4,
+    # √(13·14) → 14, √(14·20) → 17 → 18, √(20·64) → 36 → 40
+    assert dict(s.keys) == {1: 1, 13: 4, 14: 14, 20: 18, 64: 40}
     steps = dict(s.steps_by_batch)
-    assert sorted(steps) == [1, 14, 20, 64] and steps[14] == s.levels[2].steps  # 14's choice
-    assert any("concurrency 13, 14 pad to one CUDA-graph batch size (14)" in n for n in s.notes)
+    assert sorted(steps) == [1, 4, 14, 18, 40] and steps[14] == s.levels[2].steps  # 14's choice
+    assert steps[4] == s.levels[1].steps  # batches 4-12 run the choice at 13
+    assert [n for n in s.notes if "pad to one" in n] == [
+        "concurrency 13, 14 pad to one CUDA-graph batch size (14): the engine runs one slot "
+        "for them, with the steps chosen at 14"
+    ]
     graphs = sim_adaptive.default_cuda_graph_bs(256, pool=64)
     assert list(graphs) == list(sizes)  # the simulator pads as the adapter says SGLang does
     keys = [k for k, _ in s.steps_by_batch]
-    for level, key in s.keys:  # a batch of exactly a level runs its key's slot
-        assert sim_adaptive.route(keys, graphs, level) == key
-    assert keyed_by_graph(s, ()) is s  # no padding (vLLM): keys at the levels
+    for level, key in s.keys:  # a batch of exactly a level runs its slot (13 pads to 14's)
+        assert sim_adaptive.route(keys, graphs, level) == (14 if level == 13 else key)
+    # a batch between two levels runs the nearer one's (log scale): 3 → 1's, 30 → 20's
+    assert sim_adaptive.route(keys, graphs, 3) == 1 and sim_adaptive.route(keys, graphs, 30) == 18
+    assert sim_adaptive.route(keys, graphs, 37) == 40
+    vllm = keyed_by_graph(s, ())  # no padding (vLLM): the starts themselves
+    assert dict(vllm.keys) == {1: 1, 13: 4, 14: 14, 20: 17, 64: 36}
 
 
 def test_sglangs_padding_follows_the_deployments_graph_flags() -> None:

@@ -124,7 +124,7 @@ def test_the_table_holds_every_context_and_concurrency_cell(tmp_path: Path) -> N
     # the engine's files are the exported band's: 2 steps at both levels
     assert result.schedule.context == 2048
     assert read(tmp_path / "out", "sglang-adaptive-config.json") == {
-        "1": {"candidate_steps": [2]}, "16": {"candidate_steps": [2]}}  # fmt: skip
+        "1": {"candidate_steps": [2]}, "4": {"candidate_steps": [2]}}  # fmt: skip
     assert read(tmp_path / "out", "schedule.json")["input_len"] == 2048
     assert result.band == ("context band: input_len 2048, the context level with the most "
                            "traffic weight (70%, the first on a tie); other levels: 256 "
@@ -136,7 +136,7 @@ def test_context_selects_the_band_the_engine_files_are_for(tmp_path: Path) -> No
     result = make_schedule(study, out=tmp_path / "out", context=256)
     assert [(c.concurrency, c.steps) for c in result.schedule.levels] == [(1, 4), (16, 0)]
     assert read(tmp_path / "out", "sglang-adaptive-config.json") == {
-        "1": {"candidate_steps": [4]}, "16": {"candidate_steps": [0]}}  # fmt: skip
+        "1": {"candidate_steps": [4]}, "4": {"candidate_steps": [0]}}  # fmt: skip
     assert "--speculative-num-steps 4" in result.export.command
     table = read(tmp_path / "out", "schedule-table.json")  # the whole table all the same
     assert table["exported_context"] == 256 and len(table["cells"]) == 4

@@ -70,7 +70,8 @@ def test_sweep_schedule_exports_a_file_sglangs_rules_accept_and_verify_measures_
     assert done.returncode == 0, done.stderr
     out = tmp_path / "out"
     steps = json.loads((out / "schedule.json").read_text())["steps_by_batch"]
-    assert list(steps) == ["1", "4", "16", "64"] and steps["1"] > 0
+    # each level's slot starts halfway (log scale) from the level below: 2, 8, 32
+    assert list(steps) == ["1", "2", "8", "32"] and steps["1"] > 0
     config = out / "sglang-adaptive-config.json"
     assert f"--speculative-adaptive-config {config.resolve()}" in done.stdout
     assert (out / "launch.sh").read_text().count("--speculative-adaptive") == 2
@@ -87,7 +88,8 @@ def test_sweep_schedule_exports_a_file_sglangs_rules_accept_and_verify_measures_
     )  # fmt: skip
     assert predicted.returncode == 0, predicted.stderr
     by_level = json.loads(predicted.stdout)["levels"]
-    assert {k: v["adaptive_steps"] for k, v in by_level.items()} == steps
+    # level by level (1, 4, 16, 64), the steps of the slot each starts
+    assert [v["adaptive_steps"] for v in by_level.values()] == list(steps.values())
 
     verified = sweep_cli("schedule", str(path), "--out", "out", "--verify", cwd=tmp_path)
     assert verified.returncode == 0, verified.stderr
@@ -152,7 +154,7 @@ def test_verify_over_ssh_writes_the_config_through_the_executor(sshd: Sshd, tmp_
     store(study, [trial(1, {1: 130, 16: 1120}, number=0), trial(4, {1: 182, 16: 1010}, number=1)],
           [baseline({1: 89, 16: 870})])  # fmt: skip
     result = make_schedule(study, out=tmp_path / "out", verify=True, display=QUIET)
-    assert result.schedule.steps_by_batch == ((1, 4), (16, 1))
+    assert result.schedule.steps_by_batch == ((1, 4), (4, 1))  # 16's slot starts at √16
     [record] = result.verified  # the budget of 1: the schedule alone, nothing to compare
     assert result.verdict is not None and not result.verdict.compared
     assert_every_level_measured(record, [1, 16])
@@ -160,7 +162,7 @@ def test_verify_over_ssh_writes_the_config_through_the_executor(sshd: Sshd, tmp_
     config = flag(launches(tmp_path)[-1], "--speculative-adaptive-config") or ""
     assert Path(config).parent == tmp_path / "remote-work"  # written by the SSH executor
     assert json.loads(Path(config).read_text()) == {"1": {"candidate_steps": [4]},
-                                                     "16": {"candidate_steps": [1]}}  # fmt: skip
+                                                     "4": {"candidate_steps": [1]}}  # fmt: skip
 
 
 def store(study: Study, trials: list[TrialRecord], baselines: list[TrialRecord]) -> None:
