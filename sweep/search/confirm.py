@@ -48,6 +48,7 @@ from sweep.search.launches import (
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
 WINNER_LAUNCHES = 2  # a confident winner has this many launches (one launch must not decide)
+LOOK_Z = 0.5  # a one-launch rival the model puts within this many sds of the margin: look again
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
@@ -187,10 +188,11 @@ def decide(
     configs, ignored, doubtful = robust_launches(raw, variance)
     verdict = _verdict(configs, variance, options, simplicity or _itself, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
-    winner = _standing(verdict, configs, doubtful, options)
+    looks = _second_looks(verdict, configs, doubtful, options, prior)
+    winner = None if looks else _standing(verdict, configs, doubtful, options)
     if winner is not None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
-    order = _round(verdict, launches, options, remaining, baseline)
+    order = _round(verdict, launches, options, remaining, baseline, looks)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
@@ -269,19 +271,53 @@ def _standing(
     return winner if _survives(configs, options, winner) else None
 
 
+def _second_looks(
+    verdict: _Verdict,
+    configs: Mapping[str, Sequence[Launch]],
+    doubtful: set[str],
+    options: ConfirmOptions,
+    prior: Mapping[str, Prior] | None,
+) -> tuple[str, ...]:
+    """Configurations behind the verdict's winner only by a launch that may be a bad one,
+    which need another launch before the winner can stand: a *doubtful* configuration
+    (two launches too far apart to tell which is bad) whose better launch reaches the
+    winner's margin, and a configuration with one launch below the margin that the cost
+    model (its held-out ``prior``, fitted to every other launch) could put above it (its
+    mean + ``LOOK_Z`` sd reaches the margin) — the one launch and the model disagree, and
+    a slow server start (a noisy neighbour, a throttled GPU) must not decide the order."""
+    winner = verdict.winner
+    if winner is None:
+        return ()
+    floor = (1 - options.tie_margin) * verdict.est[winner].mean
+    looks = []
+    for key, group in configs.items():
+        if key == winner or len(group) >= options.max_replicates:
+            continue
+        if (key in doubtful and max(x.value for x in group) >= floor) or (
+            len(group) == 1
+            and group[0].value < floor
+            and prior
+            and key in prior
+            and prior[key].mean + LOOK_Z * prior[key].sd >= floor
+        ):
+            looks.append(key)
+    return tuple(sorted(looks, key=lambda k: (-max(x.value for x in configs[k]), k)))
+
+
 def _round(
     verdict: _Verdict,
     launches: Mapping[str, Sequence[LaunchLike]],
     options: ConfirmOptions,
     remaining: int | None,
     baseline: str | None,
+    looks: Sequence[str] = (),
 ) -> tuple[str, ...]:
     """One interleaved round, where launches can change the answer: the verdict's winner or
     else the configuration most likely to be within the margin (the leader), then the
-    rivals whose comparison with it is least certain (the likeliest to be better than it
-    by more than the margin), up to ``ROUND``, each below the replicate cap; then the
-    baseline if it has no launch yet (one launch gives its comparison; the budget goes to
-    the contenders)."""
+    configurations needing a second look (:func:`_second_looks`), then the rivals whose
+    comparison with it is least certain (the likeliest to be better than it by more than
+    the margin), up to ``ROUND``, each below the replicate cap; then the baseline if it has
+    no launch yet (one launch gives its comparison; the budget goes to the contenders)."""
     est, chance = verdict.est, verdict.chance
     lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
     doubt = {
@@ -293,8 +329,10 @@ def _round(
     certain = 1 - CERTAIN * (1 - options.confidence)
     rivals = sorted((k for k in doubt if doubt[k] < certain or k in close),
                     key=lambda k: (doubt[k], k))  # fmt: skip
-    order = [k for k in [lead, *rivals] if est[k].n < options.max_replicates][:ROUND]
-    if not order or (not rivals and est[lead].n >= min(WINNER_LAUNCHES, options.max_replicates)):
+    ranked = dict.fromkeys([lead, *looks, *rivals])
+    order = [k for k in ranked if est[k].n < options.max_replicates][:ROUND]
+    settled = not rivals and not looks
+    if not order or (settled and est[lead].n >= min(WINNER_LAUNCHES, options.max_replicates)):
         return ()
     if baseline is not None and not launches.get(baseline):
         order.append(baseline)

@@ -254,3 +254,21 @@ def test_a_winner_launched_once_is_relaunched_before_it_is_confident() -> None:
     assert isinstance(spent, Decision) and spent.winner == "a" and not spent.confident
     again = decide({**launches, "a": [120.0, 119.0]}, TIGHT)
     assert isinstance(again, Decision) and again.confident
+
+
+def test_a_rival_behind_only_by_a_launch_that_may_be_bad_is_launched_again() -> None:
+    launches = {"a": [100.0, 101.0], "b": [95.0]}
+    alone = decide(launches, TWO_PERCENT)
+    assert isinstance(alone, Decision) and alone.confident and alone.winner == "a"
+    # the model, fitted to every other launch, puts b level with a: its one launch may be bad
+    prior = {"b": Prediction(101.0, 1.0, 99.0, 103.0)}
+    again = decide(launches, TWO_PERCENT, prior=prior)
+    assert isinstance(again, Relaunch) and again.order[:2] == ("a", "b")
+    settled = decide({**launches, "b": [95.0, 94.0]}, TWO_PERCENT, prior=prior)
+    assert isinstance(settled, Decision) and settled.confident and settled.winner == "a"
+    # where the model agrees with the launch, nothing more is asked
+    agrees = {"b": Prediction(95.5, 1.0, 93.5, 97.5)}
+    assert isinstance(decide(launches, TWO_PERCENT, prior=agrees), Decision)
+    # two launches of b too far apart to tell which is bad, the better one level with a
+    doubtful = decide({"a": [100.0, 101.0, 100.5], "b": [101.0, 92.0]}, TWO_PERCENT)
+    assert isinstance(doubtful, Relaunch) and "b" in doubtful.order

@@ -131,7 +131,9 @@ def test_physics_never_proposes_an_infeasible_or_running_configuration() -> None
     assert running_key not in keys
     assert all(keys.count(k) == 1 for k in bad & set(keys))  # tried once, never again
     repeated = {k for k in keys if keys.count(k) > 1}
-    assert repeated <= {"s4-k1-d5-tp1[]"}  # only the best feasible one is relaunched
+    # only the best feasible one is relaunched, and the rival one launch puts behind it that
+    # the model, fitted to every other launch, puts within the margin (a second look)
+    assert repeated <= {"s4-k1-d5-tp1[]", "s5-k1-d6-tp1[]"}
 
 
 def test_an_enqueued_configuration_is_left_alone() -> None:
