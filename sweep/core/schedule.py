@@ -392,23 +392,12 @@ def _closeness(schedule: Schedule, reference: Mapping[int, float]) -> float:
 
 
 def keyed_by_graph(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
-    """``schedule`` with each level's slot starting halfway (in log scale) from the level below,
-    keyed where the engine pads a running batch of that size.
-
-    A server run at concurrency 16 does not hold 16 requests all the time: one finishes and
-    its successor is still on its way, and production traffic runs every batch size in
-    between. A slot keyed at its level itself would give every batch from 2 to 15 the steps
-    chosen at concurrency 1. So level *i*'s slot starts at ⌈√(Lᵢ₋₁ · Lᵢ)⌉ (levels 1, 16,
-    64 → batch sizes 1–3, 4–31, 32 and up): each batch size between two levels runs the
-    steps of the level nearer it in log scale, and a batch of exactly a level runs that
-    level's steps. The smallest level keys at itself (smaller batches run it anyway).
-
-    SGLang pads a running batch up to the next CUDA-graph size (``sizes``, ascending; under
-    speculation ``1..8, 10..32`` step 2, …: 13 pads to 14), then runs the slot with the
-    largest key ≤ that size, so each start is padded too; two levels whose starts pad to
-    one size share one slot (the higher level's steps, with a note). Starts above every size
-    are not padded. ``sizes`` empty (vLLM routes the batch size itself): the starts unpadded.
-    """
+    """``schedule`` with each level's slot starting halfway (log scale) from the level below,
+    at ⌈√(Lᵢ₋₁ · Lᵢ)⌉ (levels 1, 16, 64 → batches 1–3, 4–31, 32 and up), so a running batch
+    dipping below its level keeps its steps (docs/schedule.md, "Where each slot starts");
+    each start padded as SGLang pads a running batch (``sizes``, ascending: 13 → 14; empty
+    for vLLM, which routes the batch size itself). A batch of exactly a level runs its
+    steps, unless its padding reaches the next level's slot (a note says so)."""
     ordered = sorted(sizes)
     keys: list[tuple[int, int]] = []
     below: int | None = None

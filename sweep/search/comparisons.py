@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from sweep.search.launches import Estimate
+from sweep.search.launches import Estimate, Launch
 
 
 @dataclass(frozen=True)
@@ -171,3 +171,19 @@ def advantage(winner: Estimate, other: Estimate, confidence: float) -> Advantage
     se = math.hypot(winner.stderr / winner.mean, other.stderr / other.mean)
     half = float(special.stdtrit(min(winner.dof, other.dof), 0.5 + confidence / 2)) * se
     return Advantage(other.key, ratio, ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def survives(configs: Mapping[str, Sequence[Launch]], margin: float, winner: str) -> bool:
+    """No single launch decides the order: with any one launch of any configuration left
+    out, the ``winner``'s mean is still within ``margin`` of every other configuration's."""
+    means = {k: sum(x.value for x in v) / len(v) for k, v in configs.items() if v}
+    for key, group in configs.items():
+        if len(group) < 2:
+            continue
+        for i in range(len(group)):
+            rest = [x.value for j, x in enumerate(group) if j != i]
+            fewer = {**means, key: sum(rest) / len(rest)}
+            top = max(v for k, v in fewer.items() if k != winner) if len(fewer) > 1 else 0.0
+            if fewer[winner] < (1 - margin) * top:
+                return False
+    return True

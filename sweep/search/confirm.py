@@ -31,6 +31,7 @@ from sweep.search.comparisons import (
     contenders,
     equivalent,
     launches_to_decide,
+    survives,
     within_margin_probability,
 )
 from sweep.search.launches import (
@@ -236,24 +237,6 @@ def _verdict(
     return _Verdict(est, chance, None, ())
 
 
-def _survives(
-    configs: Mapping[str, Sequence[Launch]], options: ConfirmOptions, winner: str
-) -> bool:
-    """No single launch decides the order: with any one launch of any configuration left
-    out, the winner's mean is still within the margin of every other configuration's."""
-    means = {k: sum(x.value for x in v) / len(v) for k, v in configs.items() if v}
-    for key, group in configs.items():
-        if len(group) < 2:
-            continue
-        for i in range(len(group)):
-            rest = [x.value for j, x in enumerate(group) if j != i]
-            fewer = {**means, key: sum(rest) / len(rest)}
-            top = max(v for k, v in fewer.items() if k != winner) if len(fewer) > 1 else 0.0
-            if fewer[winner] < (1 - options.tie_margin) * top:
-                return False
-    return True
-
-
 def _standing(
     verdict: _Verdict,
     configs: Mapping[str, Sequence[Launch]],
@@ -262,13 +245,14 @@ def _standing(
 ) -> str | None:
     """The verdict's winner if it stands (None otherwise): no contender has two launches too
     far apart to tell which is bad, the winner has more than one launch (unless
-    ``max_replicates`` is 1), and no single launch decides the order (:func:`_survives`)."""
+    ``max_replicates`` is 1), and no single launch decides the order
+    (:func:`~sweep.search.comparisons.survives`)."""
     winner = verdict.winner
     if winner is None or doubtful & set(contenders(verdict.est, options)):
         return None
     if len(configs[winner]) < min(WINNER_LAUNCHES, options.max_replicates):
         return None  # its one launch would decide: a bad launch must not be the answer
-    return winner if _survives(configs, options, winner) else None
+    return winner if survives(configs, options.tie_margin, winner) else None
 
 
 def _second_looks(
