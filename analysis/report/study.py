@@ -6,7 +6,7 @@ the document and matplotlib figures; :mod:`analysis.report.write` writes them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -30,36 +30,57 @@ from analysis.report.answer import answer_section, prediction_error_pct, predict
 from analysis.report.costmodel import cost_model_section, model_summary
 from analysis.report.data import FigureSet, ReportContent, StudyData
 from analysis.report.document import Block, Code, Document, Section, table
+from analysis.report.forked import Children
 from analysis.report.health import drift_section, failures_section, provenance_section
 from analysis.report.schedule import schedule_comparison, schedule_section
 from sweep.redact import redact_url
 
 
-def study_report(data: StudyData) -> ReportContent:
-    """The whole report of one study: summary, best, curves, cost model, drift, failures."""
+def study_report(
+    data: StudyData,
+    *,
+    kids: Children | None = None,
+    drawn: Callable[[str, Figure], object] | None = None,
+) -> ReportContent:
+    """The whole report of one study: summary, best, curves, cost model, drift, failures.
+
+    With ``kids``, the cost model is fitted in a forked child while the sections that do
+    not need it are built; ``drawn`` is told each figure as soon as it is drawn (the writer
+    starts saving it).
+    """
     with remembering():
-        return _study_report(data)
+        return _study_report(data, kids, drawn)
 
 
-def _study_report(data: StudyData) -> ReportContent:
-    figures = FigureSet()
+def _study_report(
+    data: StudyData, kids: Children | None, drawn: Callable[[str, Figure], object] | None
+) -> ReportContent:
+    figures = FigureSet(drawn)
     numbers = slim(data.trials)
+    fitting = kids.start(lambda: _fit(numbers)) if kids is not None else None
     schedule = best_per_level(data.trials)
-    model, model_error = _fit(numbers)
     verified = schedule_comparison(data)
     mix = workload.view_of(data)
-    sections = [
+    # the sections the model is not needed for first, while it is fitted
+    first = [
         _summary(data),
         answer_section(data),
         _best(data, schedule),
         *filter(None, [workload.workload_section(mix, figures)]),
         schedule_section(data, verified, figures),
-        _curves(numbers, figures, data.info.answer, model),
-        cost_model_section(numbers, model, model_error, figures),
+    ]
+    last = [
         _progress(numbers, figures),
         drift_section(data),
         failures_section(data.trials, figures),
         provenance_section(data),
+    ]
+    model, model_error = fitting.result() if fitting is not None else _fit(numbers)
+    sections = [
+        *first,
+        _curves(numbers, figures, data.info.answer, model),
+        cost_model_section(numbers, model, model_error, figures),
+        *last,
     ]
     title = f"Sweep report: {data.info.ref.name}"
     summary: dict[str, object] = {

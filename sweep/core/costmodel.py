@@ -36,6 +36,7 @@ neighbours of the leader and its rivals are launched before the search stops (do
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -192,6 +193,53 @@ def log_throughput(theta: Array, d: Design) -> Array:
     return np.asarray(np.log(accept_length(theta, d)) - np.log(cycle(theta, d)))
 
 
+def derivatives(theta: Array, d: Design) -> tuple[Array, Array, Array, Array]:
+    """log accept length and log cycle of every row of ``d``, and their gradients in
+    ``theta`` (rows × parameters), in closed form: the fit's Jacobian and every prediction's
+    uncertainty use them (finite differences cost a model evaluation per parameter)."""
+    n, depth = d.widths.shape
+    p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
+    phi = math.exp(theta[FALL])
+    position = np.arange(depth)[None, :]
+    raw = p * r**position * np.exp(-phi * (d.steps - 1.0))[:, None]
+    free = raw < CAP  # a capped depth does not move with the constants
+    chain = np.minimum(CAP, raw)
+    kept = np.maximum(d.widths - 1.0, 0.0)
+    siblings = (1.0 - g) ** kept
+    miss = (1.0 - chain) * siblings
+    inside = d.widths > 0
+    accepted = np.where(inside, 1.0 - miss, 0.0)
+    prefix = np.cumprod(accepted, axis=1)
+    length = 1.0 + prefix.sum(axis=1)
+    safe = np.where(inside, accepted, 1.0)
+    grad_accept = np.zeros((n, len(theta)))
+    moves = {  # d log P(depth accepted) / d constant
+        P: siblings * np.where(free, raw * (1.0 - p), 0.0),
+        R: siblings * np.where(free, raw * position * (1.0 - r), 0.0),
+        FALL: siblings * np.where(free, -raw * (d.steps - 1.0)[:, None] * phi, 0.0),
+        G: kept * g * miss,
+    }
+    for i, move in moves.items():
+        per_depth = np.where(inside, move / safe, 0.0)
+        grad_accept[:, i] = (prefix * np.cumsum(per_depth, axis=1)).sum(axis=1) / length
+    fam = theta[SHARED:].reshape(-1, PER_FAMILY)
+    terms = {
+        OVERHEAD: np.exp(fam[d.family, OVERHEAD]),
+        DRAFT: d.steps * np.exp(fam[d.family, DRAFT]),
+        GROWTH: d.pairs * np.exp(fam[d.family, GROWTH]),
+    }
+    branch = d.branches * math.exp(theta[BRANCH])
+    token = d.extra_tokens * math.exp(theta[TOKEN])
+    total = sum(terms.values()) + branch + token
+    grad_cycle = np.zeros((n, len(theta)))
+    grad_cycle[:, BRANCH] = branch / total
+    grad_cycle[:, TOKEN] = token / total
+    rows = np.arange(n)
+    for k, term in terms.items():
+        grad_cycle[rows, SHARED + PER_FAMILY * d.family + k] = term / total
+    return np.log(length), np.log(total), grad_accept, grad_cycle
+
+
 @dataclass(frozen=True)
 class Data:
     """Launches to fit: candidate rows, log throughput, log accept length (NaN: unknown)."""
@@ -236,6 +284,25 @@ def _residuals(theta: Array, sub: Design, data: Data, scale: float) -> Array:
     return np.concatenate(parts)
 
 
+def _jacobian(theta: Array, sub: Design, data: Data, scale: float) -> Array:
+    """The Jacobian of :func:`_residuals` (the priors are linear: a constant block)."""
+    _, _, grad_accept, grad_cycle = derivatives(theta, sub)
+    parts = [(grad_accept - grad_cycle) / data.value_sd]
+    known = ~np.isnan(data.log_accept)
+    if known.any():
+        parts.append(grad_accept[known] / data.accept_sd)
+    parts.append(_prior_jacobian(len(sub.families)))
+    return np.concatenate(parts)
+
+
+@functools.cache
+def _prior_jacobian(n_families: int) -> Array:
+    theta = np.zeros(SHARED + PER_FAMILY * n_families)
+    base = prior_residuals(theta, n_families, 0.0)
+    unit = np.eye(len(theta))
+    return np.stack([prior_residuals(e, n_families, 0.0) - base for e in unit], axis=1)
+
+
 @dataclass(frozen=True)
 class Fit:
     """Fitted constants (``theta``), their covariance, and how well they fit.
@@ -261,13 +328,8 @@ class Fit:
 
     def gradient(self, d: Design) -> tuple[Array, Array]:
         """log throughput of every row of ``d`` and its gradient in ``theta``."""
-        mean = log_throughput(self.theta, d)
-        grad = np.empty((len(mean), len(self.theta)))
-        for i in range(len(self.theta)):
-            step = np.zeros_like(self.theta)
-            step[i] = 1e-5
-            grad[:, i] = (log_throughput(self.theta + step, d) - mean) / 1e-5
-        return mean, grad
+        log_accept, log_cycle, grad_accept, grad_cycle = derivatives(self.theta, d)
+        return log_accept - log_cycle, grad_accept - grad_cycle
 
     def predict(self, d: Design, model_sd: float = 0.0) -> tuple[Array, Array]:
         """Mean and sd of log throughput for every row of ``d`` (``model_sd`` adds a floor
@@ -294,7 +356,17 @@ class Fit:
 def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
     """Fit the constants to ``data`` (launches of rows of ``d``) from a few starting points
     (and ``start``, e.g. the previous fit), keeping the best."""
-    # imported here: scipy.optimize costs ~0.5 s at start-up, and only this sampler needs it
+    from threadpoolctl import threadpool_limits
+
+    # one BLAS thread: at these sizes (launches × ~30 constants) a second thread only spins,
+    # doubling the CPU time (0.76 → 0.34 CPU s on a 2,000-trial report) and taking the core
+    # a forked report child or a parallel search needs
+    with threadpool_limits(1, user_api="blas"):
+        return _fit(d, data, start)
+
+
+def _fit(d: Design, data: Data, start: Array | None) -> Fit:
+    # imported here: scipy.optimize costs ~0.3 s at start-up, and only the fit needs it
     from scipy.optimize import least_squares
 
     sub = d.rows(data.rows)
@@ -303,7 +375,7 @@ def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
     best = None
     starts = _starts(len(d.families), scale, start)
     for i, x0 in enumerate(starts):
-        result = least_squares(_residuals, x0, args=(sub, data, scale), method="trf")
+        result = least_squares(_residuals, x0, jac=_jacobian, args=(sub, data, scale), method="trf")
         if best is None or result.cost < best.cost:
             best = result
         n = max(1, len(data.rows))
