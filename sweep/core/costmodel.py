@@ -175,17 +175,10 @@ def accept_length(theta: Array, d: Design) -> Array:
 
 def cycle(theta: Array, d: Design) -> Array:
     """Cycle time (in the objective's inverse units) of every row of ``d``."""
-    fam = theta[SHARED:].reshape(-1, PER_FAMILY)
-    overhead = np.exp(fam[d.family, OVERHEAD])
-    draft = np.exp(fam[d.family, DRAFT])
-    growth = np.exp(fam[d.family, GROWTH])
-    return np.asarray(
-        overhead
-        + d.steps * draft
-        + d.pairs * growth
-        + d.branches * math.exp(theta[BRANCH])
-        + d.extra_tokens * math.exp(theta[TOKEN])
-    )
+    fam = np.exp(theta[SHARED:].reshape(-1, PER_FAMILY))[d.family]
+    per_family = fam[:, OVERHEAD] + d.steps * fam[:, DRAFT] + d.pairs * fam[:, GROWTH]
+    shared = d.branches * math.exp(theta[BRANCH]) + d.extra_tokens * math.exp(theta[TOKEN])
+    return np.asarray(per_family + shared)
 
 
 def log_throughput(theta: Array, d: Design) -> Array:
@@ -195,8 +188,7 @@ def log_throughput(theta: Array, d: Design) -> Array:
 
 def derivatives(theta: Array, d: Design) -> tuple[Array, Array, Array, Array]:
     """log accept length and log cycle of every row of ``d``, and their gradients in
-    ``theta`` (rows × parameters), in closed form: the fit's Jacobian and every prediction's
-    uncertainty use them (finite differences cost a model evaluation per parameter)."""
+    ``theta`` (rows × parameters), in closed form (the fit's Jacobian, predictions' sds)."""
     n, depth = d.widths.shape
     p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
     phi = math.exp(theta[FALL])
@@ -222,11 +214,11 @@ def derivatives(theta: Array, d: Design) -> tuple[Array, Array, Array, Array]:
     for i, move in moves.items():
         per_depth = np.where(inside, move / safe, 0.0)
         grad_accept[:, i] = (prefix * np.cumsum(per_depth, axis=1)).sum(axis=1) / length
-    fam = theta[SHARED:].reshape(-1, PER_FAMILY)
+    fam = np.exp(theta[SHARED:].reshape(-1, PER_FAMILY))[d.family]
     terms = {
-        OVERHEAD: np.exp(fam[d.family, OVERHEAD]),
-        DRAFT: d.steps * np.exp(fam[d.family, DRAFT]),
-        GROWTH: d.pairs * np.exp(fam[d.family, GROWTH]),
+        OVERHEAD: fam[:, OVERHEAD],
+        DRAFT: d.steps * fam[:, DRAFT],
+        GROWTH: d.pairs * fam[:, GROWTH],
     }
     branch = d.branches * math.exp(theta[BRANCH])
     token = d.extra_tokens * math.exp(theta[TOKEN])
@@ -358,9 +350,8 @@ def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
     (and ``start``, e.g. the previous fit), keeping the best."""
     from threadpoolctl import threadpool_limits
 
-    # one BLAS thread: at these sizes (launches × ~30 constants) a second thread only spins,
-    # doubling the CPU time (0.76 → 0.34 CPU s on a 2,000-trial report) and taking the core
-    # a forked report child or a parallel search needs
+    # one BLAS thread: at these sizes a second one only spins (0.34 → 0.76 CPU s on a
+    # 2,000-trial report), taking the core a forked report child or a parallel search needs
     with threadpool_limits(1, user_api="blas"):
         return _fit(d, data, start)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from sweep.search.launches import Estimate, Launch
+from sweep.search.launches import Estimate, Launch, Prior, combine
 
 
 @dataclass(frozen=True)
@@ -187,3 +187,28 @@ def survives(configs: Mapping[str, Sequence[Launch]], margin: float, winner: str
             if fewer[winner] < (1 - margin) * top:
                 return False
     return True
+
+
+def informed_estimates(
+    est: Mapping[str, Estimate], prior: Mapping[str, Prior]
+) -> dict[str, Estimate]:
+    """Every configuration's estimate combined with the cost model's held-out prediction of
+    it (fitted to every *other* launch) by precision."""
+    return {k: combine(e, prior.get(k)) for k, e in est.items()}
+
+
+def model_agrees(
+    winner: str,
+    est: Mapping[str, Estimate],
+    chance: Mapping[str, float],
+    options: ConfirmOptions,
+    prior: Mapping[str, Prior] | None,
+) -> bool:
+    """Whether a winner its launches put within the margin (``chance``) stays there, at the
+    confidence, with the cost model's held-out predictions combined in
+    (:func:`informed_estimates`). The model can only withhold confidence, never give it; a
+    tie established by the equivalence test is the launches' alone."""
+    if not prior or chance[winner] < options.confidence:
+        return True
+    informed = informed_estimates(est, prior)
+    return within_margin_probability(winner, informed, options.tie_margin) >= options.confidence

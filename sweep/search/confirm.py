@@ -30,7 +30,9 @@ from sweep.search.comparisons import (
     advantage,
     contenders,
     equivalent,
+    informed_estimates,
     launches_to_decide,
+    model_agrees,
     survives,
     within_margin_probability,
 )
@@ -158,7 +160,8 @@ def decide(
     the contenders pass the equivalence test (:func:`~sweep.search.comparisons.equivalent`:
     every pairwise ratio within the margin, two one-sided tests) and it is the simplest of
     them — and, either way, the same holds with any one launch of a contender left out (no
-    single launch decides the order).
+    single launch decides the order), and in (a) the cost model does not disagree
+    (:func:`~sweep.search.comparisons.model_agrees`).
 
     Args:
         launches: every measured configuration's launches (values or
@@ -175,8 +178,8 @@ def decide(
             competitors.
         prior: the cost model's held-out prediction of each configuration
             (:meth:`PhysicsSampler.holdout_predictions`): the labelled ``model_mean``, and
-            which configuration a not-confident decision names; never its value, its
-            intervals or its confidence.
+            which configuration a not-confident decision names; it may withhold confidence
+            (never give it), and never changes the value or the intervals.
 
     Returns:
         :class:`Relaunch` when another round can still change the answer, else the
@@ -191,6 +194,8 @@ def decide(
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
     looks = _second_looks(verdict, configs, doubtful, options, prior)
     winner = None if looks else _standing(verdict, configs, doubtful, options)
+    if winner is not None and not model_agrees(winner, verdict.est, verdict.chance, options, prior):
+        winner = None  # the cost model withholds confidence (it never gives it)
     if winner is not None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
     order = _round(verdict, launches, options, remaining, baseline, looks)
@@ -348,7 +353,7 @@ def _undecided(verdict: _Verdict, excluded: Collection[str], inputs: _Inputs) ->
     informed = None
     if inputs.prior:
         margin = inputs.options.tie_margin
-        combined = {k: combine(e, inputs.prior.get(k)) for k, e in est.items()}
+        combined = informed_estimates(est, inputs.prior)
         informed = {k: within_margin_probability(k, combined, margin) for k in eligible}
     ranked = informed or chance
     best = max(eligible, key=lambda k: (ranked[k], est[k].mean))

@@ -179,6 +179,23 @@ def test_the_model_never_makes_an_answer_confident_and_its_figure_is_labelled() 
     )
 
 
+def test_the_model_can_withhold_confidence_from_lucky_launches() -> None:
+    launches = {"a": [104.0, 104.5, 103.5, 104.0], "b": [100.0, 100.5]}
+    alone = decide(launches, TWO_PERCENT)
+    assert isinstance(alone, Decision) and alone.confident and alone.winner == "a"
+    # every other launch puts a 4 % behind b: a's four launches may be a run of luck
+    prior = {"a": Prediction(98.0, 0.5, 97.0, 99.0), "b": Prediction(102.0, 0.5, 101.0, 103.0)}
+    more = decide(launches, TWO_PERCENT, prior=prior)
+    assert isinstance(more, Relaunch) and "b" in more.order
+    spent = decide(launches, TWO_PERCENT, prior=prior, remaining=0)
+    assert isinstance(spent, Decision) and not spent.confident
+    # a model that agrees changes nothing
+    agreeing = {"a": Prediction(104.0, 0.5, 103.0, 105.0), "b": Prediction(100.0, 0.5, 99.0, 101.0)}
+    same = decide(launches, TWO_PERCENT, prior=agreeing)
+    assert isinstance(same, Decision) and same.confident and same.winner == "a"
+    assert same.estimate.mean == alone.estimate.mean == pytest.approx(104.0)
+
+
 def test_the_equivalence_test_establishes_a_tie_the_joint_bound_cannot() -> None:
     launches = {"c": [100.0] * 3, "b": [100.0] * 3, "a": [100.0] * 3}
     noise = LaunchVariance(0.0065**2, 30.0)
@@ -264,7 +281,11 @@ def test_a_rival_behind_only_by_a_launch_that_may_be_bad_is_launched_again() -> 
     prior = {"b": Prediction(101.0, 1.0, 99.0, 103.0)}
     again = decide(launches, TWO_PERCENT, prior=prior)
     assert isinstance(again, Relaunch) and again.order[:2] == ("a", "b")
-    settled = decide({**launches, "b": [95.0, 94.0]}, TWO_PERCENT, prior=prior)
+    # b's second launch agrees with its first; the model still disagrees (its held-out
+    # prediction never sees b's own launches), so b is measured until the launches outweigh it
+    second = decide({**launches, "b": [95.0, 94.0]}, TWO_PERCENT, prior=prior)
+    assert isinstance(second, Relaunch) and "b" in second.order
+    settled = decide({**launches, "b": [95.0, 94.0, 94.5, 95.5]}, TWO_PERCENT, prior=prior)
     assert isinstance(settled, Decision) and settled.confident and settled.winner == "a"
     # where the model agrees with the launch, nothing more is asked
     agrees = {"b": Prediction(95.5, 1.0, 93.5, 97.5)}
