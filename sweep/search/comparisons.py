@@ -190,11 +190,11 @@ def survives(configs: Mapping[str, Sequence[Launch]], margin: float, winner: str
 
 
 def informed_estimates(
-    est: Mapping[str, Estimate], prior: Mapping[str, Prior]
+    est: Mapping[str, Estimate], prior: Mapping[str, Prior] | None
 ) -> dict[str, Estimate]:
     """Every configuration's estimate combined with the cost model's held-out prediction of
     it (fitted to every *other* launch) by precision."""
-    return {k: combine(e, prior.get(k)) for k, e in est.items()}
+    return {k: combine(e, (prior or {}).get(k)) for k, e in est.items()}
 
 
 def model_agrees(

@@ -195,7 +195,7 @@ def decide(
     looks = _second_looks(verdict, configs, doubtful, options, prior)
     winner = None if looks else _standing(verdict, configs, doubtful, options)
     if winner is not None and not model_agrees(winner, verdict.est, verdict.chance, options, prior):
-        winner = None  # the cost model withholds confidence (it never gives it)
+        winner, looks = None, tuple(contenders(informed_estimates(verdict.est, prior), options))
     if winner is not None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
     order = _round(verdict, launches, options, remaining, baseline, looks)
