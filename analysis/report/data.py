@@ -73,7 +73,7 @@ class FigureSet:
 
     def __init__(self, drawn: Callable[[str, Figure], object] | None = None) -> None:
         self.figures: dict[str, Figure] = {}
-        self.drawn = drawn  # told each figure once drawn (the writer saves it meanwhile)
+        self.on_drawn = drawn  # told each figure once drawn (the writer saves it meanwhile)
 
     def draw(self, name: str, draw: Callable[[], object], caption: str = "") -> FigureRef | str:
         """Draw one figure (an Axes or a Figure); on CostModelError, say why it is missing."""
@@ -84,6 +84,6 @@ class FigureSet:
         figure = drawn if isinstance(drawn, Figure) else getattr(drawn, "figure", None)
         assert isinstance(figure, Figure)
         self.figures[name] = figure
-        if self.drawn is not None:
-            self.drawn(name, figure)
+        if self.on_drawn is not None:
+            self.on_drawn(name, figure)
         return FigureRef(name, caption or CAPTIONS[name])

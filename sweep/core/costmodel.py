@@ -162,23 +162,36 @@ def sigmoid(x: float | Array) -> float | Array:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _rule(theta: Array, d: Design) -> tuple[Array, Array, Array]:
+    """The chain/tree rule per row and depth: p · r^(i−1) · e^(−φ(s−1)) before the cap, and
+    P(missed), P(accepted) given the shallower depths were (0 beyond the tree)."""
+    p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
+    position = np.arange(d.widths.shape[1], dtype=float)[None, :]
+    raw = np.asarray(p * r**position * np.exp(-math.exp(theta[FALL]) * (d.steps - 1.0))[:, None])
+    miss = (1.0 - np.minimum(CAP, raw)) * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
+    return raw, miss, np.where(d.widths > 0, 1.0 - miss, 0.0)
+
+
 def accept_length(theta: Array, d: Design) -> Array:
     """Expected tokens per verify cycle (bonus token included) of every row of ``d``."""
-    p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
-    depth = d.widths.shape[1]
-    fall = np.exp(-math.exp(theta[FALL]) * (d.steps - 1.0))[:, None]
-    chain = np.minimum(CAP, p * r ** np.arange(depth)[None, :] * fall)
-    miss = (1.0 - chain) * (1.0 - g) ** np.maximum(d.widths - 1.0, 0.0)
-    accepted = np.where(d.widths > 0, 1.0 - miss, 0.0)
-    return np.asarray(1.0 + np.cumprod(accepted, axis=1).sum(axis=1))
+    return np.asarray(1.0 + np.cumprod(_rule(theta, d)[2], axis=1).sum(axis=1))
+
+
+def _cycle_terms(theta: Array, d: Design) -> tuple[dict[int, Array], dict[int, Array]]:
+    """Every row's cycle, term by term: its family's (keyed by ``OVERHEAD``, ``DRAFT``,
+    ``GROWTH``) and the shared ones (keyed by their parameters, ``BRANCH`` and ``TOKEN``)."""
+    fam = np.exp(theta[SHARED:].reshape(-1, PER_FAMILY))[d.family]
+    per_family = {
+        k: w * fam[:, k] for k, w in ((OVERHEAD, 1.0), (DRAFT, d.steps), (GROWTH, d.pairs))
+    }
+    shared = {k: w * math.exp(theta[k]) for k, w in ((BRANCH, d.branches), (TOKEN, d.extra_tokens))}
+    return per_family, shared
 
 
 def cycle(theta: Array, d: Design) -> Array:
     """Cycle time (in the objective's inverse units) of every row of ``d``."""
-    fam = np.exp(theta[SHARED:].reshape(-1, PER_FAMILY))[d.family]
-    per_family = fam[:, OVERHEAD] + d.steps * fam[:, DRAFT] + d.pairs * fam[:, GROWTH]
-    shared = d.branches * math.exp(theta[BRANCH]) + d.extra_tokens * math.exp(theta[TOKEN])
-    return np.asarray(per_family + shared)
+    per_family, shared = _cycle_terms(theta, d)
+    return np.asarray(sum(per_family.values()) + sum(shared.values()))
 
 
 def log_throughput(theta: Array, d: Design) -> Array:
@@ -189,46 +202,33 @@ def log_throughput(theta: Array, d: Design) -> Array:
 def derivatives(theta: Array, d: Design) -> tuple[Array, Array, Array, Array]:
     """log accept length and log cycle of every row of ``d``, and their gradients in
     ``theta`` (rows × parameters), in closed form (the fit's Jacobian, predictions' sds)."""
-    n, depth = d.widths.shape
+    n = len(d.steps)
     p, r, g = (float(sigmoid(theta[i])) for i in (P, R, G))
     phi = math.exp(theta[FALL])
-    position = np.arange(depth)[None, :]
-    raw = p * r**position * np.exp(-phi * (d.steps - 1.0))[:, None]
-    free = raw < CAP  # a capped depth does not move with the constants
-    chain = np.minimum(CAP, raw)
-    kept = np.maximum(d.widths - 1.0, 0.0)
-    siblings = (1.0 - g) ** kept
-    miss = (1.0 - chain) * siblings
-    inside = d.widths > 0
-    accepted = np.where(inside, 1.0 - miss, 0.0)
+    raw, miss, accepted = _rule(theta, d)
     prefix = np.cumprod(accepted, axis=1)
     length = 1.0 + prefix.sum(axis=1)
+    chain = np.where(raw < CAP, raw, 0.0)  # a capped depth does not move with the constants
+    siblings = miss / (1.0 - np.minimum(CAP, raw))  # (1 − g)^(extra siblings)
+    moves = {  # −d P(depth missed) / d constant
+        P: siblings * chain * (1.0 - p),
+        R: siblings * chain * np.arange(raw.shape[1]) * (1.0 - r),
+        FALL: -siblings * chain * (d.steps - 1.0)[:, None] * phi,
+        G: np.maximum(d.widths - 1.0, 0.0) * g * miss,
+    }
+    inside = d.widths > 0
     safe = np.where(inside, accepted, 1.0)
     grad_accept = np.zeros((n, len(theta)))
-    moves = {  # d log P(depth accepted) / d constant
-        P: siblings * np.where(free, raw * (1.0 - p), 0.0),
-        R: siblings * np.where(free, raw * position * (1.0 - r), 0.0),
-        FALL: siblings * np.where(free, -raw * (d.steps - 1.0)[:, None] * phi, 0.0),
-        G: kept * g * miss,
-    }
-    for i, move in moves.items():
+    for i, move in moves.items():  # d log P(depth accepted), summed down the prefix
         per_depth = np.where(inside, move / safe, 0.0)
         grad_accept[:, i] = (prefix * np.cumsum(per_depth, axis=1)).sum(axis=1) / length
-    fam = np.exp(theta[SHARED:].reshape(-1, PER_FAMILY))[d.family]
-    terms = {
-        OVERHEAD: fam[:, OVERHEAD],
-        DRAFT: d.steps * fam[:, DRAFT],
-        GROWTH: d.pairs * fam[:, GROWTH],
-    }
-    branch = d.branches * math.exp(theta[BRANCH])
-    token = d.extra_tokens * math.exp(theta[TOKEN])
-    total = sum(terms.values()) + branch + token
+    per_family, shared = _cycle_terms(theta, d)
+    total = sum(per_family.values()) + sum(shared.values())
     grad_cycle = np.zeros((n, len(theta)))
-    grad_cycle[:, BRANCH] = branch / total
-    grad_cycle[:, TOKEN] = token / total
-    rows = np.arange(n)
-    for k, term in terms.items():
-        grad_cycle[rows, SHARED + PER_FAMILY * d.family + k] = term / total
+    for i, term in shared.items():
+        grad_cycle[:, i] = term / total
+    for k, term in per_family.items():
+        grad_cycle[np.arange(n), SHARED + PER_FAMILY * d.family + k] = term / total
     return np.log(length), np.log(total), grad_accept, grad_cycle
 
 

@@ -47,6 +47,25 @@ def test_tree_widths_keep_the_chain_then_shallow_siblings() -> None:
     assert costmodel.tree_widths(5, 2, 3, 5) == [1, 1, 0, 0, 0]  # budget below the steps
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_closed_form_gradients_are_the_model_s(seed: int) -> None:
+    d = costmodel.design(valid_candidates(parse_study(STUDY, "t.toml")))
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(0.0, 0.7, d.n_params)
+    theta[costmodel.P] = 5.0 if seed == 2 else 1.0  # seed 2: the first depth capped
+    theta[costmodel.R] = 2.0
+    log_accept, log_cycle, grad_accept, grad_cycle = costmodel.derivatives(theta, d)
+    assert log_accept == pytest.approx(np.log(costmodel.accept_length(theta, d)), rel=1e-12)
+    assert log_cycle == pytest.approx(np.log(costmodel.cycle(theta, d)), rel=1e-12)
+    for i in range(d.n_params):  # central differences of the model itself
+        step = np.zeros(d.n_params)
+        step[i] = 1e-6
+        numeric = (
+            costmodel.log_throughput(theta + step, d) - costmodel.log_throughput(theta - step, d)
+        ) / 2e-6
+        assert grad_accept[:, i] - grad_cycle[:, i] == pytest.approx(numeric, abs=1e-7)
+
+
 def test_accept_length_is_the_eagle_rule() -> None:
     profile = load_profile("default")
     flat = dataclasses.replace(
