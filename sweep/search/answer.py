@@ -110,7 +110,7 @@ def within_reach(decision: Decision, launches: int) -> bool:
     return more * len(keys) <= launches
 
 
-CONFIRM_FLOOR = 6  # two contenders to 3 launches each (4), the baseline once, and one relaunch
+CONFIRM_FLOOR = 5  # two contenders from one launch to 3 each (4) and the baseline once
 
 
 def confirmation_budget(search_launches: int, share: float) -> int:

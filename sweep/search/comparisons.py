@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special
 
-from sweep.search.launches import Estimate, Launch, Prior, combine
+from sweep.search.launches import Estimate, Launch, LaunchVariance, Prior, combine, estimates
 
 
 @dataclass(frozen=True)
@@ -212,3 +212,22 @@ def model_agrees(
         return True
     informed = informed_estimates(est, prior)
     return within_margin_probability(winner, informed, options.tie_margin) >= options.confidence
+
+
+def selection_agrees(
+    winner: str,
+    configs: Mapping[str, Sequence[Launch]],
+    variance: LaunchVariance,
+    chance: Mapping[str, float],
+    options: ConfirmOptions,
+) -> bool:
+    """Whether a winner its launches put within the margin (``chance``) stays there, at the
+    confidence, with its first launch left out. That launch is the one that made it a
+    contender: the search keeps the best of many noisy first launches, so the leader's is
+    high by selection (the winner's curse) and only the launches made after it are
+    unbiased. Like :func:`model_agrees`, it can only withhold confidence."""
+    mine = configs[winner]
+    if chance[winner] < options.confidence or len(mine) < 2:
+        return True
+    later = estimates({**configs, winner: mine[1:]}, variance)
+    return within_margin_probability(winner, later, options.tie_margin) >= options.confidence

@@ -33,6 +33,7 @@ from sweep.search.comparisons import (
     informed_estimates,
     launches_to_decide,
     model_agrees,
+    selection_agrees,
     survives,
     within_margin_probability,
 )
@@ -194,7 +195,10 @@ def decide(
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
     looks = _second_looks(verdict, configs, doubtful, options, prior)
     winner = None if looks else _standing(verdict, configs, doubtful, options)
-    if winner is not None and not model_agrees(winner, verdict.est, verdict.chance, options, prior):
+    if winner is not None and not (
+        model_agrees(winner, verdict.est, verdict.chance, options, prior)
+        and selection_agrees(winner, configs, variance, verdict.chance, options)
+    ):
         winner, looks = None, tuple(contenders(informed_estimates(verdict.est, prior), options))
     if winner is not None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
