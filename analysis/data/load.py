@@ -165,6 +165,38 @@ def load_study_data(study: StudyLike) -> tuple[LoadedStudy, pd.DataFrame, pd.Dat
     return info, attach_baselines(trials, baselines), baselines
 
 
+def count_trials(info: LoadedStudy) -> int:
+    """How many trials the study has (any state)."""
+    return _read(info.ref, stored.trial_count)
+
+
+def trial_frame(info: LoadedStudy, numbers: range | None = None) -> pd.DataFrame:
+    """The trial frame of the trials numbered in ``numbers`` (all: None), not yet paired with
+    baselines; :func:`joined` puts parts together (a report loads them in two processes).
+
+    Raises:
+        AnalysisError: the study is not in its storage.
+        ValueError: ``numbers`` has a step other than 1.
+    """
+    if numbers is not None and numbers.step != 1:
+        raise ValueError(f"trial numbers must be a step-1 range, got {numbers}")
+    trials = _read(info.ref, lambda url, name: stored.frozen_trials(url, name, numbers))
+    return _frame(trials, info.context())
+
+
+def joined(
+    info: LoadedStudy, parts: Sequence[pd.DataFrame], baselines: pd.DataFrame
+) -> pd.DataFrame:
+    """Trial-frame ``parts`` (:func:`trial_frame`, in trial order) as one frame paired with
+    ``baselines``: what :func:`load_study_data` gives."""
+    full = [p for p in parts if not p.empty]
+    if len(full) > 1:
+        trials = typed(pd.concat(full, ignore_index=True), [f"tag_{k}" for k in info.tags])
+    else:
+        trials = full[0] if full else _frame([], info.context())
+    return attach_baselines(trials, baselines)
+
+
 def load_baselines(study: StudyLike | LoadedStudy) -> pd.DataFrame:
     """The no-speculation baselines of a study, in the trial frame's shape (empty if none)."""
     info = study if isinstance(study, LoadedStudy) else load_study_info(study)

@@ -11,15 +11,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from matplotlib.figure import Figure
 
 from analysis.data.load import LoadedStudy
 from analysis.data.schema import empty_frame
 from analysis.data.workload import cells_frame
 from analysis.errors import CostModelError
 from analysis.report.document import Document, FigureRef
+
+if TYPE_CHECKING:  # matplotlib loads with the first figure drawn, not with the report's data
+    from matplotlib.figure import Figure
 
 CAPTIONS = {
     "throughput_vs_steps": "Throughput vs speculative steps, one line per (draft TP, topk, draft "
@@ -81,6 +84,8 @@ class FigureSet:
             drawn = draw()
         except CostModelError as exc:
             return f"(figure left out: {exc})"
+        from matplotlib.figure import Figure
+
         figure = drawn if isinstance(drawn, Figure) else getattr(drawn, "figure", None)
         assert isinstance(figure, Figure)
         self.figures[name] = figure

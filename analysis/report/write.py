@@ -22,20 +22,35 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
-from matplotlib.figure import Figure
 
-from analysis.data.load import StudyLike, load_schedules, load_study_data, load_trials, study_ref
+from analysis.data.load import (
+    StudyLike,
+    StudyRef,
+    count_trials,
+    joined,
+    load_baselines,
+    load_schedules,
+    load_study_info,
+    load_trials,
+    study_ref,
+    trial_frame,
+)
 from analysis.errors import AnalysisError
-from analysis.models.compare import compare_studies
-from analysis.report.compare import comparison_report
 from analysis.report.data import ReportContent, StudyData
 from analysis.report.document import to_html, to_markdown
 from analysis.report.forked import Children, Job, children
-from analysis.report.study import study_report
 from sweep.files import atomic_write, building_folder
 from sweep.store.read import no_gc  # the report builds as many small objects as loading
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# What draws the reports (matplotlib, the sections, the cost model: ~0.45 s of imports) is
+# imported when a report is built, not with this module: `sweep report` reads the study in
+# a forked child meanwhile (:func:`_load`).
 
 FIGURE_FORMATS = ("png", "svg", "pdf")
 EXPORT_FORMATS = ("csv", "parquet")
@@ -103,14 +118,37 @@ def write_report(
     """
     chosen = check_formats(formats)
     with no_gc():
-        info, trials, baselines = load_study_data(study_ref(study, storage))
-        data = StudyData(info, trials, baselines, load_schedules(info))
+        with children() as kids:
+            data = _load(study_ref(study, storage), kids)
         return _write_study(data, Path(folder), chosen)
+
+
+LOADED_HERE = 3  # this process reads 1/3 of the trials (it imports meanwhile), a child the rest
+
+
+def _load(ref: StudyRef, kids: Children) -> StudyData:
+    """The study's data (what :func:`~analysis.data.load.load_study_data` gives), read by two
+    processes: a forked child reads the baselines, the verified schedules and the later two
+    thirds of the trials while this one imports what builds the report and reads the first
+    third. Without a child, the same is read here."""
+    info = load_study_info(ref)
+    count = count_trials(info)
+    cut = count // LOADED_HERE
+    theirs = kids.start(
+        lambda: (trial_frame(info, range(cut, count)), load_baselines(info), load_schedules(info))
+    )
+    from analysis.report import study  # noqa: F401  (the imports this process makes meanwhile)
+
+    mine = trial_frame(info, range(cut))
+    rest, baselines, schedules = theirs.result()
+    return StudyData(info, joined(info, [mine, rest], baselines), baselines, schedules)
 
 
 def _write_study(study: StudyData, out: Path, chosen: tuple[str, ...]) -> ReportFiles:
     """Build and write the report; data exports, the cost-model fit and every figure's saving
     run in forked children while the content is built (:mod:`analysis.report.forked`)."""
+    from analysis.report.study import study_report
+
     with building_folder(out) as staging, children() as kids:
         _ = study.cells  # unfolded once, here, before the children that read them
         exporting = kids.start(lambda: _study_exports(study, staging))
@@ -148,6 +186,9 @@ def write_comparison(
         AnalysisError: fewer than two studies, a study missing, or a format unknown.
         OutputError: the folder cannot be written (nothing partial is left in it).
     """
+    from analysis.models.compare import compare_studies
+    from analysis.report.compare import comparison_report
+
     chosen = check_formats(formats)
     refs = [study_ref(s) for s in studies]
     if len(refs) < 2:

@@ -5,6 +5,7 @@ Optuna's private storage API.
 from __future__ import annotations
 
 import logging
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -77,6 +78,18 @@ def sql_engine(url: str) -> sa.Engine:
     if url not in _engines:
         _engines[url] = sa.create_engine(url, **engine_kwargs(url))
     return _engines[url]
+
+
+def _forget_connections() -> None:
+    """In a forked child: leave the parent's pooled connections to the parent (a connection
+    used from two processes corrupts both; SQLAlchemy's advice for ``os.fork``), so the
+    child opens its own."""
+    for engine in _engines.values():
+        engine.dispose(close=False)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_connections)
 
 
 def ensure_tables(url: str) -> None:

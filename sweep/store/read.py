@@ -65,9 +65,8 @@ def study_user_attrs(url: str, name: str) -> dict[str, Any]:
         return {str(key): json.loads(value) for key, value in conn.execute(query)}
 
 
-def frozen_trials(url: str, name: str) -> list[FrozenTrial]:
-    """Every trial of the study ``name``, in trial order, as Optuna's ``FrozenTrial`` with
-    number, state, value(s), user and system attributes (no parameters, no distributions).
+def trial_count(url: str, name: str) -> int:
+    """How many trials the study ``name`` has (any state).
 
     Raises:
         KeyError: no study of that name is stored there.
@@ -75,10 +74,31 @@ def frozen_trials(url: str, name: str) -> list[FrozenTrial]:
     """
     with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
         study_id = _study_id(conn, name)
-        mine = sa.select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == study_id)
+        query = sa.select(sa.func.count()).where(_TRIALS.c.study_id == study_id)
+        return int(conn.execute(query).scalar() or 0)
+
+
+def frozen_trials(url: str, name: str, numbers: range | None = None) -> list[FrozenTrial]:
+    """Every trial of the study ``name`` (or those numbered in ``numbers``, a step-1 range),
+    in trial order, as Optuna's ``FrozenTrial`` with number, state, value(s), user and
+    system attributes (no parameters, no distributions).
+
+    Raises:
+        KeyError: no study of that name is stored there.
+        StorageError: the database cannot be read.
+        ValueError: ``numbers`` has a step other than 1.
+    """
+    if numbers is not None and numbers.step != 1:
+        raise ValueError(f"trial numbers must be a step-1 range, got {numbers}")
+    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
+        study_id = _study_id(conn, name)
+        which = _TRIALS.c.study_id == study_id
+        if numbers is not None:
+            which = which & _TRIALS.c.number.between(numbers.start, numbers.stop - 1)
+        mine = sa.select(_TRIALS.c.trial_id).where(which)
         trials = conn.execute(
             sa.select(_TRIALS.c.trial_id, _TRIALS.c.number, _TRIALS.c.state)
-            .where(_TRIALS.c.study_id == study_id)
+            .where(which)
             .order_by(_TRIALS.c.trial_id)
         ).all()
         values = conn.execute(

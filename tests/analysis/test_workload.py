@@ -9,7 +9,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.data.load import load_study_data, load_trials, study_ref
+from analysis.data.load import (
+    count_trials,
+    joined,
+    load_study_data,
+    load_trials,
+    study_ref,
+    trial_frame,
+)
 from analysis.data.workload import cells_frame, per_category_best, workload_view
 from analysis.models.compare import compare_studies
 from analysis.report.compare import comparison_report
@@ -43,6 +50,23 @@ def test_the_tidy_frame_keeps_one_row_per_level_and_the_cells_unfold(study: Path
     assert len(one) == len(CATEGORIES) * len(CONTEXTS) * 2
     assert set(one["category"]) == set(CATEGORIES) and set(one["input_len"]) == set(CONTEXTS)
     assert not cells_frame(baselines).empty
+
+
+@pytest.mark.parametrize("cut", [0, 1, 4, None])
+def test_trials_read_in_parts_join_into_the_whole_frame(study: Path, cut: int | None) -> None:
+    """What a report reads in two processes (:func:`trial_frame` by trial numbers, then
+    :func:`joined`) is the frame :func:`load_study_data` reads at once, cells and all."""
+    info, trials, baselines = load_study_data(study_ref(study))
+    count = count_trials(info)
+    assert count == trials["trial"].nunique() and count > 4
+    cut = count if cut is None else cut
+    parts = [trial_frame(info, range(cut)), trial_frame(info, range(cut, count))]
+    assert [p["trial"].nunique() for p in parts] == [cut, count - cut]
+    together = joined(info, parts, baselines)
+    pd.testing.assert_frame_equal(together, trials)
+    pd.testing.assert_frame_equal(cells_frame(together), cells_frame(trials))
+    with pytest.raises(ValueError, match="step-1 range"):
+        trial_frame(info, range(0, count, 2))
 
 
 def test_the_matrices_follow_the_categories_acceptance(study: Path) -> None:
