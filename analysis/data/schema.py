@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import numpy as np
 import pandas as pd
 
 INT = "Int64"
@@ -17,6 +18,9 @@ FLOAT = "float64"
 STR = "str"
 BOOL = "boolean"
 TIME = "datetime64[us, UTC]"
+# text held as Python strings (pandas' "str" with Python storage): frames are filtered and
+# iterated far more than they are computed on, and Arrow-backed text pays per ``take``/item
+TEXT = pd.StringDtype("python", na_value=np.nan)
 OBJECT = "object"  # kept as is (the workload cells of a trial: a tuple of dicts)
 
 SUMMARY_FIGURES = ("decode_tok_s", "output_tok_s")  # {n, mean, std, ci_low, ci_high, half_width}
@@ -143,6 +147,10 @@ def typed(frame: pd.DataFrame, extra: Iterable[str] = ()) -> pd.DataFrame:
 
 
 def _as(column: pd.Series, dtype: str) -> pd.Series:
+    if dtype == STR:
+        if column.dtype == TEXT:
+            return column
+        return column.astype("object").where(column.notna(), None).astype(TEXT)
     if str(column.dtype) == dtype:
         return column
     if dtype == OBJECT:
@@ -156,4 +164,4 @@ def _as(column: pd.Series, dtype: str) -> pd.Series:
         return pd.to_numeric(column, errors="coerce").astype(INT)
     if dtype == FLOAT:
         return pd.to_numeric(column, errors="coerce").astype(FLOAT)
-    return column.astype("object").where(column.notna(), None).astype(STR)
+    raise ValueError(f"no such column type: {dtype}")

@@ -21,7 +21,7 @@ from analysis.data.load import (
     load_trials,
     study_ref,
 )
-from analysis.data.schema import typed
+from analysis.data.schema import TEXT, typed
 from analysis.data.speedup import Launch, attach_baselines
 from analysis.errors import AnalysisError
 from analysis.report.write import write_report
@@ -204,22 +204,23 @@ def test_golden_frame(synthetic: Path) -> None:
     expected = pd.DataFrame(
         {
             "trial": pd.array([0, 1, 2, 3], dtype="Int64"),
-            "kind": pd.array(["trial", "trial", "trial", "excluded"], dtype="str"),
-            "state": pd.array(["measured", "infeasible", "failed", "excluded"], dtype="str"),
+            "kind": pd.array(["trial", "trial", "trial", "excluded"], dtype=TEXT),
+            "state": pd.array(["measured", "infeasible", "failed", "excluded"], dtype=TEXT),
             "feasible": pd.array([True, False, True, False], dtype="boolean"),
             "num_steps": pd.array([2, 3, 4, 9], dtype="Int64"),
             "draft_tp": pd.array([1, 8, 8, 8], dtype="Int64"),
             "concurrency": pd.array([1, None, None, None], dtype="Int64"),
             "value": [truth.decode_tok_s, np.nan, np.nan, np.nan],
             "accept_length": [truth.accept_length, np.nan, np.nan, np.nan],
-            "failure_kind": pd.array([None, "oom", "ssh", None], dtype="str"),
+            "failure_kind": pd.array([None, "oom", "ssh", None], dtype=TEXT),
             "excluded_reason": pd.array(
-                [None, None, None, "illegal tree: too many draft tokens"], dtype="str"
+                [None, None, None, "illegal tree: too many draft tokens"], dtype=TEXT
             ),
             "baseline_trial": pd.array([0, None, None, None], dtype="Int64"),
         }
     )
     pd.testing.assert_frame_equal(df, expected, check_exact=False, rtol=1e-12)
+    assert all(str(df[c].dtype) == "str" for c in ("kind", "state", "failure_kind"))
 
 
 def test_study_info_reads_tags_and_objective(synthetic: Path) -> None:

@@ -144,6 +144,14 @@ def test_the_report_shows_the_section_and_writes_the_cells(study: Path, tmp_path
     assert all(0 <= steps <= 5 for row in table.values() for steps in row.values())
     cells = pd.read_csv(tmp_path / "out" / "workload.csv")
     assert {"category", "input_len", "concurrency", "accept_length"} <= set(cells.columns)
+    _info, trials, baselines = load_study_data(study_ref(study))
+    unfolded = pd.concat([cells_frame(trials), cells_frame(baselines)], ignore_index=True)
+    assert len(cells) == len(unfolded) and list(cells.columns) == list(unfolded.columns)
+    for name in ("accept_length", "decode_tok_s", "input_len", "concurrency", "trial"):
+        got, want = cells[name].astype(float), unfolded[name].astype(float)
+        assert got.tolist() == pytest.approx(want.tolist(), nan_ok=True)
+    assert cells["category"].tolist() == unfolded["category"].tolist()
+    assert cells["speculative"].tolist() == unfolded["speculative"].astype(bool).tolist()
     assert "workload_cells" not in pd.read_csv(tmp_path / "out" / "trials.csv", nrows=1).columns
 
 
