@@ -54,6 +54,7 @@ def confirm(run: RunContext) -> None:
     replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
     used = max(spent["launches"], replicated)
     labels = answer.labels_of(seen.trials)
+    near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
     while True:
         seen = run.history()
         launches = answer.launches_of(
@@ -71,6 +72,7 @@ def confirm(run: RunContext) -> None:
             holdout(run),
             with_baseline=not objective.weights,
             reserve=max(0, reserve),
+            near=near,
         )
         if step is None:
             return

@@ -7,15 +7,17 @@ stores :func:`answer_of` on the study when the decision is made.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from sweep.core.costmodel import Z95, Prediction  # Z95: a stored half-width is a 95 % interval
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
+from sweep.search.candidates import candidate_of
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, estimate, launch_variance
+from sweep.search.neighbours import Neighbours
 from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()
@@ -65,6 +67,20 @@ def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None
     return estimate(key, launches[key], launch_variance(launches.values())).mean
 
 
+def neighbours_of(
+    configs: Mapping[str, TrialConfig], target_tp: int
+) -> Callable[[str], tuple[str, ...]]:
+    """A configuration's neighbours among ``configs`` by key (steps ± 1 in its family, the
+    other draft TPs at its steps, draft tokens / topk one step away: :mod:`.neighbours`)."""
+    found = {k: candidate_of(c, {}, target_tp) for k, c in configs.items() if c.speculative}
+    near = Neighbours(list(found.values()))
+
+    def of(key: str) -> tuple[str, ...]:
+        return tuple(c.key for c in near.of(found[key])) if key in found else ()
+
+    return of
+
+
 def confirm_step(
     launches: Mapping[str, Sequence[Launch]],
     options: ConfirmOptions,
@@ -74,12 +90,14 @@ def confirm_step(
     *,
     with_baseline: bool = True,
     reserve: int = 0,
+    near: Callable[[str], Collection[str]] | None = None,
 ) -> Relaunch | Decision | None:
     """What the confirmation does next (``None``: nothing measured to decide between).
 
     ``reserve``: launches beyond ``remaining`` that may be spent when the budget is gone
     but the decision is within their reach (:func:`within_reach`): the answer is then
-    decided rather than left not confident for want of one or two launches.
+    decided rather than left not confident for want of one or two launches. ``near``: a
+    configuration's neighbours (:func:`~sweep.search.confirm.decide`).
     """
     if not [k for k in launches if k != BASELINE_KEY]:
         return None
@@ -90,7 +108,7 @@ def confirm_step(
 
     def step(left: int) -> Relaunch | Decision:
         return decide(given, variance, options, remaining=max(0, left), baseline=baseline,
-                      simplicity=simplicity, prior=prior)  # fmt: skip
+                      simplicity=simplicity, prior=prior, near=near)  # fmt: skip
 
     result = step(remaining)
     if isinstance(result, Decision) and within_reach(result, max(0, remaining) + reserve):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,6 +82,11 @@ def contenders(estimates: Mapping[str, Estimate], options: ConfirmOptions) -> li
         e.key for e in ranked if e.mean + _one_sided(options.confidence, e.dof) * e.stderr >= low
     ]
 
+
+LOOK_Z = 0.5  # a one-launch rival the model puts within this many sds of the margin: look again
+# how far below the margin one bad launch can put a configuration: an 8 % slow server start
+# (a noisy neighbour, a throttled GPU) and two launch σ (2 %) of ordinary noise
+BAD_REACH = 0.12
 
 QUADRATURE = 512  # points of the leader's distribution the joint probability averages over
 
@@ -231,3 +236,45 @@ def selection_agrees(
         return True
     later = estimates({**configs, winner: mine[1:]}, variance)
     return within_margin_probability(winner, later, options.tie_margin) >= options.confidence
+
+
+def second_looks(
+    winner: str,
+    configs: Mapping[str, Sequence[Launch]],
+    doubtful: Collection[str],
+    options: ConfirmOptions,
+    prior: Mapping[str, Prior] | None,
+    near: Callable[[str], Collection[str]] | None = None,
+    bad_seen: bool = False,
+) -> tuple[str, ...]:
+    """Configurations behind the ``winner`` only by a launch that may be a bad one, which
+    need another launch before the winner can stand: a *doubtful* configuration (two
+    launches too far apart to tell which is bad) whose better launch reaches the winner's
+    margin; a configuration with one launch below the margin that the cost model (its
+    held-out ``prior``, fitted to every other launch) could put above it (its mean +
+    ``LOOK_Z`` sd reaches the margin) — the one launch and the model disagree; and, once
+    this host has shown a bad launch (``bad_seen``: one left out, or a doubtful pair), a
+    neighbour of the winner (``near``) whose one launch is below the margin by no more than
+    a bad launch could put it (``BAD_REACH``) — the true optimum is most often the winner's
+    neighbour, and a slow server start must not decide the order."""
+    mine = configs[winner]
+    floor = (1 - options.tie_margin) * sum(x.value for x in mine) / len(mine)
+    close = set(near(winner)) if near is not None and bad_seen else set()
+    looks = []
+    for key, group in configs.items():
+        if key == winner or len(group) >= options.max_replicates:
+            continue
+        one = group[0].value if len(group) == 1 else None
+        if (
+            (key in doubtful and max(x.value for x in group) >= floor)
+            or (
+                one is not None
+                and one < floor
+                and prior
+                and key in prior
+                and prior[key].mean + LOOK_Z * prior[key].sd >= floor
+            )
+            or (one is not None and key in close and floor * (1 - BAD_REACH) <= one < floor)
+        ):
+            looks.append(key)
+    return tuple(sorted(looks, key=lambda k: (-max(x.value for x in configs[k]), k)))

@@ -33,6 +33,7 @@ from sweep.search.comparisons import (
     informed_estimates,
     launches_to_decide,
     model_agrees,
+    second_looks,
     selection_agrees,
     survives,
     within_margin_probability,
@@ -52,7 +53,6 @@ from sweep.search.launches import (
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
 WINNER_LAUNCHES = 2  # a confident winner has this many launches (one launch must not decide)
-LOOK_Z = 0.5  # a one-launch rival the model puts within this many sds of the margin: look again
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
@@ -152,6 +152,7 @@ def decide(
     simplicity: Simplicity | None = None,
     excluded: Collection[str] = (),
     prior: Mapping[str, Prior] | None = None,
+    near: Callable[[str], Collection[str]] | None = None,
 ) -> Relaunch | Decision:
     """Decide the winner from every configuration's launches, or ask for more.
 
@@ -181,6 +182,9 @@ def decide(
             (:meth:`PhysicsSampler.holdout_predictions`): the labelled ``model_mean``, and
             which configuration a not-confident decision names; it may withhold confidence
             (never give it), and never changes the value or the intervals.
+        near: a configuration's neighbours (steps ± 1, the other draft TPs, ...): once a
+            bad launch has been seen, the winner's with one launch a bad launch could have
+            put below the margin get a second look (:func:`~.comparisons.second_looks`).
 
     Returns:
         :class:`Relaunch` when another round can still change the answer, else the
@@ -193,7 +197,13 @@ def decide(
     configs, ignored, doubtful = robust_launches(raw, variance)
     verdict = _verdict(configs, variance, options, simplicity or _itself, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
-    looks = _second_looks(verdict, configs, doubtful, options, prior)
+    looks = (
+        second_looks(
+            verdict.winner, configs, doubtful, options, prior, near, bool(ignored or doubtful)
+        )
+        if verdict.winner is not None
+        else ()
+    )
     winner = None if looks else _standing(verdict, configs, doubtful, options)
     if winner is not None and not (
         model_agrees(winner, verdict.est, verdict.chance, options, prior)
@@ -264,39 +274,6 @@ def _standing(
     return winner if survives(configs, options.tie_margin, winner) else None
 
 
-def _second_looks(
-    verdict: _Verdict,
-    configs: Mapping[str, Sequence[Launch]],
-    doubtful: set[str],
-    options: ConfirmOptions,
-    prior: Mapping[str, Prior] | None,
-) -> tuple[str, ...]:
-    """Configurations behind the verdict's winner only by a launch that may be a bad one,
-    which need another launch before the winner can stand: a *doubtful* configuration
-    (two launches too far apart to tell which is bad) whose better launch reaches the
-    winner's margin, and a configuration with one launch below the margin that the cost
-    model (its held-out ``prior``, fitted to every other launch) could put above it (its
-    mean + ``LOOK_Z`` sd reaches the margin) — the one launch and the model disagree, and
-    a slow server start (a noisy neighbour, a throttled GPU) must not decide the order."""
-    winner = verdict.winner
-    if winner is None:
-        return ()
-    floor = (1 - options.tie_margin) * verdict.est[winner].mean
-    looks = []
-    for key, group in configs.items():
-        if key == winner or len(group) >= options.max_replicates:
-            continue
-        if (key in doubtful and max(x.value for x in group) >= floor) or (
-            len(group) == 1
-            and group[0].value < floor
-            and prior
-            and key in prior
-            and prior[key].mean + LOOK_Z * prior[key].sd >= floor
-        ):
-            looks.append(key)
-    return tuple(sorted(looks, key=lambda k: (-max(x.value for x in configs[k]), k)))
-
-
 def _round(
     verdict: _Verdict,
     launches: Mapping[str, Sequence[LaunchLike]],
@@ -307,7 +284,7 @@ def _round(
 ) -> tuple[str, ...]:
     """One interleaved round, where launches can change the answer: the verdict's winner or
     else the configuration most likely to be within the margin (the leader), then the
-    configurations needing a second look (:func:`_second_looks`), then the rivals whose
+    configurations needing a second look (:func:`~sweep.search.comparisons.second_looks`), then the rivals whose
     comparison with it is least certain (the likeliest to be better than it by more than
     the margin), up to ``ROUND``, each below the replicate cap; then the baseline if it has
     no launch yet (one launch gives its comparison; the budget goes to the contenders)."""

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from analysis.report.answer import _answer_rows
 from sweep.core.costmodel import Prediction
-from sweep.search.answer import EXTENSION, answer_of, answer_text, confirm_step, within_reach
+from sweep.core.space import TrialConfig
+from sweep.search.answer import (
+    EXTENSION,
+    answer_of,
+    answer_text,
+    confirm_step,
+    neighbours_of,
+    within_reach,
+)
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, LaunchVariance
@@ -70,3 +78,15 @@ def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> N
     undecided = confirm_step(far, ConfirmOptions(), 0, str, reserve=EXTENSION)
     assert isinstance(undecided, Decision) and not undecided.confident  # 5 more each: too far
     assert not within_reach(undecided, EXTENSION)
+
+
+def test_the_confirmation_knows_a_configuration_s_neighbours() -> None:
+    configs = [TrialConfig(s, 1, s + 1, tp) for s in (2, 3, 4) for tp in (1, 8)] + [
+        TrialConfig(speculative=False)
+    ]
+    near = neighbours_of({c.key(): c for c in configs}, target_tp=8)
+    mine = set(near(TrialConfig(3, 1, 4, 1).key()))
+    assert {TrialConfig(2, 1, 3, 1).key(), TrialConfig(4, 1, 5, 1).key()} <= mine  # steps ± 1
+    assert TrialConfig(3, 1, 4, 8).key() in mine  # the other draft TP at its steps
+    assert TrialConfig(3, 1, 4, 1).key() not in mine
+    assert near(TrialConfig(speculative=False).key()) == () and near("unknown") == ()

@@ -223,6 +223,31 @@ def test_the_launch_that_made_the_winner_a_contender_cannot_make_it_confident() 
     assert isinstance(held, Decision) and held.confident and held.winner == "b"
 
 
+def test_once_a_bad_launch_is_seen_the_winner_s_neighbours_get_a_second_look() -> None:
+    """A misfit landscape's run with one launch in ten 8 % slow: the true best (n, the
+    winner's other draft TP) had one launch, a slow one, 9 % below the winner's margin. A
+    doubtful pair elsewhere shows this host has bad launches: the winner's neighbour is
+    launched again before anything is confident; a configuration as far behind that is not
+    its neighbour, or a neighbour beyond what a bad launch explains, is not."""
+    launches = {
+        "w": [303.7, 295.4, 308.2, 297.4],
+        "n": [275.2],  # the winner's neighbour
+        "f": [275.2],  # as far behind, not a neighbour
+        "g": [250.0],  # a neighbour beyond a bad launch's reach
+        "d": [240.3, 224.1],  # 7 % apart: one of them was a bad launch
+        "e": [180.0, 182.0, 181.0],
+    }
+    noise = LaunchVariance(0.02**2, 12.0)
+    near = {"w": ("n", "g")}.get
+    result = decide(launches, noise, near=lambda k: near(k) or ())
+    assert isinstance(result, Relaunch) and "n" in result.order
+    assert "f" not in result.order and "g" not in result.order
+    # no bad launch seen: one ordinary launch 9 % behind is out of the running
+    clean = {k: v for k, v in launches.items() if k != "d"}
+    settled = decide(clean, noise, near=lambda k: near(k) or ())
+    assert isinstance(settled, Decision) and settled.confident and settled.winner == "w"
+
+
 def test_the_equivalence_test_establishes_a_tie_the_joint_bound_cannot() -> None:
     launches = {"c": [100.0] * 3, "b": [100.0] * 3, "a": [100.0] * 3}
     noise = LaunchVariance(0.0065**2, 30.0)
