@@ -284,10 +284,11 @@ def _round(
 ) -> tuple[str, ...]:
     """One interleaved round, where launches can change the answer: the verdict's winner or
     else the configuration most likely to be within the margin (the leader), then the
-    configurations needing a second look (:func:`~sweep.search.comparisons.second_looks`), then the rivals whose
-    comparison with it is least certain (the likeliest to be better than it by more than
-    the margin), up to ``ROUND``, each below the replicate cap; then the baseline if it has
-    no launch yet (one launch gives its comparison; the budget goes to the contenders)."""
+    configurations needing a second look (:func:`~.comparisons.second_looks`), then the
+    rivals whose comparison with it is least certain (the likeliest to be better than it by
+    more than the margin), up to ``ROUND``, each below the replicate cap; then the baseline
+    if it has no launch yet (one launch gives its comparison; the budget goes to the
+    contenders)."""
     est, chance = verdict.est, verdict.chance
     lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
     doubt = {
