@@ -190,10 +190,11 @@ def joined(
     """Trial-frame ``parts`` (:func:`trial_frame`, in trial order) as one frame paired with
     ``baselines``: what :func:`load_study_data` gives."""
     full = [p for p in parts if not p.empty]
-    if len(full) > 1:
-        trials = typed(pd.concat(full, ignore_index=True), [f"tag_{k}" for k in info.tags])
-    else:
-        trials = full[0] if full else _frame([], info.context())
+    if not full:
+        return attach_baselines(_frame([], info.context()), baselines)
+    trials = pd.concat(full, ignore_index=True) if len(full) > 1 else full[0]
+    if not trials.dtypes.equals(full[0].dtypes):  # parts typed alike stay so; else retype
+        trials = typed(trials, [f"tag_{k}" for k in info.tags])
     return attach_baselines(trials, baselines)
 
 

@@ -57,8 +57,8 @@ class StudyData:
 
     @functools.cached_property
     def cells(self) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """The trials' and the baselines' workload cells, unfolded once (the workload section
-        and ``workload.csv`` both read them)."""
+        """The trials' and the baselines' workload cells (:func:`cells_frame`), unfolded once
+        (the workload section and ``workload.csv`` both read them)."""
         return cells_frame(self.trials), cells_frame(self.baselines)
 
 

@@ -123,24 +123,29 @@ def write_report(
         return _write_study(data, Path(folder), chosen)
 
 
-LOADED_HERE = 3  # this process reads 1/3 of the trials (it imports meanwhile), a child the rest
+LOADED_HERE = 0.3  # the share of the trials this process reads (it imports meanwhile)
 
 
 def _load(ref: StudyRef, kids: Children) -> StudyData:
     """The study's data (what :func:`~analysis.data.load.load_study_data` gives), read by two
-    processes: a forked child reads the baselines, the verified schedules and the later two
-    thirds of the trials while this one imports what builds the report and reads the first
-    third. Without a child, the same is read here."""
+    processes: a forked child reads the baselines, the verified schedules and the later
+    trials while this one imports what builds the report (and the fit's optimizer, for the
+    child that will fit) and reads the first ``LOADED_HERE``. Without a child, the same is
+    read here."""
     info = load_study_info(ref)
     count = count_trials(info)
-    cut = count // LOADED_HERE
-    theirs = kids.start(
+    cut = round(count * LOADED_HERE)
+    reading = kids.start(
         lambda: (trial_frame(info, range(cut, count)), load_baselines(info), load_schedules(info))
     )
-    from analysis.report import study  # noqa: F401  (the imports this process makes meanwhile)
+    # imported meanwhile: what builds the report, and the cost model's optimizer (~0.3 s
+    # that the child fitting the model would otherwise spend again)
+    import scipy.optimize  # noqa: F401
+
+    from analysis.report import study  # noqa: F401
 
     mine = trial_frame(info, range(cut))
-    rest, baselines, schedules = theirs.result()
+    rest, baselines, schedules = reading.result()
     return StudyData(info, joined(info, [mine, rest], baselines), baselines, schedules)
 
 

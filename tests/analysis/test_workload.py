@@ -65,6 +65,8 @@ def test_trials_read_in_parts_join_into_the_whole_frame(study: Path, cut: int | 
     together = joined(info, parts, baselines)
     pd.testing.assert_frame_equal(together, trials)
     pd.testing.assert_frame_equal(cells_frame(together), cells_frame(trials))
+    unfolded = pd.concat([cells_frame(p) for p in parts if not p.empty], ignore_index=True)
+    pd.testing.assert_frame_equal(unfolded, cells_frame(trials))
     with pytest.raises(ValueError, match="step-1 range"):
         trial_frame(info, range(0, count, 2))
 

@@ -198,7 +198,8 @@ def test_a_kill_during_confirmation_then_resume_keeps_to_the_budget(tmp_path: Pa
     run_with_measurements(study, _recording(resumed, measure))
     budget = _budget(study)
     assert budget >= 3  # the test means something: more than one relaunch is allowed
-    assert 2 + len(resumed) <= budget  # round 2: 2 + a fresh budget (7 against a cap of 5)
+    # round 2 gave 2 + a fresh budget; the extension may follow only when it would decide
+    assert 2 + len(resumed) <= budget + answer.EXTENSION
     assert confirmations(stored_study(study.storage, study.name))["launches"] == 2 + len(resumed)
 
 
