@@ -7,7 +7,10 @@ Pure functions over :class:`~sweep.search.launches.Estimate` (Student's t from s
   tie margin of the best;
 - :func:`equivalent` is the equivalence test (two one-sided tests, TOST) of a group;
 - :func:`advantage` is one configuration's ratio over another with its interval, and
-  :func:`launches_to_decide` how many more launches would settle an undecided pair.
+  :func:`launches_to_decide` how many more launches would settle an undecided pair;
+- :func:`model_agrees` and :func:`selection_agrees` may withhold a confident winner (the
+  cost model disagrees; its launches without the one that selected it do not reach the
+  confidence), and :func:`second_looks` names the rivals a bad launch may be hiding.
 
 Within the margin: configuration *j* is *within the tie margin m of the best*
 when ``μ_j ≥ (1 − m) · μ_i`` for every other configuration *i*. Its probability
