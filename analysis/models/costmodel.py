@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.data.schema import SPEC_PARAMS
 from analysis.data.transform import default_level, measured
 from analysis.errors import CostModelError
 from sweep.core import costmodel
@@ -261,6 +262,7 @@ def observations(
         rows = rows[(rows["extras"].fillna("") == extras).to_numpy()]
     rows = rows.dropna(subset=["accept_length", "decode_tok_s"])
     rows = rows[(rows["accept_length"] > 0) & (rows["decode_tok_s"] > 0)]
+    rows = rows[[*SPEC_PARAMS, "extras", "trial", "accept_length", "decode_tok_s"]]  # read below
     return [
         Observation(
             TrialConfig(

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from analysis.data.groups import CHAIN, draft_rule
+from analysis.data.schema import SPEC_PARAMS
 from analysis.data.transform import measured
 from analysis.errors import CostModelError
 from analysis.models.costmodel import CostModel, fit_cost_model, observations
@@ -60,7 +61,9 @@ def best_untried(model: CostModel, df: pd.DataFrame) -> tuple[TrialConfig, Predi
 def _tried(df: pd.DataFrame, model: CostModel) -> set[TrialConfig]:
     rows = df[(df["kind"] == "trial") & df["speculative"].fillna(False).astype(bool)]
     rows = rows[(rows["extras"].fillna("") == model.extras).to_numpy()]
-    rows = rows.dropna(subset=["num_steps", "eagle_topk", "num_draft_tokens", "draft_tp"])
+    rows = rows[
+        list(SPEC_PARAMS)
+    ].dropna()  # the columns read, before iterating: a row is a tuple of them
     return {
         TrialConfig(int(r.num_steps), int(r.eagle_topk), int(r.num_draft_tokens), int(r.draft_tp))
         for r in rows.itertuples()

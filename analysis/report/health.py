@@ -22,7 +22,9 @@ def drift_section(data: StudyData) -> Section:
     if base.empty:
         return Section("Baseline and drift", ("No baseline was measured.",))
     rows, warnings = [], []
-    for _, b in base.sort_values("started_at").iterrows():
+    read = ["trial", "host", "concurrency", "finished_at", "value", "value_ci_low",
+            "value_ci_high", "drift"]  # fmt: skip
+    for _, b in base.sort_values("started_at")[read].iterrows():  # a Series per row: narrow
         drifted = not fmt.missing(b["drift"]) and abs(float(b["drift"])) > threshold
         rows.append(
             (
