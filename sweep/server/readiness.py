@@ -211,7 +211,7 @@ def wait_until_ready(
         _fail_fast(watch, observation.alive)
         status = probe_status(client, wait.url, wait.readiness) if _may_probe(watch, wait) else None
         if status is not None and (status == 200 or not proven):
-            proven = ours()
+            proven = _ours_or_dead(executor, process, watch, ours)
         if status == 200 and proven:
             seen[Phase.READY] = clock.now() - launched_at
             return
@@ -223,6 +223,22 @@ def wait_until_ready(
         if not (watch.marker_seen and wait.readiness.wait_for_log_marker):
             # a period, not a gap: time spent observing (an SSH round trip) counts
             clock.sleep(max(0.0, wait.poll_interval_s - (now - started)))
+
+
+def _ours_or_dead(
+    executor: Executor, process: ServerProcess, watch: LogWatch, ours: Ownership
+) -> bool:
+    """``ours()``, but when it finds the port held by someone else, look at our server once
+    more: a server dying as it is checked leaves its listening socket behind its closed
+    descriptors for a moment (a socket nobody holds), so what it logged or its exit
+    decides, not a stale server that is not there."""
+    try:
+        return ours()
+    except StartFailed:
+        observation = executor.observe(process, watch.offset)
+        watch.feed(observation.log)
+        _fail_fast(watch, observation.alive)
+        raise
 
 
 def _fail_on_timeout(wait: ReadyWait, watch: LogWatch, elapsed: float, *, answered: bool) -> None:

@@ -19,7 +19,7 @@ from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import EngineConfigError, ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor import LocalExecutor, ServerFiles
-from sweep.server.executor.base import SocketHolder
+from sweep.server.executor.base import PortListeners, SocketHolder
 from sweep.server.executor.fake import FakeExecutor
 from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
 from sweep.server.readiness import Event, EventKind
@@ -202,6 +202,34 @@ def test_an_answer_from_a_port_another_process_holds_is_never_ready() -> None:
     assert "held by pid 5151 (process group 5150)" in failure.summary
     assert paths == ["/ready"]  # its answer was the only request: no /server_info, no benchmark
     assert executor.signals == [signal.SIGTERM]  # ours is stopped
+
+
+class DyingExecutor(FakeExecutor):
+    """Our server dies as its port is checked: the listening socket is still there, its
+    holder's descriptors already closed (nobody can be seen holding it)."""
+
+    def listening_processes(self, port: int) -> PortListeners:
+        self.port_checks += 1
+        return PortListeners(port, frozenset({9}), ())
+
+
+def test_a_server_dying_as_its_port_is_checked_is_not_a_stale_server() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+    chunks = [b"[t TP0] Load weight begin.\n", b"[t TP0] CUDA error: an illegal memory access\n"]
+    executor = DyingExecutor(fake.clock(), chunks)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503)  # the port answers while it loads
+
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(executor, adapter, handler, fake)
+    assert caught.value.kind is FailureKind.ILLEGAL_TREE  # what it logged decides
+    # the same unseen holder with our server alive and well is someone else's
+    alive = DyingExecutor(fake.clock(), [b"[t TP0] Load weight begin.\n"])
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(alive, adapter, handler, fake)
+    assert caught.value.kind is FailureKind.STALE_SERVER
 
 
 def test_begin_serving_checks_the_port_again_and_marks_the_phase() -> None:
