@@ -161,8 +161,7 @@ def load_study_data(study: StudyLike) -> tuple[LoadedStudy, pd.DataFrame, pd.Dat
     """
     info = load_study_info(study)
     baselines = load_baselines(info)
-    trials = _frame(_trials(info.ref), info.context())
-    return info, attach_baselines(trials, baselines), baselines
+    return info, attach_baselines(trial_frame(info), baselines), baselines
 
 
 def count_trials(info: LoadedStudy) -> int:

@@ -61,9 +61,8 @@ def best_untried(model: CostModel, df: pd.DataFrame) -> tuple[TrialConfig, Predi
 def _tried(df: pd.DataFrame, model: CostModel) -> set[TrialConfig]:
     rows = df[(df["kind"] == "trial") & df["speculative"].fillna(False).astype(bool)]
     rows = rows[(rows["extras"].fillna("") == model.extras).to_numpy()]
-    rows = rows[
-        list(SPEC_PARAMS)
-    ].dropna()  # the columns read, before iterating: a row is a tuple of them
+    # only the columns read, before iterating: itertuples builds a tuple of every column
+    rows = rows[list(SPEC_PARAMS)].dropna()
     return {
         TrialConfig(int(r.num_steps), int(r.eagle_topk), int(r.num_draft_tokens), int(r.draft_tp))
         for r in rows.itertuples()

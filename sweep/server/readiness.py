@@ -202,16 +202,22 @@ def wait_until_ready(
     """
     next_progress = launched_at + wait.progress_every_s
     proven = False
-    while True:
-        started = clock.now()
+
+    def look() -> None:
+        """Read the log's new lines (recording each phase entered); fail fast if the server
+        exited or logged a fatal line."""
         observation = executor.observe(process, watch.offset)
         for phase in watch.feed(observation.log):
             seen[phase] = clock.now() - launched_at
             emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
         _fail_fast(watch, observation.alive)
+
+    while True:
+        started = clock.now()
+        look()
         status = probe_status(client, wait.url, wait.readiness) if _may_probe(watch, wait) else None
         if status is not None and (status == 200 or not proven):
-            proven = _ours_or_dead(executor, process, watch, ours)
+            proven = _ours_or_dead(ours, look)
         if status == 200 and proven:
             seen[Phase.READY] = clock.now() - launched_at
             return
@@ -225,19 +231,15 @@ def wait_until_ready(
             clock.sleep(max(0.0, wait.poll_interval_s - (now - started)))
 
 
-def _ours_or_dead(
-    executor: Executor, process: ServerProcess, watch: LogWatch, ours: Ownership
-) -> bool:
-    """``ours()``, but when it finds the port held by someone else, look at our server once
-    more: a server dying as it is checked leaves its listening socket behind its closed
-    descriptors for a moment (a socket nobody holds), so what it logged or its exit
+def _ours_or_dead(ours: Ownership, look: Callable[[], None]) -> bool:
+    """``ours()``, but when it finds the port held by someone else, ``look`` at our server
+    once more: a server dying as it is checked leaves its listening socket behind its
+    closed descriptors for a moment (a socket nobody holds), so what it logged or its exit
     decides, not a stale server that is not there."""
     try:
         return ours()
     except StartFailed:
-        observation = executor.observe(process, watch.offset)
-        watch.feed(observation.log)
-        _fail_fast(watch, observation.alive)
+        look()
         raise
 
 
