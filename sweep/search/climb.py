@@ -17,6 +17,7 @@ from sweep.search.launches import launch_variance
 from sweep.search.neighbours import Neighbours
 
 RIVAL_Z = 1.0  # a configuration within this many standard errors of the leader is a rival
+FAMILY_Z = 2.0  # another family's best within this many standard errors climbs its own steps
 
 
 class Climb:
@@ -48,7 +49,33 @@ class Climb:
             for c in self.neighbours.of(rival):
                 if c.key not in tried:
                     out.setdefault(c.key, c)
+        for best in self.family_leaders(history):
+            for c in self.neighbours.steps_of(best):
+                if c.key not in tried:
+                    out.setdefault(c.key, c)
         return list(out.values())
+
+    def family_leaders(self, history: History, z: float = FAMILY_Z) -> list[Candidate]:
+        """The best measured configuration of every other family (topk, draft TP and extras)
+        whose mean is within ``z`` standard errors of the leader's, best first. A family's
+        best steps depend on its own draft cost (draft TP 8 may peak two steps later than
+        draft TP 1), so the leader's neighbourhood does not reach another family's peak:
+        each family that could still win climbs its own steps."""
+        eligible = history.eligible()
+        if not eligible:
+            return []
+        means = {k: sum(m.value for m in v) / len(v) for k, v in eligible.items()}
+        sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
+        lead = max(means, key=lambda k: (means[k], k))
+        best: dict[tuple[object, ...], str] = {}
+        for key in sorted(means, key=lambda k: (-means[k], k)):
+            best.setdefault(_family(self.candidates[self.index[key]]), key)
+        out = []
+        for key in best.values():
+            se = sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
+            if key != lead and means[key] >= means[lead] * (1 - z * se):
+                out.append(self.candidates[self.index[key]])
+        return out
 
     def rivals(self, history: History, z: float = RIVAL_Z) -> list[Candidate]:
         """The leader, then every eligible configuration whose mean measured value is
@@ -79,3 +106,7 @@ class Climb:
             if near:
                 return near
         return []
+
+
+def _family(c: Candidate) -> tuple[object, ...]:
+    return (c.topk, c.draft_tp, c.extras)

@@ -35,6 +35,15 @@ class Neighbours:
             self._cache[c.key] = self._find(c)
         return self._cache[c.key]
 
+    def steps_of(self, c: Candidate) -> tuple[Candidate, ...]:
+        """``c``'s neighbours at steps ± 1 in its family (its own climb along steps)."""
+        return tuple(
+            x
+            for x in self.of(c)
+            if x.steps != c.steps
+            and (x.topk, x.draft_tp, x.extras) == (c.topk, c.draft_tp, c.extras)
+        )
+
     def _find(self, c: Candidate) -> tuple[Candidate, ...]:
         out: dict[str, Candidate] = {}
 

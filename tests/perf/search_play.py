@@ -551,7 +551,7 @@ def main() -> None:
 
 
 def _print_truths(which: str, space_names: str) -> None:
-    every = landscapes() | misfit_landscapes() | heldout_landscapes()
+    every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
     sets = {"heldout": heldout_landscapes(), "misfit": misfit_landscapes()}
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
     for space in spaces():

@@ -132,6 +132,25 @@ def test_the_neighbour_check_covers_configurations_noise_cannot_tell_from_the_le
     assert climb.untried_neighbours(far) == []
 
 
+def test_another_draft_tp_that_could_still_win_climbs_its_own_steps() -> None:
+    # a held-out landscape's run (draft TP 1's steps 50 % slower from 5 steps on): draft TP 8
+    # peaks at 6-7 steps, 3.4 % above the leader, but the leader's neighbourhood (steps 3
+    # and 5 at draft TP 1, steps 4 at draft TP 8) ends at 4 steps
+    candidates = valid_candidates(parse_study(CHAINS, "t.toml"))
+    climb = Climb(candidates, {c.key: i for i, c in enumerate(candidates)})
+    launched = {"s2-k1-d3-tp8[]": 179.47, "s7-k1-d8-tp1[]": 233.79, "s9-k1-d10-tp8[]": 234.63,
+                "s4-k1-d5-tp1[]": 247.67, "s5-k1-d6-tp1[]": 225.42, "s3-k1-d4-tp1[]": 222.19,
+                "s4-k1-d5-tp8[]": 232.78}  # fmt: skip
+    run = History({k: [Measurement(k, i, v)] for i, (k, v) in enumerate(launched.items())})
+    assert [c.key for c in climb.rivals(run)] == ["s4-k1-d5-tp1[]"]
+    assert [c.key for c in climb.family_leaders(run)] == ["s9-k1-d10-tp8[]"]  # 5.3 % behind
+    untried = {c.key for c in climb.untried_neighbours(run)}
+    assert untried == {"s8-k1-d9-tp8[]", "s10-k1-d11-tp8[]"}  # its steps ± 1, not its TP's
+    # 6 % behind on one launch each is more than 2 standard errors: the family does not climb
+    run.measured["s9-k1-d10-tp8[]"] = [Measurement("s9-k1-d10-tp8[]", 2, 222.0)]
+    assert climb.family_leaders(run) == [] and climb.untried_neighbours(run) == []
+
+
 def test_one_surprise_widens_the_model_and_the_search_climbs_by_measurement() -> None:
     high = load_profile("high-acceptance")
     cliff = dataclasses.replace(
