@@ -61,38 +61,23 @@ class Climb:
         best steps depend on its own draft cost (draft TP 8 may peak two steps later than
         draft TP 1), so the leader's neighbourhood does not reach another family's peak:
         each family that could still win climbs its own steps."""
-        eligible = history.eligible()
-        if not eligible:
+        close = _within(history, z)  # the leader first
+        if not close:
             return []
-        means = {k: sum(m.value for m in v) / len(v) for k, v in eligible.items()}
-        sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
-        lead = max(means, key=lambda k: (means[k], k))
         best: dict[tuple[object, ...], str] = {}
-        for key in sorted(means, key=lambda k: (-means[k], k)):
-            best.setdefault(_family(self.candidates[self.index[key]]), key)
-        out = []
-        for key in best.values():
-            se = sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
-            if key != lead and means[key] >= means[lead] * (1 - z * se):
-                out.append(self.candidates[self.index[key]])
-        return out
+        for key in _ranked(history):
+            best.setdefault(_family(self._of(key)), key)
+        mine, near = _family(self._of(close[0])), set(close)
+        return [self._of(k) for f, k in best.items() if f != mine and k in near]
 
     def rivals(self, history: History, z: float = RIVAL_Z) -> list[Candidate]:
         """The leader, then every eligible configuration whose mean measured value is
         within ``z`` standard errors (launch-to-launch noise, :func:`launch_variance`) of
         the leader's, best first."""
-        eligible = history.eligible()
-        if not eligible:
-            return []
-        means = {k: sum(m.value for m in v) / len(v) for k, v in eligible.items()}
-        sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
-        lead = max(means, key=lambda k: (means[k], k))
-        out = []
-        for key in sorted(means, key=lambda k: (-means[k], k)):
-            se = sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
-            if key == lead or means[key] >= means[lead] * (1 - z * se):
-                out.append(self.candidates[self.index[key]])
-        return out
+        return [self._of(k) for k in _within(history, z)]
+
+    def _of(self, key: str) -> Candidate:
+        return self.candidates[self.index[key]]
 
     def frontier(self, history: History) -> list[Candidate]:
         """The untried neighbours of the best measured configuration that has one ([]: no
@@ -110,3 +95,30 @@ class Climb:
 
 def _family(c: Candidate) -> tuple[object, ...]:
     return (c.topk, c.draft_tp, c.extras)
+
+
+def _means(history: History) -> dict[str, float]:
+    return {k: sum(m.value for m in v) / len(v) for k, v in history.eligible().items()}
+
+
+def _ranked(history: History) -> list[str]:
+    """The eligible configurations, best mean first (the leader first)."""
+    means = _means(history)
+    return sorted(means, key=lambda k: (-means[k], k))
+
+
+def _within(history: History, z: float) -> list[str]:
+    """The leader, then every eligible configuration whose mean is within ``z`` standard
+    errors of the difference from the leader's, best first."""
+    eligible, means = history.eligible(), _means(history)
+    if not means:
+        return []
+    sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
+    lead = max(means, key=lambda k: (means[k], k))
+
+    def se(key: str) -> float:
+        return sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
+
+    return [lead] + [
+        k for k in _ranked(history) if k != lead and means[k] >= means[lead] * (1 - z * se(k))
+    ]
