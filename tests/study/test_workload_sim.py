@@ -7,7 +7,9 @@ Tolerances (docs/workload.md, "Checked against the simulator's truth"):
 - per cell the chosen steps are the best within 1 % on the truth for the prompts the study
   drew (the predicted cycle and prefill pauses with the measured accept length), or tied with
   it within both 95 % intervals; against the profile's expectation over all prompts the
-  shortfall is within 1 % plus the prompt sample's accept-length error (3 σ / √n below);
+  shortfall is within 1 % plus the prompt sample's accept-length error (3 σ / √n below,
+  n the cell's own prompts: 3 at concurrency 1, where steps 3 and 5 measured 0.6 % apart on
+  prompts whose truth ties them, 6.7 % apart over all prompts);
 - the mix's answer is the best mix on the truth for the prompts drawn within 1 %;
 - per category and steps the pooled accept length is within 3 σ of the profile's (with each
   request's last verify round cut at the output length, as the server cuts it): a prompt's
@@ -21,7 +23,11 @@ Tolerances (docs/workload.md, "Checked against the simulator's truth"):
   by the prompts) moves its figure by 2-6 % (σ over the truth's replicas), so 3 σ of the
   chosen − best difference. Not concurrency 64 at 256 words: without speculation 64
   streams get a token every 8 ms, more than the simulator and client keep up with on 2
-  shared cores (measured 23 % below the truth, every speculative setting within 13 %).
+  shared cores (measured 23 % below the truth, every speculative setting within 13 %). On a
+  busy machine the same can happen at 2k (seen once: every category's baseline at 2k and
+  concurrency 64 measured 39 % below its truth, the speculative settings on it): a cell whose
+  baseline measured more than 20 % below its truth is not judged, and at most one context
+  and level (its 4 categories) may be.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ CONTEXTS = [256, 2048, 8192]
 LEVELS = [1, 16, 64]
 STEPS = [3, 5]  # where content decides at concurrency 1: code and math want 5, chat and summaries 3
 HOST_BOUND = {(256, 64)}  # (context, level) the host cannot stream in real time (docstring)
+HOST_LAG = 0.8  # a baseline measured below this share of its truth: the host fell behind
 OUTPUT_LEN = 64  # shorter outputs bias the accept length down (the last round is cut)
 PROMPT_SIGMA = 0.07  # a prompt's accept length around its category's (content-context, ≤ 7 %)
 RECORDER = ROOT / "tests" / "programs" / "record_launch.py"
@@ -189,14 +196,21 @@ def test_a_reduced_workload_study_matches_the_simulators_truth(tmp_path: Path) -
     reported = {
         (b["category"], b["input_len"], b["concurrency"]): b for b in summary["best_per_cell"]
     }
+    lagging = []
     for check in per_cell(meas, true, OUTPUT_LEN):
         assert (reported[check.cell]["steps"] or 0) == check.chosen  # the report's own best
         if check.cell[1:] in HOST_BOUND:
             continue
+        if meas[0][check.cell].decode < HOST_LAG * true[0][check.cell].decode:
+            lagging.append(check.cell)  # this machine did not keep up with these streams
+            continue
         assert check.timing_regret <= 0.01 or check.tied, check
-        sampling = 3 * PROMPT_SIGMA / math.sqrt(_prompts(meas[check.chosen], check.cell[0]))
+        # the cell's own prompts (3 at concurrency 1): its figure is theirs, not the category's
+        sampling = 3 * PROMPT_SIGMA / math.sqrt(meas[check.chosen][check.cell].prompts)
         # above concurrency 1 also which requests finish together (3 σ of the truth's replicas)
         assert check.regret <= 0.01 + sampling + 3 * check.spread, check
+
+    assert len(lagging) <= len(SHIPPED["workload"]["categories"]), lagging  # one level at most
 
     # the mix's answer: the best mix on the truth for the prompts drawn, within 1 %
     weights = {k: c["weight"] for k, c in SHIPPED["workload"]["categories"].items()}
