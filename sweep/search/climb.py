@@ -31,11 +31,8 @@ class Climb:
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
-        eligible = history.eligible()
-        if not eligible:
-            return None
-        key = max(eligible, key=lambda k: (sum(m.value for m in eligible[k]) / len(eligible[k]), k))
-        return self.candidates[self.index[key]]
+        means = _means(history)
+        return self._of(_lead(means)) if means else None
 
     def untried_neighbours(self, history: History, of: Candidate | None = None) -> list[Candidate]:
         """The untried neighbours of ``of``; by default of the leader and of its rivals
@@ -61,11 +58,12 @@ class Climb:
         best steps depend on its own draft cost (draft TP 8 may peak two steps later than
         draft TP 1), so the leader's neighbourhood does not reach another family's peak:
         each family that could still win climbs its own steps."""
-        close = _within(history, z)  # the leader first
+        means = _means(history)
+        close = _within(history, means, z)  # the leader first
         if not close:
             return []
         best: dict[tuple[object, ...], str] = {}
-        for key in _ranked(history):
+        for key in _ranked(means):
             best.setdefault(_family(self._of(key)), key)
         mine, near = _family(self._of(close[0])), set(close)
         return [self._of(k) for f, k in best.items() if f != mine and k in near]
@@ -74,7 +72,7 @@ class Climb:
         """The leader, then every eligible configuration whose mean measured value is
         within ``z`` standard errors (launch-to-launch noise, :func:`launch_variance`) of
         the leader's, best first."""
-        return [self._of(k) for k in _within(history, z)]
+        return [self._of(k) for k in _within(history, _means(history), z)]
 
     def _of(self, key: str) -> Candidate:
         return self.candidates[self.index[key]]
@@ -82,12 +80,8 @@ class Climb:
     def frontier(self, history: History) -> list[Candidate]:
         """The untried neighbours of the best measured configuration that has one ([]: no
         measured configuration has one left)."""
-        eligible = history.eligible()
-        ranked = sorted(
-            eligible, key=lambda k: -sum(m.value for m in eligible[k]) / len(eligible[k])
-        )
-        for key in ranked:
-            near = self.untried_neighbours(history, self.candidates[self.index[key]])
+        for key in _ranked(_means(history)):
+            near = self.untried_neighbours(history, self._of(key))
             if near:
                 return near
         return []
@@ -98,27 +92,31 @@ def _family(c: Candidate) -> tuple[object, ...]:
 
 
 def _means(history: History) -> dict[str, float]:
+    """The mean measured value of every eligible configuration."""
     return {k: sum(m.value for m in v) / len(v) for k, v in history.eligible().items()}
 
 
-def _ranked(history: History) -> list[str]:
-    """The eligible configurations, best mean first (the leader first)."""
-    means = _means(history)
+def _lead(means: Mapping[str, float]) -> str:
+    return max(means, key=lambda k: (means[k], k))
+
+
+def _ranked(means: Mapping[str, float]) -> list[str]:
+    """The configurations, best mean first."""
     return sorted(means, key=lambda k: (-means[k], k))
 
 
-def _within(history: History, z: float) -> list[str]:
-    """The leader, then every eligible configuration whose mean is within ``z`` standard
-    errors of the difference from the leader's, best first."""
-    eligible, means = history.eligible(), _means(history)
+def _within(history: History, means: Mapping[str, float], z: float) -> list[str]:
+    """The leader, then every eligible configuration whose mean (``means``) is within ``z``
+    standard errors of the difference from the leader's, best first."""
     if not means:
         return []
+    eligible = history.eligible()
     sd = launch_variance([[m.value for m in v] for v in history.measured.values()]).relative_sd
-    lead = max(means, key=lambda k: (means[k], k))
+    lead = _lead(means)
 
     def se(key: str) -> float:
         return sd * math.sqrt(1 / len(eligible[key]) + 1 / len(eligible[lead]))
 
     return [lead] + [
-        k for k in _ranked(history) if k != lead and means[k] >= means[lead] * (1 - z * se(k))
+        k for k in _ranked(means) if k != lead and means[k] >= means[lead] * (1 - z * se(k))
     ]
