@@ -51,3 +51,19 @@ def test_a_forked_child_opens_its_own_connections(tmp_path: Path) -> None:
     assert os.waitstatus_to_exitcode(status) == 0
     assert sql_engine(url).pool is pool and pool.checkedin() == 1  # type: ignore[attr-defined]
     assert [t.number for t in frozen_trials(url, "s")] == [0, 1, 2]  # still usable here
+
+
+def test_attributes_read_back_as_optuna_stored_them_nan_and_infinity_too(tmp_path: Path) -> None:
+    # Optuna writes attributes with Python's json (NaN, Infinity allowed); the fast reader
+    # decodes with orjson and falls back for what only Python's json reads
+    url = f"sqlite:///{tmp_path / 'attrs.db'}"
+    study = optuna.create_study(study_name="s", storage=url)
+    trial = study.ask()
+    values = {"ci": [1.5, float("nan")], "top": float("inf"), "kind": "trial", "n": 3}
+    for key, value in values.items():
+        trial.set_user_attr(key, value)
+    study.tell(trial, 1.0)
+    (read,) = frozen_trials(url, "s")
+    attrs = read.user_attrs
+    assert attrs["ci"][0] == 1.5 and attrs["ci"][1] != attrs["ci"][1]  # NaN
+    assert attrs["top"] == float("inf") and attrs["kind"] == "trial" and attrs["n"] == 3
