@@ -5,7 +5,7 @@ model")::
 
     cycle = overhead(draft TP) + steps · draft_step(draft TP)
             + steps(steps − 1)/2 · draft_growth(draft TP) + steps · (topk − 1) · branch
-            + (draft tokens − 1) · verify_slope
+            + (draft tokens − 1) · verify_slope + [draft tokens ≥ d*] · verify_step
     throughput = accept_length(steps, topk, draft tokens) / cycle
 
 fitted to the measured decode speeds and accept lengths of one study at one level (every
@@ -36,6 +36,7 @@ from sweep.core.space import TrialConfig
 
 VERIFY_BASE = "verify_base"
 VERIFY_SLOPE = "verify_slope"
+VERIFY_STEP = "verify_step"  # only when the fit found a step (``fit.step_at`` draft tokens)
 BRANCH = "draft_branch"
 VALUE_SD = 0.005  # relative sd of a measured decode speed (the search's model floor)
 ACCEPT_SD = 0.01  # relative sd of a measured accept length (the search's default)
@@ -151,9 +152,11 @@ class CostModel:
     def names(self) -> tuple[str, ...]:
         """The constants, in table order."""
         base = (VERIFY_BASE,) if self.has_baseline else ()
+        step = (VERIFY_STEP,) if self.fit.step_at else ()
         return (
             *base,
             VERIFY_SLOPE,
+            *step,
             *(draft_name(tp) for tp in self.draft_tps),
             *(growth_name(tp) for tp in self.draft_tps),
             BRANCH,
@@ -183,6 +186,9 @@ class CostModel:
             value, std = self._ms(self._family_param(name, costmodel.OVERHEAD))
             base, base_std = (self.decode_ms, self.decode_std_ms) if self.has_baseline else (0, 0)
             return Constant(name, value - base, math.hypot(std, base_std), _meaning(name))
+        if name == VERIFY_STEP:
+            value, std = self._ms(costmodel.STEP)
+            return Constant(name, value, std, _meaning(name, self.fit.step_at))
         index = {VERIFY_SLOPE: costmodel.TOKEN, BRANCH: costmodel.BRANCH}.get(name)
         if index is None:
             which = costmodel.GROWTH if name.startswith("draft_growth@") else costmodel.DRAFT
@@ -224,6 +230,8 @@ class CostModel:
         draft = steps * (c[draft_name(tp)] + (config.eagle_topk - 1) * c[BRANCH])
         draft += steps * (steps - 1) / 2 * c[growth_name(tp)]
         verify = c.get(VERIFY_BASE, 0.0) + (config.num_draft_tokens - 1) * c[VERIFY_SLOPE]
+        if self.fit.step_at and config.num_draft_tokens >= self.fit.step_at:
+            verify += c[VERIFY_STEP]
         return CycleBreakdown(draft, verify, c[overhead_name(tp)])
 
     @property
@@ -235,7 +243,7 @@ class CostModel:
         return 1.0 - float(np.sum((measured - predicted) ** 2)) / total if total else 1.0
 
 
-def _meaning(name: str) -> str:
+def _meaning(name: str, step_at: int = 0) -> str:
     if name.startswith("draft_step@tp"):
         return f"one draft step at draft TP {name.removeprefix('draft_step@tp')}"
     if name.startswith("draft_growth@tp"):
@@ -247,6 +255,7 @@ def _meaning(name: str) -> str:
         VERIFY_BASE: "target verify pass over one token (≈ one decode step)",
         VERIFY_SLOPE: "each extra draft token in the verify pass",
         BRANCH: "each extra topk branch, per draft step",
+        VERIFY_STEP: f"the verify pass's step up from {step_at} draft tokens on",
     }[name]
 
 

@@ -8,7 +8,7 @@ One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``
 in family ``f`` (its draft TP and extra flags/environment)::
 
     cycle = overhead[f] + s · draft_step[f] + s(s − 1)/2 · growth[f]
-            + s · (k − 1) · branch + (d − 1) · verify_token
+            + s · (k − 1) · branch + (d − 1) · verify_token + [d ≥ d*] · verify_step
     throughput = accept_length(s, k, d) / cycle
 
 ``growth[f]`` is what each draft step pays more per earlier step (draft-TP communication
@@ -20,6 +20,15 @@ the verify tree keeps ``d − 1`` nodes, one per depth along the chain first (up
 then extra siblings at the shallowest depths (up to ``k − 1`` per depth), each catching a
 share ``g`` of the remaining misses; accept length = 1 + Σ_i Π_{j≤i} P(depth j accepted).
 
+``verify_step`` is a verify pass that steps up from ``d*`` draft tokens on (CUDA graphs
+captured only up to that width, a memory limit: eager mode). ``d*`` is not a constant of
+the least squares: a fit without the step is tried first; when its residuals fall off at a
+measured draft-token count (the launches from it on slower than the model, those below it
+faster), the fit with the step there is kept if it explains the launches clearly better
+(:data:`STEP_EVIDENCE`). The step sits at the smallest measured count that shows it, so the
+untried counts just below are predicted on the fast side: the search launches them, and
+the next fit moves the step down if they are slow too.
+
 The constants are fitted by nonlinear least squares on log throughput (and log
 accept length when measured), with weak priors that keep the fit defined from
 the first launch: families share a mean overhead and draft step (hierarchical
@@ -28,14 +37,15 @@ overhead. The growth and the fall have priors near zero (1 % of the family's dra
 φ = 0.002): the model takes those shapes on only when the launches show them. The Laplace
 approximation (the fit's Jacobian) gives each prediction an uncertainty.
 
-What the model still cannot represent (a verify pass that steps up at a draft-token count
-when CUDA graphs were not captured that wide, a memory cliff, two optima) the search finds
-by measurement: a launch far from its prediction widens every uncertainty, and the untried
-neighbours of the leader and its rivals are launched before the search stops (docs/search.md).
+What the model still cannot represent (a step nobody measured both sides of, a memory
+cliff, two optima) the search finds by measurement: a launch far from its prediction widens
+every uncertainty, and the untried neighbours of the leader and its rivals are launched
+before the search stops (docs/search.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Sequence
@@ -60,11 +70,16 @@ FAMILY_OVERHEAD_SD = 0.3  # families' overheads spread around their mean (log)
 FAMILY_DRAFT_SD = 1.0  # families' draft steps spread around their mean (log)
 PRIOR_GROWTH = (math.log(0.01), 2.0)  # a family's growth per earlier step / its draft step
 PRIOR_FALL = (math.log(0.002), 2.0)  # φ: acceptance × e^(−φ) per step beyond the first
+PRIOR_STEP = (math.log(0.01), 2.0)  # the verify step / mean overhead (none until measured)
+STEP_EVIDENCE = 3.0  # least-squares cost (½ Σ r²) a step must save, plus log(#places tried)
+STEP_SCREEN = 0.0  # a place whose launches past it are not slower on the plain fit: no step there
+STEP_TRIES = 2  # the places (most promising first) fitted with a step
+STEP_TIE = 1.0  # fits whose costs differ by less explain the launches alike
 STARTS = ((0.65, 0.85, 0.2), (0.85, 0.97, 0.2), (0.45, 0.7, 0.35))
 RESTART_COST = 4.0  # mean squared standardised residual above which fresh starts are tried
 # Shared parameters, then (log overhead, log draft step, log growth) per family.
-P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT, FALL = range(8)
-SHARED = 8
+P, R, G, BRANCH, TOKEN, MEAN_OVERHEAD, MEAN_DRAFT, FALL, STEP = range(9)
+SHARED = 9
 OVERHEAD, DRAFT, GROWTH = range(3)  # a family's parameters, in order
 PER_FAMILY = 3
 
@@ -106,6 +121,7 @@ class Design:
     family: NDArray[np.int64]
     widths: Array  # (N, depth): nodes kept at each depth of the verify tree, 0 beyond it
     families: tuple[tuple[int, str], ...]
+    past_step: Array | None = None  # 1 where d ≥ d* (the verify step paid), else 0
 
     @property
     def n_params(self) -> int:
@@ -121,7 +137,13 @@ class Design:
             self.family[index],
             self.widths[index],
             self.families,
+            None if self.past_step is None else self.past_step[index],
         )
+
+    def stepped(self, at: int) -> Design:
+        """The same rows, paying the verify step from ``at`` draft tokens on (0: nowhere)."""
+        past = (self.extra_tokens + 1 >= at).astype(float) if at else None
+        return dataclasses.replace(self, past_step=past)
 
 
 def design(candidates: Sequence[Features], families: Sequence[tuple[int, str]] = ()) -> Design:
@@ -184,7 +206,10 @@ def _cycle_terms(theta: Array, d: Design) -> tuple[dict[int, Array], dict[int, A
     per_family = {
         k: w * fam[:, k] for k, w in ((OVERHEAD, 1.0), (DRAFT, d.steps), (GROWTH, d.pairs))
     }
-    shared = {k: w * math.exp(theta[k]) for k, w in ((BRANCH, d.branches), (TOKEN, d.extra_tokens))}
+    weights = [(BRANCH, d.branches), (TOKEN, d.extra_tokens)]
+    if d.past_step is not None:
+        weights.append((STEP, d.past_step))
+    shared = {k: w * math.exp(theta[k]) for k, w in weights}
     return per_family, shared
 
 
@@ -216,11 +241,12 @@ def derivatives(theta: Array, d: Design) -> tuple[Array, Array, Array, Array]:
         FALL: -siblings * chain * (d.steps - 1.0)[:, None] * phi,
         G: np.maximum(d.widths - 1.0, 0.0) * g * miss,
     }
-    inside = d.widths > 0
-    safe = np.where(inside, accepted, 1.0)
+    # a depth accepted with probability 0 (a fall that large) ends the prefix: its own
+    # log-derivative is undefined and every product from it on is 0, so it adds nothing
+    live = (d.widths > 0) & (accepted > 0)
     grad_accept = np.zeros((n, len(theta)))
     for i, move in moves.items():  # d log P(depth accepted), summed down the prefix
-        per_depth = np.where(inside, move / safe, 0.0)
+        per_depth = np.divide(move, accepted, out=np.zeros_like(move), where=live)
         grad_accept[:, i] = (prefix * np.cumsum(per_depth, axis=1)).sum(axis=1) / length
     per_family, shared = _cycle_terms(theta, d)
     total = sum(per_family.values()) + sum(shared.values())
@@ -255,6 +281,7 @@ def prior_residuals(theta: Array, n_families: int, scale: float) -> Array:
         (mean_o - scale) / PRIOR_SCALE_SD,
         (mean_d - mean_o - PRIOR_DRAFT_STEP[0]) / PRIOR_DRAFT_STEP[1],
         (theta[FALL] - PRIOR_FALL[0]) / PRIOR_FALL[1],
+        (theta[STEP] - mean_o - PRIOR_STEP[0]) / PRIOR_STEP[1],
     ]
     return np.concatenate(
         [
@@ -308,6 +335,7 @@ class Fit:
         jac: the standardised residuals' Jacobian at ``theta`` (data rows, then priors).
         residuals: the standardised residuals at ``theta``.
         owners: the candidate row of each data residual (-1 for priors).
+        step_at: the draft-token count from which the verify step is paid (0: no step).
     """
 
     theta: Array
@@ -317,11 +345,16 @@ class Fit:
     jac: Array
     residuals: Array
     owners: NDArray[np.int64]
+    step_at: int = 0
 
     def gradient(self, d: Design) -> tuple[Array, Array]:
         """log throughput of every row of ``d`` and its gradient in ``theta``."""
-        log_accept, log_cycle, grad_accept, grad_cycle = derivatives(self.theta, d)
+        log_accept, log_cycle, grad_accept, grad_cycle = derivatives(self.theta, self.on(d))
         return log_accept - log_cycle, grad_accept - grad_cycle
+
+    def on(self, d: Design) -> Design:
+        """``d`` with this fit's verify step."""
+        return d.stepped(self.step_at)
 
     def predict(self, d: Design, model_sd: float = 0.0) -> tuple[Array, Array]:
         """Mean and sd of log throughput for every row of ``d`` (``model_sd`` adds a floor
@@ -357,10 +390,51 @@ def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
 
 
 def _fit(d: Design, data: Data, start: Array | None) -> Fit:
+    """The fit without a verify step, or with one where the launches show it clearly."""
+    plain = _fit_at(d, data, start, 0)
+    places = _step_places(d, data, plain)
+    if not places:
+        return plain
+    fits = [_fit_at(d, data, plain.theta, at) for at in places[:STEP_TRIES]]
+    best = min(_cost(f) for f in fits)
+    # where two places explain the launches alike, the later one: the untried counts
+    # between them are then predicted fast, and a launch settles it
+    stepped = max((f for f in fits if _cost(f) <= best + STEP_TIE), key=lambda f: f.step_at)
+    evidence = STEP_EVIDENCE + math.log(len(places))
+    return stepped if _cost(plain) - _cost(stepped) > evidence else plain
+
+
+def _cost(result: Fit) -> float:
+    return 0.5 * float(result.residuals @ result.residuals)
+
+
+def _step_places(d: Design, data: Data, plain: Fit) -> list[int]:
+    """The measured draft-token counts where the plain fit's throughput residuals fall off
+    (launches from there on slower than the model, those below faster), most first; only
+    counts with two configurations or more launched on each side, and only when the fall
+    could pay for a step: shifting the launches past it by their mean residual would save
+    more than :data:`STEP_SCREEN` (the plain fit bends to hide a step, so less than a
+    step's fit saves; no second fit when nothing shows one)."""
+    n = len(data.rows)
+    tokens = d.extra_tokens[data.rows] + 1
+    residual = plain.residuals[:n]  # (model − measured) / sd: positive where slower
+    out = []
+    for at in np.unique(tokens)[1:]:
+        past = tokens >= at
+        if len(set(data.rows[past])) < 2 or len(set(data.rows[~past])) < 2:
+            continue
+        drop = float(residual[past].mean() - residual[~past].mean())
+        saving = 0.5 * drop**2 * past.sum() * (~past).sum() / n
+        if drop > 0 and saving > STEP_SCREEN:
+            out.append((saving, int(at)))
+    return [at for _, at in sorted(out, reverse=True)]
+
+
+def _fit_at(d: Design, data: Data, start: Array | None, step_at: int) -> Fit:
     # imported here: scipy.optimize costs ~0.3 s at start-up, and only the fit needs it
     from scipy.optimize import least_squares
 
-    sub = d.rows(data.rows)
+    sub = d.rows(data.rows).stepped(step_at)
     accept_guess = 2.0
     scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0
     best = None
@@ -384,7 +458,7 @@ def _fit(d: Design, data: Data, start: Array | None) -> Fit:
     owners = np.concatenate(
         [data.rows, data.rows[known], np.full(len(residuals) - n - int(known.sum()), -1)]
     ).astype(np.int64)
-    return Fit(np.asarray(best.x), covariance, rms, n, jac, residuals, owners)
+    return Fit(np.asarray(best.x), covariance, rms, n, jac, residuals, owners, step_at)
 
 
 def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
@@ -400,6 +474,7 @@ def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
             scale,
             mean_d,
             PRIOR_FALL[0],
+            scale + PRIOR_STEP[0],
         ] + [scale, mean_d, mean_d + PRIOR_GROWTH[0]] * n_families
         out.append(np.array(theta))
     if start is not None and len(start) == SHARED + PER_FAMILY * n_families:
@@ -443,7 +518,7 @@ def predict(result: Fit, d: Design, model_sd: float = 0.0) -> list[Prediction]:
     ``d`` must use the fitted design's families (:func:`design`'s ``families``)."""
     mean, sd = result.predict(d, model_sd)
     accepts = accept_length(result.theta, d)
-    cycles = cycle(result.theta, d)
+    cycles = cycle(result.theta, result.on(d))
     return [
         Prediction.from_log(float(m), float(s), accept_length=float(a), cycle=float(c))
         for m, s, a, c in zip(mean, sd, accepts, cycles, strict=True)

@@ -20,6 +20,11 @@ RIVAL_Z = 1.0  # a configuration within this many standard errors of the leader 
 FAMILY_Z = 2.0  # another family's best within this many standard errors climbs its own steps
 
 
+def token_band(draft_tokens: int) -> int:
+    """A draft-token count's band, by powers of two: 2–3 → 0, 4–7 → 1, 8–15 → 2, 16–31 → 3."""
+    return max(0, draft_tokens.bit_length() - 2)
+
+
 class Climb:
     """Neighbourhoods of the measured configurations among ``candidates`` (``index``: a
     candidate's row by key)."""
@@ -67,6 +72,32 @@ class Climb:
             best.setdefault(_family(self._of(key)), key)
         mine, near = _family(self._of(close[0])), set(close)
         return [self._of(k) for f, k in best.items() if f != mine and k in near]
+
+    def uncovered(self, history: History) -> list[Candidate]:
+        """The untried configurations of every draft-token band (:func:`token_band`) at or
+        below the leader's where no configuration of the leader's topk was tried yet (any
+        topk, in a band the leader's topk has none of). A verify pass that steps up from a
+        draft-token count on (CUDA graphs not captured that wide, a memory limit) slows
+        every configuration past it by the same factor: a model fitted only past the step
+        fits them well and predicts everything below it wrong, and the leader's
+        neighbourhood, one draft token at a time, stays on the slow side. Only the bands
+        below can hide a better configuration that way (a step makes more tokens slower),
+        and a tree's below the step is a tree's: a chain there says little about it."""
+        leader = self.leader(history)
+        if leader is None:
+            return []
+        tried = history.tried()
+        top = token_band(leader.draft_tokens)
+        bands: dict[int, list[Candidate]] = {}
+        for c in self.candidates:
+            if token_band(c.draft_tokens) <= top:
+                bands.setdefault(token_band(c.draft_tokens), []).append(c)
+        out = []
+        for members in bands.values():
+            mine = [c for c in members if c.topk == leader.topk] or members
+            if not any(c.key in tried for c in mine):
+                out += [c for c in mine if c.key not in tried]
+        return out
 
     def rivals(self, history: History, z: float = RIVAL_Z) -> list[Candidate]:
         """The leader, then every eligible configuration whose mean measured value is

@@ -42,16 +42,21 @@ def measured_stop(
     """The stop rule as far as the measurements decide it (None: the model's word decides).
 
     Stop when nothing is untried; go on before ``launches`` launches (or anything eligible),
-    and while the measured leader has an untried neighbour (the neighbour check), which
+    while a draft-token band at or below the leader's holds nothing tried
+    (:meth:`~sweep.search.climb.Climb.uncovered`), and while the measured leader has an
+    untried neighbour (the neighbour check), which
     gives way only to a stall twice as long as ``STALL`` (a flat top, where the leader
     changes by noise and its neighbours never run out); stop when the last ``STALL`` new
-    configurations did not beat the best by more than ``STALL_GAIN`` (:func:`stalled`),
-    whatever the model promises.
+    configurations did not beat the best by more than ``STALL_GAIN`` (:func:`stalled`;
+    :meth:`~sweep.search.guided.PhysicsSampler.exhausted` lets such a stall pass while its
+    refitted model promises a leap, never one twice as long).
     """
     if not untried:
         return True
     if not history.eligible() or history.launches() < launches:
         return False
+    if climb.uncovered(history):
+        return False  # a draft-token band below the leader's was never tried
     if climb.untried_neighbours(history) and not stalled(history, 2 * STALL):
         return False  # on a flat top the leader changes by noise: a long stall ends it
     if stalled(history):

@@ -177,3 +177,41 @@ def test_the_fit_takes_on_acceptance_that_falls_with_long_drafts() -> None:
     predicted, true = chain_fit(profile, [0, 3, 6, 9, 12, 15, 18, 19])  # both draft TPs
     assert np.abs(predicted / true - 1).max() < 0.05  # without the fall: 17.8 %
     assert true[int(np.argmax(predicted))] >= 0.995 * true.max()
+
+
+def stepped_fit(profile: Profile, rows: list[int]) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
+    """Fit noise-free launches of ``rows`` of the tree study; the fit, predicted and true."""
+    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
+    values = np.array([truth(profile, c) for c in candidates])
+    d = costmodel.design(candidates)
+    index = np.array(rows, dtype=np.int64)
+    data = costmodel.Data(
+        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.02, accept_sd=0.01
+    )
+    fitted = costmodel.fit(d, data)
+    return fitted, np.exp(fitted.predict(d)[0]), values[:, 0]
+
+
+def test_a_verify_step_the_launches_show_is_fitted_where_they_show_it() -> None:
+    # CUDA graphs captured up to 7 draft tokens: from 8 on, every verify pass 30 % dearer
+    tree = load_profile("tree")
+    cliff = _with(tree, "timing", verify_cliff_tokens=8, verify_cliff_factor=0.3)
+    rows = list(range(0, 68, 3))
+    fitted, predicted, true = stepped_fit(cliff, rows)
+    assert fitted.step_at == 8
+    assert np.abs(predicted / true - 1).max() < 0.02  # both sides of the step, every config
+    plain, _, _ = stepped_fit(tree, rows)
+    assert plain.step_at == 0  # no step where there is none
+
+
+def test_untried_counts_below_a_measured_step_are_predicted_on_its_fast_side() -> None:
+    # launches at 4 and 12 draft tokens only: the step is somewhere in 5..12, and the model
+    # puts it at 12, so the untried 8 is predicted without it (the search launches it)
+    tree = load_profile("tree")
+    cliff = _with(tree, "timing", verify_cliff_tokens=9, verify_cliff_factor=0.3)
+    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
+    rows = [i for i, c in enumerate(candidates) if c.draft_tokens != 8]
+    fitted, predicted, true = stepped_fit(cliff, rows)
+    assert fitted.step_at == 12
+    at8 = [i for i, c in enumerate(candidates) if c.draft_tokens == 8]
+    assert np.abs(predicted[at8] / true[at8] - 1).max() < 0.02  # 8 is below the true step
