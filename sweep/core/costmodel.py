@@ -395,7 +395,8 @@ def _fit(d: Design, data: Data, start: Array | None) -> Fit:
     places = _step_places(d, data, plain)
     if not places:
         return plain
-    fits = [_fit_at(d, data, plain.theta, at) for at in places[:STEP_TRIES]]
+    # from the plain fit only: its fresh starts already looked for other optima
+    fits = [_fit_at(d, data, plain.theta, at, fresh=False) for at in places[:STEP_TRIES]]
     best = min(_cost(f) for f in fits)
     # where two places explain the launches alike, the later one: the untried counts
     # between them are then predicted fast, and a launch settles it
@@ -430,7 +431,10 @@ def _step_places(d: Design, data: Data, plain: Fit) -> list[int]:
     return [at for _, at in sorted(out, reverse=True)]
 
 
-def _fit_at(d: Design, data: Data, start: Array | None, step_at: int) -> Fit:
+def _fit_at(d: Design, data: Data, start: Array | None, step_at: int, *, fresh: bool = True) -> Fit:
+    """The fit with the verify step from ``step_at`` draft tokens on (0: none), from
+    ``start`` and (``fresh``) the fixed starting points when ``start`` does not explain
+    the data."""
     # imported here: scipy.optimize costs ~0.3 s at start-up, and only the fit needs it
     from scipy.optimize import least_squares
 
@@ -439,6 +443,8 @@ def _fit_at(d: Design, data: Data, start: Array | None, step_at: int) -> Fit:
     scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0
     best = None
     starts = _starts(len(d.families), scale, start)
+    if not fresh and start is not None:
+        starts = starts[:1]
     for i, x0 in enumerate(starts):
         result = least_squares(_residuals, x0, jac=_jacobian, args=(sub, data, scale), method="trf")
         if best is None or result.cost < best.cost:
