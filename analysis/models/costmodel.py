@@ -31,7 +31,8 @@ from analysis.data.schema import SPEC_PARAMS
 from analysis.data.transform import default_level, measured
 from analysis.errors import CostModelError
 from sweep.core import costmodel
-from sweep.core.costmodel import Prediction, Shape
+from sweep.core.costmodel import Shape
+from sweep.core.prediction import Prediction, predict
 from sweep.core.space import TrialConfig
 
 VERIFY_BASE = "verify_base"
@@ -214,7 +215,7 @@ class CostModel:
         """The model's prediction of each of ``configs`` (families it reaches only):
         decode speed (tok/s) with its interval, accept length and cycle (seconds)."""
         d = costmodel.design([shape(c, self.extras) for c in configs], self.families)
-        return costmodel.predict(self.fit, d)
+        return predict(self.fit, d)
 
     def cycle_ms(self, config: TrialConfig) -> float | None:
         """Predicted cycle time, or None for a configuration the fit cannot reach."""

@@ -2,7 +2,7 @@
 
 One model, one prediction type: the fit is :func:`analysis.models.costmodel.fit_cost_model`
 (the search's own :mod:`sweep.core.costmodel`), and each configuration's prediction is a
-:class:`sweep.core.costmodel.Prediction` (decode speed with its interval, accept length and
+:class:`sweep.core.prediction.Prediction` (decode speed with its interval, accept length and
 cycle). Accept length comes from the model's acceptance rule, fitted to every measured
 accept length at once (it does not depend on the draft TP).
 """
@@ -21,7 +21,7 @@ from analysis.data.transform import measured
 from analysis.errors import CostModelError
 from analysis.models.costmodel import CostModel, fit_cost_model, observations
 from sweep.core import costmodel
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.core.space import TrialConfig
 
 EXTRA_STEPS = 2  # how far beyond the largest measured step count to extrapolate

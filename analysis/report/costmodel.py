@@ -10,7 +10,7 @@ from analysis.plots.costmodel import plot_cycle_breakdown
 from analysis.report import formatting as fmt
 from analysis.report.data import FigureSet
 from analysis.report.document import Block, Section, table
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 
 MAX_RESIDUALS = 12
 MAX_CYCLES = 14  # bars in the cycle figure

@@ -10,7 +10,7 @@ from typing import Any
 from optuna.trial import TrialState
 
 from sweep.core import cells
-from sweep.core.costmodel import Z95
+from sweep.core.prediction import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for

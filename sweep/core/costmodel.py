@@ -1,8 +1,6 @@
-"""THE speculative-decoding cost model: one fit, one :class:`Prediction` (pure numpy/scipy).
-
-The search's sampler (:mod:`sweep.search.guided`) and the report
-(:mod:`analysis.models.costmodel`) both fit and predict with this module; nothing else
-fits a cost model.
+"""THE speculative-decoding cost model (pure numpy/scipy): one fit, here, for the search's
+sampler (:mod:`sweep.search.guided`) and the report (:mod:`analysis.models.costmodel`);
+one prediction type, :class:`sweep.core.prediction.Prediction`. Nothing else fits one.
 
 One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``)
 in family ``f`` (its draft TP and extra flags/environment)::
@@ -21,13 +19,7 @@ then extra siblings at the shallowest depths (up to ``k − 1`` per depth), each
 share ``g`` of the remaining misses; accept length = 1 + Σ_i Π_{j≤i} P(depth j accepted).
 
 ``verify_step`` is a verify pass that steps up from ``d*`` draft tokens on (CUDA graphs
-captured only up to that width, a memory limit: eager mode). ``d*`` is not a constant of
-the least squares: a fit without the step is tried first; when its residuals fall off at a
-measured draft-token count (the launches from it on slower than the model, those below it
-faster), the fit with the step there is kept if it explains the launches clearly better
-(:data:`STEP_EVIDENCE`). The step sits at the smallest measured count that shows it, so the
-untried counts just below are predicted on the fast side: the search launches them, and
-the next fit moves the step down if they are slow too.
+captured only that wide, a memory limit); where ``d*`` goes is :mod:`sweep.core.verify_step`.
 
 The constants are fitted by nonlinear least squares on log throughput (and log
 accept length when measured), with weak priors that keep the fit defined from
@@ -37,10 +29,8 @@ overhead. The growth and the fall have priors near zero (1 % of the family's dra
 φ = 0.002): the model takes those shapes on only when the launches show them. The Laplace
 approximation (the fit's Jacobian) gives each prediction an uncertainty.
 
-What the model still cannot represent (a step nobody measured both sides of, a memory
-cliff, two optima) the search finds by measurement: a launch far from its prediction widens
-every uncertainty, and the untried neighbours of the leader and its rivals are launched
-before the search stops (docs/search.md).
+What the model cannot represent (a step nobody measured both sides of, two optima) the
+search finds by measurement (docs/search.md, "The model guides, measurements decide").
 """
 
 from __future__ import annotations
@@ -54,6 +44,8 @@ from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
+
+from sweep.core import verify_step
 
 Array = NDArray[np.float64]
 
@@ -71,10 +63,6 @@ FAMILY_DRAFT_SD = 1.0  # families' draft steps spread around their mean (log)
 PRIOR_GROWTH = (math.log(0.01), 2.0)  # a family's growth per earlier step / its draft step
 PRIOR_FALL = (math.log(0.002), 2.0)  # φ: acceptance × e^(−φ) per step beyond the first
 PRIOR_STEP = (math.log(0.01), 2.0)  # the verify step / mean overhead (none until measured)
-STEP_EVIDENCE = 3.0  # least-squares cost (½ Σ r²) a step must save, plus log(#places tried)
-STEP_SCREEN = 0.0  # a place whose launches past it are not slower on the plain fit: no step there
-STEP_TRIES = 2  # the places (most promising first) fitted with a step
-STEP_TIE = 1.0  # fits whose costs differ by less explain the launches alike
 STARTS = ((0.65, 0.85, 0.2), (0.85, 0.97, 0.2), (0.45, 0.7, 0.35))
 RESTART_COST = 4.0  # mean squared standardised residual above which fresh starts are tried
 # Shared parameters, then (log overhead, log draft step, log growth) per family.
@@ -392,49 +380,22 @@ def fit(d: Design, data: Data, start: Array | None = None) -> Fit:
 def _fit(d: Design, data: Data, start: Array | None) -> Fit:
     """The fit without a verify step, or with one where the launches show it clearly."""
     plain = _fit_at(d, data, start, 0)
-    places = _step_places(d, data, plain)
-    if not places:
-        return plain
+    n = len(data.rows)
+    tokens = d.extra_tokens[data.rows] + 1
+    where = verify_step.places(tokens, data.rows, plain.residuals[:n])
     # from the plain fit only: its fresh starts already looked for other optima
-    fits = [_fit_at(d, data, plain.theta, at, fresh=False) for at in places[:STEP_TRIES]]
-    best = min(_cost(f) for f in fits)
-    # where two places explain the launches alike, the later one: the untried counts
-    # between them are then predicted fast, and a launch settles it
-    stepped = max((f for f in fits if _cost(f) <= best + STEP_TIE), key=lambda f: f.step_at)
-    evidence = STEP_EVIDENCE + math.log(len(places))
-    return stepped if _cost(plain) - _cost(stepped) > evidence else plain
+    fits = [_fit_at(d, data, plain.theta, at, fresh=False) for at in where[: verify_step.TRIES]]
+    kept = verify_step.pick(_cost(plain), [(_cost(f), f.step_at) for f in fits], len(where))
+    return plain if kept is None else fits[kept]
 
 
 def _cost(result: Fit) -> float:
     return 0.5 * float(result.residuals @ result.residuals)
 
 
-def _step_places(d: Design, data: Data, plain: Fit) -> list[int]:
-    """The measured draft-token counts where the plain fit's throughput residuals fall off
-    (launches from there on slower than the model, those below faster), most first; only
-    counts with two configurations or more launched on each side, and only when the fall
-    could pay for a step: shifting the launches past it by their mean residual would save
-    more than :data:`STEP_SCREEN` (the plain fit bends to hide a step, so less than a
-    step's fit saves; no second fit when nothing shows one)."""
-    n = len(data.rows)
-    tokens = d.extra_tokens[data.rows] + 1
-    residual = plain.residuals[:n]  # (model − measured) / sd: positive where slower
-    out = []
-    for at in np.unique(tokens)[1:]:
-        past = tokens >= at
-        if len(set(data.rows[past])) < 2 or len(set(data.rows[~past])) < 2:
-            continue
-        drop = float(residual[past].mean() - residual[~past].mean())
-        saving = 0.5 * drop**2 * past.sum() * (~past).sum() / n
-        if drop > 0 and saving > STEP_SCREEN:
-            out.append((saving, int(at)))
-    return [at for _, at in sorted(out, reverse=True)]
-
-
 def _fit_at(d: Design, data: Data, start: Array | None, step_at: int, *, fresh: bool = True) -> Fit:
-    """The fit with the verify step from ``step_at`` draft tokens on (0: none), from
-    ``start`` and (``fresh``) the fixed starting points when ``start`` does not explain
-    the data."""
+    """The fit with a verify step from ``step_at`` draft tokens (0: none); ``fresh``: also
+    from the fixed starting points when ``start`` does not explain the data."""
     # imported here: scipy.optimize costs ~0.3 s at start-up, and only the fit needs it
     from scipy.optimize import least_squares
 
@@ -486,46 +447,3 @@ def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:
     if start is not None and len(start) == SHARED + PER_FAMILY * n_families:
         out.insert(0, np.asarray(start, dtype=float))
     return out
-
-
-Z95 = 1.959963984540054  # two-sided 95 % normal quantile
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The cost model's prediction of one configuration's value (the one prediction type:
-    the sampler's proposals, the confirmation's prior and the report all use it).
-
-    Attributes:
-        mean: predicted value (the fitted values' units, e.g. tok/s).
-        sd: its standard deviation (model uncertainty, not launch noise).
-        lower, upper: 95 % interval (log-normal).
-        accept_length: predicted tokens per verify cycle (NaN when not asked for).
-        cycle: predicted time of one verify cycle, in the inverse of the value's units
-            times tokens (seconds for tok/s; NaN when not asked for).
-    """
-
-    mean: float
-    sd: float
-    lower: float
-    upper: float
-    accept_length: float = math.nan
-    cycle: float = math.nan
-
-    @classmethod
-    def from_log(cls, mean: float, sd: float, **parts: float) -> Prediction:
-        """The prediction whose log value has ``mean`` and ``sd``."""
-        value = math.exp(mean)
-        return cls(value, value * sd, math.exp(mean - Z95 * sd), math.exp(mean + Z95 * sd), **parts)
-
-
-def predict(result: Fit, d: Design, model_sd: float = 0.0) -> list[Prediction]:
-    """Every row of ``d`` predicted by ``result`` (value, interval, accept length, cycle);
-    ``d`` must use the fitted design's families (:func:`design`'s ``families``)."""
-    mean, sd = result.predict(d, model_sd)
-    accepts = accept_length(result.theta, d)
-    cycles = cycle(result.theta, result.on(d))
-    return [
-        Prediction.from_log(float(m), float(s), accept_length=float(a), cycle=float(c))
-        for m, s, a, c in zip(mean, sd, accepts, cycles, strict=True)
-    ]

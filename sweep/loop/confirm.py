@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from sweep.core import policy
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.core.records import Kind, State
 from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits

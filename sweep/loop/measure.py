@@ -22,9 +22,9 @@ from sweep.bench.runner import BenchmarkSettings, run_benchmark
 from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload
 from sweep.clock import Clock
-from sweep.core.costmodel import Z95
 from sweep.core.objective import Figures, Score, by_level, metric_value, score
 from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
+from sweep.core.prediction import Z95
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.engines.base import Deployment, EngineAdapter

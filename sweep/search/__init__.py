@@ -22,7 +22,7 @@ See docs/search.md.
 
 from __future__ import annotations
 
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.search.candidates import Candidate, candidates_for
 from sweep.search.comparisons import Advantage, ConfirmOptions, contenders
 from sweep.search.config_sampler import PICK_ATTR, PREDICTED_ATTR, REPLICATE_ATTR, ConfigSampler

@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from sweep.core.costmodel import Z95, Prediction  # Z95: a stored half-width is a 95 % interval
+from sweep.core.prediction import Z95, Prediction  # Z95: a stored half-width is a 95 % interval
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.candidates import candidate_of

@@ -36,8 +36,8 @@ from optuna.study import Study, StudyDirection
 from optuna.trial import FrozenTrial
 
 from sweep.core import costmodel
-from sweep.core.costmodel import Prediction
-from sweep.search import space_filling, stopping
+from sweep.core.prediction import Prediction
+from sweep.search import promises, space_filling, stopping
 from sweep.search.candidates import Candidate
 from sweep.search.climb import Climb
 from sweep.search.config_sampler import PREDICTED_ATTR, ConfigSampler
@@ -47,17 +47,10 @@ from sweep.search.predictions import fit_data, holdout, physics_floor, predictio
 from sweep.store.db import set_system_attr
 from sweep.store.trials import current_trials
 
-STALL_LEAP = 0.02  # a stall does not end the search while the model's mean promises this
-PROMISE_Z = 1.0  # once the model is found wrong, an untried configuration whose mean + 1 sd
-# (widened) beats the leader's predicted value is still launched before the search stops
-
 
 class PhysicsSampler(ConfigSampler):
     """Proposes the configuration the fitted cost model says is most promising (see the
-    module).
-
-    Each proposal records ``sweep.search.pick`` and ``sweep.search.predicted``
-    (``{"mean", "sd"}`` before the measurement) as trial system attributes.
+    module); each proposal records ``sweep.search.pick`` and ``sweep.search.predicted``.
 
     Args:
         candidates: every valid configuration (:func:`sweep.search.candidates_for`).
@@ -158,60 +151,34 @@ class PhysicsSampler(ConfigSampler):
 
     def exhausted(self, study: Study) -> bool:
         """True when the search may stop and confirmation start: when the measurements
-        decide (:func:`sweep.search.stopping.measured_stop`), their word; else — unless the
-        model was found wrong (a surprise, or residuals above ``misfit``), when the leader's
-        measured neighbourhood decides — when no untried configuration can plausibly beat
-        the best measured one."""
+        decide (:func:`sweep.search.stopping.measured_stop`; a stall passes while the model
+        promises a leap, :func:`promises.leap`), their word; else when nothing untried is
+        plausible — or, once the model was found wrong (a surprise, residuals above
+        ``misfit``), when its refitted mean promises nothing (:func:`promises.promised`)."""
         history = self.history(study)
         launches = max(self.n_startup, self.min_launches)
         untried = self.untried(history)
         verdict = stopping.measured_stop(history, untried, self.climb, launches)
-        if verdict is not None and not (verdict and untried and self._leap(history)):
+        passes = verdict and promises.leap(
+            history, untried, self.index, lambda: self.predict(history)[1]
+        )
+        if verdict is not None and not passes:
             return verdict
         result, mean, sd = self.predict(history)
         widen = self.surprise(study, history)
         if widen > 1.0 or result.rms > self.misfit:
             # the local search converged (the leader beats its whole neighbourhood), and the
             # model, refitted to everything, no longer promises a better configuration
-            return not self._promised(history, mean, sd * widen)
+            return not promises.promised(untried, self.index, history, mean, sd * widen)
         return not self._plausible(history, mean, sd)
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
         return self.climb.leader(history)
 
-    def _plausible(
-        self, history: History, mean: np.ndarray, sd: np.ndarray, z: float | None = None
-    ) -> list[int]:
-        """The untried configurations whose mean + ``z`` sd (default ``plausible_z``) beats
-        the best measured configuration's predicted value."""
-        best = max(mean[self.index[k]] for k in history.eligible())
-        z = self.plausible_z if z is None else z
-        return [
-            self.index[c.key]
-            for c in self.untried(history)
-            if mean[self.index[c.key]] + z * sd[self.index[c.key]] > best
-        ]
-
-    def _leap(self, history: History) -> bool:
-        """After a stall (not yet twice as long), whether the model — refitted to everything,
-        a verify step placed or not — predicts an untried configuration more than
-        :data:`STALL_LEAP` above the best measured one's predicted value: a flat top's
-        promises are within noise, a step found late points past the stall's reach."""
-        if not stopping.stalled(history) or stopping.stalled(history, 2 * stopping.STALL):
-            return False
-        _, mean, _ = self.predict(history)
-        best = max(mean[self.index[k]] for k in history.eligible())
-        level = best + math.log1p(STALL_LEAP)
-        return any(mean[self.index[c.key]] > level for c in self.untried(history))
-
-    def _promised(self, history: History, mean: np.ndarray, sd: np.ndarray) -> list[Candidate]:
-        """Once the model was found wrong (``sd`` widened by the surprise), the untried
-        configurations it still promises within :data:`PROMISE_Z` sd: its refitted mean
-        earns a launch — a surprise the refit explains (a verify step now placed) points at
-        the configuration to try; one it does not is another surprise, and the stall rule
-        bounds them."""
-        return [self.candidates[i] for i in self._plausible(history, mean, sd, PROMISE_Z)]
+    def _plausible(self, history: History, mean: np.ndarray, sd: np.ndarray) -> list[int]:
+        untried = self.untried(history)
+        return promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
 
     # --- proposing ----------------------------------------------------------------------------
 
@@ -229,12 +196,11 @@ class PhysicsSampler(ConfigSampler):
         self._last = (mean, sd)
         uncovered = self.climb.uncovered(history)
         if (widen > 1.0 or result.rms > self.misfit) and untried:
-            # the model was found wrong: cover the draft-token bands below the leader's,
-            # climb by measurement (the model only orders them), then check what the
-            # refitted model still promises
-            near = uncovered or self.climb.untried_neighbours(history)
-            picks = near or self._promised(history, mean, sd) or self.climb.frontier(history)
-            return self._best(picks or untried, mean, sd)
+            # the model was found wrong: the band and neighbour checks, what its refitted
+            # mean still promises, then the climb (the model only orders them)
+            promised = promises.promised(untried, self.index, history, mean, sd)
+            picks = uncovered or self.climb.untried_neighbours(history) or promised
+            return self._best(picks or self.climb.frontier(history) or untried, mean, sd)
         plausible = self._plausible(history, mean, sd)
         if not plausible or stopping.stalled(history):
             near = uncovered or self.climb.untried_neighbours(history)

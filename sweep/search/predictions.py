@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sweep.core import costmodel
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.search.candidates import Candidate
 from sweep.search.history import History
 from sweep.search.launches import PRIOR_DOF, PRIOR_SD, launch_variance

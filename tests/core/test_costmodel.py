@@ -142,17 +142,25 @@ def test_with_no_launch_the_priors_alone_give_a_finite_fit() -> None:
     assert 1 < steps < 6  # the prior's optimum is in the middle, not at an edge
 
 
-def chain_fit(profile: Profile, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Fit noise-free launches of ``rows`` of the chain study; (predicted, true) throughput."""
-    candidates = valid_candidates(parse_study(CHAINS, "chains.toml"))
+def noise_free_fit(
+    profile: Profile, rows: list[int], space: str = STUDY, value_sd: float = 0.02
+) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
+    """Fit noise-free launches of ``rows`` of ``space``; the fit, predicted and true throughput."""
+    candidates = valid_candidates(parse_study(space, "t.toml"))
     values = np.array([truth(profile, c) for c in candidates])
     d = costmodel.design(candidates)
     index = np.array(rows, dtype=np.int64)
     data = costmodel.Data(
-        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.01, accept_sd=0.01
+        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd, accept_sd=0.01
     )
-    mean, _ = costmodel.fit(d, data).predict(d)
-    return np.exp(mean), values[:, 0]
+    fitted = costmodel.fit(d, data)
+    return fitted, np.exp(fitted.predict(d)[0]), values[:, 0]
+
+
+def chain_fit(profile: Profile, rows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Fit noise-free launches of ``rows`` of the chain study; (predicted, true) throughput."""
+    _, predicted, true = noise_free_fit(profile, rows, CHAINS, value_sd=0.01)
+    return predicted, true
 
 
 def _with(profile: Profile, section: str, **values: object) -> Profile:
@@ -179,28 +187,15 @@ def test_the_fit_takes_on_acceptance_that_falls_with_long_drafts() -> None:
     assert true[int(np.argmax(predicted))] >= 0.995 * true.max()
 
 
-def stepped_fit(profile: Profile, rows: list[int]) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
-    """Fit noise-free launches of ``rows`` of the tree study; the fit, predicted and true."""
-    candidates = valid_candidates(parse_study(STUDY, "t.toml"))
-    values = np.array([truth(profile, c) for c in candidates])
-    d = costmodel.design(candidates)
-    index = np.array(rows, dtype=np.int64)
-    data = costmodel.Data(
-        index, np.log(values[index, 0]), np.log(values[index, 1]), value_sd=0.02, accept_sd=0.01
-    )
-    fitted = costmodel.fit(d, data)
-    return fitted, np.exp(fitted.predict(d)[0]), values[:, 0]
-
-
 def test_a_verify_step_the_launches_show_is_fitted_where_they_show_it() -> None:
     # CUDA graphs captured up to 7 draft tokens: from 8 on, every verify pass 30 % dearer
     tree = load_profile("tree")
     cliff = _with(tree, "timing", verify_cliff_tokens=8, verify_cliff_factor=0.3)
     rows = list(range(0, 68, 3))
-    fitted, predicted, true = stepped_fit(cliff, rows)
+    fitted, predicted, true = noise_free_fit(cliff, rows)
     assert fitted.step_at == 8
     assert np.abs(predicted / true - 1).max() < 0.02  # both sides of the step, every config
-    plain, _, _ = stepped_fit(tree, rows)
+    plain, _, _ = noise_free_fit(tree, rows)
     assert plain.step_at == 0  # no step where there is none
 
 
@@ -211,7 +206,7 @@ def test_untried_counts_below_a_measured_step_are_predicted_on_its_fast_side() -
     cliff = _with(tree, "timing", verify_cliff_tokens=9, verify_cliff_factor=0.3)
     candidates = valid_candidates(parse_study(STUDY, "t.toml"))
     rows = [i for i, c in enumerate(candidates) if c.draft_tokens != 8]
-    fitted, predicted, true = stepped_fit(cliff, rows)
+    fitted, predicted, true = noise_free_fit(cliff, rows)
     assert fitted.step_at == 12
     at8 = [i for i, c in enumerate(candidates) if c.draft_tokens == 8]
     assert np.abs(predicted[at8] / true[at8] - 1).max() < 0.02  # 8 is below the true step

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from analysis.report.answer import _answer_rows
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.core.space import TrialConfig
 from sweep.search.answer import (
     EXTENSION,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sweep.core.costmodel import Prediction
+from sweep.core.prediction import Prediction
 from sweep.search.answer import confirmation_budget
 from sweep.search.comparisons import (
     ConfirmOptions,
