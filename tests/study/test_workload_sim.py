@@ -42,8 +42,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.core.costmodel import Z95
 from sweep.core.objective import mix_half_width
+from sweep.core.prediction import Z95
 from sweep.study import load_study
 from tests.study.workload_truth import (
     Figure,
