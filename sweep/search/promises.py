@@ -18,6 +18,7 @@ from sweep.search.candidates import Candidate
 from sweep.search.history import History
 
 STALL_LEAP = 0.02  # a stall does not end the search while the model's mean promises this
+LEAP_LAUNCHES = 4  # launches a leap may add past a stall twice as long
 PROMISE_Z = 1.0  # once the model is found wrong, an untried configuration whose mean + 1 sd
 # (widened) beats the best measured one's predicted value is still launched
 
@@ -58,14 +59,14 @@ def leap(
     index: Mapping[str, int],
     mean: Callable[[], np.ndarray],
 ) -> bool:
-    """After a stall (not yet twice as long), whether the model — refitted to everything, a
+    """After a stall (at most :data:`LEAP_LAUNCHES` past one twice as long), whether the model — refitted to everything, a
     verify step placed or not; ``mean`` gives its predictions, asked only then — predicts an
     untried configuration more than :data:`STALL_LEAP` above the best measured one's
     predicted value: a flat top's promises are within noise, a step found late points past
     the stall's reach."""
     if not untried or not stopping.stalled(history):
         return False
-    if stopping.stalled(history, 2 * stopping.STALL):
+    if stopping.stalled(history, 2 * stopping.STALL + LEAP_LAUNCHES):
         return False
     predicted = mean()
     best = max(predicted[index[k]] for k in history.eligible())

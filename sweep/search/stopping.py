@@ -49,7 +49,7 @@ def measured_stop(
     changes by noise and its neighbours never run out); stop when the last ``STALL`` new
     configurations did not beat the best by more than ``STALL_GAIN`` (:func:`stalled`;
     :meth:`~sweep.search.guided.PhysicsSampler.exhausted` lets such a stall pass while its
-    refitted model promises a leap, never one twice as long).
+    refitted model promises a leap, up to a few launches past one twice as long).
     """
     if not untried:
         return True

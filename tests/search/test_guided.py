@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import optuna
 
 from sweep.core.records import ATTR
 from sweep.core.space import suggest
 from sweep.engines import rules_for
-from sweep.search import PhysicsSampler
+from sweep.search import PhysicsSampler, promises
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.climb import Climb, token_band
 from sweep.search.history import History, Measurement
@@ -240,3 +242,25 @@ def test_a_verify_step_just_past_the_best_tree_does_not_hide_it() -> None:
     sampler, study, launched = play(cliff, 40, TREES)
     assert sampler.exhausted(study)
     assert max(values[k] for k in launched) >= 0.99 * best
+
+
+def test_a_stall_passes_while_the_refitted_model_promises_a_leap_but_not_for_long() -> None:
+    candidates = valid_candidates(parse_study(SPACE.format(env=""), "t.toml"))
+    index = {c.key: i for i, c in enumerate(candidates)}
+    leap_to = candidates[-1]
+
+    def run(after: int) -> History:  # the best launch first, then `after` launches 0.5 % below
+        values = [100.0] + [99.5] * after
+        keys = [c.key for c in candidates[: after + 1]]
+        return History(
+            {k: [Measurement(k, i, v)] for i, (k, v) in enumerate(zip(keys, values, strict=True))}
+        )
+
+    promising = np.zeros(len(candidates))
+    promising[index[leap_to.key]] = math.log(1.05)  # the refit predicts 5 % above the best
+    flat = np.zeros(len(candidates))  # a flat top: nothing promised beyond noise
+    assert not promises.leap(run(5), [leap_to], index, lambda: promising)  # no stall yet
+    assert promises.leap(run(9), [leap_to], index, lambda: promising)
+    assert not promises.leap(run(9), [leap_to], index, lambda: flat)
+    assert promises.leap(run(17), [leap_to], index, lambda: promising)  # past 16: 4 more
+    assert not promises.leap(run(21), [leap_to], index, lambda: promising)
