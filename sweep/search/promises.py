@@ -59,11 +59,11 @@ def leap(
     index: Mapping[str, int],
     mean: Callable[[], np.ndarray],
 ) -> bool:
-    """After a stall (at most :data:`LEAP_LAUNCHES` past one twice as long), whether the model — refitted to everything, a
-    verify step placed or not; ``mean`` gives its predictions, asked only then — predicts an
-    untried configuration more than :data:`STALL_LEAP` above the best measured one's
-    predicted value: a flat top's promises are within noise, a step found late points past
-    the stall's reach."""
+    """After a stall (up to :data:`LEAP_LAUNCHES` past one twice as long), whether the
+    model — refitted to everything, a verify step placed or not; ``mean`` gives its
+    predictions, asked only then — predicts an untried configuration more than
+    :data:`STALL_LEAP` above the best measured one's predicted value: a flat top's promises
+    are within noise, a step found late points past the stall's reach."""
     if not untried or not stopping.stalled(history):
         return False
     if stopping.stalled(history, 2 * stopping.STALL + LEAP_LAUNCHES):
