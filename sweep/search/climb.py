@@ -90,8 +90,9 @@ class Climb:
         top = token_band(leader.draft_tokens)
         bands: dict[int, list[Candidate]] = {}
         for c in self.candidates:
-            if token_band(c.draft_tokens) <= top:
-                bands.setdefault(token_band(c.draft_tokens), []).append(c)
+            band = token_band(c.draft_tokens)
+            if band <= top:
+                bands.setdefault(band, []).append(c)
         out = []
         for members in bands.values():
             mine = [c for c in members if c.topk == leader.topk] or members

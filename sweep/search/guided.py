@@ -198,8 +198,8 @@ class PhysicsSampler(ConfigSampler):
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
             # mean still promises, then the climb (the model only orders them)
-            promised = promises.promised(untried, self.index, history, mean, sd)
-            picks = uncovered or self.climb.untried_neighbours(history) or promised
+            near = uncovered or self.climb.untried_neighbours(history)
+            picks = near or promises.promised(untried, self.index, history, mean, sd)
             return self._best(picks or self.climb.frontier(history) or untried, mean, sd)
         plausible = self._plausible(history, mean, sd)
         if not plausible or stopping.stalled(history):

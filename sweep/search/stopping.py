@@ -44,9 +44,9 @@ def measured_stop(
     Stop when nothing is untried; go on before ``launches`` launches (or anything eligible),
     while a draft-token band at or below the leader's holds nothing tried
     (:meth:`~sweep.search.climb.Climb.uncovered`), and while the measured leader has an
-    untried neighbour (the neighbour check), which
-    gives way only to a stall twice as long as ``STALL`` (a flat top, where the leader
-    changes by noise and its neighbours never run out); stop when the last ``STALL`` new
+    untried neighbour (the neighbour check), which gives way only to a stall twice as long
+    as ``STALL`` (a flat top, where the leader changes by noise and its neighbours never run
+    out); stop when the last ``STALL`` new
     configurations did not beat the best by more than ``STALL_GAIN`` (:func:`stalled`;
     :meth:`~sweep.search.guided.PhysicsSampler.exhausted` lets such a stall pass while its
     refitted model promises a leap, up to a few launches past one twice as long).
