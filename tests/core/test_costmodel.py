@@ -210,3 +210,16 @@ def test_untried_counts_below_a_measured_step_are_predicted_on_its_fast_side() -
     assert fitted.step_at == 12
     at8 = [i for i, c in enumerate(candidates) if c.draft_tokens == 8]
     assert np.abs(predicted[at8] / true[at8] - 1).max() < 0.02  # 8 is below the true step
+
+
+def test_a_depth_accepted_with_probability_zero_leaves_the_gradient_finite() -> None:
+    # a fall this large drives the deep depths' acceptance to exactly 0 (no siblings to
+    # catch the misses): their log-derivative is undefined, and the fit once stopped on NaN
+    d = costmodel.design(valid_candidates(parse_study(CHAINS, "chains.toml")))
+    theta = np.zeros(d.n_params)
+    theta[costmodel.FALL] = 7.0  # acceptance × e^(−e^7 · (steps − 1))
+    theta[costmodel.G] = -50.0
+    accepted = costmodel._rule(theta, d)[2]
+    assert (accepted[d.widths > 0] == 0).any()
+    _, _, grad_accept, grad_cycle = costmodel.derivatives(theta, d)
+    assert np.isfinite(grad_accept).all() and np.isfinite(grad_cycle).all()
