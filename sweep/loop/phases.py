@@ -21,6 +21,7 @@ from sweep.loop.propose import Launch, Told, baseline, propose
 from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
 from sweep.loop.verify_schedule import verify_at_end
+from sweep.search.config_sampler import ConfigSampler
 from sweep.search.guided import PhysicsSampler
 
 
@@ -59,6 +60,7 @@ class Search:
             match next_step(seen, plan_of(run), run.limits(), run.now()):
                 case Stop(reason, failed):
                     run.summary.stopped(reason, failed)
+                    run.summary.warnings += not_launched_for_memory(run)
                     gate.finish(run)
                     return None if run.summary.failed_run else Confirm()
                 case BaselineDue():
@@ -135,3 +137,23 @@ def plan_of(run: RunContext) -> Plan:
         run.sharing.busy_keys(trials, run.stores.claims),
         converged,
     )
+
+
+def not_launched_for_memory(run: RunContext) -> list[str]:
+    """One line when the search ruled configurations out because one needing less memory
+    ran out (:mod:`sweep.search.memory`): how many, and which launches ruled them out."""
+    trials = run.stores.trials
+    sampler = trials.sampler
+    if not isinstance(sampler, ConfigSampler):
+        return []
+    skipped = sampler.history(trials).ruled_out
+    if not skipped:
+        return []
+    causes = sorted(set(skipped.values()))
+    named = "; ".join(run.valid[k].label() if k in run.valid else k for k in causes)
+    return [
+        f"{len(skipped)} configuration(s) not launched: each needs at least the memory "
+        f"(CUDA graph width: draft tokens + steps x topk, same draft TP) of one that ran "
+        f"out of memory, or lies past the middle of the unmeasured gap below it ({named}); "
+        f"docs/search.md, 'A memory cliff'"
+    ]

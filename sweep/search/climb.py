@@ -51,11 +51,33 @@ class Climb:
             for c in self.neighbours.of(rival):
                 if c.key not in tried:
                     out.setdefault(c.key, c)
-        for best in self.family_leaders(history):
+        for best in [*self.family_leaders(history), *self.past_a_wall(history)]:
             for c in self.neighbours.steps_of(best):
                 if c.key not in tried:
                     out.setdefault(c.key, c)
         return list(out.values())
+
+    def past_a_wall(self, history: History) -> list[Candidate]:
+        """When the leader's next step cannot run (it ran out of memory, or needs at least
+        the memory of one that did: :mod:`sweep.search.memory`), the best measured
+        configuration of each other draft TP at the leader's topk and extras, best first.
+        The leader then peaks at the wall, not by its physics; another draft TP holds
+        its draft weights in other memory and pays another draft cost, so its own peak
+        may lie steps further, where the leader's family cannot follow."""
+        leader = self.leader(history)
+        if leader is None:
+            return []
+        blocked = history.infeasible | set(history.ruled_out)
+        if not any(
+            c.steps > leader.steps and c.key in blocked for c in self.neighbours.steps_of(leader)
+        ):
+            return []
+        best: dict[int, Candidate] = {}
+        for key in _ranked(_means(history)):
+            c = self._of(key)
+            if (c.topk, c.extras) == (leader.topk, leader.extras) and c.draft_tp != leader.draft_tp:
+                best.setdefault(c.draft_tp, c)
+        return list(best.values())
 
     def family_leaders(self, history: History, z: float = FAMILY_Z) -> list[Candidate]:
         """The best measured configuration of every other family (topk, draft TP and extras)

@@ -18,6 +18,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.core.records import ATTR
+from sweep.search import memory
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.history import History, Matcher, history_of
 from sweep.store.db import set_system_attr
@@ -51,7 +52,16 @@ class ConfigSampler(BaseSampler):
 
     def history(self, study: Study, skip: int | None = None) -> History:
         """The study's trials sorted by candidate."""
-        return history_of(current_trials(study), self.matcher, skip=skip)
+        return self.with_memory(history_of(current_trials(study), self.matcher, skip=skip))
+
+    def with_memory(self, history: History) -> History:
+        """``history`` with the untried candidates that need at least the memory of one
+        that ran out ruled out (:func:`sweep.search.memory.ruled_out`)."""
+        if history.out_of_memory:
+            history.ruled_out = memory.ruled_out(
+                self.candidates, history.out_of_memory, history.tried(), history.measured
+            )
+        return history
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
         """Record what was proposed, and whether it is a deliberate relaunch of a measured

@@ -97,12 +97,14 @@ class PhysicsSampler(ConfigSampler):
         self.min_launches = stopping.MIN_SEARCH_LAUNCHES
 
     def history(self, study: Study, skip: int | None = None) -> History:
-        return history_of(
-            current_trials(study),  # a changed study's earlier trials left out
-            self.matcher,
-            accept_length_attr=self.accept_length_attr,
-            stderr_attr=self.stderr_attr,
-            skip=skip,
+        return self.with_memory(
+            history_of(
+                current_trials(study),  # a changed study's earlier trials left out
+                self.matcher,
+                accept_length_attr=self.accept_length_attr,
+                stderr_attr=self.stderr_attr,
+                skip=skip,
+            )
         )
 
     # --- the model --------------------------------------------------------------------------

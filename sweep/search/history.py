@@ -17,6 +17,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.core.records import ATTR, FEASIBLE
+from sweep.failures import FailureKind
 from sweep.search.candidates import DRAFT_TOKENS_PARAM, Candidate
 
 # The names the loop stores on each trial (spelled once, in sweep.core.records).
@@ -47,16 +48,22 @@ class History:
         infeasible: keys found infeasible (never propose them again).
         violating: keys measured but violating a user constraint (never the winner).
         pending: keys being measured, queued or failed (do not propose them).
+        out_of_memory: the infeasible keys whose launch ran out of memory.
+        ruled_out: untried keys that need at least the memory of one that ran out, each
+            with that key (:mod:`sweep.search.memory`; set by the sampler, which knows the
+            candidates): never proposed.
     """
 
     measured: dict[str, list[Measurement]] = field(default_factory=dict)
     infeasible: set[str] = field(default_factory=set)
     violating: set[str] = field(default_factory=set)
     pending: set[str] = field(default_factory=set)
+    out_of_memory: set[str] = field(default_factory=set)
+    ruled_out: dict[str, str] = field(default_factory=dict)
 
     def tried(self) -> set[str]:
-        """Keys not to propose as new: measured, infeasible or pending."""
-        return set(self.measured) | self.infeasible | self.pending
+        """Keys not to propose as new: measured, infeasible, pending or ruled out."""
+        return set(self.measured) | self.infeasible | self.pending | set(self.ruled_out)
 
     def eligible(self) -> dict[str, list[Measurement]]:
         """Measured keys that may win (no violated constraint)."""
@@ -125,6 +132,9 @@ def _note(out: History, key: str, t: FrozenTrial, accept_attr: str, stderr_attr:
     constraints = t.constraints or {}
     if float(constraints.get(FEASIBLE, 0.0)) > 0:
         out.infeasible.add(key)
+        failure = t.user_attrs.get(ATTR.FAILURE)
+        if isinstance(failure, dict) and failure.get("kind") == FailureKind.OUT_OF_MEMORY:
+            out.out_of_memory.add(key)
         return
     if any(float(v) > 0 for v in constraints.values()):
         out.violating.add(key)

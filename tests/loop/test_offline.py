@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import optuna
@@ -12,7 +13,7 @@ from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.store import baseline_study_name, read_records
-from sweep.study import Study, load_study
+from sweep.study import Study, load_study, parse_study
 from tests.support.studies import write_study
 
 
@@ -95,3 +96,45 @@ def test_keyboard_interrupt_stops_the_run_and_records_the_launch(tmp_path: Path)
         run_with_measurements(study, measure)
     trials = [r for r in _records(study) if r.kind is Kind.TRIAL]
     assert [r.state for r in trials] == [State.INTERRUPTED]
+
+
+MEMORY_CLIFF = """
+[study]
+name = "cliff"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = { low = 1, high = 10 }
+draft_tp = [1, 8]
+"""
+
+
+def test_past_a_memory_cliff_the_search_launches_nothing_that_needs_more(tmp_path: Path) -> None:
+    # draft TP 1 peaks at 7 steps but runs out of memory from 6 on (a chain's graph width is
+    # 2 x steps + 1); draft TP 8 fits everywhere and peaks at 4 steps, 10 % lower
+    study = parse_study(MEMORY_CLIFF, str(tmp_path / "cliff.toml"))
+    launched: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        launched.append(config)
+        if not config.speculative:
+            return Measurement(80.0)
+        if config.draft_tp == 1 and config.num_steps >= 6:
+            return MeasurementFailure("oom", "CUDA out of memory while capturing CUDA graphs")
+        peak, top = (7, 120.0) if config.draft_tp == 1 else (4, 108.0)
+        return Measurement(top - 3.0 * abs(config.num_steps - peak), accept_length=2.0)
+
+    summary = run_with_measurements(study, measure)
+    records = [r for r in _records(study) if r.kind.launches and r.config]
+    failed = [r.config.num_steps for r in records if r.state is State.INFEASIBLE and r.config]
+    assert failed and len(failed) <= 3
+    assert all(later < earlier for earlier, later in itertools.pairwise(failed))
+    assert not any(c.draft_tp == 1 and c.num_steps > max(failed) for c in launched)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert answer["winner"] == TrialConfig(5, 1, 6, 1).key()  # the best that fits
+    (note,) = [w for w in summary.warnings if "not launched" in w]
+    assert "ran out of memory" in note and "steps=" in note

@@ -5,12 +5,16 @@ Each run is a whole ``sweep run`` through the public loop seam
 baselines, the search's stop, the confirmation and the stored answer. Only the measurement
 is simulated: the simulator's noise-free truth (:func:`sweep.sim.model.predict`, NCCL
 environment included) times a per-launch factor N(1, 2 %) and a within-launch factor
-N(1, 0.5 %), with the accept length ± 1 %.
+N(1, 0.5 %), with the accept length ± 1 %; a configuration whose CUDA graphs or KV pool do not
+fit in the simulator's memory plan (:func:`sweep.sim.model.memory_plan`) fails as out of
+memory, as the simulated server's launch does.
 
-Landscapes: the three shipped profiles (``default``, ``high-acceptance``, ``tree``) and four
+Landscapes: the three shipped profiles (``default``, ``high-acceptance``, ``tree``) and five
 of shapes the cost model cannot represent (:func:`tests.perf.search_play.misfit_landscapes`:
-draft-TP communication growing with steps, a verify cliff, falling acceptance, a flat top),
-10 seeds each, on a 20-configuration space and a 1,084-configuration space.
+draft-TP communication growing with steps, a verify cliff, falling acceptance, a flat top,
+a memory cliff), 10 seeds each, on a 20-configuration space and a 1,084-configuration
+space. The optimum is the best configuration that fits in memory; a launch that runs out of
+memory counts as a server start.
 
 Figures (issue 21): ``winner_within_1pct_rate`` (shipped) and ``winner_within_1pct_rate_misfit``
 (the stored answer truly within 1 % of the optimum), ``worst_miss_pct`` (all runs),
@@ -53,10 +57,10 @@ from pathlib import Path
 
 import optuna
 
-from sweep.core.records import StudyInfo, TrialRecord
+from sweep.core.records import State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
-from sweep.loop.offline import Measurement, run_with_measurements
+from sweep.loop.offline import Measurement, MeasurementFailure, run_with_measurements
 from sweep.search.config_sampler import PREDICTED_ATTR
 from sweep.sim import model
 from sweep.sim.model import SimConfig
@@ -141,7 +145,8 @@ _TRUTHS: dict[tuple[str, str], tuple[float, float]] = {}
 
 def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, float]:
     """Noise-free (decode tok/s, accept length) of a resolved configuration on landscape
-    ``name`` (kept: a large space's optimum costs seconds to find)."""
+    ``name`` (kept: a large space's optimum costs seconds to find); (0, 1) when it does not
+    fit in memory (:func:`out_of_memory`)."""
     key = (name, config.key())
     if key not in _TRUTHS:
         _TRUTHS[key] = _truth(profile, config)
@@ -151,11 +156,25 @@ def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, floa
 def _truth(profile: Profile, config: TrialConfig) -> tuple[float, float]:
     if not config.speculative:
         return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
-    sim = SimConfig(
+    if out_of_memory(profile, config):
+        return 0.0, 1.0
+    p = model.predict(profile, _sim(config), 1, env=dict(config.env))
+    return p.decode_tok_s, p.accept_length
+
+
+def _sim(config: TrialConfig) -> SimConfig:
+    return SimConfig(
         "EAGLE3", config.num_steps, config.eagle_topk, config.num_draft_tokens, 8, config.draft_tp
     )
-    p = model.predict(profile, sim, 1, env=dict(config.env))
-    return p.decode_tok_s, p.accept_length
+
+
+def out_of_memory(profile: Profile, config: TrialConfig) -> bool:
+    """Whether the simulator's memory plan has no room for the configuration's CUDA graphs
+    or KV pool (the simulated server fails such a launch as out of memory)."""
+    if not config.speculative:
+        return False
+    plan = model.memory_plan(profile, _sim(config))
+    return plan.graph_oom or plan.kv_too_small
 
 
 @dataclass(frozen=True)
@@ -198,7 +217,9 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     rng = random.Random(seed)
     bad = random.Random(seed + 10_000)  # its own draws: without bad launches, the same runs
 
-    def measure(config: TrialConfig) -> Measurement:
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if out_of_memory(profile, config):
+            return MeasurementFailure("oom", "CUDA out of memory (capturing CUDA graphs)")
         value, accept = truth(profile, config, name)
         value *= rng.gauss(1.0, LAUNCH_SD) * rng.gauss(1.0, WITHIN_SD)
         if BAD_SHARE and bad.random() < BAD_SHARE:
@@ -220,7 +241,9 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
-    starts = sum(1 for r in records + read_records(baselines) if r.kind.launches and r.measured)
+    starts = sum(
+        1 for r in records + read_records(baselines) if r.kind.launches and r.state in STARTED
+    )
     errors = prediction_errors(optuna_study)
     trace = trace_lines(records, profile, name, best) if TRACE else ()
     return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
@@ -243,6 +266,8 @@ def trace_lines(
         )
     return tuple(lines)
 
+
+STARTED = frozenset({State.MEASURED, State.INFEASIBLE, State.FAILED})  # a server was started
 
 INFORMED = 3  # launches before a prediction for it to count as the model's, not the prior's
 
@@ -337,8 +362,8 @@ def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
         "winner_within_1pct_rate_misfit",
         within(misfit),
         "rate",
-        f"the same on 4 misfit landscapes (tp-comm, verify cliff, falling acceptance, "
-        f"flat top), {where}",
+        f"the same on 5 misfit landscapes (tp-comm, verify cliff, falling acceptance, "
+        f"flat top, memory cliff), {where}",
         "≥ 0.95",
     )
     worst = min((r for r in all_runs), key=lambda r: r.ratio)

@@ -126,9 +126,12 @@ def landscapes() -> dict[str, Profile]:
 
 
 def misfit_landscapes() -> dict[str, Profile]:
-    """Four landscapes of shapes the cost model cannot represent (the simulator's misfit
+    """Five landscapes of shapes the cost model cannot represent (the simulator's misfit
     knobs, docs/simulator.md): draft-TP communication growing with steps, a verify cliff,
-    acceptance falling past 4 steps, and a flat top."""
+    acceptance falling past 4 steps, a flat top, and a memory cliff (CUDA graphs 20 MB per
+    captured token and batch slot, 4× the default: past a graph width of 12 — draft tokens +
+    steps × topk, so 6 steps of a chain — a launch runs out of memory, below the chains'
+    optimum at 7 steps)."""
     default, high = load_profile("default"), load_profile("high-acceptance")
     return {
         "misfit-tp-comm": _perturb(
@@ -148,6 +151,7 @@ def misfit_landscapes() -> dict[str, Profile]:
             high, acceptance={"fall_after": 4, "fall_per_step": 0.05}
         ),
         "misfit-flat-top": _perturb(high, timing={"min_token_ms": 4.6}),
+        "misfit-memory-cliff": _perturb(high, memory={"graph_gb_per_token": 0.0174}),
     }
 
 
@@ -222,7 +226,9 @@ RANDOM_MISFIT = 30  # --landscapes random: this many random landscapes with rand
 def random_misfit_landscapes(n: int = RANDOM_MISFIT) -> dict[str, Profile]:
     """``n`` landscapes of random constants (:func:`random_landscape`), each with misfit
     shapes switched on at random: draft-TP communication growing with steps (half of them),
-    a verify cliff at 4-9 draft tokens (40 %), acceptance falling past 2-6 steps (40 %)."""
+    a verify cliff at 4-9 draft tokens (40 %), acceptance falling past 2-6 steps (40 %), a
+    memory cliff past a CUDA-graph width of 7-30 (30 %; drawn last, so the other draws are
+    those of the landscapes without it)."""
     out = {}
     for i in range(n):
         rng = np.random.default_rng(9000 + i)
@@ -239,6 +245,8 @@ def random_misfit_landscapes(n: int = RANDOM_MISFIT) -> dict[str, Profile]:
                 "fall_after": int(rng.integers(2, 7)),
                 "fall_per_step": float(rng.uniform(0.02, 0.08)),
             }
+        if rng.random() < 0.3:  # graphs of 48 batch slots × width in a 12.1 GB budget
+            sections["memory"] = {"graph_gb_per_token": 12.1 / 48 / float(rng.uniform(7, 30))}
         out[f"heldout-random-{i:02d}"] = _perturb(random_landscape(i), **sections)
     return out
 
