@@ -14,6 +14,7 @@ from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.store import baseline_study_name, read_records
 from sweep.study import Study, load_study, parse_study
+from tests.support.search_helpers import CHAINS
 from tests.support.studies import write_study
 
 
@@ -98,23 +99,10 @@ def test_keyboard_interrupt_stops_the_run_and_records_the_launch(tmp_path: Path)
     assert [r.state for r in trials] == [State.INTERRUPTED]
 
 
-MEMORY_CLIFF = """
-[study]
-name = "cliff"
-[engine]
-model_path = "m"
-tp_size = 8
-draft_tp_flag = "--speculative-draft-tp-size"
-[space]
-num_steps = { low = 1, high = 10 }
-draft_tp = [1, 8]
-"""
-
-
 def test_past_a_memory_cliff_the_search_launches_nothing_that_needs_more(tmp_path: Path) -> None:
     # draft TP 1 peaks at 7 steps but runs out of memory from 6 on (a chain's graph width is
     # 2 x steps + 1); draft TP 8 fits everywhere and peaks at 4 steps, 10 % lower
-    study = parse_study(MEMORY_CLIFF, str(tmp_path / "cliff.toml"))
+    study = parse_study(CHAINS, str(tmp_path / "chains.toml"))
     launched: list[TrialConfig] = []
 
     def measure(config: TrialConfig) -> Measurement | MeasurementFailure:

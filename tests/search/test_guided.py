@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import numpy as np
 import optuna
@@ -86,11 +87,18 @@ def truth(profile: Profile, c: Candidate) -> tuple[float, float]:
 
 
 def play(
-    profile: Profile, launches: int, space: str = CHAINS
+    profile: Profile,
+    launches: int,
+    space: str = CHAINS,
+    out_of_memory: Callable[[Candidate], bool] | None = None,
 ) -> tuple[PhysicsSampler, optuna.Study, list[str]]:
+    """The sampler proposing on ``profile``'s noise-free truth until it is exhausted (or
+    ``launches``): the keys launched in order, those ``out_of_memory`` fails too (stored as
+    the loop stores an out-of-memory launch)."""
     spec = parse_study(space, "t.toml")
     candidates = valid_candidates(spec)
     values = {c.key: truth(profile, c) for c in candidates}
+    by = by_key(candidates)
     sampler = PhysicsSampler(candidates)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     out = []
@@ -99,9 +107,14 @@ def play(
         key = rules_for(spec).resolve(suggest(trial, spec)).key()
         trial.set_user_attr(ATTR.KIND, "trial")
         trial.set_user_attr(ATTR.KEY, key)
-        trial.set_user_attr(ATTR.ACCEPT_LENGTH, values[key][1])
-        trial.set_constraint("sweep_feasible", 0.0)
-        study.tell(trial, values[key][0])
+        if out_of_memory is not None and out_of_memory(by[key]):
+            trial.set_user_attr(ATTR.FAILURE, {"kind": "out_of_memory", "deterministic": True})
+            trial.set_constraint("sweep_feasible", 1.0)
+            study.tell(trial, 0.0)
+        else:
+            trial.set_user_attr(ATTR.ACCEPT_LENGTH, values[key][1])
+            trial.set_constraint("sweep_feasible", 0.0)
+            study.tell(trial, values[key][0])
         out.append(key)
         if sampler.exhausted(study):
             break

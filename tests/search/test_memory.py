@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import optuna
-
-from sweep.core.records import ATTR
-from sweep.core.space import suggest
-from sweep.engines import rules_for
-from sweep.search import PhysicsSampler
 from sweep.search.candidates import by_key
 from sweep.search.climb import Climb
 from sweep.search.history import History, Measurement
 from sweep.search.memory import needs_at_least, ruled_out, widest_launchable, width
 from sweep.sim.profile import load_profile
 from sweep.study import parse_study
-from tests.search.test_guided import SPACE, truth
+from tests.search.test_guided import SPACE, play
 from tests.support.search_helpers import CHAINS, valid_candidates
 
 TREES = valid_candidates(parse_study(SPACE.format(env='[space.env]\nNCCL_PROTO = ["Simple", "LL"]'),
@@ -80,40 +74,14 @@ def test_the_graph_width_where_memory_runs_out_is_bisected() -> None:
     }
 
 
-def play_with_a_cliff(
-    steps_from: int, launches: int = 30
-) -> tuple[PhysicsSampler, optuna.Study, list[str]]:
-    """The chain space on the high-acceptance profile (draft TP 1 peaks at 7 steps), where
-    draft TP 1 runs out of memory from ``steps_from`` steps on (all its draft weights on one
-    GPU): the keys launched in order, the failed ones too."""
-    spec = parse_study(CHAINS, "t.toml")
-    profile = load_profile("high-acceptance")
-    values = {c.key: truth(profile, c) for c in CHAIN}
-    sampler = PhysicsSampler(CHAIN)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    launched = []
-    for _ in range(launches):
-        trial = study.ask()
-        key = rules_for(spec).resolve(suggest(trial, spec)).key()
-        trial.set_user_attr(ATTR.KIND, "trial")
-        trial.set_user_attr(ATTR.KEY, key)
-        c = by_key(CHAIN)[key]
-        launched.append(key)
-        if c.draft_tp == 1 and c.steps >= steps_from:  # as the loop records an OOM launch
-            trial.set_user_attr(ATTR.FAILURE, {"kind": "out_of_memory", "deterministic": True})
-            trial.set_constraint("sweep_feasible", 1.0)
-            study.tell(trial, 0.0)
-        else:
-            trial.set_user_attr(ATTR.ACCEPT_LENGTH, values[key][1])
-            trial.set_constraint("sweep_feasible", 0.0)
-            study.tell(trial, values[key][0])
-        if sampler.exhausted(study):
-            break
-    return sampler, study, launched
-
-
 def test_the_search_never_launches_what_needs_more_memory_than_a_launch_that_ran_out() -> None:
-    sampler, study, launched = play_with_a_cliff(5)
+    # the chains on the high-acceptance profile (draft TP 1 peaks at 7 steps), where draft
+    # TP 1 runs out of memory from 5 steps on (all its draft weights on one GPU)
+    sampler, study, launched = play(
+        load_profile("high-acceptance"),
+        30,
+        out_of_memory=lambda c: c.draft_tp == 1 and c.steps >= 5,
+    )
     history = sampler.history(study)
     failed = [k for k in launched if k in history.out_of_memory]
     assert failed  # the optimum (7 steps at draft TP 1) is past the cliff: it was tried
