@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -49,6 +50,15 @@ class Measurement:
     value: float  # the objective's figure for this launch (e.g. decode tok/s at its concurrency)
     accept_length: float | None = None
     half_width: float | None = None  # within-launch 95 % half-width, when known
+
+    def __post_init__(self) -> None:
+        if not (
+            isinstance(self.value, int | float) and math.isfinite(self.value) and self.value > 0
+        ):
+            raise ValueError(
+                f"Measurement.value must be a positive finite number (a throughput), got "
+                f"{self.value!r}; a launch that measured nothing is a MeasurementFailure"
+            )
 
 
 @dataclass(frozen=True)

@@ -126,3 +126,23 @@ def test_past_a_memory_cliff_the_search_launches_nothing_that_needs_more(tmp_pat
     assert answer["winner"] == TrialConfig(5, 1, 6, 1).key()  # the best that fits
     (note,) = [w for w in summary.warnings if "not launched" in w]
     assert "ran out of memory" in note and "steps=" in note
+
+
+def test_a_launch_measuring_nothing_is_a_clear_error_not_a_crash_of_the_model(
+    tmp_path: Path,
+) -> None:
+    study = _study(tmp_path)
+    calls: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement:
+        calls.append(config)
+        if len(calls) > 3:
+            return Measurement(0.0)  # the cost model fits log throughput: 0 cannot be fitted
+        return _speed(config)
+
+    with pytest.raises(ValueError, match=r"positive finite number .* got 0\.0.*MeasurementFailure"):
+        run_with_measurements(study, measure)
+    kept = [r for r in _records(study) if r.state is State.MEASURED]
+    assert len(kept) == 2  # what was measured before stays stored (the baseline apart)
+    with pytest.raises(ValueError, match="got nan"):
+        Measurement(float("nan"))
