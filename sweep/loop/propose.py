@@ -8,12 +8,13 @@ and returned as a :class:`Launch` for :mod:`sweep.loop.attempt`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import optuna
-from optuna.trial import Trial
+from optuna.trial import Trial, TrialState
 
-from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.records import ATTR, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, suggest
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
@@ -22,6 +23,7 @@ from sweep.loop.sharing import stale_claim
 from sweep.loop.worker import ask
 from sweep.search import answer
 from sweep.search.samplers import asks_relaunch
+from sweep.store.db import system_attrs
 
 MAX_IDLE_PROPOSALS = 20  # proposals in a row that launch nothing before sweep picks one itself
 
@@ -63,6 +65,38 @@ def propose(run: RunContext, seen: History) -> Proposal:
         enqueue_unmeasured(trials, run.study, run.valid, seen.settled, run.picker, busy)
         run.idle_proposals = 0
     trial = ask(trials)
+    claiming: list[str] = []
+    try:
+        return _proposal(run, seen, trial, claiming)
+    except BaseException as exc:  # Ctrl-C before a launch owns the trial: fail it here
+        abandon(run, trial, claiming, exc)
+        raise
+
+
+def abandon(run: RunContext, trial: Trial, claiming: list[str], why: BaseException) -> None:
+    """Fail a trial asked for but never launched, and release the claim it may hold, so no
+    worker of a shared study waits for it: a RUNNING trial that never sent a heartbeat is
+    never reaped, and the configuration it claimed would stay "being measured by another
+    worker" for ever."""
+    with contextlib.suppress(Exception):
+        for key in claiming:
+            run.stores.claims.release(key, trial.number)
+    trials = run.stores.trials
+    with contextlib.suppress(Exception):
+        text = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else type(why).__name__
+        failure = Failure("interrupted", f"{text} before the launch")
+        trial.set_user_attr(ATTR.FAILURE, failure.as_dict())
+        trials.tell(trial, state=TrialState.FAIL)
+        # asked for, so the configuration counts as taken: queue it again, as the next
+        # run re-queues a trial interrupted while it measured
+        params = system_attrs(trials, trial).get("fixed_params") or trial.params
+        if params:
+            again = TrialRecord(requeued_from=trial.number)
+            trials.enqueue_trial(dict(params), user_attrs=again.to_attrs())
+
+
+def _proposal(run: RunContext, seen: History, trial: Trial, claiming: list[str]) -> Proposal:
+    trials = run.stores.trials
     config = suggest(trial, run.study)
     reason = run.rules.violation(config)
     if reason:
@@ -77,6 +111,7 @@ def propose(run: RunContext, seen: History) -> Proposal:
         return Launch(trials, trial, resolved, Kind.REPLICATE)
     if known is not None:
         return duplicate(run, seen, trial, resolved, known)
+    claiming.append(key)  # from here the trial may hold the claim
     owner = run.stores.claims.claim(
         key,
         run.host.name,

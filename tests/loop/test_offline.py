@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
 
-from sweep.core.records import Kind, State, StudyInfo, TrialRecord
+from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.store import baseline_study_name, read_records
+from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
 from tests.support.search_helpers import CHAINS
 from tests.support.studies import write_study
@@ -146,3 +148,37 @@ def test_a_launch_measuring_nothing_is_a_clear_error_not_a_crash_of_the_model(
     assert len(kept) == 2  # what was measured before stays stored (the baseline apart)
     with pytest.raises(ValueError, match="got nan"):
         Measurement(float("nan"))
+
+
+def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a RUNNING trial that never sent a heartbeat is never reaped: on a shared study every
+    # worker then waited for ever for "another worker" measuring its configuration
+    study = _study(tmp_path)
+    taken: list[tuple[str, int]] = []
+    claim = Claims.claim
+
+    def claim_then_ctrl_c(self: Claims, key: str, host: str, number: int, stale: Any) -> None:
+        claim(self, key, host, number, stale)
+        taken.append((key, number))
+        raise KeyboardInterrupt  # right after the claim was written
+
+    monkeypatch.setattr(Claims, "claim", claim_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):  # it propagates, as out of `sweep run`
+        run_with_measurements(study, _speed)
+    ((key, number),) = taken
+    loaded = optuna.load_study(study_name=study.name, storage=study.storage)
+    assert not loaded.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    abandoned = loaded.trials[number]
+    assert abandoned.state is optuna.trial.TrialState.FAIL
+    assert abandoned.user_attrs[ATTR.FAILURE]["kind"] == "interrupted"
+    assert Claims(study.storage, study.name).owner(key) is None
+    # queued again, as a trial interrupted while measuring is: the next run measures it
+    (queued,) = loaded.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert queued.user_attrs[ATTR.REQUEUED_FROM] == number
+    monkeypatch.setattr(Claims, "claim", claim)
+    run_with_measurements(study, _speed)
+    again = optuna.load_study(study_name=study.name, storage=study.storage)
+    measured = {t.user_attrs[ATTR.KEY] for t in again.trials if t.state.name == "COMPLETE"}
+    assert key in measured
