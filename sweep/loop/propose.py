@@ -69,11 +69,11 @@ def propose(run: RunContext, seen: History) -> Proposal:
     try:
         return _proposal(run, seen, trial, claiming)
     except BaseException as exc:  # Ctrl-C before a launch owns the trial: fail it here
-        abandon(run, trial, claiming, exc)
+        _abandon(run, trial, claiming, exc)
         raise
 
 
-def abandon(run: RunContext, trial: Trial, claiming: list[str], why: BaseException) -> None:
+def _abandon(run: RunContext, trial: Trial, claiming: list[str], why: BaseException) -> None:
     """Fail a trial asked for but never launched, and release the claim it may hold, so no
     worker of a shared study waits for it: a RUNNING trial that never sent a heartbeat is
     never reaped, and the configuration it claimed would stay "being measured by another

@@ -58,8 +58,8 @@ class Climb:
         return list(out.values())
 
     def past_a_wall(self, history: History) -> list[Candidate]:
-        """When the leader's next step cannot run (it ran out of memory, or needs at least
-        the memory of one that did: :mod:`sweep.search.memory`), the best measured
+        """When the leader's next step cannot run (infeasible — it ran out of memory, or
+        the engine refused it — or ruled out: :mod:`sweep.search.memory`), the best measured
         configuration of each other draft TP at the leader's topk and extras, best first.
         The leader then peaks at the wall, not by its physics; another draft TP holds
         its draft weights in other memory and pays another draft cost, so its own peak
