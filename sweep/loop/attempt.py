@@ -39,6 +39,7 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
     with run.sharing.beating(trial):
         start = start_record(config, launch.kind, run.host.name, run.clock.wall())
         write_record(trial, start)
+        run.asked = None  # started: from here its outcome is told (or its heartbeat stops)
         if not fits(run.clock.now(), run.time_end(), seen.estimate(config)):
             tell_skipped(run, owner, trial, start)
             return

@@ -17,7 +17,6 @@ from sweep.loop.attempt import attempt
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.propose import Launch, baseline
-from sweep.loop.worker import ask
 from sweep.search import answer
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
@@ -106,7 +105,7 @@ def relaunch(run: RunContext, seen: History, key: str) -> Launch:
     config = first.config if first is not None and first.config else run.valid[key]
     trials = run.stores.trials
     trials.enqueue_trial(params_of(config, run.study))
-    return Launch(trials, ask(trials), config, Kind.REPLICATE)
+    return Launch(trials, run.ask(trials), config, Kind.REPLICATE)
 
 
 def simplicity(run: RunContext, seen: History, key: str) -> tuple[int, int, int, str]:

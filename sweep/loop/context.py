@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import optuna
+from optuna.trial import Trial
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.core.policy import Limits, Now, run_end
@@ -24,7 +25,7 @@ from sweep.loop.history import History
 from sweep.loop.measure import Measurer, Rig
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
-from sweep.loop.worker import SharedOptions
+from sweep.loop.worker import SharedOptions, ask
 from sweep.store.claims import Claims
 from sweep.study.model import HostSpec, Study
 
@@ -98,6 +99,19 @@ class Stores:
 EngineCheckCall = Callable[["RunContext"], "EngineCheck | None"]
 
 
+@dataclass
+class Asked:
+    """A trial this run created and has neither started nor told yet: if the run stops
+    now (Ctrl-C, SIGTERM, an error) it is failed, its claim released and, a proposal,
+    queued again (:func:`sweep.loop.propose.abandon`), so it is never left RUNNING with no
+    heartbeat and its configuration claimed for ever."""
+
+    owner: optuna.Study
+    trial: Trial
+    claim: str = ""  # the configuration it claimed, once it did
+    proposal: bool = False  # Optuna's proposal (or a queued one): queued again
+
+
 @dataclass(eq=False)
 class RunContext:
     """Everything one run on one host works with (see the module docstring)."""
@@ -124,6 +138,15 @@ class RunContext:
     picker: random.Random = field(default_factory=random.Random)
     stop_warnings: list[str] = field(default_factory=list)  # what the latest stop left held
     since: dict[str, int] = field(default_factory=dict)  # the current setup's first trials
+    asked: Asked | None = None  # created, not yet started nor told
+
+    def ask(self, owner: optuna.Study, trial: Trial | None = None, *, proposal: bool = False
+            ) -> Trial:  # fmt: skip
+        """A new trial of ``owner`` (Optuna's ask, or ``trial`` created directly), held as
+        :attr:`asked` until it is started or told."""
+        trial = trial if trial is not None else ask(owner)
+        self.asked = Asked(owner, trial, proposal=proposal)
+        return trial
 
     @property
     def clock(self) -> Clock:

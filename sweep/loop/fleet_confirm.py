@@ -37,7 +37,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.confirm import holdout, simplicity
 from sweep.loop.context import RunContext
 from sweep.loop.propose import Launch, baseline
-from sweep.loop.worker import SharedOptions, ask
+from sweep.loop.worker import SharedOptions
 from sweep.search import answer
 from sweep.search.host_blocks import (
     HostLaunch,
@@ -282,12 +282,12 @@ def relaunch(run: RunContext, key: str) -> Launch:
     frozen = _frozen(trials, first.number) if first is not None else None
     if frozen is None:  # not measured by the search (cannot happen for a contender)
         trials.enqueue_trial(params_of(config, run.study))
-        return Launch(trials, ask(trials), config, Kind.REPLICATE)
+        return Launch(trials, run.ask(trials), config, Kind.REPLICATE)
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, params=frozen.params, distributions=frozen.distributions
     )
     trial_id = trials._storage.create_new_trial(trials._study_id, template_trial=template)
-    return Launch(trials, Trial(trials, trial_id), config, Kind.REPLICATE)
+    return Launch(trials, run.ask(trials, Trial(trials, trial_id)), config, Kind.REPLICATE)
 
 
 def time_left(run: RunContext) -> bool:

@@ -20,7 +20,6 @@ from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.resume import enqueue_unmeasured
 from sweep.loop.sharing import stale_claim
-from sweep.loop.worker import ask
 from sweep.search import answer
 from sweep.search.samplers import asks_relaunch
 from sweep.store.db import system_attrs
@@ -54,7 +53,7 @@ Proposal = Launch | Told
 
 def baseline(run: RunContext) -> Launch:
     owner = run.stores.baselines
-    return Launch(owner, ask(owner), TrialConfig.baseline(), Kind.BASELINE)
+    return Launch(owner, run.ask(owner), TrialConfig.baseline(), Kind.BASELINE)
 
 
 def propose(run: RunContext, seen: History) -> Proposal:
@@ -64,38 +63,36 @@ def propose(run: RunContext, seen: History) -> Proposal:
         busy = run.sharing.busy_keys(trials, run.stores.claims)
         enqueue_unmeasured(trials, run.study, run.valid, seen.settled, run.picker, busy)
         run.idle_proposals = 0
-    trial = ask(trials)
-    claiming: list[str] = []
-    try:
-        return _proposal(run, seen, trial, claiming)
-    except BaseException as exc:  # Ctrl-C before a launch owns the trial: fail it here
-        _abandon(run, trial, claiming, exc)
-        raise
+    return _proposal(run, seen, run.ask(trials, proposal=True))
 
 
-def _abandon(run: RunContext, trial: Trial, claiming: list[str], why: BaseException) -> None:
-    """Fail a trial asked for but never launched, and release the claim it may hold, so no
-    worker of a shared study waits for it: a RUNNING trial that never sent a heartbeat is
-    never reaped, and the configuration it claimed would stay "being measured by another
-    worker" for ever."""
+def abandon(run: RunContext, why: BaseException) -> None:
+    """The run stops (``why``) while it holds a trial it created but neither started nor
+    told (:attr:`RunContext.asked`): fail it, release the claim it may hold and, a
+    proposal, queue its configuration again (as the next run re-queues a trial interrupted
+    while it measured). Otherwise it would stay RUNNING with no heartbeat, which is never
+    reaped by its own worker, and every worker of a shared study would wait for ever for
+    the configuration it claimed. Best effort: the run is stopping and the database may be
+    the reason."""
+    asked, run.asked = run.asked, None
+    if asked is None:
+        return
+    trial, owner = asked.trial, asked.owner
     with contextlib.suppress(Exception):
-        for key in claiming:
-            run.stores.claims.release(key, trial.number)
-    trials = run.stores.trials
-    with contextlib.suppress(Exception):
+        if asked.claim:
+            run.stores.claims.release(asked.claim, trial.number)
+    with contextlib.suppress(Exception):  # a told trial refuses the attribute: nothing done
         text = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else type(why).__name__
         failure = Failure("interrupted", f"{text} before the launch")
         trial.set_user_attr(ATTR.FAILURE, failure.as_dict())
-        trials.tell(trial, state=TrialState.FAIL)
-        # asked for, so the configuration counts as taken: queue it again, as the next
-        # run re-queues a trial interrupted while it measured
-        params = system_attrs(trials, trial).get("fixed_params") or trial.params
-        if params:
+        owner.tell(trial, state=TrialState.FAIL)
+        params = system_attrs(owner, trial).get("fixed_params") or trial.params
+        if asked.proposal and params:
             again = TrialRecord(requeued_from=trial.number)
-            trials.enqueue_trial(dict(params), user_attrs=again.to_attrs())
+            owner.enqueue_trial(dict(params), user_attrs=again.to_attrs())
 
 
-def _proposal(run: RunContext, seen: History, trial: Trial, claiming: list[str]) -> Proposal:
+def _proposal(run: RunContext, seen: History, trial: Trial) -> Proposal:
     trials = run.stores.trials
     config = suggest(trial, run.study)
     reason = run.rules.violation(config)
@@ -111,7 +108,8 @@ def _proposal(run: RunContext, seen: History, trial: Trial, claiming: list[str])
         return Launch(trials, trial, resolved, Kind.REPLICATE)
     if known is not None:
         return duplicate(run, seen, trial, resolved, known)
-    claiming.append(key)  # from here the trial may hold the claim
+    if run.asked is not None and run.asked.trial is trial:
+        run.asked.claim = key  # from here the trial may hold the claim
     owner = run.stores.claims.claim(
         key,
         run.host.name,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from sweep.core.policy import Failed
 from sweep.loop.context import RunContext, RunSummary
 from sweep.loop.phases import Phase, Prepare
+from sweep.loop.propose import abandon
 
 
 class Runner:
@@ -46,6 +47,9 @@ class Runner:
             try:
                 while phase is not None:
                     phase = phase.run(ctx)
+            except BaseException as exc:  # Ctrl-C, SIGTERM, an error: no trial left RUNNING
+                abandon(ctx, exc)
+                raise
             finally:
                 ctx.display.close()
         summary = ctx.summary

@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from sweep.clock import Clock
 from sweep.core.records import TrialRecord
 from sweep.loop.progress import Display
-from sweep.loop.worker import SharedOptions, beating, heartbeat_for, reap_stale
+from sweep.loop.worker import Orphans, SharedOptions, beating, heartbeat_for, reap_stale
 from sweep.store import Heartbeat, read_records
 from sweep.store.claims import Claims, Lease
 
@@ -72,6 +72,7 @@ class Shared(Sharing):
     def __init__(self, options: SharedOptions) -> None:
         self.options = options
         self.waiting = False
+        self.orphans = Orphans(options)
 
     def heartbeat(self, on_stale: StaleCallback) -> Heartbeat | None:
         return heartbeat_for(self.options, on_stale)
@@ -82,6 +83,7 @@ class Shared(Sharing):
     def reap(self, *studies: optuna.Study) -> None:
         for study in studies:
             reap_stale(study)
+            self.orphans.reap(study)
 
     def busy_keys(self, trials: optuna.Study, claims: Claims) -> frozenset[str]:
         running = running_numbers(trials)

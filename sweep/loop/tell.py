@@ -103,6 +103,7 @@ def tell_proposal(run: RunContext, told: Told) -> None:
     else:
         trial.set_constraint(FEASIBLE, 1.0 if told.infeasible else 0.0)
         run.stores.trials.tell(trial, told.value)
+    run.asked = None
     run.idle_proposals += 1
     summary = run.summary
     if told.counter == "excluded":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,11 +30,12 @@ from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import params_of
 from sweep.exceptions import ConfigError, StorageError
 from sweep.store import Claims, Heartbeat
-from sweep.store.db import heartbeat_recorder
+from sweep.store.db import fail_stale, heartbeat_recorder, unbeaten_trials
 from sweep.study.model import HostSpec, Study
 
 HEARTBEAT_S = 10  # a running trial's heartbeat period
 GRACE_S = 60  # no heartbeat for this long: the worker died
+ORPHAN_S = 60  # a RUNNING trial that never sent a heartbeat for this long: its worker died
 POLL_S = 2.0  # how often an idle worker looks again (every configuration claimed)
 
 
@@ -44,6 +46,7 @@ class SharedOptions:
     heartbeat_s: int = HEARTBEAT_S
     grace_s: int = GRACE_S
     poll_s: float = POLL_S
+    orphan_s: float = ORPHAN_S  # the least wait before failing a trial that never sent one
 
 
 def refuse_unsafe_storage(url: str, study: Study, workers: str) -> None:
@@ -106,6 +109,35 @@ def reap_stale(study: optuna.Study) -> None:
         optuna.storages.fail_stale_trials(study)
 
 
+class Orphans:
+    """RUNNING trials that never sent a heartbeat, failed once they stay so too long.
+
+    A worker killed between asking for a trial and its first heartbeat (SIGKILL, the OOM
+    killer, a lost node) leaves its trial RUNNING with no heartbeat, which Optuna never
+    reaps, and the configuration it claimed "being measured by another worker" for ever.
+    Since when a trial has been seen so is counted on this worker's own clock (hosts'
+    clocks and time zones need not agree); a live worker sends its first heartbeat within
+    seconds of asking (its sampler's proposal, one claim), so the wait is the grace but at
+    least ``orphan_s`` (:data:`ORPHAN_S`).
+    """
+
+    def __init__(self, options: SharedOptions, clock: Callable[[], float] = time.monotonic
+                 ) -> None:  # fmt: skip
+        self.after_s = max(options.grace_s, options.orphan_s)
+        self.clock = clock
+        self.since: dict[tuple[str, int], float] = {}
+
+    def reap(self, study: optuna.Study) -> None:
+        """Fail ``study``'s orphans and run its stale callback (which re-queues them)."""
+        now, name = self.clock(), study.study_name
+        unbeaten = unbeaten_trials(study)
+        self.since = {k: t for k, t in self.since.items() if k[0] != name or k[1] in unbeaten}
+        for number in sorted(unbeaten):
+            if now - self.since.setdefault((name, number), now) < self.after_s:
+                continue
+            fail_stale(study, number)
+
+
 @contextlib.contextmanager
 def beating(trial: Trial, interval_s: float) -> Iterator[None]:
     """Record ``trial``'s heartbeat now and every ``interval_s`` seconds until the block ends."""
@@ -152,4 +184,5 @@ def requeue_stale(study: Study, claims: Claims, say: Callable[[str], None]
 def _params(trial: FrozenTrial, record: TrialRecord, study: Study) -> dict[str, object]:
     if record.config is not None:
         return params_of(record.config, study) if record.config.speculative else {}
-    return dict(trial.params)
+    # an orphan may have died before its sampler's suggestions: the queued parameters
+    return dict(trial.params) or dict(trial.system_attrs.get("fixed_params") or {})

@@ -156,3 +156,46 @@ def heartbeat_recorder(trial: Trial) -> Callable[[], None] | None:
             raise StorageError(f"cannot record a heartbeat: {storage_problem(exc)}") from exc
 
     return recorder
+
+
+def unbeaten_trials(study: optuna.Study) -> set[int]:
+    """The numbers of ``study``'s RUNNING trials that never recorded a heartbeat (empty
+    when its storage keeps none): a worker that died between asking for a trial and its
+    first heartbeat leaves one, and Optuna's reaping only looks at trials with a heartbeat."""
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)
+    if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
+        return set()
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(backend.scoped_session) as session:
+        rows = (
+            session.query(models.TrialModel.number)
+            .outerjoin(models.TrialHeartbeatModel)
+            .filter(models.TrialModel.study_id == study._study_id)
+            .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+            .filter(models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
+            .all()
+        )
+    return {number for (number,) in rows}
+
+
+def fail_stale(study: optuna.Study, number: int) -> None:
+    """Fail ``study``'s RUNNING trial ``number`` and run the storage's stale-trial callback,
+    as Optuna's ``fail_stale_trials`` does; nothing when another worker finished or failed
+    it first (the row is locked while its state changes)."""
+    storage = study._storage
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+    try:
+        if not storage.set_trial_state_values(trial_id, optuna.trial.TrialState.FAIL):
+            return
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return
+    from optuna.storages._heartbeat import BaseHeartbeat
+
+    callback = (
+        storage.get_heartbeat_stale_trial_callback() if isinstance(storage, BaseHeartbeat) else None
+    )
+    if callback is not None:
+        callback(study, storage.get_trial(trial_id))

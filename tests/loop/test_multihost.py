@@ -19,13 +19,14 @@ from optuna.trial import TrialState
 
 from sweep.commands.status import load_status
 from sweep.core.records import ATTR
-from sweep.core.space import plan
+from sweep.core.space import params_of, plan
 from sweep.engines import rules_for  # [engines] the rules come from the adapter
 from sweep.exceptions import ConfigError
 from sweep.loop.fleet import run_hosts
 from sweep.loop.progress import Display, HostBoard
 from sweep.loop.resume import enqueue_grid
 from sweep.loop.start import RunOptions, run_study, run_worker
+from sweep.loop.worker import SharedOptions
 from sweep.store import baseline_study_name, open_study, quiet_optuna, rdb_storage
 from sweep.store.claims import Claims
 from sweep.study import load_study
@@ -176,6 +177,34 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
     assert len(remeasured) == 1 and remeasured[0].user_attrs[ATTR.HOST] in ("a", "c")
     logs = (tmp_path / "a.log").read_text() + (tmp_path / "c.log").read_text()
     assert f"trial {victim.number} on b: its worker stopped sending heartbeats" in logs
+
+
+def test_a_worker_killed_before_its_first_heartbeat_holds_up_no_configuration(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    # host b's worker asked for a trial, claimed its configuration and was killed (SIGKILL,
+    # the OOM killer) before its first heartbeat: Optuna reaps only trials with one, so the
+    # trial stayed RUNNING and every other worker waited for ever for "another worker"
+    path = shared_study(tmp_path, postgres.new_database(), names=("a", "b"))
+    study = load_study(path)
+    quiet_optuna()
+    trials = open_study(study, None)
+    config = plan(study, rules_for(study)).valid[0]
+    key = config.key()
+    trials.enqueue_trial(params_of(config, study))
+    orphan = trials.ask()
+    assert Claims(study.storage, study.name).claim(key, "b", orphan.number, lambda _: False) is None
+    shared = SharedOptions(heartbeat_s=1, grace_s=1, poll_s=0.5, orphan_s=3)
+    board = io.StringIO()
+    summary = run_worker(
+        study, "a", RunOptions(budget_s=120, shared=shared), Display(board, live=False)
+    )
+    by_number = {t.number: t for t in all_trials(path)}
+    assert by_number[orphan.number].state is TrialState.FAIL
+    assert [t for t in by_number.values() if t.user_attrs.get(ATTR.REAPED_FROM) == orphan.number]
+    assert measured_keys(path) == Counter({c.key(): 1 for c in plan(study, rules_for(study)).valid})
+    assert summary.stop_reason != "out of time", board.getvalue()
+    assert f"trial {orphan.number} on ?: its worker stopped" in board.getvalue()
 
 
 def test_sqlite_with_several_hosts_is_refused(tmp_path: Path) -> None:

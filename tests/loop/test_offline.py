@@ -13,6 +13,7 @@ from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
+from sweep.loop import attempt as attempt_module
 from sweep.store import baseline_study_name, read_records
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
@@ -150,11 +151,13 @@ def test_a_launch_measuring_nothing_is_a_clear_error_not_a_crash_of_the_model(
         Measurement(float("nan"))
 
 
+@pytest.mark.parametrize("where", ["after the claim", "as the launch starts"])
 def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
-    # a RUNNING trial that never sent a heartbeat is never reaped: on a shared study every
-    # worker then waited for ever for "another worker" measuring its configuration
+    # a RUNNING trial that never sent a heartbeat is never reaped by its own worker: on a
+    # shared study every worker then waited for ever for "another worker" measuring its
+    # configuration (seen: the multihost test's 300 s timeout, 2 of 11 runs)
     study = _study(tmp_path)
     taken: list[tuple[str, int]] = []
     claim = Claims.claim
@@ -162,9 +165,18 @@ def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed
     def claim_then_ctrl_c(self: Claims, key: str, host: str, number: int, stale: Any) -> None:
         claim(self, key, host, number, stale)
         taken.append((key, number))
-        raise KeyboardInterrupt  # right after the claim was written
+        if where == "after the claim":
+            raise KeyboardInterrupt  # right after the claim was written
+
+    start_record = attempt_module.start_record
+
+    def ctrl_c_at_a_trial_s_start(config: TrialConfig, kind: Kind, *args: Any) -> TrialRecord:
+        if kind is Kind.TRIAL:  # before its start record (and first heartbeat) is stored
+            raise KeyboardInterrupt
+        return start_record(config, kind, *args)
 
     monkeypatch.setattr(Claims, "claim", claim_then_ctrl_c)
+    monkeypatch.setattr(attempt_module, "start_record", ctrl_c_at_a_trial_s_start)
     with pytest.raises(KeyboardInterrupt):  # it propagates, as out of `sweep run`
         run_with_measurements(study, _speed)
     ((key, number),) = taken
@@ -178,6 +190,7 @@ def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed
     (queued,) = loaded.get_trials(states=(optuna.trial.TrialState.WAITING,))
     assert queued.user_attrs[ATTR.REQUEUED_FROM] == number
     monkeypatch.setattr(Claims, "claim", claim)
+    monkeypatch.setattr(attempt_module, "start_record", start_record)
     run_with_measurements(study, _speed)
     again = optuna.load_study(study_name=study.name, storage=study.storage)
     measured = {t.user_attrs[ATTR.KEY] for t in again.trials if t.state.name == "COMPLETE"}
