@@ -204,6 +204,7 @@ def decide(
         if verdict.winner is not None
         else ()
     )
+    guards = _Guards(verdict, configs, doubtful, looks, inputs)
     winner = None if looks else _standing(verdict, configs, doubtful, options)
     if winner is not None and not (
         model_agrees(winner, verdict.est, verdict.chance, options, prior)
@@ -216,7 +217,45 @@ def decide(
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
-    return _undecided(verdict, excluded, inputs)
+    return _undecided(verdict, excluded, inputs, guards.withheld)
+
+
+@dataclass(frozen=True)
+class _Guards:
+    """What :func:`decide` checked before letting a winner stand, to say which check
+    withheld confidence from a configuration its launches put within the margin."""
+
+    verdict: _Verdict
+    configs: Mapping[str, Sequence[Launch]]
+    doubtful: Collection[str]
+    looks: Sequence[str]
+    inputs: _Inputs
+
+    def withheld(self, key: str) -> str:
+        """Why ``key`` is not confident, in words ("" when no check withheld it)."""
+        why = self._check(key)
+        simplest = self.verdict.winner
+        if why or simplest is None or simplest == key:
+            return why
+        return f"{simplest}, the simplest within the margin, did not stand: {self._check(simplest)}"
+
+    def _check(self, key: str) -> str:
+        verdict, configs, inputs = self.verdict, self.configs, self.inputs
+        options, est = inputs.options, verdict.est
+        close = [k for k in contenders(est, options) if k in self.doubtful]
+        if close:
+            return f"two launches of {close[0]} are too far apart to tell which one is bad"
+        if self.looks and key == verdict.winner:
+            return f"{self.looks[0]} is behind it by one launch that may be a bad one"
+        if len(configs[key]) < min(WINNER_LAUNCHES, options.max_replicates):
+            return "it has one launch, and one launch must not decide"
+        if not survives(configs, options.tie_margin, key):
+            return "leaving out one launch would change the order"
+        if not selection_agrees(key, configs, inputs.variance, verdict.chance, options):
+            return "without its first launch (high by selection) it is not"
+        if not model_agrees(key, est, verdict.chance, options, inputs.prior):
+            return "the cost model's predictions of the others put it below the confidence"
+        return ""
 
 
 def _measured(
@@ -323,7 +362,12 @@ def _near(
     return sorted(near, key=lambda k: (k != winner, -est[k].mean, k))
 
 
-def _undecided(verdict: _Verdict, excluded: Collection[str], inputs: _Inputs) -> Decision:
+def _undecided(
+    verdict: _Verdict,
+    excluded: Collection[str],
+    inputs: _Inputs,
+    withheld: Callable[[str], str] = lambda _: "",
+) -> Decision:
     """No round left to launch: the eligible configuration most likely to be within the
     margin, not confident, with the configurations near it. With a prior, "most likely"
     combines each configuration's launches with its held-out prediction: the launches
@@ -340,9 +384,10 @@ def _undecided(verdict: _Verdict, excluded: Collection[str], inputs: _Inputs) ->
     ranked = informed or chance
     best = max(eligible, key=lambda k: (ranked[k], est[k].mean))
     near = _near(best, est, eligible, inputs.options)
+    why = withheld(best) if chance.get(best, 0.0) >= inputs.options.confidence else ""
     return _decision(
         best, (best,), verdict, inputs, confident=False, near=near,
-        informed=informed[best] if informed else None,
+        informed=informed[best] if informed else None, withheld=why,
     )  # fmt: skip
 
 
@@ -355,6 +400,7 @@ def _decision(
     confident: bool,
     near: Sequence[str] = (),
     informed: float | None = None,
+    withheld: str = "",
 ) -> Decision:
     est, options = verdict.est, inputs.options
     p = verdict.chance.get(winner, 0.0)
@@ -370,7 +416,7 @@ def _decision(
         tuple(tie),
         p,
         confident,
-        _reason(winner, len(tie), p, confident, options, informed),
+        _reason(winner, len(tie), p, confident, options, informed, withheld),
         tuple(tie) if confident else tuple(near),
         None if confident else launches_to_decide(est, options, winner),
         model_mean,
@@ -400,15 +446,19 @@ def _reason(
     confident: bool,
     options: ConfirmOptions,
     informed: float | None = None,
+    withheld: str = "",
 ) -> str:
-    """One sentence for the report."""
+    """One sentence for the report; not confident with the launches' probability at the
+    confidence, ``withheld`` says what withheld it."""
     if not confident:
         model = "" if informed is None else f"; {informed:.3f} with the cost model's predictions"
-        return (
+        head = (
             f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
-            f"of the best (probability {p:.3f} from the launches{model}; below "
-            f"{options.confidence:.2f})"
+            f"of the best (probability {p:.3f} from the launches{model}"
         )
+        if withheld:
+            return f"{head}), but {withheld}"
+        return f"{head}; below {options.confidence:.2f})"
     if p < options.confidence:
         return (
             f"a tie: {ties} configurations are equivalent within "

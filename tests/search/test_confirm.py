@@ -143,6 +143,23 @@ def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> Non
     assert isinstance(capped, Decision) and not capped.confident
 
 
+def test_a_winner_its_launches_put_within_the_margin_says_what_withheld_confidence() -> None:
+    # "probability 0.993 from the launches; below 0.95" contradicted itself: the launches did
+    # reach the confidence, a check after them (one launch, one launch deciding) did not
+    one = decide({"a": [120.0], "b": [100.0, 100.0, 100.0]}, TWO_PERCENT, remaining=0)
+    assert isinstance(one, Decision) and not one.confident and one.probability > 0.95
+    assert one.reason.endswith("but it has one launch, and one launch must not decide")
+    assert "below 0.95" not in one.reason
+    doubtful = {"a": [112.0, 100.0], "b": [100.0, 100.0]}  # 12 % apart: which one is bad?
+    decided = decide(doubtful, TWO_PERCENT, ConfirmOptions(confidence=0.6), remaining=0)
+    assert isinstance(decided, Decision) and not decided.confident
+    assert decided.reason.endswith(
+        "but two launches of a are too far apart to tell which one is bad"
+    )
+    below = decide({"a": [100.0, 101.0], "b": [99.5]}, TWO_PERCENT, remaining=0)
+    assert isinstance(below, Decision) and below.reason.endswith("below 0.95)")
+
+
 def test_a_tie_goes_to_the_simplest_configuration() -> None:
     launches = {"s4": [100.2] * 4, "s3": [100.0] * 4, "s2": [95.0] * 4}
     steps = {"s4": 4, "s3": 3, "s2": 2}
