@@ -38,7 +38,10 @@ subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed
 answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
 ratio to the optimum and the prediction before it), ``--confirm "confidence = 0.9"`` runs the
 studies with that ``[confirm]`` section, ``--bad-launches 0.1`` makes one launch in ten
-8 % slow on top of the noise (a noisy neighbour, a throttled GPU).
+8 % slow on top of the noise (a noisy neighbour, a throttled GPU), ``--drift 0.04`` slows
+the host by 4 % every 40 server starts (a host warming up over the night), ``--hetero
+0.7`` gives each configuration its own launch sd, 2 % × e^N(0, 0.7) (some configurations
+are noisier than others).
 """
 
 from __future__ import annotations
@@ -202,6 +205,9 @@ CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
 BAD_SHARE = 0.0  # ``--bad-launches``: this share of launches comes out BAD_DROP slow
 BAD_DROP = 0.08  # a bad launch (a noisy neighbour, a throttled GPU): 8 % slow
+DRIFT = 0.0  # ``--drift``: the host slows by this share per DRIFT_STARTS server starts
+DRIFT_STARTS = 40  # (a host warming up over the night, a neighbour's growing load)
+HETERO = 0.0  # ``--hetero``: each configuration's launch sd is LAUNCH_SD × e^N(0, HETERO)
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
@@ -216,12 +222,15 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     best = max(truth(profile, c, name)[0] for c in plan(study, rules_for(study)).valid)
     rng = random.Random(seed)
     bad = random.Random(seed + 10_000)  # its own draws: without bad launches, the same runs
+    starts = [0]
 
     def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        starts[0] += 1
         if out_of_memory(profile, config):
             return MeasurementFailure("oom", "CUDA out of memory (capturing CUDA graphs)")
         value, accept = truth(profile, config, name)
-        value *= rng.gauss(1.0, LAUNCH_SD) * rng.gauss(1.0, WITHIN_SD)
+        value *= rng.gauss(1.0, launch_sd(config, seed)) * rng.gauss(1.0, WITHIN_SD)
+        value *= 1 - DRIFT * (starts[0] - 1) / DRIFT_STARTS
         if BAD_SHARE and bad.random() < BAD_SHARE:
             value *= 1 - BAD_DROP
         accept_length = accept * rng.gauss(1.0, ACCEPT_SD) if config.speculative else None
@@ -247,6 +256,16 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     errors = prediction_errors(optuna_study)
     trace = trace_lines(records, profile, name, best) if TRACE else ()
     return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
+
+
+def launch_sd(config: TrialConfig, seed: int) -> float:
+    """A configuration's launch-to-launch sd: LAUNCH_SD, or with ``--hetero`` its own (some
+    configurations are noisier than others: NCCL across more GPUs, a draft TP that spans
+    PCIe switches), drawn once per configuration and seed."""
+    if not HETERO:
+        return LAUNCH_SD
+    draw = random.Random(f"{seed}:{config.key()}").gauss(0.0, HETERO)
+    return LAUNCH_SD * math.exp(draw)
 
 
 def trace_lines(
@@ -512,8 +531,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--bad-launches", type=float, default=0.0, help="share of launches 8 %% slow (e.g. 0.1)"
     )
+    parser.add_argument(
+        "--drift", type=float, default=0.0,
+        help=f"the host slows by this share every {DRIFT_STARTS} server starts (e.g. 0.04)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hetero", type=float, default=0.0,
+        help="each configuration's launch sd is 2 %% × e^N(0, this) (e.g. 0.7: 0.5–8 %%)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
-    global CONFIRM, TRACE, BAD_SHARE
+    global CONFIRM, TRACE, BAD_SHARE, DRIFT, HETERO
+    DRIFT, HETERO = args.drift, args.hetero
     CONFIRM = args.confirm.replace(";", "\n")
     TRACE = args.trace
     BAD_SHARE = args.bad_launches
