@@ -49,18 +49,25 @@ def requeue_unfinished(optuna_study: optuna.Study, study: Study, host: str,
                            "trial; re-queued")  # fmt: skip
             write_record(stale, dataclasses.replace(record, failure=died))
             optuna_study.tell(t.number, state=TrialState.FAIL)
-        _enqueue_again(optuna_study, study, record)
+        requeued = _enqueue_again(optuna_study, study, record)
         done.add(t.number)
         optuna_study.set_user_attr(REQUEUED_STUDY, sorted(done))
-        label = record.config.label() if record.config else "?"
-        say(f"trial {t.number} ({label}) was interrupted; re-queued")
+        label = f" ({record.config.label()})" if record.config else " (not started)"
+        if requeued:
+            say(f"trial {t.number}{label} was interrupted; re-queued")
+        elif why == "orchestrator_died":  # a baseline, or killed before its start record
+            say(f"trial {t.number}{label} was left running by a killed run; failed")
 
 
-def _enqueue_again(optuna_study: optuna.Study, study: Study, record: TrialRecord) -> None:
+def _enqueue_again(optuna_study: optuna.Study, study: Study, record: TrialRecord) -> bool:
+    """Queue a trial's configuration again; False when it has none to re-run (a baseline,
+    or a trial stopped before its start record: that one was re-queued as it stopped)."""
     config = record.config
-    if config is not None and config.speculative and record.kind is Kind.TRIAL:
-        again = TrialRecord(requeued_from=record.number)
-        optuna_study.enqueue_trial(params_of(config, study), user_attrs=again.to_attrs())
+    if config is None or not config.speculative or record.kind is not Kind.TRIAL:
+        return False
+    again = TrialRecord(requeued_from=record.number)
+    optuna_study.enqueue_trial(params_of(config, study), user_attrs=again.to_attrs())
+    return True
 
 
 def enqueue_grid(optuna_study: optuna.Study, study: Study, valid: Mapping[str, TrialConfig],
