@@ -26,6 +26,7 @@ from sweep.loop.measure import Measurer, Rig
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions, ask
+from sweep.server.interrupts import signals_deferred
 from sweep.store.claims import Claims
 from sweep.study.model import HostSpec, Study
 
@@ -140,12 +141,16 @@ class RunContext:
     since: dict[str, int] = field(default_factory=dict)  # the current setup's first trials
     asked: Asked | None = None  # created, not yet started nor told
 
-    def ask(self, owner: optuna.Study, trial: Trial | None = None, *, proposal: bool = False
-            ) -> Trial:  # fmt: skip
-        """A new trial of ``owner`` (Optuna's ask, or ``trial`` created directly), held as
-        :attr:`asked` until it is started or told."""
-        trial = trial if trial is not None else ask(owner)
-        self.asked = Asked(owner, trial, proposal=proposal)
+    def ask(self, owner: optuna.Study, create: Callable[[], Trial] | None = None, *,
+            proposal: bool = False) -> Trial:  # fmt: skip
+        """A new trial of ``owner`` (Optuna's ask, or ``create()`` for one created
+        directly), held as :attr:`asked` until it is started or told. A Ctrl-C (or SIGTERM)
+        while it is created waits until it is held (a second Ctrl-C still exits at once):
+        Optuna's ask marks the trial RUNNING before its sampler proposes, which can take a
+        second, and a trial nobody holds would be left RUNNING."""
+        with signals_deferred():
+            trial = create() if create is not None else ask(owner)
+            self.asked = Asked(owner, trial, proposal=proposal)
         return trial
 
     @property

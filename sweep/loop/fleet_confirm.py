@@ -286,8 +286,11 @@ def relaunch(run: RunContext, key: str) -> Launch:
     template = optuna.trial.create_trial(
         state=TrialState.RUNNING, params=frozen.params, distributions=frozen.distributions
     )
-    trial_id = trials._storage.create_new_trial(trials._study_id, template_trial=template)
-    return Launch(trials, run.ask(trials, Trial(trials, trial_id)), config, Kind.REPLICATE)
+
+    def create() -> Trial:
+        return Trial(trials, trials._storage.create_new_trial(trials._study_id, template))
+
+    return Launch(trials, run.ask(trials, create), config, Kind.REPLICATE)
 
 
 def time_left(run: RunContext) -> bool:

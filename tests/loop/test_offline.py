@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.loop import attempt as attempt_module
+from sweep.loop import context as context_module
+from sweep.server import interrupts
 from sweep.store import baseline_study_name, read_records
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
@@ -129,6 +133,33 @@ def test_past_a_memory_cliff_the_search_launches_nothing_that_needs_more(tmp_pat
     assert answer["winner"] == TrialConfig(5, 1, 6, 1).key()  # the best that fits
     (note,) = [w for w in summary.warnings if "not launched" in w]
     assert "ran out of memory" in note and "steps=" in note
+
+
+def test_ctrl_c_inside_optuna_s_ask_waits_until_the_trial_is_held_then_abandons_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Optuna's ask marks the trial RUNNING before its sampler proposes: a Ctrl-C there
+    # left a RUNNING trial that no one held (nor reaped, on a single host)
+    study = _study(tmp_path)
+    monkeypatch.setattr(interrupts._CTRL_C, "count", 0)  # restored: a later test's 1st Ctrl-C
+    real_ask = context_module.ask
+    asked: list[int] = []
+
+    def ask_then_ctrl_c(owner: optuna.Study) -> optuna.Trial:
+        trial = real_ask(owner)
+        if owner.study_name == study.name:  # a proposal (the baseline is asked first)
+            asked.append(trial.number)
+            os.kill(os.getpid(), signal.SIGINT)  # after the trial went RUNNING, before return
+        return trial
+
+    monkeypatch.setattr(context_module, "ask", ask_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_with_measurements(study, _speed)
+    loaded = optuna.load_study(study_name=study.name, storage=study.storage)
+    assert not loaded.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+    (number,) = asked
+    assert loaded.trials[number].state is optuna.trial.TrialState.FAIL
+    assert loaded.trials[number].user_attrs[ATTR.FAILURE]["kind"] == "interrupted"
 
 
 def test_a_launch_measuring_nothing_is_a_clear_error_not_a_crash_of_the_model(
