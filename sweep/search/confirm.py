@@ -32,12 +32,10 @@ from sweep.search.comparisons import (
     equivalent,
     informed_estimates,
     launches_to_decide,
-    model_agrees,
     second_looks,
-    selection_agrees,
-    survives,
     within_margin_probability,
 )
+from sweep.search.guards import WINNER_LAUNCHES, Guards
 from sweep.search.launches import (
     Estimate,
     Launch,
@@ -52,7 +50,6 @@ from sweep.search.launches import (
 )
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
-WINNER_LAUNCHES = 2  # a confident winner has this many launches (one launch must not decide)
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
@@ -161,9 +158,8 @@ def decide(
     within the tie margin of every other configuration with the options' confidence, or (b)
     the contenders pass the equivalence test (:func:`~sweep.search.comparisons.equivalent`:
     every pairwise ratio within the margin, two one-sided tests) and it is the simplest of
-    them — and, either way, the same holds with any one launch of a contender left out (no
-    single launch decides the order), and in (a) the cost model does not disagree
-    (:func:`~sweep.search.comparisons.model_agrees`).
+    them — and, either way, it passes the checks of :class:`~sweep.search.guards.Guards`
+    (no single launch decides the order, the cost model does not disagree, ...).
 
     Args:
         launches: every measured configuration's launches (values or
@@ -204,58 +200,19 @@ def decide(
         if verdict.winner is not None
         else ()
     )
-    guards = _Guards(verdict, configs, doubtful, looks, inputs)
-    winner = None if looks else _standing(verdict, configs, doubtful, options)
-    if winner is not None and not (
-        model_agrees(winner, verdict.est, verdict.chance, options, prior)
-        and selection_agrees(winner, configs, variance, verdict.chance, options)
-    ):
-        winner, looks = None, tuple(contenders(informed_estimates(verdict.est, prior), options))
-    if winner is not None:
+    guards = Guards(verdict.est, verdict.chance, verdict.winner, configs, doubtful, looks,
+                    options, variance, prior)  # fmt: skip
+    winner = verdict.winner
+    held = guards.check(winner) if winner is not None else None
+    if winner is not None and held is None:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+    if held is not None and held[1]:  # the launches say so; the model or their order not
+        looks = tuple(contenders(informed_estimates(verdict.est, prior), options))
     order = _round(verdict, launches, options, remaining, baseline, looks)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
     return _undecided(verdict, excluded, inputs, guards.withheld)
-
-
-@dataclass(frozen=True)
-class _Guards:
-    """What :func:`decide` checked before letting a winner stand, to say which check
-    withheld confidence from a configuration its launches put within the margin."""
-
-    verdict: _Verdict
-    configs: Mapping[str, Sequence[Launch]]
-    doubtful: Collection[str]
-    looks: Sequence[str]
-    inputs: _Inputs
-
-    def withheld(self, key: str) -> str:
-        """Why ``key`` is not confident, in words ("" when no check withheld it)."""
-        why = self._check(key)
-        simplest = self.verdict.winner
-        if why or simplest is None or simplest == key:
-            return why
-        return f"{simplest}, the simplest within the margin, did not stand: {self._check(simplest)}"
-
-    def _check(self, key: str) -> str:
-        verdict, configs, inputs = self.verdict, self.configs, self.inputs
-        options, est = inputs.options, verdict.est
-        close = [k for k in contenders(est, options) if k in self.doubtful]
-        if close:
-            return f"two launches of {close[0]} are too far apart to tell which one is bad"
-        if self.looks and key == verdict.winner:
-            return f"{self.looks[0]} is behind it by one launch that may be a bad one"
-        if len(configs[key]) < min(WINNER_LAUNCHES, options.max_replicates):
-            return "it has one launch, and one launch must not decide"
-        if not survives(configs, options.tie_margin, key):
-            return "leaving out one launch would change the order"
-        if not selection_agrees(key, configs, inputs.variance, verdict.chance, options):
-            return "without its first launch (high by selection) it is not"
-        if not model_agrees(key, est, verdict.chance, options, inputs.prior):
-            return "the cost model's predictions of the others put it below the confidence"
-        return ""
 
 
 def _measured(
@@ -293,24 +250,6 @@ def _verdict(
         if tied:
             return _Verdict(est, chance, tied[0], tuple(tied))
     return _Verdict(est, chance, None, ())
-
-
-def _standing(
-    verdict: _Verdict,
-    configs: Mapping[str, Sequence[Launch]],
-    doubtful: set[str],
-    options: ConfirmOptions,
-) -> str | None:
-    """The verdict's winner if it stands (None otherwise): no contender has two launches too
-    far apart to tell which is bad, the winner has more than one launch (unless
-    ``max_replicates`` is 1), and no single launch decides the order
-    (:func:`~sweep.search.comparisons.survives`)."""
-    winner = verdict.winner
-    if winner is None or doubtful & set(contenders(verdict.est, options)):
-        return None
-    if len(configs[winner]) < min(WINNER_LAUNCHES, options.max_replicates):
-        return None  # its one launch would decide: a bad launch must not be the answer
-    return winner if survives(configs, options.tie_margin, winner) else None
 
 
 def _round(

@@ -14,6 +14,9 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
+from optuna.storages._heartbeat import BaseHeartbeat
+from optuna.storages._rdb import models  # loaded anyway: sweep.store.read reads its tables
+from optuna.storages._rdb.storage import _create_scoped_session
 from optuna.trial import FrozenTrial, Trial
 
 from sweep.exceptions import StorageError
@@ -166,9 +169,6 @@ def unbeaten_trials(study: optuna.Study) -> set[int]:
     backend = getattr(storage, "_backend", storage)
     if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
         return set()
-    from optuna.storages._rdb import models
-    from optuna.storages._rdb.storage import _create_scoped_session
-
     with _create_scoped_session(backend.scoped_session) as session:
         rows = (
             session.query(models.TrialModel.number)
@@ -192,8 +192,6 @@ def fail_stale(study: optuna.Study, number: int) -> None:
             return
     except optuna.exceptions.UpdateFinishedTrialError:
         return
-    from optuna.storages._heartbeat import BaseHeartbeat
-
     callback = (
         storage.get_heartbeat_stale_trial_callback() if isinstance(storage, BaseHeartbeat) else None
     )
