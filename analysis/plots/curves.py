@@ -37,6 +37,7 @@ from analysis.plots.style import (
     new_axes,
     shown_note,
 )
+from sweep.search.answer import BASELINE_KEY
 
 __all__ = [
     "plot_accept_length_vs_steps",
@@ -83,8 +84,11 @@ def plot_throughput_vs_steps(
         errorbar_line(ax, table[table["group"] == group], color(i), group)
     draw_baseline(ax, df, level)
     shown = table[table["group"].isin(groups)]
-    winner = _answer_row(df, shown, answer)
-    _annotate_best(ax, shown, metric, winner, bool(answer and answer.get("confident")))
+    confirmed = bool(answer and answer.get("confident"))
+    if answer and answer.get("winner") == BASELINE_KEY:
+        _annotate_no_speculation(ax, shown, metric, float(answer["mean"]), confirmed)
+    else:
+        _annotate_best(ax, shown, metric, _answer_row(df, shown, answer), confirmed)
     ax.set(
         title=title + shown_note(len(groups), total, "groups"),
         xlabel=STEPS_LABEL,
@@ -143,6 +147,27 @@ def _annotate_best(
         xytext=(0, 26),
         textcoords="offset points",
         ha=align,
+        fontsize="small",
+        arrowprops={"arrowstyle": "->", "color": "black", "shrinkB": 5},
+        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.6"},
+    )
+
+
+def _annotate_no_speculation(
+    ax: Axes, table: pd.DataFrame, metric: str, mean: float, confirmed: bool
+) -> None:
+    """The answer is no speculation: mark the baseline's band, not the best speculative point."""
+    top = max(float(table["value_ci_high"].fillna(table["value"]).max()), mean)
+    bottom, _ = ax.get_ylim()
+    ax.set_ylim(min(bottom, 0.9 * mean), top + 0.25 * (top - min(bottom, 0.9 * mean)))
+    unit = "tok/s" if metric.endswith("tok_s") else ""
+    what = "answer" if confirmed else "answer (not confirmed)"
+    ax.annotate(
+        f"{what}: no speculation {mean:.1f} {unit}",
+        (float(table["num_steps"].min()), mean),
+        xytext=(0, 26),
+        textcoords="offset points",
+        ha="left",
         fontsize="small",
         arrowprops={"arrowstyle": "->", "color": "black", "shrinkB": 5},
         bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.6"},

@@ -199,14 +199,22 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     """One line: the answer a user acts on in the morning."""
     if not answer:
         return ""
-    text = f"{answer['label']}: {answer['mean']:.2f} ({len(answer['replicates'])} launches)"
+    label = answer["label"]
+    if answer.get("winner") == BASELINE_KEY:  # speculation does not pay: say what to deploy
+        label = f"{label} (deploy without speculative decoding)"
+    text = f"{label}: {answer['mean']:.2f} ({len(answer['replicates'])} launches)"
     base = answer.get("over_baseline")
     if base:
         text += (f", {100 * (base['ratio'] - 1):+.1f} % over no speculation "
                  f"[{100 * (base['low'] - 1):+.1f}, {100 * (base['high'] - 1):+.1f}]")  # fmt: skip
     runner_up = answer.get("over_runner_up")
     if runner_up:
-        text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over the runner-up "
+        versus = (
+            "the best speculative configuration"
+            if answer.get("winner") == BASELINE_KEY
+            else "the runner-up"
+        )
+        text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over {versus} "
                  f"({runner_up['versus_label']})")  # fmt: skip
     if answer.get("confident") and len(answer.get("tie") or ()) > 1:
         text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"

@@ -11,7 +11,10 @@ the equivalence test).
 The **tie set** is the configurations whose within-margin probability reaches
 ``confidence``: each is, with that confidence, within the tie margin of the best. The
 **winner** is the simplest of the tie set (fewer steps, then fewer draft tokens, then draft
-TP equal to the target's). When the budget or ``max_replicates`` runs out first, the winner
+TP equal to the target's). No speculation (the baseline, when given) is a contender like any
+other and the simplest of all: when no speculative configuration beats it by more than the
+margin it is the answer (a deployment where speculation does not pay is told so, not handed
+the least bad speculative setting). When the budget or ``max_replicates`` runs out first, the winner
 is the configuration most likely to be within the margin — judged from its launches and, when
 given, the cost model's held-out prediction of each configuration (the launches could not
 decide; the model, fitted to every other launch, pools what the neighbours measured) — and
@@ -168,8 +171,8 @@ def decide(
         variance: the launch variance (:func:`~sweep.search.launches.launch_variance`).
         options: margin, confidence, replicate cap.
         remaining: confirmation launches left (None: no limit but ``max_replicates``).
-        baseline: the baseline's key in ``launches``: never the winner; relaunched in a
-            round while it has fewer than 2 launches.
+        baseline: the baseline's key in ``launches`` (no speculation): a contender, the
+            simplest of all; launched once in a round while it has no launch.
         simplicity: sort key of a configuration key for the tie-break (smaller is simpler;
             e.g. ``lambda k: candidates[k].simplicity()``); default: the key itself.
         excluded: keys that may not win (e.g. a violated constraint); they still count as
@@ -191,7 +194,8 @@ def decide(
     """
     raw = _measured(launches, baseline)
     configs, ignored, doubtful = robust_launches(raw, variance)
-    verdict = _verdict(configs, variance, options, simplicity or _itself, excluded)
+    simple = _baseline_first(simplicity or _itself, baseline)
+    verdict = _verdict(configs, variance, options, simple, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
     looks = (
         second_looks(
@@ -218,15 +222,24 @@ def decide(
 def _measured(
     launches: Mapping[str, Sequence[LaunchLike]], baseline: str | None
 ) -> dict[str, Sequence[LaunchLike]]:
-    """Every configuration with a launch but the baseline (it never wins)."""
-    raw = {k: v for k, v in launches.items() if k != baseline and v}
-    if not raw:
+    """Every configuration with a launch, the baseline's too (it competes).
+
+    Raises:
+        ValueError: no configuration but the baseline has a launch.
+    """
+    raw = {k: v for k, v in launches.items() if v}
+    if not [k for k in raw if k != baseline]:
         raise ValueError("no measured configuration to decide from")
     return raw
 
 
 def _itself(key: str) -> str:
     return key
+
+
+def _baseline_first(simplicity: Simplicity, baseline: str | None) -> Simplicity:
+    """``simplicity`` with no speculation simpler than any speculative configuration."""
+    return lambda key: (key != baseline, simplicity(key))
 
 
 def _verdict(
@@ -287,7 +300,7 @@ def _round(
         order.append(baseline)
     if remaining is not None:
         order = order[: max(0, remaining)]
-        if all(k == baseline for k in order):
+        if all(k == baseline for k in order) and lead != baseline:
             return ()
     return tuple(order)
 
@@ -372,7 +385,7 @@ def _over_runner_up(
 
 
 def _over_baseline(winner: str, est: Mapping[str, Estimate], inputs: _Inputs) -> Advantage | None:
-    if inputs.baseline is None or not inputs.launches.get(inputs.baseline):
+    if inputs.baseline in (None, winner) or not inputs.launches.get(inputs.baseline):
         return None
     base = estimate(inputs.baseline, inputs.launches[inputs.baseline], inputs.variance)
     return advantage(est[winner], base, inputs.options.confidence)

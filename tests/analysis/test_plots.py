@@ -25,6 +25,7 @@ from analysis.plots.failures import plot_failures
 from analysis.report.document import to_html, to_markdown
 from analysis.report.write import write_report
 from sweep.cli import app
+from sweep.core.space import TrialConfig
 from tests.support.frames import Config, Synth, chain_configs, write_study
 
 CONFIGS = [
@@ -85,6 +86,16 @@ def test_the_headline_figure_marks_the_answer_not_the_best_single_point(
     marked = [t for t in texts if t.startswith(what + " ")]
     assert len(marked) == 1
     assert marked[0].endswith(f"steps {low['num_steps']}, draft TP {low['draft_tp']}")
+
+
+def test_when_the_answer_is_no_speculation_the_headline_figure_marks_the_baseline(
+    df: pd.DataFrame,
+) -> None:
+    answer = {"winner": TrialConfig.baseline().key(), "confident": True, "mean": 91.25}
+    ax = plots.plot_throughput_vs_steps(df, answer=answer)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["answer: no speculation 91.2 tok/s"]
+    assert ax.get_ylim()[0] < 91.25 < ax.get_ylim()[1]
 
 
 def test_accept_length_points_and_fitted_curves(df: pd.DataFrame) -> None:

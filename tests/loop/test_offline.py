@@ -70,6 +70,29 @@ def test_the_confirmed_answer_is_stored(tmp_path: Path) -> None:
     assert answer["winner"] == winner and summary.answer.startswith(answer["label"])
 
 
+def test_where_speculation_does_not_pay_the_confirmed_answer_is_no_speculation(
+    tmp_path: Path,
+) -> None:
+    study = _study(tmp_path, study='sampler = "grid"', confirm=True)
+    noise = itertools.cycle([1.0, 1.004, 0.996])
+
+    def measure(config: TrialConfig) -> Measurement:  # a draft that costs more than it saves
+        value = 90.0 if not config.speculative else 70.0 - 5 * config.num_steps
+        return Measurement(value * next(noise), accept_length=1.3 if config.speculative else None)
+
+    summary = run_with_measurements(study, measure)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert answer["winner"] == TrialConfig.baseline().key() and answer["confident"]
+    assert answer["label"] == "no speculation" and len(answer["replicates"]) >= 2
+    assert answer["over_baseline"] is None
+    assert answer["over_runner_up"]["versus_label"] == TrialConfig(1, 1, 2, 8).label()
+    assert summary.answer_heading == "confirmed answer"
+    assert summary.answer.startswith("no speculation (deploy without speculative decoding): ")
+    assert "over the best speculative configuration" in summary.answer
+
+
 def test_a_deterministic_failure_is_infeasible_and_a_transient_one_retried(
     tmp_path: Path,
 ) -> None:

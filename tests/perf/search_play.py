@@ -171,10 +171,17 @@ def heldout_landscapes() -> dict[str, Profile]:
       step past 6 steps: the throughput rises to 5-6 steps and drops 12 % at 7;
     - ``heldout-peaked-tree``: the ``tree`` profile with siblings that catch 55 % of the
       misses: a peaked optimum at topk 4, 4 steps, 16 draft tokens (15: −2 %, 5 or 3 steps:
-      −5 %); the small space (chains only) keeps ``tree``'s 2-step chain.
+      −5 %); the small space (chains only) keeps ``tree``'s 2-step chain;
+    - ``heldout-no-gain``: a weak draft (acceptance 0.3, decaying 0.6 per position) and a
+      dear speculative step (6 ms): no speculation beats every configuration by 17 % or more
+      (these three with no NCCL rule: a flag would speed the target, not speculation);
+    - ``heldout-marginal-loss``: the best chain (2 steps) is 1.6 % below no speculation —
+      within one launch's noise;
+    - ``heldout-marginal-gain``: the best chain (2 steps) is 3.7 % above no speculation.
     """
     high, tree = load_profile("high-acceptance"), load_profile("tree")
     default = load_profile("default")
+    plain = default.replace(nccl=())  # the NCCL flag would speed the target, not speculation
     flag = _perturb(
         default,
         draft={"allreduce_ms": {"1": 0.0, "2": 0.6, "4": 0.9, "8": 1.2}},
@@ -201,6 +208,15 @@ def heldout_landscapes() -> dict[str, Profile]:
         ),
         "heldout-peaked-tree": _perturb(
             tree, acceptance={"sibling_gain": 0.55}, timing={"token_ms": 0.3}
+        ),
+        "heldout-no-gain": _perturb(
+            plain, acceptance={"first": 0.3, "decay": 0.6}, timing={"spec_overhead_ms": 6.0}
+        ),
+        "heldout-marginal-loss": _perturb(
+            plain, acceptance={"first": 0.4, "decay": 0.75}, timing={"spec_overhead_ms": 4.0}
+        ),
+        "heldout-marginal-gain": _perturb(
+            plain, acceptance={"first": 0.45, "decay": 0.75}, timing={"spec_overhead_ms": 4.0}
         ),
     }
 

@@ -53,6 +53,20 @@ def test_the_tree_optimum_is_peaked_at_topk_4_and_16_draft_tokens() -> None:
     assert second < 0.99 * best
 
 
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [
+        ("heldout-no-gain", 0.0, 0.85),
+        ("heldout-marginal-loss", 0.98, 0.99),
+        ("heldout-marginal-gain", 1.03, 1.04),
+    ],
+)
+def test_where_speculation_pays_little_or_nothing(name: str, low: float, high: float) -> None:
+    none = truth(heldout_landscapes()[name], None)[0]
+    for space in ("small", "large"):
+        assert low < ranked(name, space)[0][0] / none < high
+
+
 def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen(["heldout"]) == list(heldout_landscapes())
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())

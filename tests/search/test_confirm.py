@@ -131,6 +131,30 @@ def test_a_baseline_without_a_launch_is_launched_once_in_a_round() -> None:
     assert isinstance(result, Relaunch) and result.order == ("a", "b", "base")
 
 
+def test_when_no_speculative_configuration_beats_no_speculation_the_answer_is_it() -> None:
+    # a high-concurrency deployment: every draft costs more than it saves
+    launches = {"s1": [58.0, 59.0, 58.5], "s2": [57.0, 57.5], "base": [89.0, 89.5, 88.8]}
+    result = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(result, Decision) and result.confident
+    assert result.winner == "base" and result.replicates == (89.0, 89.5, 88.8)
+    assert result.over_baseline is None  # it is the baseline
+    runner_up = result.over_runner_up
+    assert runner_up is not None and runner_up.versus == "s1" and runner_up.low > 1.4
+
+
+def test_speculation_within_the_margin_of_no_speculation_loses_the_tie_to_it() -> None:
+    # a gain of 0.3 %: not worth a draft model's memory and moving parts
+    same = [100.0, 100.2, 99.8, 100.1, 99.9, 100.0]
+    launches = {"s2": [x * 1.003 for x in same], "base": same}
+    result = decide(launches, TIGHT, baseline="base", simplicity=lambda k: k)
+    assert isinstance(result, Decision) and result.confident
+    assert result.winner == "base" and set(result.tie) == {"base", "s2"}
+    # a clear gain keeps the speculative winner, whatever the keys' order
+    gain = {"s2": [x * 1.05 for x in same], "base": same}
+    won = decide(gain, TIGHT, baseline="base", simplicity=lambda k: k)
+    assert isinstance(won, Decision) and won.winner == "s2" and won.tie == ("s2",)
+
+
 def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> None:
     launches = {"a": [100.0, 101.0], "b": [99.5], "c": [70.0]}
     result = decide(launches, TWO_PERCENT, remaining=0)
