@@ -69,9 +69,12 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     ):
         a = answer.get(key)
         if a:
+            versus = str(a["versus_label"])
+            if key == "over_baseline" and answer.get("baseline_without"):
+                versus += f", which ran without {answer['baseline_without']}"
             rows.append(
                 (
-                    f"{name} ({a['versus_label']})",
+                    f"{name} ({versus})",
                     f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]",
                 )
             )

@@ -163,6 +163,8 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "ci_high": high,
         "over_runner_up": advantage(decision.over_runner_up),
         "over_baseline": advantage(decision.over_baseline),
+        # the baseline runs without the space's flags and environment: say which it lacked
+        "baseline_without": _extras(decision.winner),
         "tie": [labels.get(k, k) for k in decision.tie],
         "probability": decision.probability,
         "confident": decision.confident,
@@ -177,6 +179,13 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "informed_probability": decision.informed,
         "ignored_launches": [{"label": labels.get(k, k), "value": v} for k, v in decision.ignored],
     }
+
+
+def _extras(key: str) -> str:
+    """The flags and environment in a configuration key (``s2-k1-d3-tp1[NCCL_PROTO=LL]``:
+    ``NCCL_PROTO=LL``; :meth:`TrialConfig.key`), space-separated."""
+    inside = key[key.find("[") + 1 : key.rfind("]")] if key.endswith("]") else ""
+    return " ".join(inside.split(",")) if inside else ""
 
 
 def _labelled(text: str, labels: Mapping[str, str]) -> str:
@@ -207,6 +216,8 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     if base:
         text += (f", {100 * (base['ratio'] - 1):+.1f} % over no speculation "
                  f"[{100 * (base['low'] - 1):+.1f}, {100 * (base['high'] - 1):+.1f}]")  # fmt: skip
+        if answer.get("baseline_without"):  # part of the gain may be the flags' own
+            text += f" (which ran without {answer['baseline_without']})"
     runner_up = answer.get("over_runner_up")
     if runner_up:
         versus = (

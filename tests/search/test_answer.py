@@ -67,6 +67,26 @@ def test_a_confident_tie_is_printed_and_the_model_figure_is_labelled_apart() -> 
     assert answer_text(stored).endswith("; tie of 2 within 1 %")
 
 
+def test_the_gain_over_no_speculation_says_which_searched_flags_the_baseline_lacked() -> None:
+    tuned = TrialConfig(2, 1, 3, 1, env=(("NCCL_PROTO", "LL"),))
+    plain = TrialConfig(3, 1, 4, 1)
+    launches = {tuned.key(): [120.0] * 3, plain.key(): [100.0] * 3, "base": [90.0] * 3}
+    labels = {tuned.key(): tuned.label(), plain.key(): plain.label(), "base": "no speculation"}
+    decision = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(decision, Decision) and decision.winner == tuned.key()
+    stored = answer_of(decision, labels, ConfirmOptions(), 2)
+    assert stored["baseline_without"] == "NCCL_PROTO=LL"
+    assert "% over no speculation [" in answer_text(stored)
+    assert "] (which ran without NCCL_PROTO=LL)" in answer_text(stored)
+    assert "over no speculation (no speculation, which ran without NCCL_PROTO=LL)" in dict(
+        _answer_rows(stored)
+    )
+    plain_won = decide({plain.key(): [100.0] * 3, "base": [90.0] * 3}, TWO_PERCENT, baseline="base")
+    assert isinstance(plain_won, Decision)
+    stored = answer_of(plain_won, labels, ConfirmOptions(), 2)
+    assert stored["baseline_without"] == "" and "which ran without" not in answer_text(stored)
+
+
 def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> None:
     near = {"a": [Launch(102.0), Launch(102.5)], "b": [Launch(100.0), Launch(100.5)]}
     spent = confirm_step(near, ConfirmOptions(), 0, str)
