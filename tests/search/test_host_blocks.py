@@ -84,6 +84,14 @@ def test_a_clear_winner_on_one_host_is_still_relaunched_on_a_second_while_the_bu
     )
 
 
+def test_a_fleet_where_no_draft_pays_answers_no_speculation() -> None:
+    launches = [on(BASE, h, 100.0) for h in SPEED for _ in range(2)]
+    launches += [on("x", "a", 80.0), on("x", "b", 80.0), on("y", "c", 78.0), on("y", "b", 78.0)]
+    step = fleet_step(launches, ConfirmOptions(), 6, str, SPEED, baseline=BASE)
+    assert isinstance(step, Decision) and step.confident and step.winner == BASE
+    assert step.over_runner_up is not None and step.over_runner_up.versus == "x"
+
+
 def test_without_the_baseline_it_neither_links_hosts_nor_is_relaunched() -> None:
     launches = [on(BASE, h, 100.0) for h in SPEED] + [on("x", "a", 150.0), on("y", "b", 140.0)]
     step = fleet_step(launches, ConfirmOptions(), 6, str, SPEED, baseline=BASE, with_baseline=False)
