@@ -14,11 +14,11 @@ The **tie set** is the configurations whose within-margin probability reaches
 TP equal to the target's). No speculation (the baseline, when given) is a contender like any
 other and the simplest of all: when no speculative configuration beats it by more than the
 margin it is the answer (a deployment where speculation does not pay is told so, not handed
-the least bad speculative setting). When the budget or ``max_replicates`` runs out first, the winner
-is the configuration most likely to be within the margin — judged from its launches and, when
-given, the cost model's held-out prediction of each configuration (the launches could not
-decide; the model, fitted to every other launch, pools what the neighbours measured) — and
-the decision says it is not confident.
+the least bad speculative setting). When the budget or ``max_replicates`` runs out first,
+the winner is the configuration most likely to be within the margin — judged from its
+launches and, when given, the cost model's held-out prediction of each configuration (the
+launches could not decide; the model, fitted to every other launch, pools what the
+neighbours measured) — and the decision says it is not confident.
 """
 
 from __future__ import annotations
