@@ -117,6 +117,15 @@ def _answer_row(
     return found.iloc[0] if not found.empty else None
 
 
+CALLOUT: dict[str, Any] = {  # the answer's label: a boxed note above the point, with an arrow
+    "xytext": (0, 26),
+    "textcoords": "offset points",
+    "fontsize": "small",
+    "arrowprops": {"arrowstyle": "->", "color": "black", "shrinkB": 5},
+    "bbox": {"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.6"},
+}
+
+
 def _annotate_best(
     ax: Axes,
     table: pd.DataFrame,
@@ -141,16 +150,7 @@ def _annotate_best(
     text = (
         f"{what} {y:.1f} {unit}\nsteps {int(best['num_steps'])}, draft TP {int(best['draft_tp'])}"
     )
-    ax.annotate(
-        text,
-        (x, y),
-        xytext=(0, 26),
-        textcoords="offset points",
-        ha=align,
-        fontsize="small",
-        arrowprops={"arrowstyle": "->", "color": "black", "shrinkB": 5},
-        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.6"},
-    )
+    ax.annotate(text, (x, y), ha=align, **CALLOUT)
 
 
 def _annotate_no_speculation(
@@ -162,16 +162,8 @@ def _annotate_no_speculation(
     ax.set_ylim(min(bottom, 0.9 * mean), top + 0.25 * (top - min(bottom, 0.9 * mean)))
     unit = "tok/s" if metric.endswith("tok_s") else ""
     what = "answer" if confirmed else "answer (not confirmed)"
-    ax.annotate(
-        f"{what}: no speculation {mean:.1f} {unit}",
-        (float(table["num_steps"].min()), mean),
-        xytext=(0, 26),
-        textcoords="offset points",
-        ha="left",
-        fontsize="small",
-        arrowprops={"arrowstyle": "->", "color": "black", "shrinkB": 5},
-        bbox={"boxstyle": "round,pad=0.3", "fc": "white", "ec": "0.6"},
-    )
+    at = (float(table["num_steps"].min()), mean)
+    ax.annotate(f"{what}: no speculation {mean:.1f} {unit}", at, ha="left", **CALLOUT)
 
 
 def plot_accept_length_vs_steps(
