@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from sweep.core.cells import CellBest, where_best_changes
+from sweep.core.space import TrialConfig
 
 ALL = "all"  # the category of a level measured without categories
 TRIAL_COLUMNS = ("trial", "kind", "state", "key", "config", "speculative", "num_steps", "objective")
@@ -170,6 +171,8 @@ def workload_view(
 
 
 def _answer(cells: pd.DataFrame, answer_key: str | None) -> str | None:
+    if answer_key == TrialConfig.baseline().key():  # the confirmation answered no speculation
+        return TrialConfig.baseline().label()
     if answer_key is not None:
         named = cells[cells["key"] == answer_key]
         if not named.empty:

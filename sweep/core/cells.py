@@ -188,11 +188,13 @@ def _context(words: int) -> str:
 
 def mix_line(records: Sequence[TrialRecord], metric: str, answer_key: str | None = None) -> str:
     """:func:`where_best_changes` for a study's records: the answer is the configuration
-    ``answer_key`` names (the confirmed winner), else the trial with the best mix figure."""
+    ``answer_key`` names (the confirmed winner, no speculation included), else the trial with
+    the best mix figure."""
     trials = [r for r in records if r.kind in (Kind.TRIAL, Kind.REPLICATE) and r.measured]
     if not trials:
         return ""
-    chosen = [r for r in trials if answer_key is not None and r.key == answer_key]
+    named = [r for r in records if r.kind in COUNTED and r.measured]
+    chosen = [r for r in named if r.config and (r.key or r.config.key()) == answer_key]
     if not chosen:
         chosen = [max(trials, key=lambda r: r.objective if r.objective is not None else -1.0)]
     config = chosen[0].config

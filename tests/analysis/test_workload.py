@@ -21,6 +21,7 @@ from analysis.data.workload import cells_frame, per_category_best, workload_view
 from analysis.models.compare import compare_studies
 from analysis.report.compare import comparison_report
 from analysis.report.write import write_report
+from sweep.core.space import TrialConfig
 from tests.support.frames import Synth, chain_configs, write_study
 
 CATEGORIES = {"code": 1.2, "chat": 1.0, "summarization": 0.8}
@@ -85,6 +86,14 @@ def test_the_matrices_follow_the_categories_acceptance(study: Path) -> None:
     assert contexts == set(CONTEXTS) and 0 in set(view.throughput["steps"])
     assert len(view.best) == len(CATEGORIES) * len(CONTEXTS) * 2
     assert view.answer is not None and view.line
+
+
+def test_a_no_speculation_answer_is_the_mix_s_answer_in_the_view(study: Path) -> None:
+    _info, trials, baselines = load_study_data(study_ref(study))
+    view = workload_view(trials, baselines, TrialConfig.baseline().key())
+    assert view is not None and view.answer == "no speculation"
+    assert view.line.startswith("chat at 256 context at concurrency 1 wants 2 steps; ")
+    assert view.line.endswith("(the mix's answer: no speculation)")
 
 
 def test_the_line_names_a_category_whose_best_differs() -> None:

@@ -164,3 +164,19 @@ def test_no_speculation_can_be_a_cells_best() -> None:
     assert mix_line([spec, plain], "decode_tok_s") == (
         "chat wants no speculation (the mix's answer: 3 steps)"
     )
+
+
+def test_when_the_answer_is_no_speculation_the_line_says_where_a_draft_still_wins() -> None:
+    spec = record(0, 3, [level(4, None, code=70, chat=40)], 55)
+    plain = TrialRecord(
+        number=0,
+        kind=Kind.BASELINE,
+        optuna_state="COMPLETE",
+        config=TrialConfig.baseline(),
+        key=TrialConfig.baseline().key(),
+        levels=(level(4, None, code=48, chat=66),),
+        objective=57,
+    )
+    assert mix_line([spec, plain], "decode_tok_s", TrialConfig.baseline().key()) == (
+        "code wants 3 steps (the mix's answer: no speculation)"
+    )
