@@ -37,7 +37,7 @@ from analysis.plots.style import (
     new_axes,
     shown_note,
 )
-from sweep.search.answer import BASELINE_KEY
+from sweep.core.space import TrialConfig
 
 __all__ = [
     "plot_accept_length_vs_steps",
@@ -85,7 +85,7 @@ def plot_throughput_vs_steps(
     draw_baseline(ax, df, level)
     shown = table[table["group"].isin(groups)]
     confirmed = bool(answer and answer.get("confident"))
-    if answer and answer.get("winner") == BASELINE_KEY:
+    if answer and answer.get("winner") == TrialConfig.baseline().key():
         _annotate_no_speculation(ax, shown, metric, float(answer["mean"]), confirmed)
     else:
         _annotate_best(ax, shown, metric, _answer_row(df, shown, answer), confirmed)

@@ -144,6 +144,13 @@ class TrialConfig:
         core = f"s{self.num_steps}-k{self.eagle_topk}-d{self.num_draft_tokens}-tp{self.draft_tp}"
         return f"{core}[{extras}]"
 
+    @staticmethod
+    def extras_in(key: str) -> str:
+        """The flags and environment a :meth:`key` holds, as ``name=value`` words
+        (``s2-k1-d3-tp1[NCCL_PROTO=LL]``: ``NCCL_PROTO=LL``; none: ``""``)."""
+        inside = key[key.find("[") + 1 : key.rfind("]")] if key.endswith("]") else ""
+        return " ".join(inside.split(",")) if inside else ""
+
     def flag(self, name: str) -> FlagValue | None:
         """This configuration's value of flag ``name``, if it sets it."""
         return dict(self.flags).get(name)

@@ -164,7 +164,7 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "over_runner_up": advantage(decision.over_runner_up),
         "over_baseline": advantage(decision.over_baseline),
         # the baseline runs without the space's flags and environment: say which it lacked
-        "baseline_without": _extras(decision.winner),
+        "baseline_without": TrialConfig.extras_in(decision.winner),
         "tie": [labels.get(k, k) for k in decision.tie],
         "probability": decision.probability,
         "confident": decision.confident,
@@ -179,13 +179,6 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "informed_probability": decision.informed,
         "ignored_launches": [{"label": labels.get(k, k), "value": v} for k, v in decision.ignored],
     }
-
-
-def _extras(key: str) -> str:
-    """The flags and environment in a configuration key (``s2-k1-d3-tp1[NCCL_PROTO=LL]``:
-    ``NCCL_PROTO=LL``; :meth:`TrialConfig.key`), space-separated."""
-    inside = key[key.find("[") + 1 : key.rfind("]")] if key.endswith("]") else ""
-    return " ".join(inside.split(",")) if inside else ""
 
 
 def _labelled(text: str, labels: Mapping[str, str]) -> str:

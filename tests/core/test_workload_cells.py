@@ -150,17 +150,22 @@ def test_a_best_within_the_intervals_does_not_count_as_a_change() -> None:
     )
 
 
-def test_no_speculation_can_be_a_cells_best() -> None:
-    spec = record(0, 3, [level(4, None, code=50, chat=40)], 45)
-    plain = TrialRecord(
+def baseline_record(measured: dict[str, Any], objective: float) -> TrialRecord:
+    """A measured no-speculation launch at one level."""
+    return TrialRecord(
         number=0,
         kind=Kind.BASELINE,
         optuna_state="COMPLETE",
         config=TrialConfig.baseline(),
         key=TrialConfig.baseline().key(),
-        levels=(level(4, None, code=48, chat=60),),
-        objective=54,
+        levels=(measured,),
+        objective=objective,
     )
+
+
+def test_no_speculation_can_be_a_cells_best() -> None:
+    spec = record(0, 3, [level(4, None, code=50, chat=40)], 45)
+    plain = baseline_record(level(4, None, code=48, chat=60), 54)
     assert mix_line([spec, plain], "decode_tok_s") == (
         "chat wants no speculation (the mix's answer: 3 steps)"
     )
@@ -168,15 +173,7 @@ def test_no_speculation_can_be_a_cells_best() -> None:
 
 def test_when_the_answer_is_no_speculation_the_line_says_where_a_draft_still_wins() -> None:
     spec = record(0, 3, [level(4, None, code=70, chat=40)], 55)
-    plain = TrialRecord(
-        number=0,
-        kind=Kind.BASELINE,
-        optuna_state="COMPLETE",
-        config=TrialConfig.baseline(),
-        key=TrialConfig.baseline().key(),
-        levels=(level(4, None, code=48, chat=66),),
-        objective=57,
-    )
+    plain = baseline_record(level(4, None, code=48, chat=66), 57)
     assert mix_line([spec, plain], "decode_tok_s", TrialConfig.baseline().key()) == (
         "code wants 3 steps (the mix's answer: no speculation)"
     )
