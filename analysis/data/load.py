@@ -22,6 +22,7 @@ from analysis.data.rows import StudyContext, trial_rows
 from analysis.data.schema import INT, STR, empty_frame, typed
 from analysis.data.speedup import attach_baselines
 from analysis.errors import AnalysisError
+from sweep.core.records import ATTR, Kind
 from sweep.core.records import StudyInfo as StoredInfo
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
@@ -198,13 +199,16 @@ def joined(
 
 
 def load_baselines(study: StudyLike | LoadedStudy) -> pd.DataFrame:
-    """The no-speculation baselines of a study, in the trial frame's shape (empty if none)."""
+    """The no-speculation baselines of a study, in the trial frame's shape (empty if none).
+    The confirmation's controls (no speculation with a contender's searched flags, stored
+    beside them) are no baseline: left out."""
     info = study if isinstance(study, LoadedStudy) else load_study_info(study)
     try:
         trials = _trials(info.ref.baselines)
     except AnalysisError:  # no companion study: none stored
         return _frame([], info.context())
-    return _frame(trials, info.context())
+    plain = [t for t in trials if Kind.of(t.user_attrs.get(ATTR.KIND)) is not Kind.CONTROL]
+    return _frame(plain, info.context())
 
 
 def load_schedules(study: StudyLike | LoadedStudy) -> pd.DataFrame:

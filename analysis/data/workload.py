@@ -171,8 +171,9 @@ def workload_view(
 
 
 def _answer(cells: pd.DataFrame, answer_key: str | None) -> str | None:
-    if answer_key == TrialConfig.baseline().key():  # the confirmation answered no speculation
-        return TrialConfig.baseline().label()
+    if answer_key is not None and not TrialConfig.speculates(answer_key):
+        # the confirmation answered no speculation (a control: with its searched flags)
+        return f"{TrialConfig.baseline().label()} {TrialConfig.extras_in(answer_key)}".strip()
     if answer_key is not None:
         named = cells[cells["key"] == answer_key]
         if not named.empty:

@@ -85,8 +85,9 @@ def plot_throughput_vs_steps(
     draw_baseline(ax, df, level)
     shown = table[table["group"].isin(groups)]
     confirmed = bool(answer and answer.get("confident"))
-    if answer and answer.get("winner") == TrialConfig.baseline().key():
-        _annotate_no_speculation(ax, shown, metric, float(answer["mean"]), confirmed)
+    if answer and not TrialConfig.speculates(str(answer.get("winner") or "s")):
+        flags = TrialConfig.extras_in(str(answer["winner"]))  # a control: with these flags
+        _annotate_no_speculation(ax, shown, metric, float(answer["mean"]), confirmed, flags)
     else:
         _annotate_best(ax, shown, metric, _answer_row(df, shown, answer), confirmed)
     ax.set(
@@ -154,16 +155,18 @@ def _annotate_best(
 
 
 def _annotate_no_speculation(
-    ax: Axes, table: pd.DataFrame, metric: str, mean: float, confirmed: bool
+    ax: Axes, table: pd.DataFrame, metric: str, mean: float, confirmed: bool, flags: str = ""
 ) -> None:
-    """The answer is no speculation: mark the baseline's band, not the best speculative point."""
+    """The answer is no speculation (with ``flags``, a searched setting's, when given): mark
+    its value, not the best speculative point."""
     top = max(float(table["value_ci_high"].fillna(table["value"]).max()), mean)
     bottom, _ = ax.get_ylim()
     ax.set_ylim(min(bottom, 0.9 * mean), top + 0.25 * (top - min(bottom, 0.9 * mean)))
     unit = "tok/s" if metric.endswith("tok_s") else ""
     what = "answer" if confirmed else "answer (not confirmed)"
     at = (float(table["num_steps"].min()), mean)
-    ax.annotate(f"{what}: no speculation {mean:.1f} {unit}", at, ha="left", **CALLOUT)
+    flagged = f" with {flags}" if flags else ""
+    ax.annotate(f"{what}: no speculation{flagged} {mean:.1f} {unit}", at, ha="left", **CALLOUT)
 
 
 def plot_accept_length_vs_steps(

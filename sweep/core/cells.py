@@ -74,9 +74,9 @@ class CellBest:
 
 
 def bests(records: Iterable[TrialRecord], metric: str, answer: str | None = None) -> list[CellBest]:
-    """Per cell, the measured configuration (search trials, relaunches and the no-speculation
-    baselines, each pooled over its launches) with the highest mean figure, with ``answer``'s
-    (a configuration label) figure in that cell; sorted by cell."""
+    """Per cell, the measured configuration (search trials, relaunches, the no-speculation
+    baselines and controls, each pooled over its launches) with the highest mean figure,
+    with ``answer``'s (a configuration label) figure in that cell; sorted by cell."""
     pooled: dict[tuple[CellKey, str], list[tuple[float, float]]] = {}
     names: dict[str, tuple[str, int | None]] = {}
     for r in records:
@@ -106,7 +106,7 @@ def bests(records: Iterable[TrialRecord], metric: str, answer: str | None = None
     return out
 
 
-COUNTED = (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE)
+COUNTED = (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE, Kind.CONTROL)
 
 
 def _order(cell: CellKey) -> tuple[str, int, int]:

@@ -80,6 +80,7 @@ class Kind(enum.StrEnum):
     TRIAL = "trial"  # a configuration measured for the search
     BASELINE = "baseline"  # no speculation (in the companion study)
     REPLICATE = "replicate"  # a fresh server start of a configuration, to confirm the answer
+    CONTROL = "control"  # no speculation with a contender's searched flags (companion study)
     SCHEDULE = "schedule"  # a per-concurrency schedule (the engine's adaptive mode), verified
     EXCLUDED = "excluded"  # proposed, but the validity rules say it cannot work
     DUPLICATE = "duplicate"  # proposed again: answered from storage
@@ -97,7 +98,7 @@ class Kind(enum.StrEnum):
     @property
     def launches(self) -> bool:
         """A kind that starts a server."""
-        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE, Kind.SCHEDULE)
+        return self in (Kind.TRIAL, Kind.BASELINE, Kind.REPLICATE, Kind.SCHEDULE, Kind.CONTROL)
 
 
 class State(enum.StrEnum):

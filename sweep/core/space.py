@@ -144,12 +144,25 @@ class TrialConfig:
         core = f"s{self.num_steps}-k{self.eagle_topk}-d{self.num_draft_tokens}-tp{self.draft_tp}"
         return f"{core}[{extras}]"
 
+    def control(self) -> TrialConfig | None:
+        """No speculation with this configuration's flags and environment: what its gain
+        over no speculation is measured against when the space searches flags (an
+        ``NCCL_*`` setting speeds the target too). None: it has none, or is no speculation."""
+        if not self.speculative or not (self.flags or self.env):
+            return None
+        return TrialConfig.baseline(self.flags, self.env)
+
     @staticmethod
     def extras_in(key: str) -> str:
         """The flags and environment a :meth:`key` holds, as ``name=value`` words
         (``s2-k1-d3-tp1[NCCL_PROTO=LL]``: ``NCCL_PROTO=LL``; none: ``""``)."""
         inside = key[key.find("[") + 1 : key.rfind("]")] if key.endswith("]") else ""
         return " ".join(inside.split(",")) if inside else ""
+
+    @staticmethod
+    def speculates(key: str) -> bool:
+        """A :meth:`key` of a speculative configuration (not the baseline or a control)."""
+        return not key.startswith("baseline[")
 
     def flag(self, name: str) -> FlagValue | None:
         """This configuration's value of flag ``name``, if it sets it."""

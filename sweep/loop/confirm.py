@@ -7,6 +7,7 @@ are confident); this module launches what it asks for and stores the answer.
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 
 from sweep.core import policy
 from sweep.core.prediction import Prediction
@@ -16,7 +17,7 @@ from sweep.core.timing import fits
 from sweep.loop.attempt import attempt
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
-from sweep.loop.propose import Launch, baseline
+from sweep.loop.propose import Launch, baseline, control
 from sweep.search import answer
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
@@ -52,12 +53,13 @@ def confirm(run: RunContext) -> None:
     # a database from before the count was kept: its stored relaunches count
     replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
     used = max(spent["launches"], replicated)
-    labels = answer.labels_of(seen.trials)
+    controls = answer.controls_of(run.valid)
+    labels = answer.labels_of(seen.trials) | {k: c.label() for k, c in controls.items()}
     near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
     while True:
         seen = run.history()
         launches = answer.launches_of(
-            seen.trials, seen.baselines, objective.metric, objective.concurrency
+            seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls
         )
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
@@ -72,6 +74,7 @@ def confirm(run: RunContext) -> None:
             with_baseline=not objective.weights,
             reserve=max(0, reserve),
             near=near,
+            control=answer.control_of(run.valid),
         )
         if step is None:
             return
@@ -91,16 +94,22 @@ def confirm(run: RunContext) -> None:
         for key in step.order[: max(1, budget + answer.EXTENSION - used)]:
             count_confirmation(trials, baseline=key == answer.BASELINE_KEY)
             used += 1
-            attempt(run, relaunch(run, seen, key), seen)
+            attempt(run, relaunch(run, seen, key, controls), seen)
             fatal = policy.fatal_reason(run.launches[-1]) if run.launches else ""
             if fatal:  # a deployment failure: every other launch would meet it too
                 run.summary.stopped(fatal, True)
                 return
 
 
-def relaunch(run: RunContext, seen: History, key: str) -> Launch:
+def relaunch(
+    run: RunContext, seen: History, key: str, controls: Mapping[str, TrialConfig] | None = None
+) -> Launch:
+    """A new launch of ``key``: the baseline, a control (``controls``: by key) or a
+    configuration the search measured."""
     if key == answer.BASELINE_KEY:
         return baseline(run)
+    if controls and key in controls:
+        return control(run, controls[key])
     first = seen.settled.get(key)
     config = first.config if first is not None and first.config else run.valid[key]
     trials = run.stores.trials

@@ -265,7 +265,10 @@ def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
     spent = confirmations(run.stores.trials)
     searched = sum(1 for t in trials if t.kind is Kind.TRIAL and t.state is not State.WAITING)
     baselines = read_records(run.stores.baselines)
-    searched += sum(1 for b in baselines if b.state is not State.WAITING) - spent["baselines"]
+    searched += (
+        sum(1 for b in baselines if b.state is not State.WAITING and b.kind is not Kind.CONTROL)
+        - spent["baselines"]
+    )
     budget = answer.confirmation_budget(searched, options.share)
     replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
     return max(spent["launches"], replicated), budget

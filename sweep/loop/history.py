@@ -3,8 +3,9 @@
 The loop keeps no result state of its own: what was measured is read back from storage as
 :class:`~sweep.core.records.TrialRecord` values, so a resumed run, another worker and
 ``sweep status`` all see the same thing. A :class:`History` is that read: the study's
-trials, this host's baselines, and this run's own launches (which storage cannot tell
-apart from earlier runs' ones).
+trials, this host's baselines (and apart from them its controls: no speculation with a
+contender's searched flags, which are no baseline), and this run's own launches (which
+storage cannot tell apart from earlier runs' ones).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import optuna
 
 from sweep.core import policy
 from sweep.core import speedup as speedups
-from sweep.core.records import State, TrialRecord
+from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import TrialTime, estimate_trial_s
 from sweep.store import read_records
@@ -35,6 +36,7 @@ class History:
     launches: tuple[TrialRecord, ...] = ()  # this run's, told (or skipped), in order
     host: str = ""
     restart_guess_s: float = RESTART_GUESS_S
+    controls: tuple[TrialRecord, ...] = ()  # this host's (Kind.CONTROL, kept out of baselines)
 
     @classmethod
     def read(
@@ -50,12 +52,12 @@ class History:
         keeps the trials of an earlier setup out)."""
         since = since or {}
         first, first_baseline = since.get("trials", 0), since.get("baselines", 0)
-        mine = tuple(
-            b for b in read_records(baselines) if b.host == host and b.number >= first_baseline
-        )
+        mine = [b for b in read_records(baselines) if b.host == host and b.number >= first_baseline]
         guess = min(RESTART_GUESS_S, study.engine.ready_timeout_s)
         kept = tuple(t for t in read_records(trials) if t.number >= first)
-        return cls(kept, mine, launches, host, guess)
+        plain = tuple(b for b in mine if b.kind is not Kind.CONTROL)
+        controls = tuple(b for b in mine if b.kind is Kind.CONTROL)
+        return cls(kept, plain, launches, host, guess, controls)
 
     @cached_property
     def settled(self) -> Mapping[str, TrialRecord]:
@@ -68,7 +70,7 @@ class History:
 
     def times(self) -> list[TrialTime]:
         out = []
-        for t in [*self.trials, *self.baselines]:
+        for t in [*self.trials, *self.baselines, *self.controls]:
             if t.state is State.MEASURED and t.total_s is not None:
                 tokens = t.config.num_draft_tokens if t.config else 0
                 out.append(TrialTime(tokens, t.total_s))

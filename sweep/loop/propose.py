@@ -56,6 +56,13 @@ def baseline(run: RunContext) -> Launch:
     return Launch(owner, run.ask(owner), TrialConfig.baseline(), Kind.BASELINE)
 
 
+def control(run: RunContext, config: TrialConfig) -> Launch:
+    """A launch of ``config``'s control (no speculation with its flags and environment),
+    stored beside the baselines as :attr:`Kind.CONTROL`: no baseline, no drift."""
+    owner = run.stores.baselines
+    return Launch(owner, run.ask(owner), config, Kind.CONTROL)
+
+
 def propose(run: RunContext, seen: History) -> Proposal:
     """The next proposal (see the module docstring)."""
     trials = run.stores.trials

@@ -128,7 +128,7 @@ def tell_skipped(run: RunContext, owner: optuna.Study, trial: Trial, start: Tria
 def count(run: RunContext, kind: Kind) -> None:
     if kind is Kind.BASELINE:
         run.summary.baselines += 1
-    elif kind is Kind.REPLICATE:
+    elif kind in (Kind.REPLICATE, Kind.CONTROL):  # the confirmation's launches
         run.summary.replicates += 1
     else:
         run.summary.measured += 1

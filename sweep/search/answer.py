@@ -43,9 +43,10 @@ def launch_of(record: TrialRecord, metric: str, concurrency: int) -> Launch | No
 
 
 def launches_of(trials: Iterable[TrialRecord], baselines: Iterable[TrialRecord], metric: str,
-                concurrency: int) -> dict[str, list[Launch]]:  # fmt: skip
+                concurrency: int,
+                controls: Iterable[TrialRecord] = ()) -> dict[str, list[Launch]]:  # fmt: skip
     """Every measured launch per configuration key (the baseline's under
-    :data:`BASELINE_KEY`), in launch order."""
+    :data:`BASELINE_KEY`, each control's under its own key), in launch order."""
     out: dict[str, list[Launch]] = {}
     for record in sorted(trials, key=lambda r: r.number):
         if record.kind in (Kind.TRIAL, Kind.REPLICATE) and record.key:
@@ -56,7 +57,33 @@ def launches_of(trials: Iterable[TrialRecord], baselines: Iterable[TrialRecord],
         launch = launch_of(record, metric, concurrency)
         if launch is not None:
             out.setdefault(BASELINE_KEY, []).append(launch)
+    for record in sorted(controls, key=lambda r: r.number):
+        launch = launch_of(record, metric, concurrency) if record.key else None
+        if launch is not None and record.key:
+            out.setdefault(record.key, []).append(launch)
     return out
+
+
+def controls_of(configs: Mapping[str, TrialConfig]) -> dict[str, TrialConfig]:
+    """Each configuration's control by key (no speculation with its searched flags and
+    environment; :meth:`TrialConfig.control`), for those that have one."""
+    out: dict[str, TrialConfig] = {}
+    for config in configs.values():
+        mine = config.control()
+        if mine is not None:
+            out.setdefault(mine.key(), mine)
+    return out
+
+
+def control_of(configs: Mapping[str, TrialConfig]) -> Callable[[str], str | None]:
+    """A configuration key's control key (:func:`~sweep.search.confirm.decide`'s
+    ``control``)."""
+
+    def of(key: str) -> str | None:
+        mine = configs[key].control() if key in configs else None
+        return mine.key() if mine is not None else None
+
+    return of
 
 
 def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None:
@@ -91,24 +118,27 @@ def confirm_step(
     with_baseline: bool = True,
     reserve: int = 0,
     near: Callable[[str], Collection[str]] | None = None,
+    control: Callable[[str], str | None] | None = None,
 ) -> Relaunch | Decision | None:
     """What the confirmation does next (``None``: nothing measured to decide between).
 
     ``reserve``: launches beyond ``remaining`` that may be spent when the budget is gone
     but the decision is within their reach (:func:`within_reach`): the answer is then
     decided rather than left not confident for want of one or two launches. ``near``: a
-    configuration's neighbours (:func:`~sweep.search.confirm.decide`).
+    configuration's neighbours, ``control``: its control's key (both
+    :func:`~sweep.search.confirm.decide`; no control without the baseline).
     """
-    if not [k for k in launches if k != BASELINE_KEY]:
+    if not [k for k in launches if TrialConfig.speculates(k)]:
         return None
     given = launches if with_baseline else {k: v for k, v in launches.items()
-                                            if k != BASELINE_KEY}  # fmt: skip
+                                            if TrialConfig.speculates(k)}  # fmt: skip
     baseline = BASELINE_KEY if BASELINE_KEY in given else None
     variance = launch_variance(given.values())
 
     def step(left: int) -> Relaunch | Decision:
         return decide(given, variance, options, remaining=max(0, left), baseline=baseline,
-                      simplicity=simplicity, prior=prior, near=near)  # fmt: skip
+                      simplicity=simplicity, prior=prior, near=near,
+                      control=control if with_baseline else None)  # fmt: skip
 
     result = step(remaining)
     if isinstance(result, Decision) and within_reach(result, max(0, remaining) + reserve):
@@ -163,8 +193,15 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "ci_high": high,
         "over_runner_up": advantage(decision.over_runner_up),
         "over_baseline": advantage(decision.over_baseline),
-        # the baseline runs without the space's flags and environment: say which it lacked
-        "baseline_without": TrialConfig.extras_in(decision.winner),
+        # the gain is over the baseline, which ran without the winner's flags and
+        # environment (its control was not launched): say which it lacked
+        "baseline_without": (
+            TrialConfig.extras_in(decision.winner)
+            if decision.over_baseline is not None
+            and not TrialConfig.extras_in(decision.over_baseline.versus)
+            and TrialConfig.speculates(decision.winner)
+            else ""
+        ),
         "tie": [labels.get(k, k) for k in decision.tie],
         "probability": decision.probability,
         "confident": decision.confident,
@@ -201,13 +238,17 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     """One line: the answer a user acts on in the morning."""
     if not answer:
         return ""
-    label = answer["label"]
-    if answer.get("winner") == BASELINE_KEY:  # speculation does not pay: say what to deploy
-        label = f"{label} (deploy without speculative decoding)"
+    label, winner = answer["label"], str(answer.get("winner") or "")
+    if winner and not TrialConfig.speculates(winner):  # speculation does not pay
+        flags = TrialConfig.extras_in(winner)
+        with_flags = f", with {flags}" if flags else ""
+        label = f"no speculation (deploy without speculative decoding{with_flags})"
     text = f"{label}: {answer['mean']:.2f} ({len(answer['replicates'])} launches)"
     base = answer.get("over_baseline")
     if base:
-        text += (f", {100 * (base['ratio'] - 1):+.1f} % over no speculation "
+        flags = TrialConfig.extras_in(str(base.get("versus") or ""))
+        versus = f"no speculation with {flags}" if flags else "no speculation"
+        text += (f", {100 * (base['ratio'] - 1):+.1f} % over {versus} "
                  f"[{100 * (base['low'] - 1):+.1f}, {100 * (base['high'] - 1):+.1f}]")  # fmt: skip
         if answer.get("baseline_without"):  # part of the gain may be the flags' own
             text += f" (which ran without {answer['baseline_without']})"
@@ -215,7 +256,9 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     if runner_up:
         versus = (
             "the best speculative configuration"
-            if answer.get("winner") == BASELINE_KEY
+            if winner
+            and not TrialConfig.speculates(winner)
+            and TrialConfig.speculates(str(runner_up.get("versus") or ""))
             else "the runner-up"
         )
         text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over {versus} "

@@ -14,7 +14,12 @@ The **tie set** is the configurations whose within-margin probability reaches
 TP equal to the target's). No speculation (the baseline, when given) is a contender like any
 other and the simplest of all: when no speculative configuration beats it by more than the
 margin it is the answer (a deployment where speculation does not pay is told so, not handed
-the least bad speculative setting). When the budget or ``max_replicates`` runs out first,
+the least bad speculative setting). When the space searches flags or environment (an
+``NCCL_*`` setting speeds the target, not only the draft), the winner's **control** — no
+speculation with the winner's flags — is launched too, once, like the baseline: a contender
+as simple as the baseline but for its flags, and what the winner's gain is measured against
+(without it, part of "the gain over no speculation" is the flag's own). When the budget or
+``max_replicates`` runs out first,
 the winner is the configuration most likely to be within the margin — judged from its
 launches and, when given, the cost model's held-out prediction of each configuration (the
 launches could not decide; the model, fitted to every other launch, pools what the
@@ -27,6 +32,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sweep.core.space import TrialConfig
 from sweep.search.comparisons import (
     Advantage,
     ConfirmOptions,
@@ -140,6 +146,7 @@ class _Inputs:
     raw: Mapping[str, Sequence[LaunchLike]]
     ignored: tuple[tuple[str, float], ...]
     prior: Mapping[str, Prior] | None
+    controls: _Controls | None = None
 
 
 def decide(
@@ -153,6 +160,7 @@ def decide(
     excluded: Collection[str] = (),
     prior: Mapping[str, Prior] | None = None,
     near: Callable[[str], Collection[str]] | None = None,
+    control: Control | None = None,
 ) -> Relaunch | Decision:
     """Decide the winner from every configuration's launches, or ask for more.
 
@@ -184,6 +192,10 @@ def decide(
         near: a configuration's neighbours (steps ± 1, the other draft TPs, ...): once a
             bad launch has been seen, the winner's with one launch a bad launch could have
             put below the margin get a second look (:func:`~.comparisons.second_looks`).
+        control: a configuration's control key (no speculation with its searched flags and
+            environment; None: it has none). The winner's control (the baseline's: that of
+            the best speculative configuration with flags) is launched before the winner is
+            confident; without a launch left for it the decision is not confident.
 
     Returns:
         :class:`Relaunch` when another round can still change the answer, else the
@@ -194,9 +206,10 @@ def decide(
     """
     raw = _measured(launches, baseline)
     configs, ignored, doubtful = robust_launches(raw, variance)
-    simple = _baseline_first(simplicity or _itself, baseline)
+    controls = _Controls(control, launches, baseline)
+    simple = _baseline_first(simplicity or _itself, baseline, controls.keys)
     verdict = _verdict(configs, variance, options, simple, excluded)
-    inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior)
+    inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior, controls)
     looks = (
         second_looks(
             verdict.winner, configs, doubtful, options, prior, near, bool(ignored or doubtful)
@@ -209,10 +222,15 @@ def decide(
     winner = verdict.winner
     held = guards.check(winner) if winner is not None else None
     if winner is not None and held is None:
-        return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+        pending = controls.pending(winner, verdict.est)
+        if pending is None:
+            return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+        if remaining is None or remaining > 0:
+            return Relaunch((pending,), (), _control_reason(pending))
+        return _undecided(verdict, excluded, inputs, guards.withheld, unmeasured=pending)
     if held is not None and held[1]:  # the launches say so; the model or their order not
         looks = tuple(contenders(informed_estimates(verdict.est, prior), options))
-    order = _round(verdict, launches, options, remaining, baseline, looks)
+    order = _round(verdict, launches, options, remaining, baseline, looks, controls)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
@@ -237,9 +255,49 @@ def _itself(key: str) -> str:
     return key
 
 
-def _baseline_first(simplicity: Simplicity, baseline: str | None) -> Simplicity:
-    """``simplicity`` with no speculation simpler than any speculative configuration."""
-    return lambda key: (key != baseline, simplicity(key))
+Control = Callable[[str], "str | None"]
+
+
+class _Controls:
+    """The controls (see the module): each configuration's, and which one is still to
+    launch."""
+
+    def __init__(
+        self,
+        control: Control | None,
+        launches: Mapping[str, Sequence[LaunchLike]],
+        baseline: str | None,
+    ) -> None:
+        self.of: dict[str, str] = {}
+        if control is not None:
+            for key in launches:
+                mine = control(key) if key != baseline else None
+                if mine is not None and mine != key:
+                    self.of[key] = mine
+        self.keys = frozenset(self.of.values())
+        self.launched = frozenset(k for k in self.keys if launches.get(k))
+        self.baseline = baseline
+
+    def of_winner(self, winner: str, est: Mapping[str, Estimate]) -> str | None:
+        """The winner's control; the baseline's: that of the best speculative configuration
+        with one (no speculation may be best with the flags too)."""
+        if winner == self.baseline:
+            ranked = sorted((k for k in self.of if k in est), key=lambda k: (-est[k].mean, k))
+            return self.of[ranked[0]] if ranked else None
+        return self.of.get(winner)
+
+    def pending(self, winner: str, est: Mapping[str, Estimate]) -> str | None:
+        """The winner's control when it has not been launched yet."""
+        mine = self.of_winner(winner, est)
+        return mine if mine is not None and mine not in self.launched else None
+
+
+def _baseline_first(
+    simplicity: Simplicity, baseline: str | None, controls: Collection[str] = ()
+) -> Simplicity:
+    """``simplicity`` with no speculation simpler than any speculative configuration (the
+    baseline first, then the controls, no speculation with flags)."""
+    return lambda key: (0 if key == baseline else 1 if key in controls else 2, simplicity(key))
 
 
 def _verdict(
@@ -272,14 +330,15 @@ def _round(
     remaining: int | None,
     baseline: str | None,
     looks: Sequence[str] = (),
+    controls: _Controls | None = None,
 ) -> tuple[str, ...]:
     """One interleaved round, where launches can change the answer: the verdict's winner or
     else the configuration most likely to be within the margin (the leader), then the
     configurations needing a second look (:func:`~.comparisons.second_looks`), then the
     rivals whose comparison with it is least certain (the likeliest to be better than it by
     more than the margin), up to ``ROUND``, each below the replicate cap; then the baseline
-    if it has no launch yet (one launch gives its comparison; the budget goes to the
-    contenders)."""
+    and the leader's control if they have no launch yet (one launch gives its comparison;
+    the budget goes to the contenders)."""
     est, chance = verdict.est, verdict.chance
     lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
     doubt = {
@@ -296,11 +355,13 @@ def _round(
     settled = not rivals and not looks
     if not order or (settled and est[lead].n >= min(WINNER_LAUNCHES, options.max_replicates)):
         return ()
-    if baseline is not None and not launches.get(baseline):
-        order.append(baseline)
+    fill = {baseline} if baseline is not None and not launches.get(baseline) else set()
+    pending = controls.pending(lead, est) if controls is not None else None
+    fill |= {pending} if pending is not None else set()
+    order += [k for k in (baseline, pending) if k in fill and k not in order]
     if remaining is not None:
         order = order[: max(0, remaining)]
-        if all(k == baseline for k in order) and lead != baseline:
+        if all(k in fill for k in order) and lead not in fill:
             return ()
     return tuple(order)
 
@@ -319,14 +380,24 @@ def _undecided(
     excluded: Collection[str],
     inputs: _Inputs,
     withheld: Callable[[str], str] = lambda _: "",
+    unmeasured: str | None = None,
 ) -> Decision:
     """No round left to launch: the eligible configuration most likely to be within the
     margin, not confident, with the configurations near it. With a prior, "most likely"
     combines each configuration's launches with its held-out prediction: the launches
     could not decide, and the model, fitted to every other launch, knows what the
     neighbours measured (a configuration 2 % behind on two lucky launches of its rival is
-    not picked when the whole family says otherwise)."""
+    not picked when the whole family says otherwise). ``unmeasured``: the winner's control,
+    which no launch was left for: the launches decided, but not against it."""
     est, chance = verdict.est, verdict.chance
+    if unmeasured is not None and verdict.winner is not None:
+        words = TrialConfig.extras_in(unmeasured)
+        return _decision(
+            verdict.winner, (verdict.winner,), verdict, inputs, confident=False,
+            near=_near(verdict.winner, est, list(est), inputs.options),
+            withheld=f"no speculation with {words} (its control) was never launched",
+            to_decide=(1, (unmeasured,)),
+        )  # fmt: skip
     eligible = [k for k in est if k not in excluded] or list(est)
     informed = None
     if inputs.prior:
@@ -353,6 +424,7 @@ def _decision(
     near: Sequence[str] = (),
     informed: float | None = None,
     withheld: str = "",
+    to_decide: tuple[int, tuple[str, ...]] | None = None,
 ) -> Decision:
     est, options = verdict.est, inputs.options
     p = verdict.chance.get(winner, 0.0)
@@ -370,7 +442,7 @@ def _decision(
         confident,
         _reason(winner, len(tie), p, confident, options, informed, withheld),
         tuple(tie) if confident else tuple(near),
-        None if confident else launches_to_decide(est, options, winner),
+        None if confident else to_decide or launches_to_decide(est, options, winner),
         model_mean,
         inputs.ignored,
         informed,
@@ -385,6 +457,13 @@ def _over_runner_up(
 
 
 def _over_baseline(winner: str, est: Mapping[str, Estimate], inputs: _Inputs) -> Advantage | None:
+    """The winner's advantage over its control when launched (no speculation with its own
+    flags: the gain speculation brings), else over the baseline; a control's is over the
+    baseline (the flags' own gain)."""
+    mine = inputs.controls.of.get(winner) if inputs.controls is not None else None
+    if mine is not None and inputs.launches.get(mine):
+        versus = estimate(mine, inputs.launches[mine], inputs.variance)
+        return advantage(est[winner], versus, inputs.options.confidence)
     if inputs.baseline in (None, winner) or not inputs.launches.get(inputs.baseline):
         return None
     base = estimate(inputs.baseline, inputs.launches[inputs.baseline], inputs.variance)
@@ -420,6 +499,13 @@ def _reason(
     return (
         f"{winner} is within {options.tie_margin:.1%} of the best with probability "
         f"{p:.3f}; the simplest of {ties} such configuration(s)"
+    )
+
+
+def _control_reason(control: str) -> str:
+    return (
+        f"launching no speculation with {TrialConfig.extras_in(control)} (the winner's "
+        "control: its gain over no speculation with the same flags)"
     )
 
 

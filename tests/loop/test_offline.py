@@ -93,6 +93,74 @@ def test_where_speculation_does_not_pay_the_confirmed_answer_is_no_speculation(
     assert "over the best speculative configuration" in summary.answer
 
 
+def _flagged(config: TrialConfig, factor: float) -> float:
+    """``factor`` when the configuration sets NCCL_PROTO=LL (it speeds the target's
+    all-reduce: every launch, speculative or not, gains)."""
+    return factor if dict(config.env).get("NCCL_PROTO") == "LL" else 1.0
+
+
+def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
+    tmp_path: Path,
+) -> None:
+    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
+    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    noise = itertools.cycle([1.0, 1.004, 0.996])
+    launched: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement:  # speculation 5 % below; the flag +30 %
+        launched.append(config)
+        value = 100.0 if not config.speculative else 95.0 - config.num_steps
+        value *= _flagged(config, 1.3) * next(noise)
+        return Measurement(value, accept_length=1.4 if config.speculative else None)
+
+    summary = run_with_measurements(study, measure)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    control = TrialConfig.baseline(env=(("NCCL_PROTO", "LL"),))
+    assert answer["winner"] == control.key() and answer["confident"]
+    assert control in launched and len(answer["replicates"]) >= 2
+    assert answer["over_baseline"]["versus"] == TrialConfig.baseline().key()  # the flag's own
+    assert (
+        answer["over_runner_up"]["versus"]
+        == TrialConfig(1, 1, 2, 8, env=(("NCCL_PROTO", "LL"),)).key()
+    )
+    assert summary.answer.startswith(
+        "no speculation (deploy without speculative decoding, with NCCL_PROTO=LL): "
+    )
+    # the control is no baseline: the baselines stay plain, no drift from the flag
+    stored = _records(study, baseline_study_name(study.name))
+    plain = [b for b in stored if b.kind is Kind.BASELINE]
+    assert plain and all(b.config == TrialConfig.baseline() for b in plain)
+    assert [b.kind for b in stored if b.config == control] == [Kind.CONTROL] * len(
+        answer["replicates"]
+    )
+    assert all(abs(b.drift or 0.0) < 0.05 for b in plain)
+
+
+def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
+    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
+    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    noise = itertools.cycle([1.0, 1.004, 0.996])
+
+    def measure(config: TrialConfig) -> Measurement:  # speculation +20 %; the flag +30 %
+        value = 100.0 if not config.speculative else 118.0 + config.num_steps
+        return Measurement(value * _flagged(config, 1.3) * next(noise), accept_length=2.0)
+
+    summary = run_with_measurements(study, measure)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    env = (("NCCL_PROTO", "LL"),)
+    assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=env).key() and answer["confident"]
+    base = answer["over_baseline"]
+    assert base["versus"] == TrialConfig.baseline(env=env).key()
+    assert base["ratio"] == pytest.approx(1.20, abs=0.02)  # not 1.56: the flag's 30 % is not it
+    assert answer["baseline_without"] == ""
+    assert "over no speculation with NCCL_PROTO=LL [" in summary.answer
+    assert "which ran without" not in summary.answer
+
+
 def test_a_deterministic_failure_is_infeasible_and_a_transient_one_retried(
     tmp_path: Path,
 ) -> None:

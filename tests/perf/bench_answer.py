@@ -64,7 +64,7 @@ from sweep.core.records import State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.loop.offline import Measurement, MeasurementFailure, run_with_measurements
-from sweep.search.answer import BASELINE_KEY
+from sweep.search.answer import BASELINE_KEY, controls_of
 from sweep.search.config_sampler import PREDICTED_ATTR
 from sweep.sim import model
 from sweep.sim.model import SimConfig
@@ -158,8 +158,8 @@ def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, floa
 
 
 def _truth(profile: Profile, config: TrialConfig) -> tuple[float, float]:
-    if not config.speculative:
-        return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
+    if not config.speculative:  # a control's flags speed the target too
+        return model.predict(profile, SimConfig(), 1, env=dict(config.env)).decode_tok_s, 1.0
     if out_of_memory(profile, config):
         return 0.0, 1.0
     p = model.predict(profile, _sim(config), 1, env=dict(config.env))
@@ -220,7 +220,9 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         ),
         str(folder / f"{space}-{name}-{seed}.toml"),
     )
-    candidates = [*plan(study, rules_for(study)).valid, TrialConfig.baseline()]
+    valid = plan(study, rules_for(study)).valid
+    controls = controls_of({c.key(): c for c in valid})  # no speculation with searched flags
+    candidates = [*valid, TrialConfig.baseline(), *controls.values()]
     best = max(truth(profile, c, name)[0] for c in candidates)  # no speculation may be best
     rng = random.Random(seed)
     bad = random.Random(seed + 10_000)  # its own draws: without bad launches, the same runs
@@ -244,6 +246,7 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     records = read_records(optuna_study)
     configs = {r.key: r.config for r in records if r.key and r.config}
     configs[BASELINE_KEY] = TrialConfig.baseline()
+    configs.update(controls)
     ratio, confident, reason = 0.0, False, ""
     if answer:
         reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"

@@ -155,6 +155,53 @@ def test_speculation_within_the_margin_of_no_speculation_loses_the_tie_to_it() -
     assert isinstance(won, Decision) and won.winner == "s2" and won.tie == ("s2",)
 
 
+def _controls(key: str) -> str | None:
+    """``s2+LL`` → ``base+LL``: a configuration's control, as its flags' no speculation."""
+    return "base+LL" if key.endswith("+LL") else None
+
+
+def test_a_winner_with_searched_flags_is_confirmed_against_its_control() -> None:
+    # s2+LL is clearly best, but the flag also speeds the target: measure no speculation + LL
+    launches = {"s2+LL": [130.0, 130.5, 129.8], "s2": [105.0, 104.5], "base": [89.0]}
+    first = decide(launches, TIGHT, baseline="base", control=_controls)
+    assert isinstance(first, Relaunch) and first.order == ("base+LL",)
+    assert "no speculation with" in first.reason
+    measured = {**launches, "base+LL": [118.0]}
+    result = decide(measured, TIGHT, baseline="base", control=_controls)
+    assert isinstance(result, Decision) and result.confident and result.winner == "s2+LL"
+    base = result.over_baseline  # the gain speculation brings: over its control, not base
+    assert base is not None and base.versus == "base+LL"
+    assert base.ratio == pytest.approx(130.1 / 118.0, rel=1e-3)
+
+
+def test_a_control_that_beats_every_speculative_configuration_is_the_answer() -> None:
+    launches = {
+        "s2+LL": [120.0, 120.5],
+        "s2": [95.0],
+        "base": [92.0, 92.4],
+        "base+LL": [128.0, 128.3],
+    }
+    result = decide(launches, TIGHT, baseline="base", control=_controls)
+    assert isinstance(result, Decision) and result.confident and result.winner == "base+LL"
+    base = result.over_baseline  # a control's: the flag's own gain, over the baseline
+    assert base is not None and base.versus == "base"
+    # and when no speculation wins, the control of the best flagged configuration is measured
+    plain = {"s2+LL": [80.0, 80.5], "s2": [70.0], "base": [92.0, 92.4, 92.1]}
+    again = decide(plain, TIGHT, baseline="base", control=_controls)
+    assert isinstance(again, Relaunch) and again.order == ("base+LL",)
+
+
+def test_with_no_launch_left_for_the_control_the_answer_is_not_confident() -> None:
+    launches = {"s2+LL": [130.0, 130.5, 129.8], "s2": [105.0, 104.5], "base": [89.0]}
+    result = decide(launches, TIGHT, baseline="base", control=_controls, remaining=0)
+    assert isinstance(result, Decision) and not result.confident
+    assert result.winner == "s2+LL" and result.to_decide == (1, ("base+LL",))
+    assert "(its control) was never launched" in result.reason
+    # without a control (no flags searched) nothing changes
+    plain = decide(launches, TIGHT, baseline="base", remaining=0)
+    assert isinstance(plain, Decision) and plain.confident
+
+
 def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> None:
     launches = {"a": [100.0, 101.0], "b": [99.5], "c": [70.0]}
     result = decide(launches, TWO_PERCENT, remaining=0)
