@@ -31,12 +31,12 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from sweep.core.records import ATTR, Kind, State, TrialRecord
-from sweep.core.space import params_of
+from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import holdout, simplicity
 from sweep.loop.context import RunContext
-from sweep.loop.propose import Launch, baseline
+from sweep.loop.propose import Launch, baseline, control
 from sweep.loop.worker import SharedOptions
 from sweep.search import answer
 from sweep.search.host_blocks import (
@@ -202,7 +202,7 @@ class FleetConfirm:
 
     def record(self, job: Job, number: int) -> TrialRecord | None:
         stores = self.run.stores
-        owner = stores.baselines if job.key == answer.BASELINE_KEY else stores.trials
+        owner = stores.trials if TrialConfig.speculates(job.key) else stores.baselines
         frozen = _frozen(owner, number)
         return None if frozen is None else TrialRecord.from_frozen(frozen)
 
@@ -240,6 +240,7 @@ def decide(run: RunContext) -> Plan:
         baseline=answer.BASELINE_KEY,
         with_baseline=not objective.weights,
         prior=holdout(run),
+        control=answer.control_of(run.valid),
     )
     if step is None:
         return Plan(reason="nothing measured to confirm")
@@ -248,9 +249,11 @@ def decide(run: RunContext) -> Plan:
         for job in jobs:
             count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
         return Plan(jobs, step.reason)
-    stored = answer.answer_of(step, answer.labels_of(seen.trials), options, used)
+    controls = answer.controls_of(run.valid)
+    labels = answer.labels_of(seen.trials) | {k: c.label() for k, c in controls.items()}
+    stored = answer.answer_of(step, labels, options, used)
     effects = host_effects(
-        [x for x in launches if not objective.weights or x.key != answer.BASELINE_KEY]
+        [x for x in launches if not objective.weights or TrialConfig.speculates(x.key)]
     )
     stored["host_effects"] = effects
     stored["hosts"] = sorted(effects)
@@ -279,6 +282,9 @@ def relaunch(run: RunContext, key: str) -> Launch:
     directly, not through Optuna's queue, so no other worker's ask can take it."""
     if key == answer.BASELINE_KEY:
         return baseline(run)
+    controls = answer.controls_of(run.valid)
+    if key in controls:  # no speculation with a contender's flags, beside the baselines
+        return control(run, controls[key])
     trials = run.stores.trials
     first = run.history().settled.get(key)
     config = first.config if first is not None and first.config else run.valid[key]
@@ -336,7 +342,7 @@ def host_launches(run: RunContext) -> list[HostLaunch]:
     records = [*run.history().trials, *_since(run, read_records(run.stores.baselines))]
     for record in records:
         key = answer.BASELINE_KEY if record.kind is Kind.BASELINE else record.key
-        if record.kind not in (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE) or not key:
+        if record.kind not in (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE, Kind.CONTROL) or not key:
             continue
         launch = answer.launch_of(record, objective.metric, objective.concurrency)
         if launch is not None and launch.value > 0:

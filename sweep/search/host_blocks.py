@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.core.prediction import Prediction
+from sweep.core.space import TrialConfig
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, launch_variance
@@ -151,16 +152,23 @@ def fleet_step(
     baseline: str | None = None,
     with_baseline: bool = True,
     prior: Mapping[str, Prediction] | None = None,
+    control: Callable[[str], str | None] | None = None,
 ) -> Round | Decision | None:
     """What the fleet's confirmation does next (``None``: nothing measured to decide between).
 
     ``baseline``: the baseline's key among ``launches`` (it links the hosts and is
     relaunched as the solo confirmation relaunches it; never the winner).
     ``with_baseline`` False: the baselines are not comparable with the trials (weighted
-    objectives) and are left out, as the solo confirmation leaves them out.
+    objectives) and are left out, as the solo confirmation leaves them out, with the
+    controls. ``control``: a configuration's control key
+    (:func:`~sweep.search.confirm.decide`).
     """
-    kept = [x for x in launches if with_baseline or x.key != baseline]
-    if not [x for x in kept if x.key != baseline]:
+
+    def speculative(key: str) -> bool:
+        return key != baseline and TrialConfig.speculates(key)
+
+    kept = [x for x in launches if with_baseline or speculative(x.key)]
+    if not [x for x in kept if speculative(x.key)]:
         return None
     effects = host_effects(kept)
     given = adjusted(kept, effects)
@@ -173,6 +181,7 @@ def fleet_step(
         baseline=baseline if baseline in given else None,
         simplicity=simplicity,
         prior=prior,
+        control=control if with_baseline else None,
     )
     spread = hosts_of(kept)
     need = min(2, len(set(alive)))

@@ -92,6 +92,22 @@ def test_a_fleet_where_no_draft_pays_answers_no_speculation() -> None:
     assert step.over_runner_up is not None and step.over_runner_up.versus == "x"
 
 
+def test_a_fleet_measures_the_winner_s_control_and_it_can_win() -> None:
+    # x+LL leads, but LL speeds the target too: no speculation with LL is launched, and wins
+    launches = [on(BASE, h, 100.0) for h in SPEED for _ in range(2)]
+    launches += [on("x+LL", h, 120.0) for h in SPEED] + [on("x", "a", 95.0), on("x", "b", 95.0)]
+
+    def control(key: str) -> str | None:
+        return "base+LL" if key.endswith("+LL") else None
+
+    step = fleet_step(launches, ConfirmOptions(), 6, str, SPEED, baseline=BASE, control=control)
+    assert isinstance(step, Round) and [j.key for j in step.jobs] == ["base+LL"]
+    launches += [on("base+LL", "a", 130.0), on("base+LL", "c", 130.0)]
+    step = fleet_step(launches, ConfirmOptions(), 6, str, SPEED, baseline=BASE, control=control)
+    assert isinstance(step, Decision) and step.confident and step.winner == "base+LL"
+    assert step.over_baseline is not None and step.over_baseline.versus == BASE
+
+
 def test_without_the_baseline_it_neither_links_hosts_nor_is_relaunched() -> None:
     launches = [on(BASE, h, 100.0) for h in SPEED] + [on("x", "a", 150.0), on("y", "b", 140.0)]
     step = fleet_step(launches, ConfirmOptions(), 6, str, SPEED, baseline=BASE, with_baseline=False)
