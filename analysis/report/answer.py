@@ -10,6 +10,7 @@ import pandas as pd
 
 from analysis.report.data import StudyData
 from analysis.report.document import Block, Section, table
+from sweep.core.space import TrialConfig
 from sweep.search.answer import answer_text
 
 
@@ -70,6 +71,9 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
         a = answer.get(key)
         if a:
             versus = str(a["versus_label"])
+            flags = TrialConfig.extras_in(str(a.get("versus") or ""))
+            if key == "over_baseline" and flags:  # the winner's control: its own flags
+                versus = f"with {flags}"
             if key == "over_baseline" and answer.get("baseline_without"):
                 versus += f", which ran without {answer['baseline_without']}"
             rows.append(

@@ -87,6 +87,30 @@ def test_the_gain_over_no_speculation_says_which_searched_flags_the_baseline_lac
     assert stored["baseline_without"] == "" and "which ran without" not in answer_text(stored)
 
 
+def test_the_answer_names_the_control_it_was_measured_against_or_that_won() -> None:
+    env = (("NCCL_PROTO", "LL"),)
+    tuned, control = TrialConfig(2, 1, 3, 1, env=env), TrialConfig.baseline(env=env)
+    labels = {tuned.key(): tuned.label(), control.key(): control.label(), "base": "none"}
+
+    def control_of(key: str) -> str | None:
+        return control.key() if key == tuned.key() else None
+
+    launches = {tuned.key(): [120.0] * 3, control.key(): [100.0] * 2, "base": [80.0] * 3}
+    decision = decide(launches, TWO_PERCENT, baseline="base", control=control_of)
+    assert isinstance(decision, Decision) and decision.winner == tuned.key()
+    stored = answer_of(decision, labels, ConfirmOptions(), 2)
+    assert stored["baseline_without"] == ""
+    assert "+20.0 % over no speculation with NCCL_PROTO=LL [" in answer_text(stored)
+    assert "over no speculation (with NCCL_PROTO=LL)" in dict(_answer_rows(stored))
+    launches[control.key()] = [130.0] * 3
+    won = decide(launches, TWO_PERCENT, baseline="base", control=control_of)
+    assert isinstance(won, Decision) and won.winner == control.key()
+    text = answer_text(answer_of(won, labels, ConfirmOptions(), 3))
+    assert text.startswith("no speculation (deploy without speculative decoding, with NCCL_")
+    assert "+62.5 % over no speculation [" in text  # the flag's own gain, over the baseline
+    assert "over the best speculative configuration (" in text
+
+
 def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> None:
     near = {"a": [Launch(102.0), Launch(102.5)], "b": [Launch(100.0), Launch(100.5)]}
     spent = confirm_step(near, ConfirmOptions(), 0, str)
