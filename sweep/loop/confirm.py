@@ -27,7 +27,8 @@ from sweep.store import confirmations, count_confirmation, write_answer
 def confirm(run: RunContext) -> None:
     """Relaunch contenders within the confirmation's budget; store the answer.
 
-    The budget is the study's, not this process's: the launches earlier runs of the study
+    The budget is the study's, not this process's (plus one launch per control launched:
+    :func:`~sweep.search.answer.controls_of`): the launches earlier runs of the study
     spent confirming are stored (:func:`~sweep.store.confirmations`) and count, so a resume
     after a kill, or a finished study run again, never goes over it.
     """
@@ -49,7 +50,7 @@ def confirm(run: RunContext) -> None:
         )
         - spent["baselines"]
     )
-    budget = answer.confirmation_budget(search, options.share)
+    share = answer.confirmation_budget(search, options.share)
     # a database from before the count was kept: its stored relaunches count
     replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
     used = max(spent["launches"], replicated)
@@ -61,6 +62,9 @@ def confirm(run: RunContext) -> None:
         launches = answer.launches_of(
             seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls
         )
+        # a control's first launch measures a configuration the search never could (as the
+        # search's baselines are not its trials): on top of the share
+        budget = share + len({c.key for c in seen.controls if c.key})
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
         if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):

@@ -273,6 +273,7 @@ def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
         - spent["baselines"]
     )
     budget = answer.confirmation_budget(searched, options.share)
+    budget += len({b.key for b in baselines if b.kind is Kind.CONTROL and b.key})  # as solo
     replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
     return max(spent["launches"], replicated), budget
 
