@@ -11,6 +11,8 @@ from typing import Any
 import optuna
 import pytest
 
+from analysis.data.load import load_baselines
+from analysis.report.write import write_report
 from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
@@ -136,6 +138,11 @@ def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
         answer["replicates"]
     )
     assert all(abs(b.drift or 0.0) < 0.05 for b in plain)
+    # the report: its baselines are the plain ones; its answer names the control
+    assert set(load_baselines(tmp_path / "t.toml")["trial"]) == {b.number for b in plain}
+    report = write_report(tmp_path / "t.toml", tmp_path / "report", formats=("svg",))
+    text = report.markdown.read_text()
+    assert "no speculation (deploy without speculative decoding, with NCCL_PROTO=LL)" in text
 
 
 def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
