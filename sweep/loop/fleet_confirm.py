@@ -240,7 +240,7 @@ def decide(run: RunContext) -> Plan:
         baseline=answer.BASELINE_KEY,
         with_baseline=not objective.weights,
         prior=holdout(run),
-        control=answer.control_of(run.valid),
+        control=answer.control_of(run.valid, controls_stored(run)),
     )
     if step is None:
         return Plan(reason="nothing measured to confirm")
@@ -276,6 +276,11 @@ def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
     budget += len({b.key for b in baselines if b.kind is Kind.CONTROL and b.key})  # as solo
     replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
     return max(spent["launches"], replicated), budget
+
+
+def controls_stored(run: RunContext) -> list[TrialRecord]:
+    """Every host's controls (:attr:`Kind.CONTROL`, beside the baselines)."""
+    return [r for r in read_records(run.stores.baselines) if r.kind is Kind.CONTROL]
 
 
 def relaunch(run: RunContext, key: str) -> Launch:

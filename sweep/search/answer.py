@@ -75,13 +75,21 @@ def controls_of(configs: Mapping[str, TrialConfig]) -> dict[str, TrialConfig]:
     return out
 
 
-def control_of(configs: Mapping[str, TrialConfig]) -> Callable[[str], str | None]:
+def control_of(
+    configs: Mapping[str, TrialConfig], controls: Iterable[TrialRecord] = ()
+) -> Callable[[str], str | None]:
     """A configuration key's control key (:func:`~sweep.search.confirm.decide`'s
-    ``control``)."""
+    ``control``); none for a control whose launch failed (``controls``: the stored ones) —
+    its failure is its own, relaunching it would spend the budget on it, and the answer
+    then says which flags the baseline lacked."""
+    failed = {r.key for r in controls if r.key and r.state in (State.FAILED, State.INFEASIBLE)}
+    measured = {r.key for r in controls if r.key and r.measured}
 
     def of(key: str) -> str | None:
         mine = configs[key].control() if key in configs else None
-        return mine.key() if mine is not None else None
+        if mine is None or (mine.key() in failed and mine.key() not in measured):
+            return None
+        return mine.key()
 
     return of
 

@@ -168,6 +168,32 @@ def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
     assert "which ran without" not in summary.answer
 
 
+def test_a_control_that_fails_is_not_relaunched_and_the_answer_says_what_the_baseline_lacked(
+    tmp_path: Path,
+) -> None:
+    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
+    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    noise = itertools.cycle([1.0, 1.004, 0.996])
+    controls = 0
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        nonlocal controls
+        if not config.speculative and config.env:  # no speculation with the flag: dies
+            controls += 1
+            return MeasurementFailure("crash", "segfault in the NCCL LL kernel")
+        value = 100.0 if not config.speculative else 118.0 + config.num_steps
+        return Measurement(value * _flagged(config, 1.3) * next(noise), accept_length=2.0)
+
+    summary = run_with_measurements(study, measure)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert controls == 2  # one launch and its transient retry, then never again
+    assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=(("NCCL_PROTO", "LL"),)).key()
+    assert answer["baseline_without"] == "NCCL_PROTO=LL"
+    assert "(which ran without NCCL_PROTO=LL)" in summary.answer
+
+
 def test_a_deterministic_failure_is_infeasible_and_a_transient_one_retried(
     tmp_path: Path,
 ) -> None:
