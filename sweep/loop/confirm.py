@@ -78,7 +78,7 @@ def confirm(run: RunContext) -> None:
             with_baseline=not objective.weights,
             reserve=max(0, reserve),
             near=near,
-            control=answer.control_of(run.valid, seen.controls),
+            control=answer.control_of(run.valid, seen.controls, launches, options.tie_margin),
         )
         if step is None:
             return

@@ -47,6 +47,7 @@ from sweep.search.host_blocks import (
     fleet_step,
     host_effects,
 )
+from sweep.search.launches import Launch as SoloLaunch
 from sweep.store import confirmations, count_confirmation, read_records, write_answer
 from sweep.store.claims import JOB_PREFIX
 
@@ -240,7 +241,9 @@ def decide(run: RunContext) -> Plan:
         baseline=answer.BASELINE_KEY,
         with_baseline=not objective.weights,
         prior=holdout(run),
-        control=answer.control_of(run.valid, controls_stored(run)),
+        control=answer.control_of(
+            run.valid, controls_stored(run), by_key(launches), options.tie_margin
+        ),
     )
     if step is None:
         return Plan(reason="nothing measured to confirm")
@@ -276,6 +279,14 @@ def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
     budget += len({b.key for b in baselines if b.kind is Kind.CONTROL and b.key})  # as solo
     replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
     return max(spent["launches"], replicated), budget
+
+
+def by_key(launches: list[HostLaunch]) -> dict[str, list[SoloLaunch]]:
+    """The launches per configuration key (hosts aside)."""
+    out: dict[str, list[SoloLaunch]] = {}
+    for x in launches:
+        out.setdefault(x.key, []).append(x.launch)
+    return out
 
 
 def controls_stored(run: RunContext) -> list[TrialRecord]:

@@ -76,12 +76,21 @@ def controls_of(configs: Mapping[str, TrialConfig]) -> dict[str, TrialConfig]:
 
 
 def control_of(
-    configs: Mapping[str, TrialConfig], controls: Iterable[TrialRecord] = ()
+    configs: Mapping[str, TrialConfig],
+    controls: Iterable[TrialRecord] = (),
+    launches: Mapping[str, Sequence[Launch]] | None = None,
+    margin: float = 0.0,
 ) -> Callable[[str], str | None]:
     """A configuration key's control key (:func:`~sweep.search.confirm.decide`'s
-    ``control``); none for a control whose launch failed (``controls``: the stored ones) —
-    its failure is its own, relaunching it would spend the budget on it, and the answer
-    then says which flags the baseline lacked."""
+    ``control``), or None:
+
+    - for a control whose launch failed (``controls``: the stored ones) — its failure is its
+      own, relaunching it would spend the budget on it, and the answer then says which
+      flags the baseline lacked;
+    - when the search's ``launches`` show the configuration's flags gain nothing beyond
+      ``margin`` (:func:`flags_gain`): their control would be a twin of the baseline, a tie
+      no few launches can establish, and the baseline's comparison already holds.
+    """
     failed = {r.key for r in controls if r.key and r.state in (State.FAILED, State.INFEASIBLE)}
     measured = {r.key for r in controls if r.key and r.measured}
 
@@ -89,9 +98,29 @@ def control_of(
         mine = configs[key].control() if key in configs else None
         if mine is None or (mine.key() in failed and mine.key() not in measured):
             return None
+        if launches is not None and mine.key() not in measured:
+            gain = flags_gain(launches, TrialConfig.extras_in(key))
+            if gain is not None and gain <= 1 + margin:
+                return None
         return mine.key()
 
     return of
+
+
+def flags_gain(launches: Mapping[str, Sequence[Launch]], extras: str) -> float | None:
+    """The best measured speculative configuration with these flags (``extras``:
+    :meth:`TrialConfig.extras_in`'s words) over the best without them, each by its mean
+    launch; None when either side has no launch (the gain is unknown)."""
+    with_, without = 0.0, 0.0
+    for key, group in launches.items():
+        if not group or not TrialConfig.speculates(key):
+            continue
+        mean = sum(x.value for x in group) / len(group)
+        if TrialConfig.extras_in(key) == extras:
+            with_ = max(with_, mean)
+        else:
+            without = max(without, mean)
+    return with_ / without if with_ > 0 and without > 0 else None
 
 
 def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None:
