@@ -98,29 +98,36 @@ def control_of(
         mine = configs[key].control() if key in configs else None
         if mine is None or (mine.key() in failed and mine.key() not in measured):
             return None
-        if launches is not None and mine.key() not in measured:
-            gain = flags_gain(launches, TrialConfig.extras_in(key))
-            if gain is not None and gain <= 1 + margin:
-                return None
+        unknown = launches is None or mine.key() in measured
+        if not unknown and not flags_gain(launches or {}, TrialConfig.extras_in(key), margin):
+            return None
         return mine.key()
 
     return of
 
 
-def flags_gain(launches: Mapping[str, Sequence[Launch]], extras: str) -> float | None:
-    """The best measured speculative configuration with these flags (``extras``:
-    :meth:`TrialConfig.extras_in`'s words) over the best without them, each by its mean
-    launch; None when either side has no launch (the gain is unknown)."""
-    with_, without = 0.0, 0.0
+GAIN_Z = 2.0  # launch σ of the two best means' difference a flag's gain must clear
+
+
+def flags_gain(launches: Mapping[str, Sequence[Launch]], extras: str, margin: float) -> bool:
+    """Whether the search's launches say these flags (``extras``: the words of
+    :meth:`TrialConfig.extras_in`) may gain more than ``margin``: the best measured
+    speculative configuration with them over the best without them (means of their
+    launches) clears the margin by ``GAIN_Z`` launch σ of that ratio — or either side has
+    no launch (unknown: they may)."""
+    best: dict[bool, tuple[float, int]] = {}
     for key, group in launches.items():
         if not group or not TrialConfig.speculates(key):
             continue
         mean = sum(x.value for x in group) / len(group)
-        if TrialConfig.extras_in(key) == extras:
-            with_ = max(with_, mean)
-        else:
-            without = max(without, mean)
-    return with_ / without if with_ > 0 and without > 0 else None
+        side = TrialConfig.extras_in(key) == extras
+        if mean > best.get(side, (0.0, 0))[0]:
+            best[side] = (mean, len(group))
+    if True not in best or False not in best:
+        return True
+    (mine, n), (other, m) = best[True], best[False]
+    sd = launch_variance(launches.values()).relative_sd
+    return math.log(mine / other) > math.log1p(margin) + GAIN_Z * sd * math.sqrt(1 / n + 1 / m)
 
 
 def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None:
