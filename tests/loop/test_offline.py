@@ -168,6 +168,26 @@ def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
     assert "which ran without" not in summary.answer
 
 
+def test_a_flag_that_gains_nothing_gets_no_control(tmp_path: Path) -> None:
+    space = 'num_steps = [1, 2, 3]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
+    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    noise = itertools.cycle([1.0, 1.004, 0.996])
+    launched: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement:  # the flag does nothing at all
+        launched.append(config)
+        value = 100.0 if not config.speculative else 110.0 + 4 * config.num_steps
+        return Measurement(value * next(noise), accept_length=2.0)
+
+    run_with_measurements(study, measure)
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert not [c for c in launched if not c.speculative and c.env]
+    assert answer["winner"].startswith(TrialConfig(3, 1, 4, 8).key().split("[")[0])
+    assert answer["over_baseline"]["versus"] == TrialConfig.baseline().key()
+
+
 def test_a_control_that_fails_is_not_relaunched_and_the_answer_says_what_the_baseline_lacked(
     tmp_path: Path,
 ) -> None:

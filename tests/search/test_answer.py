@@ -10,6 +10,8 @@ from sweep.search.answer import (
     answer_of,
     answer_text,
     confirm_step,
+    control_of,
+    flags_gain,
     neighbours_of,
     within_reach,
 )
@@ -109,6 +111,31 @@ def test_the_answer_names_the_control_it_was_measured_against_or_that_won() -> N
     assert text.startswith("no speculation (deploy without speculative decoding, with NCCL_")
     assert "+62.5 % over no speculation [" in text  # the flag's own gain, over the baseline
     assert "over the best speculative configuration (" in text
+
+
+def _keyed(values: dict[TrialConfig, list[float]]) -> dict[str, list[Launch]]:
+    return {c.key(): [Launch(v) for v in vs] for c, vs in values.items()}
+
+
+def test_a_control_is_launched_only_where_the_flags_may_gain() -> None:
+    env = (("NCCL_PROTO", "LL"),)
+    ll, simple = (
+        TrialConfig(2, 1, 3, 1, env=env),
+        TrialConfig(2, 1, 3, 1, env=(("NCCL_PROTO", "Simple"),)),
+    )
+    other = TrialConfig(3, 1, 4, 1, env=(("NCCL_PROTO", "Simple"),))
+    configs = {c.key(): c for c in (ll, simple, other)}
+    noisy = [100.0, 102.0, 98.5]
+    gains = _keyed({ll: [1.3 * v for v in noisy], simple: noisy, other: [95.0]})
+    assert flags_gain(gains, "NCCL_PROTO=LL", 0.01)
+    assert control_of(configs, (), gains, 0.01)(ll.key()) == TrialConfig.baseline(env=env).key()
+    # the same flag 2 % ahead on three launches each: within noise of the margin, no control
+    flat = _keyed({ll: [1.02 * v for v in noisy], simple: noisy, other: [95.0]})
+    assert not flags_gain(flat, "NCCL_PROTO=LL", 0.01)
+    assert control_of(configs, (), flat, 0.01)(ll.key()) is None
+    # nothing measured without the flag: its gain is unknown, so it may gain
+    assert flags_gain(_keyed({ll: noisy}), "NCCL_PROTO=LL", 0.01)
+    assert control_of(configs)(simple.key()) is not None  # no launches given: always
 
 
 def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> None:
