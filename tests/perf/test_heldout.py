@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from sweep.core.space import TrialConfig
 from sweep.search.candidates import Candidate
 from tests.perf import bench_answer
 from tests.perf.search_play import heldout_landscapes, spaces, truth
@@ -65,6 +66,21 @@ def test_where_speculation_pays_little_or_nothing(name: str, low: float, high: f
     none = truth(heldout_landscapes()[name], None)[0]
     for space in ("small", "large"):
         assert low < ranked(name, space)[0][0] / none < high
+
+
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [("heldout-flag-no-gain", 1.08, 1.10), ("heldout-flag-marginal", 1.03, 1.04)],
+)
+def test_where_the_flag_is_the_gain_no_speculation_with_it_is_best(
+    name: str, low: float, high: float
+) -> None:
+    profile = heldout_landscapes()[name]
+    flagged = bench_answer.truth(profile, TrialConfig.baseline(env=(("NCCL_PROTO", "LL"),)), name)
+    best, winner = ranked(name, "large")[0]
+    assert winner.extras == "NCCL_PROTO=LL"  # the flag speeds the target: speculation too
+    assert low < flagged[0] / best < high
+    assert flagged[0] / truth(profile, None)[0] > 1.3  # the flag's own gain
 
 
 def test_the_benchmark_names_held_out_landscapes_apart() -> None:
