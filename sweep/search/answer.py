@@ -84,14 +84,17 @@ def control_of(
     """A configuration key's control key (:func:`~sweep.search.confirm.decide`'s
     ``control``), or None:
 
-    - for a control whose launch failed (``controls``: the stored ones) — its failure is its
-      own, relaunching it would spend the budget on it, and the answer then says which
-      flags the baseline lacked;
+    - for a control whose launch failed for good (``controls``: the stored ones; one
+      interrupted, or whose runner died, is launched again) — its failure is its own,
+      relaunching it would spend the budget on it, and the answer then says which flags
+      the baseline lacked;
     - when the search's ``launches`` show the configuration's flags gain nothing beyond
       ``margin`` (:func:`flags_gain`): their control would be a twin of the baseline, a tie
       no few launches can establish, and the baseline's comparison already holds.
     """
-    failed = {r.key for r in controls if r.key and r.state in (State.FAILED, State.INFEASIBLE)}
+    failed = {
+        r.key for r in controls if r.key and (r.failed_for_good or r.state is State.INFEASIBLE)
+    }
     measured = {r.key for r in controls if r.key and r.measured}
 
     def of(key: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from analysis.report.answer import _answer_rows
 from sweep.core.prediction import Prediction
+from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.answer import (
     EXTENSION,
@@ -136,6 +137,20 @@ def test_a_control_is_launched_only_where_the_flags_may_gain() -> None:
     # nothing measured without the flag: its gain is unknown, so it may gain
     assert flags_gain(_keyed({ll: noisy}), "NCCL_PROTO=LL", 0.01)
     assert control_of(configs)(simple.key()) is not None  # no launches given: always
+
+
+def test_a_control_failed_for_good_is_not_launched_again_an_interrupted_one_is() -> None:
+    env = (("NCCL_PROTO", "LL"),)
+    ll, control = TrialConfig(2, 1, 3, 1, env=env), TrialConfig.baseline(env=env)
+    configs = {ll.key(): ll}
+
+    def stored(kind: str) -> TrialRecord:
+        failure = Failure(kind, "the server died")
+        return TrialRecord(kind=Kind.CONTROL, config=control, key=control.key(),
+                           optuna_state="FAIL", failure=failure)  # fmt: skip
+
+    assert control_of(configs, [stored("crash")])(ll.key()) is None
+    assert control_of(configs, [stored("interrupted")])(ll.key()) == control.key()
 
 
 def test_a_spent_budget_is_extended_only_when_a_few_launches_would_decide() -> None:
