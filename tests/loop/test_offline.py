@@ -95,6 +95,17 @@ def test_where_speculation_does_not_pay_the_confirmed_answer_is_no_speculation(
     assert "over the best speculative configuration" in summary.answer
 
 
+def _flag_study(tmp_path: Path, steps: str = "[1, 2]") -> Study:
+    """A grid over ``steps`` × NCCL_PROTO (Simple, LL), with the confirmation."""
+    space = f'num_steps = {steps}\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
+    return _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+
+
+def _answer(study: Study) -> dict[str, Any]:
+    loaded = optuna.load_study(study_name=study.name, storage=study.storage)
+    return dict(StudyInfo.from_attrs(loaded.user_attrs).answer)
+
+
 def _flagged(config: TrialConfig, factor: float) -> float:
     """``factor`` when the configuration sets NCCL_PROTO=LL (it speeds the target's
     all-reduce: every launch, speculative or not, gains)."""
@@ -104,8 +115,7 @@ def _flagged(config: TrialConfig, factor: float) -> float:
 def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
     tmp_path: Path,
 ) -> None:
-    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
-    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    study = _flag_study(tmp_path)
     noise = itertools.cycle([1.0, 1.004, 0.996])
     launched: list[TrialConfig] = []
 
@@ -116,9 +126,7 @@ def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
         return Measurement(value, accept_length=1.4 if config.speculative else None)
 
     summary = run_with_measurements(study, measure)
-    answer = StudyInfo.from_attrs(
-        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
-    ).answer
+    answer = _answer(study)
     control = TrialConfig.baseline(env=(("NCCL_PROTO", "LL"),))
     assert answer["winner"] == control.key() and answer["confident"]
     assert control in launched and len(answer["replicates"]) >= 2
@@ -146,8 +154,7 @@ def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
 
 
 def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
-    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
-    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    study = _flag_study(tmp_path)
     noise = itertools.cycle([1.0, 1.004, 0.996])
 
     def measure(config: TrialConfig) -> Measurement:  # speculation +20 %; the flag +30 %
@@ -155,9 +162,7 @@ def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
         return Measurement(value * _flagged(config, 1.3) * next(noise), accept_length=2.0)
 
     summary = run_with_measurements(study, measure)
-    answer = StudyInfo.from_attrs(
-        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
-    ).answer
+    answer = _answer(study)
     env = (("NCCL_PROTO", "LL"),)
     assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=env).key() and answer["confident"]
     base = answer["over_baseline"]
@@ -169,8 +174,7 @@ def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
 
 
 def test_a_flag_that_gains_nothing_gets_no_control(tmp_path: Path) -> None:
-    space = 'num_steps = [1, 2, 3]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
-    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    study = _flag_study(tmp_path, "[1, 2, 3]")
     noise = itertools.cycle([1.0, 1.004, 0.996])
     launched: list[TrialConfig] = []
 
@@ -180,9 +184,7 @@ def test_a_flag_that_gains_nothing_gets_no_control(tmp_path: Path) -> None:
         return Measurement(value * next(noise), accept_length=2.0)
 
     run_with_measurements(study, measure)
-    answer = StudyInfo.from_attrs(
-        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
-    ).answer
+    answer = _answer(study)
     assert not [c for c in launched if not c.speculative and c.env]
     assert answer["winner"].startswith(TrialConfig(3, 1, 4, 8).key().split("[")[0])
     assert answer["over_baseline"]["versus"] == TrialConfig.baseline().key()
@@ -191,8 +193,7 @@ def test_a_flag_that_gains_nothing_gets_no_control(tmp_path: Path) -> None:
 def test_a_control_that_fails_is_not_relaunched_and_the_answer_says_what_the_baseline_lacked(
     tmp_path: Path,
 ) -> None:
-    space = 'num_steps = [1, 2]\n[space.env]\nNCCL_PROTO = ["Simple", "LL"]'
-    study = _study(tmp_path, study='sampler = "grid"', space=space, confirm=True)
+    study = _flag_study(tmp_path)
     noise = itertools.cycle([1.0, 1.004, 0.996])
     controls = 0
 
@@ -205,9 +206,7 @@ def test_a_control_that_fails_is_not_relaunched_and_the_answer_says_what_the_bas
         return Measurement(value * _flagged(config, 1.3) * next(noise), accept_length=2.0)
 
     summary = run_with_measurements(study, measure)
-    answer = StudyInfo.from_attrs(
-        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
-    ).answer
+    answer = _answer(study)
     assert controls == 2  # one launch and its transient retry, then never again
     assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=(("NCCL_PROTO", "LL"),)).key()
     assert answer["baseline_without"] == "NCCL_PROTO=LL"
