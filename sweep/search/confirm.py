@@ -296,8 +296,15 @@ def _baseline_first(
     simplicity: Simplicity, baseline: str | None, controls: Collection[str] = ()
 ) -> Simplicity:
     """``simplicity`` with no speculation simpler than any speculative configuration (the
-    baseline first, then the controls, no speculation with flags)."""
-    return lambda key: (0 if key == baseline else 1 if key in controls else 2, simplicity(key))
+    baseline first, then the controls, no speculation with flags, by key); ``simplicity``
+    itself is asked about speculative configurations only."""
+
+    def simple(key: str) -> tuple[int, Any]:
+        if key == baseline:
+            return (0, key)
+        return (1, key) if key in controls else (2, simplicity(key))
+
+    return simple
 
 
 def _verdict(

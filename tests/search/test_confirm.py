@@ -202,6 +202,15 @@ def test_with_no_launch_left_for_the_control_the_answer_is_not_confident() -> No
     assert isinstance(plain, Decision) and plain.confident
 
 
+def test_the_simplicity_key_is_asked_about_speculative_configurations_only() -> None:
+    order = {"s2+LL": 2, "s3": 3}  # knows nothing of no speculation or the controls
+    launches = {"s2+LL": [100.0] * 3, "s3": [100.1] * 3, "base": [100.0] * 3, "base+LL": [100.0]}
+    result = decide(
+        launches, TIGHT, baseline="base", simplicity=order.__getitem__, control=_controls
+    )
+    assert isinstance(result, (Decision, Relaunch))
+
+
 def test_when_the_budget_is_spent_the_most_likely_is_chosen_and_flagged() -> None:
     launches = {"a": [100.0, 101.0], "b": [99.5], "c": [70.0]}
     result = decide(launches, TWO_PERCENT, remaining=0)
