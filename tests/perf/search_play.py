@@ -371,6 +371,7 @@ class Player:
         self.keyed = by_key(self.candidates)
         self.truths = {c.key: truth(profile, c) for c in self.candidates}
         self.best = max(v for v, _ in self.truths.values())
+        self.truths[BASELINE] = truth(profile, None)  # no speculation competes for the answer
         self.rng = np.random.default_rng(1000 + seed)
         self.rules = rules_for(space.study)
         self.sampler = sampler(self.candidates, seed)
@@ -432,7 +433,7 @@ class Player:
         return key
 
     def baseline(self) -> None:
-        value, stderr, _ = self.measure(truth(self.profile, None)[0], 1.0)
+        value, stderr, _ = self.measure(self.truths[BASELINE][0], 1.0)
         self.baselines.append(Launch(value, stderr))
 
     def play(self) -> Run:
@@ -500,7 +501,8 @@ class Player:
                 self.run.confirm_launches += 1
         self.run.decision = result
         self.run.winner = result.winner
-        self.run.winner_ratio = self.truths[result.winner][0] / self.best
+        optimum = max(self.best, self.truths[BASELINE][0])  # no speculation may be best
+        self.run.winner_ratio = self.truths[result.winner][0] / optimum
         self.run.confident = result.confident
 
 
