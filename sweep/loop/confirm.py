@@ -28,7 +28,7 @@ def confirm(run: RunContext) -> None:
     """Relaunch contenders within the confirmation's budget; store the answer.
 
     The budget is the study's, not this process's (plus one launch per control launched:
-    :func:`~sweep.search.answer.controls_of`): the launches earlier runs of the study
+    :func:`~sweep.search.answer.controls_launched`): the launches earlier runs of the study
     spent confirming are stored (:func:`~sweep.store.confirmations`) and count, so a resume
     after a kill, or a finished study run again, never goes over it.
     """
@@ -55,16 +55,14 @@ def confirm(run: RunContext) -> None:
     replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
     used = max(spent["launches"], replicated)
     controls = answer.controls_of(run.valid)
-    labels = answer.labels_of(seen.trials) | {k: c.label() for k, c in controls.items()}
+    labels = answer.labels_of(seen.trials, run.valid)
     near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
     while True:
         seen = run.history()
         launches = answer.launches_of(
             seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls
         )
-        # a control's first launch measures a configuration the search never could (as the
-        # search's baselines are not its trials): on top of the share
-        budget = share + len({c.key for c in seen.controls if c.key})
+        budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
         if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):

@@ -229,7 +229,8 @@ def decide(run: RunContext) -> Plan:
     trials = run.stores.trials
     seen = run.history()
     launches = host_launches(run)
-    used, total = budget(run, seen.trials)
+    baselines = read_records(run.stores.baselines)  # and the controls beside them
+    used, total = budget(run, seen.trials, baselines)
     left = total - used if time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
     step = fleet_step(
@@ -242,7 +243,10 @@ def decide(run: RunContext) -> Plan:
         with_baseline=not objective.weights,
         prior=holdout(run),
         control=answer.control_of(
-            run.valid, controls_stored(run), by_key(launches), options.tie_margin
+            run.valid,
+            [r for r in baselines if r.kind is Kind.CONTROL],
+            by_key(launches),
+            options.tie_margin,
         ),
     )
     if step is None:
@@ -252,9 +256,7 @@ def decide(run: RunContext) -> Plan:
         for job in jobs:
             count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
         return Plan(jobs, step.reason)
-    controls = answer.controls_of(run.valid)
-    labels = answer.labels_of(seen.trials) | {k: c.label() for k, c in controls.items()}
-    stored = answer.answer_of(step, labels, options, used)
+    stored = answer.answer_of(step, answer.labels_of(seen.trials, run.valid), options, used)
     effects = host_effects(
         [x for x in launches if not objective.weights or TrialConfig.speculates(x.key)]
     )
@@ -264,19 +266,21 @@ def decide(run: RunContext) -> Plan:
     return Plan(reason=str(stored["reason"]), decided=True)
 
 
-def budget(run: RunContext, trials: tuple[TrialRecord, ...]) -> tuple[int, int]:
+def budget(
+    run: RunContext, trials: tuple[TrialRecord, ...], baselines: list[TrialRecord]
+) -> tuple[int, int]:
     """(launches spent confirming, the confirmation's budget), as the solo confirmation
-    counts them (:mod:`sweep.loop.confirm`)."""
+    counts them (:mod:`sweep.loop.confirm`); ``baselines``: the stored baselines, controls
+    included."""
     options = answer.options_of(run.study.confirm)
     spent = confirmations(run.stores.trials)
     searched = sum(1 for t in trials if t.kind is Kind.TRIAL and t.state is not State.WAITING)
-    baselines = read_records(run.stores.baselines)
     searched += (
         sum(1 for b in baselines if b.state is not State.WAITING and b.kind is not Kind.CONTROL)
         - spent["baselines"]
     )
     budget = answer.confirmation_budget(searched, options.share)
-    budget += len({b.key for b in baselines if b.kind is Kind.CONTROL and b.key})  # as solo
+    budget += answer.controls_launched(baselines)
     replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
     return max(spent["launches"], replicated), budget
 
@@ -287,11 +291,6 @@ def by_key(launches: list[HostLaunch]) -> dict[str, list[SoloLaunch]]:
     for x in launches:
         out.setdefault(x.key, []).append(x.launch)
     return out
-
-
-def controls_stored(run: RunContext) -> list[TrialRecord]:
-    """Every host's controls (:attr:`Kind.CONTROL`, beside the baselines)."""
-    return [r for r in read_records(run.stores.baselines) if r.kind is Kind.CONTROL]
 
 
 def relaunch(run: RunContext, key: str) -> Launch:

@@ -75,6 +75,12 @@ def controls_of(configs: Mapping[str, TrialConfig]) -> dict[str, TrialConfig]:
     return out
 
 
+def controls_launched(records: Iterable[TrialRecord]) -> int:
+    """How many controls have been launched (each first launch comes on top of the
+    confirmation's share, as the search's baselines are not its trials)."""
+    return len({r.key for r in records if r.kind is Kind.CONTROL and r.key})
+
+
 def control_of(
     configs: Mapping[str, TrialConfig],
     controls: Iterable[TrialRecord] = (),
@@ -336,11 +342,16 @@ def answer_heading(answer: Mapping[str, Any]) -> str:
     return f"best so far (not confirmed: {why})" if why else "confirmed answer"
 
 
-def labels_of(records: Iterable[TrialRecord]) -> dict[str, str]:
+def labels_of(
+    records: Iterable[TrialRecord], configs: Mapping[str, TrialConfig] | None = None
+) -> dict[str, str]:
+    """Each configuration key's label: the records', then the controls of ``configs``."""
     out = {BASELINE_KEY: "no speculation"}
     for r in records:
         if r.key and r.config is not None:
             out.setdefault(r.key, r.config.label())
+    for key, config in controls_of(configs or {}).items():
+        out.setdefault(key, config.label())
     return out
 
 

@@ -18,7 +18,8 @@ the least bad speculative setting). When the space searches flags or environment
 ``NCCL_*`` setting speeds the target, not only the draft), the winner's **control** — no
 speculation with the winner's flags — is launched too, once, like the baseline: a contender
 as simple as the baseline but for its flags, and what the winner's gain is measured against
-(without it, part of "the gain over no speculation" is the flag's own). When the budget or
+(without it, part of "the gain over no speculation" is the flag's own;
+:mod:`sweep.search.controls`). When the budget or
 ``max_replicates`` runs out first,
 the winner is the configuration most likely to be within the margin — judged from its
 launches and, when given, the cost model's held-out prediction of each configuration (the
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from sweep.core.space import TrialConfig
 from sweep.search.comparisons import (
@@ -44,6 +44,7 @@ from sweep.search.comparisons import (
     second_looks,
     within_margin_probability,
 )
+from sweep.search.controls import Control, Controls, Simplicity, baseline_first
 from sweep.search.guards import WINNER_LAUNCHES, Guards
 from sweep.search.launches import (
     Estimate,
@@ -57,6 +58,7 @@ from sweep.search.launches import (
     estimates,
     robust_launches,
 )
+from sweep.search.reasons import control_reason, decision_reason, relaunch_reason
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
@@ -119,9 +121,6 @@ class Decision:
     informed: float | None = None
 
 
-Simplicity = Callable[[str], Any]
-
-
 @dataclass(frozen=True)
 class _Verdict:
     """What the launches say: the estimates, each eligible configuration's within-margin
@@ -146,7 +145,7 @@ class _Inputs:
     raw: Mapping[str, Sequence[LaunchLike]]
     ignored: tuple[tuple[str, float], ...]
     prior: Mapping[str, Prior] | None
-    controls: _Controls | None = None
+    controls: Controls | None = None
 
 
 def decide(
@@ -206,8 +205,8 @@ def decide(
     """
     raw = _measured(launches, baseline)
     configs, ignored, doubtful = robust_launches(raw, variance)
-    controls = _Controls(control, launches, baseline)
-    simple = _baseline_first(simplicity or _itself, baseline, controls.keys)
+    controls = Controls(control, launches, baseline)
+    simple = baseline_first(simplicity or _itself, baseline, controls.keys)
     verdict = _verdict(configs, variance, options, simple, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior, controls)
     looks = (
@@ -226,14 +225,14 @@ def decide(
         if pending is None:
             return _decision(winner, verdict.tie, verdict, inputs, confident=True)
         if remaining is None or remaining > 0:
-            return Relaunch((pending,), (), _control_reason(pending))
+            return Relaunch((pending,), (), control_reason(pending))
         return _undecided(verdict, excluded, inputs, guards.withheld, unmeasured=pending)
     if held is not None and held[1]:  # the launches say so; the model or their order not
         looks = tuple(contenders(informed_estimates(verdict.est, prior), options))
     order = _round(verdict, launches, options, remaining, baseline, looks, controls)
     if order:
         rivals = tuple(k for k in order if k != baseline)
-        return Relaunch(order, rivals, _relaunch_reason(rivals, verdict.chance, options))
+        return Relaunch(order, rivals, relaunch_reason(rivals, verdict.chance, options))
     return _undecided(verdict, excluded, inputs, guards.withheld)
 
 
@@ -253,58 +252,6 @@ def _measured(
 
 def _itself(key: str) -> str:
     return key
-
-
-Control = Callable[[str], "str | None"]
-
-
-class _Controls:
-    """The controls (see the module): each configuration's, and which one is still to
-    launch."""
-
-    def __init__(
-        self,
-        control: Control | None,
-        launches: Mapping[str, Sequence[LaunchLike]],
-        baseline: str | None,
-    ) -> None:
-        self.of: dict[str, str] = {}
-        if control is not None:
-            for key in launches:
-                mine = control(key) if key != baseline else None
-                if mine is not None and mine != key:
-                    self.of[key] = mine
-        self.keys = frozenset(self.of.values())
-        self.launched = frozenset(k for k in self.keys if launches.get(k))
-        self.baseline = baseline
-
-    def of_winner(self, winner: str, est: Mapping[str, Estimate]) -> str | None:
-        """The winner's control; the baseline's: that of the best speculative configuration
-        with one (no speculation may be best with the flags too)."""
-        if winner == self.baseline:
-            ranked = sorted((k for k in self.of if k in est), key=lambda k: (-est[k].mean, k))
-            return self.of[ranked[0]] if ranked else None
-        return self.of.get(winner)
-
-    def pending(self, winner: str, est: Mapping[str, Estimate]) -> str | None:
-        """The winner's control when it has not been launched yet."""
-        mine = self.of_winner(winner, est)
-        return mine if mine is not None and mine not in self.launched else None
-
-
-def _baseline_first(
-    simplicity: Simplicity, baseline: str | None, controls: Collection[str] = ()
-) -> Simplicity:
-    """``simplicity`` with no speculation simpler than any speculative configuration (the
-    baseline first, then the controls, no speculation with flags, by key); ``simplicity``
-    itself is asked about speculative configurations only."""
-
-    def simple(key: str) -> tuple[int, Any]:
-        if key == baseline:
-            return (0, key)
-        return (1, key) if key in controls else (2, simplicity(key))
-
-    return simple
 
 
 def _verdict(
@@ -337,7 +284,7 @@ def _round(
     remaining: int | None,
     baseline: str | None,
     looks: Sequence[str] = (),
-    controls: _Controls | None = None,
+    controls: Controls | None = None,
 ) -> tuple[str, ...]:
     """One interleaved round, where launches can change the answer: the verdict's winner or
     else the configuration most likely to be within the margin (the leader), then the
@@ -447,7 +394,7 @@ def _decision(
         tuple(tie),
         p,
         confident,
-        _reason(winner, len(tie), p, confident, options, informed, withheld),
+        decision_reason(winner, len(tie), p, confident, options, informed, withheld),
         tuple(tie) if confident else tuple(near),
         None if confident else to_decide or launches_to_decide(est, options, winner),
         model_mean,
@@ -475,53 +422,3 @@ def _over_baseline(winner: str, est: Mapping[str, Estimate], inputs: _Inputs) ->
         return None
     base = estimate(inputs.baseline, inputs.launches[inputs.baseline], inputs.variance)
     return advantage(est[winner], base, inputs.options.confidence)
-
-
-def _reason(
-    winner: str,
-    ties: int,
-    p: float,
-    confident: bool,
-    options: ConfirmOptions,
-    informed: float | None = None,
-    withheld: str = "",
-) -> str:
-    """One sentence for the report; not confident with the launches' probability at the
-    confidence, ``withheld`` says what withheld it."""
-    if not confident:
-        model = "" if informed is None else f"; {informed:.3f} with the cost model's predictions"
-        head = (
-            f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
-            f"of the best (probability {p:.3f} from the launches{model}"
-        )
-        if withheld:
-            return f"{head}), but {withheld}"
-        return f"{head}; below {options.confidence:.2f})"
-    if p < options.confidence:
-        return (
-            f"a tie: {ties} configurations are equivalent within "
-            f"{options.tie_margin:.1%} (equivalence test at {options.confidence:.2f}); "
-            f"{winner} is the simplest"
-        )
-    return (
-        f"{winner} is within {options.tie_margin:.1%} of the best with probability "
-        f"{p:.3f}; the simplest of {ties} such configuration(s)"
-    )
-
-
-def _control_reason(control: str) -> str:
-    return (
-        f"launching no speculation with {TrialConfig.extras_in(control)} (the winner's "
-        "control: its gain over no speculation with the same flags)"
-    )
-
-
-def _relaunch_reason(
-    rivals: Sequence[str], chance: Mapping[str, float], options: ConfirmOptions
-) -> str:
-    best = max(chance.values(), default=0.0)
-    return (
-        f"no configuration is yet within {options.tie_margin:.1%} of the best with "
-        f"probability {options.confidence:.2f} (best {best:.3f}); relaunching "
-        f"{len(rivals)} contender(s)"
-    )

@@ -1,0 +1,58 @@
+"""The confirmation's sentences: why it relaunches, and why it decided (for the report)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from sweep.core.space import TrialConfig
+from sweep.search.comparisons import ConfirmOptions
+
+
+def decision_reason(
+    winner: str,
+    ties: int,
+    p: float,
+    confident: bool,
+    options: ConfirmOptions,
+    informed: float | None = None,
+    withheld: str = "",
+) -> str:
+    """One sentence for the report; not confident with the launches' probability at the
+    confidence, ``withheld`` says what withheld it."""
+    if not confident:
+        model = "" if informed is None else f"; {informed:.3f} with the cost model's predictions"
+        head = (
+            f"budget spent: {winner} is the most likely to be within {options.tie_margin:.1%} "
+            f"of the best (probability {p:.3f} from the launches{model}"
+        )
+        if withheld:
+            return f"{head}), but {withheld}"
+        return f"{head}; below {options.confidence:.2f})"
+    if p < options.confidence:
+        return (
+            f"a tie: {ties} configurations are equivalent within "
+            f"{options.tie_margin:.1%} (equivalence test at {options.confidence:.2f}); "
+            f"{winner} is the simplest"
+        )
+    return (
+        f"{winner} is within {options.tie_margin:.1%} of the best with probability "
+        f"{p:.3f}; the simplest of {ties} such configuration(s)"
+    )
+
+
+def control_reason(control: str) -> str:
+    return (
+        f"launching no speculation with {TrialConfig.extras_in(control)} (the winner's "
+        "control: its gain over no speculation with the same flags)"
+    )
+
+
+def relaunch_reason(
+    rivals: Sequence[str], chance: Mapping[str, float], options: ConfirmOptions
+) -> str:
+    best = max(chance.values(), default=0.0)
+    return (
+        f"no configuration is yet within {options.tie_margin:.1%} of the best with "
+        f"probability {options.confidence:.2f} (best {best:.3f}); relaunching "
+        f"{len(rivals)} contender(s)"
+    )
