@@ -6,8 +6,9 @@ records :func:`decide_schedule` picks, for one *family* (draft TP, extra flags a
 topk 1, as both engines' schedules are chains), the steps to run at each level:
 
 * the candidates at a level are the family's measured configurations and no speculation
-  (the baseline, steps 0), minus those breaking an ``[objective.constraints]`` entry at that
-  level;
+  (steps 0: with the family's flags and environment — its control — when that was measured,
+  else the baseline, with a note), minus those breaking an ``[objective.constraints]`` entry at
+  that level;
 * a speculative configuration is *eligible* only if it beats no speculation with confidence
   (:func:`beats`); when none is, the level gets steps 0 (the speculation-off threshold);
 * among the eligible ones, every configuration the best one does not beat with confidence is
@@ -248,6 +249,7 @@ def decide_schedule(
 
 
 Table = Mapping[tuple[Family | None, int], Mapping[str, Candidate]]  # (family, level) → by key
+_PLAIN = TrialConfig.baseline().key()
 
 
 def _candidates(
@@ -325,17 +327,33 @@ def _breaks(level: Mapping[str, Any], concurrency: int, constraints: Sequence[Co
 def _schedule(
     family: Family, table: Table, metric: str, levels: Sequence[int], allowance: float
 ) -> Schedule:
-    choices, notes = [], []
+    choices, notes, without = [], [], []
+    own = family.config(0).key()
     for level in levels:
         spec = list(table.get((family, level), {}).values())
-        base = list(table.get((None, level), {}).values())
-        if not spec and not base:
+        off = _off(table.get((None, level), {}), own)
+        if not spec and off is None:
             notes.append(f"concurrency {level}: nothing measured; batches there run the steps "
                          "of the nearest level below (below the lowest level: the lowest "
                          "level's)")  # fmt: skip
             continue
-        choices.append(choose(level, spec, base[0] if base else None, allowance))
+        choices.append(choose(level, spec, off, allowance))
+        if off is not None and off.key != own:
+            without.append(level)
+    if without:
+        extras = TrialConfig.extras_in(own)
+        notes.append(f"no speculation with {extras} (what the schedule runs where it does not "
+                     f"speculate) was never launched: concurrency {without} compared against no "
+                     f"speculation without {extras}")  # fmt: skip
     return Schedule(metric, family, tuple(choices), tuple(notes), allowance)
+
+
+def _off(group: Mapping[str, Candidate], own: str) -> Candidate | None:
+    """No speculation at one level as the family deploys it: with the family's flags and
+    environment (a searched ``NCCL_*`` speeds the target too, and the engine's schedule keeps
+    them at the levels it does not speculate); the plain baseline when that was never measured,
+    never another family's."""
+    return group.get(own) or group.get(_PLAIN)
 
 
 def choose(

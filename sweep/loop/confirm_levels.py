@@ -3,7 +3,8 @@ schedule slot is established (docs/schedule.md, "Per-level confirmation").
 
 :mod:`sweep.search.level_confirm` decides what to relaunch (one launch measures every level);
 this module launches it — as the answer's confirmation does (:func:`sweep.loop.confirm.relaunch`,
-replicates of the study's configurations, no speculation as a baseline) — until every slot is
+replicates of the study's configurations, no speculation as a baseline or, for a family with
+searched flags, as its control) — until every slot is
 decided, ``[schedule] confirm_launches`` is spent or the time is up.
 """
 
@@ -50,11 +51,12 @@ def confirm_levels(run: RunContext) -> None:
             _summarize(run, schedule, used)
             return
         run.display.message(f"confirming the schedule's levels: relaunching {len(order)}")
+        # no speculation as the family deploys it: with its searched flags (its control)
+        off = schedule.family.config(0)
         for key in order:
-            found = level_confirm.candidate(schedule, key)
-            baseline = found is not None and found.steps == 0
             used += 1
-            attempt(run, relaunch(run, seen, answer.BASELINE_KEY if baseline else key), seen)
+            key = off.key() if key == answer.BASELINE_KEY else key
+            attempt(run, relaunch(run, seen, key, {off.key(): off}), seen)
             fatal = policy.fatal_reason(run.launches[-1]) if run.launches else ""
             if fatal:  # a deployment failure: every other launch would meet it too
                 run.summary.stopped(fatal, True)
@@ -72,7 +74,8 @@ def _schedule(run: RunContext) -> Schedule | None:
     decide from yet)."""
     seen = run.history()
     try:
-        return measured_schedule(run.study, seen.trials, seen.baselines, default_band(run.study))
+        no_speculation = [*seen.baselines, *seen.controls]
+        return measured_schedule(run.study, seen.trials, no_speculation, default_band(run.study))
     except (ScheduleError, ConfigError):
         return None
 

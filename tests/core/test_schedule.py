@@ -193,6 +193,40 @@ def test_no_level_speculating_means_no_speculation() -> None:
     assert not s.speculative and s.launch_config() == TrialConfig.baseline()
 
 
+def flagged(record: TrialRecord, kind: Kind | None = None) -> TrialRecord:
+    """``record`` with ``NCCL_PROTO=LL`` set (a searched environment variable)."""
+    assert record.config is not None
+    config = dataclasses.replace(record.config, env=(("NCCL_PROTO", "LL"),))
+    return dataclasses.replace(record, config=config, key=config.key(), kind=kind or record.kind)
+
+
+def test_a_flagged_family_s_off_levels_are_no_speculation_with_its_flags() -> None:
+    # NCCL_PROTO=LL speeds the target: with it no speculation is 1500 at concurrency 64, so
+    # steps 2 with it (1450) is not the best there; the flag's family runs 0 steps at 64 and
+    # measures that against its control, not the plain baseline (1380)
+    family = [flagged(trial(2, {1: 190, 16: 1400, 64: 1450}, number=3))]
+    control = flagged(baseline({1: 100, 16: 1000, 64: 1500}), Kind.CONTROL)
+    for order in ([control, *BASELINES], [*BASELINES, control]):
+        s = decide_schedule([*TRIALS, *family], order, metric=METRIC, levels=[1, 16, 64])
+        assert s.family == Family(8, env=(("NCCL_PROTO", "LL"),))
+        assert s.steps_by_batch == ((1, 2), (16, 2), (64, 0))
+        assert s.levels[2].chosen.key == "baseline[NCCL_PROTO=LL]"
+        assert s.levels[2].chosen.mean == 1500 and not s.notes
+    # the plain family never takes another family's no speculation
+    s = decide_schedule(TRIALS, [control, *BASELINES], metric=METRIC, levels=[1, 16, 64])
+    assert [c.chosen.key for c in s.levels][2] == "baseline[]"
+
+
+def test_a_flagged_family_without_its_control_says_its_off_levels_ran_without_the_flags() -> None:
+    family = [flagged(trial(2, {1: 190, 16: 1400, 64: 1200}, number=3))]
+    s = decide_schedule([*TRIALS, *family], BASELINES, metric=METRIC, levels=[1, 16, 64])
+    assert s.family.env == (("NCCL_PROTO", "LL"),) and dict(s.steps_by_batch)[64] == 0
+    assert s.levels[2].chosen.key == "baseline[]"
+    assert s.notes == ("no speculation with NCCL_PROTO=LL (what the schedule runs where it "
+                       "does not speculate) was never launched: concurrency [1, 16, 64] "
+                       "compared against no speculation without NCCL_PROTO=LL",)  # fmt: skip
+
+
 # --- comparisons ---
 
 

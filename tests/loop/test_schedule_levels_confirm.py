@@ -38,7 +38,10 @@ TRUTH = {
 LAUNCH_CV = 0.01
 
 
-def measurer(rng: random.Random):  # type: ignore[no-untyped-def]
+def measurer(rng: random.Random, flag: Mapping[int, float] | None = None):  # type: ignore[no-untyped-def]
+    """Every level of :data:`TRUTH` with launch noise; ``flag``: what NCCL_PROTO=LL multiplies
+    (by steps; it speeds the target, so no speculation gains most)."""
+
     def measured(
         rig: Rig,
         config: TrialConfig,
@@ -48,6 +51,8 @@ def measurer(rng: random.Random):  # type: ignore[no-untyped-def]
     ) -> Outcome:
         factor = rng.gauss(1, LAUNCH_CV)
         steps = config.num_steps if config.speculative else 0
+        if flag and dict(config.env).get("NCCL_PROTO") == "LL":
+            factor *= flag[steps]
         levels = []
         for level, value in TRUTH[steps].items():
             mean = value * factor
@@ -64,19 +69,19 @@ def measurer(rng: random.Random):  # type: ignore[no-untyped-def]
     return measured
 
 
-def run(study: Study, seed: int) -> str:
+def run(study: Study, seed: int, flag: Mapping[int, float] | None = None) -> str:
     quiet_optuna()
     out = io.StringIO()
     ctx = wiring.run_context(study, RunOptions(), Display(out, live=False), LocalExecutor(),
-                             measurer=measurer(random.Random(seed)),
+                             measurer=measurer(random.Random(seed), flag),
                              engine_check=lambda run: None)  # fmt: skip
     Runner(ctx).run()
     return out.getvalue()
 
 
-def study_file(tmp_path: Path, budget: int) -> Study:
+def study_file(tmp_path: Path, budget: int, space: str = "num_steps = [1, 2, 3]") -> Study:
     path = write_study(
-        tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"', confirm=True,
+        tmp_path, space=space, study='sampler = "grid"', confirm=True,
         workload="output_len = 24\nconcurrency = [1, 16]",
         sections=f'[objective]\nmetric = "output_tok_s"\nconcurrency = 1\n'
         f"[schedule]\nconfirm_launches = {budget}\n",
@@ -109,6 +114,26 @@ def test_the_tied_levels_contenders_are_relaunched_and_each_slot_says_if_it_is_c
     # the tie at 16 got the launches: steps 1 and 2 were relaunched, steps 3 at most for 1's sake
     keys = [r.config.num_steps for r in relaunched if r.config is not None]
     assert {1, 2} <= set(keys)
+
+
+def test_a_flagged_family_s_levels_are_decided_against_no_speculation_with_its_flag(
+    tmp_path: Path,
+) -> None:
+    # NCCL_PROTO=LL speeds the target's all-reduce: no speculation +30 %, speculation +5 %.
+    # With it, steps 3 still wins at 1 (220 vs 130) but no speculation wins at 16 (1170 vs
+    # 1053): the flag's schedule runs 0 steps there, decided against its control, and the
+    # per-level relaunches of no speculation are of that control, never the plain baseline
+    study = study_file(tmp_path, 8, 'num_steps = [1, 2, 3]\n[space.env]\nNCCL_PROTO = ["LL"]')
+    run(study, seed=1, flag={0: 1.3, 1: 1.05, 2: 1.05, 3: 1.05})
+    trials, baselines = stored_records(study, study.storage)
+    schedule = decide(study, trials, baselines)
+    assert schedule.family.env == (("NCCL_PROTO", "LL"),) and not schedule.notes
+    assert [c.steps for c in schedule.levels] == [3, 0]
+    control = TrialConfig.baseline(env=(("NCCL_PROTO", "LL"),))
+    assert schedule.levels[1].chosen.key == control.key() and schedule.levels[1].confident
+    assert schedule.levels[1].chosen.mean > 1100
+    controls = [b for b in baselines if b.kind is Kind.CONTROL]
+    assert controls and all(b.config == control for b in controls)
 
 
 def test_no_budget_no_relaunch(tmp_path: Path) -> None:
