@@ -18,7 +18,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.propose import Launch, baseline, control
-from sweep.search import answer
+from sweep.search import answer, weighted
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
 from sweep.store import confirmations, count_confirmation, write_answer
@@ -59,9 +59,12 @@ def confirm(run: RunContext) -> None:
     near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
     while True:
         seen = run.history()
+        # a weighted objective's launches on one footing (else the baseline sits out)
+        value = weighted.rescored(objective, seen.baselines)
         launches = answer.launches_of(
-            seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls
-        )
+            seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls,
+            value,
+        )  # fmt: skip
         budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
@@ -73,7 +76,7 @@ def confirm(run: RunContext) -> None:
             left,
             functools.partial(simplicity, run, seen),
             holdout(run),
-            with_baseline=not objective.weights,
+            with_baseline=not objective.weights or value is not None,
             reserve=max(0, reserve),
             near=near,
             control=answer.control_of(run.valid, seen.controls, launches, options.tie_margin),

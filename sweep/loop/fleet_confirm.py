@@ -38,7 +38,7 @@ from sweep.loop.confirm import holdout, simplicity
 from sweep.loop.context import RunContext
 from sweep.loop.propose import Launch, baseline, control
 from sweep.loop.worker import SharedOptions
-from sweep.search import answer
+from sweep.search import answer, weighted
 from sweep.search.host_blocks import (
     HostLaunch,
     Job,
@@ -228,8 +228,9 @@ def decide(run: RunContext) -> Plan:
     objective = run.study.objective
     trials = run.stores.trials
     seen = run.history()
-    launches = host_launches(run)
     baselines = read_records(run.stores.baselines)  # and the controls beside them
+    value = weighted.rescored(objective, baselines)  # a weighted objective's, on one footing
+    launches = host_launches(run, value)
     used, total = budget(run, seen.trials, baselines)
     left = total - used if time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
@@ -240,7 +241,7 @@ def decide(run: RunContext) -> Plan:
         functools.partial(simplicity, run, seen),
         alive,
         baseline=answer.BASELINE_KEY,
-        with_baseline=not objective.weights,
+        with_baseline=not objective.weights or value is not None,
         prior=holdout(run),
         control=answer.control_of(
             run.valid,
@@ -258,7 +259,7 @@ def decide(run: RunContext) -> Plan:
         return Plan(jobs, step.reason)
     stored = answer.answer_of(step, answer.labels_of(seen.trials, run.valid), options, used)
     effects = host_effects(
-        [x for x in launches if not objective.weights or TrialConfig.speculates(x.key)]
+        [x for x in launches if value or not objective.weights or TrialConfig.speculates(x.key)]
     )
     stored["host_effects"] = effects
     stored["hosts"] = sorted(effects)
@@ -350,9 +351,12 @@ def done(record: TrialRecord) -> bool:
     return record.state in DONE_STATES
 
 
-def host_launches(run: RunContext) -> list[HostLaunch]:
+def host_launches(
+    run: RunContext, value: Callable[[TrialRecord], SoloLaunch | None] | None = None
+) -> list[HostLaunch]:
     """Every measured launch with its host: the search's trials, the relaunches and every
-    host's baselines (they link the hosts)."""
+    host's baselines (they link the hosts); ``value``: a launch's value other than its stored
+    one (:func:`sweep.search.weighted.rescored`)."""
     objective = run.study.objective
     out = []
     records = [*run.history().trials, *_since(run, read_records(run.stores.baselines))]
@@ -360,7 +364,8 @@ def host_launches(run: RunContext) -> list[HostLaunch]:
         key = answer.BASELINE_KEY if record.kind is Kind.BASELINE else record.key
         if record.kind not in (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE, Kind.CONTROL) or not key:
             continue
-        launch = answer.launch_of(record, objective.metric, objective.concurrency)
+        launch = (value(record) if value else
+                  answer.launch_of(record, objective.metric, objective.concurrency))  # fmt: skip
         if launch is not None and launch.value > 0:
             out.append(HostLaunch(key, record.host or "?", launch))
     return out

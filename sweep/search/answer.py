@@ -42,23 +42,30 @@ def launch_of(record: TrialRecord, metric: str, concurrency: int) -> Launch | No
     return Launch(float(value), float(stderr))
 
 
-def launches_of(trials: Iterable[TrialRecord], baselines: Iterable[TrialRecord], metric: str,
-                concurrency: int,
-                controls: Iterable[TrialRecord] = ()) -> dict[str, list[Launch]]:  # fmt: skip
+def launches_of(
+    trials: Iterable[TrialRecord],
+    baselines: Iterable[TrialRecord],
+    metric: str,
+    concurrency: int,
+    controls: Iterable[TrialRecord] = (),
+    value: Callable[[TrialRecord], Launch | None] | None = None,
+) -> dict[str, list[Launch]]:
     """Every measured launch per configuration key (the baseline's under
-    :data:`BASELINE_KEY`, each control's under its own key), in launch order."""
+    :data:`BASELINE_KEY`, each control's under its own key), in launch order. ``value``: a
+    launch's value other than its stored one (:func:`sweep.search.weighted.rescored`)."""
+    of = value or (lambda record: launch_of(record, metric, concurrency))
     out: dict[str, list[Launch]] = {}
     for record in sorted(trials, key=lambda r: r.number):
         if record.kind in (Kind.TRIAL, Kind.REPLICATE) and record.key:
-            launch = launch_of(record, metric, concurrency)
+            launch = of(record)
             if launch is not None:
                 out.setdefault(record.key, []).append(launch)
     for record in baselines:
-        launch = launch_of(record, metric, concurrency)
+        launch = of(record)
         if launch is not None:
             out.setdefault(BASELINE_KEY, []).append(launch)
     for record in sorted(controls, key=lambda r: r.number):
-        launch = launch_of(record, metric, concurrency) if record.key else None
+        launch = of(record) if record.key else None
         if launch is not None and record.key:
             out.setdefault(record.key, []).append(launch)
     return out

@@ -38,9 +38,13 @@ TRUTH = {
 LAUNCH_CV = 0.01
 
 
-def measurer(rng: random.Random, flag: Mapping[int, float] | None = None):  # type: ignore[no-untyped-def]
-    """Every level of :data:`TRUTH` with launch noise; ``flag``: what NCCL_PROTO=LL multiplies
-    (by steps; it speeds the target, so no speculation gains most)."""
+def measurer(  # type: ignore[no-untyped-def]
+    rng: random.Random,
+    flag: Mapping[int, float] | None = None,
+    truth: Mapping[int, Mapping[int, float]] = TRUTH,
+):
+    """Every level of ``truth`` (steps → level → figure) with launch noise; ``flag``: what
+    NCCL_PROTO=LL multiplies (by steps; it speeds the target, so no speculation gains most)."""
 
     def measured(
         rig: Rig,
@@ -54,7 +58,7 @@ def measurer(rng: random.Random, flag: Mapping[int, float] | None = None):  # ty
         if flag and dict(config.env).get("NCCL_PROTO") == "LL":
             factor *= flag[steps]
         levels = []
-        for level, value in TRUTH[steps].items():
+        for level, value in truth[steps].items():
             mean = value * factor
             half = 0.005 * mean
             summary = {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
