@@ -483,7 +483,7 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.commands.status import plan_report
+    from sweep.commands.status import confirmation_plan, plan_report
     from sweep.loop.checks import preflight
     from sweep.study import load_study
 
@@ -509,16 +509,7 @@ def plan(
         f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
         f"({report.estimated_from})"
     )
-    c = study.confirm
-    if c.enabled and len(study.hosts) == 1:
-        out.print(
-            f"then confirmation: up to {c.share:.0%} of the launches relaunch the "
-            f"contenders (at most {c.max_replicates} launches each) until the winner is "
-            f"within {c.tie_margin:.0%} of the best with {c.confidence:.0%} confidence; "
-            "ties go to fewer steps"
-        )
-    else:
-        out.print("confirmation: off (the winner is the best single measurement)")
+    out.print(confirmation_plan(study, report), markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
 
 

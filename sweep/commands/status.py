@@ -145,6 +145,33 @@ class PlanReport:
         return self.per_trial_s * (len(self.valid) + 1)
 
 
+def confirmation_plan(study: Study, report: PlanReport) -> str:
+    """What the confirmation may add after the search, in launches and hours: its share
+    (:func:`~sweep.search.answer.confirmation_budget` of the planned launches), the
+    extension when a few launches would decide, and — when the space searches flags or
+    environment — one launch of the winner's control."""
+    c = study.confirm
+    if not c.enabled or c.share <= 0:
+        return "confirmation: off (the winner is the best single measurement)"
+    share = answer.confirmation_budget(len(report.valid) + 1, c.share)
+    flagged = any(config.control() is not None for config in report.valid)
+    launches = share + answer.EXTENSION + int(flagged)
+    where = " across the hosts" if len(study.hosts) > 1 else ""
+    control = (
+        ", then one of no speculation with the winner's searched flags (its control)"
+        if flagged
+        else ""
+    )
+    return (
+        f"then confirmation{where}: up to {launches} launches "
+        f"({launches * report.per_trial_s / 3600:.1f} h) — {share} relaunching the contenders "
+        f"(at most {c.max_replicates} launches each) until the winner is within "
+        f"{c.tie_margin:.0%} of every rival with {c.confidence:.0%} confidence, up to "
+        f"{answer.EXTENSION} more when they would decide{control}; ties go to the simplest "
+        "(no speculation, then fewer steps)"
+    )
+
+
 def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     """The valid configurations, the exclusions with reasons, commands and a time estimate.
 
