@@ -30,7 +30,7 @@ from scipy import special
 
 PRIOR_SD = 0.02  # relative launch-to-launch σ assumed before any replicate
 PRIOR_DOF = 4.0  # how many degrees of freedom that assumption is worth
-OUTLIER = 3.0  # a launch this many launch σ from its group's median is a bad launch
+OUTLIER = 3.0  # a launch this many launch σ below its group's median is a bad launch
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,11 @@ def robust_launches(
     configs: Mapping[str, Sequence[LaunchLike]], variance: LaunchVariance
 ) -> tuple[dict[str, list[Launch]], tuple[tuple[str, float], ...], set[str]]:
     """Bad launches left out: in a group of 3 or more, a launch more than ``OUTLIER``
-    launch σ (at least the prior's 2 %) from the group's median is dropped; a group of 2
-    that far apart is *doubtful* (which one is bad is unknown: it needs a third launch).
+    launch σ (at least the prior's 2 %) *below* the group's median is dropped — a bad launch
+    is a slow one (a noisy neighbour, a throttled GPU, a background job); nothing makes a
+    server faster than its configuration, so a launch that far above is kept as the noise it
+    is (dropping it would pull its configuration down). A group of 2 that far apart is
+    *doubtful* (which one is off is unknown: it needs a third launch).
 
     Returns:
         the kept launches per configuration, the dropped ``(key, value)`` pairs, and the
@@ -178,7 +181,7 @@ def robust_launches(
     for key, group in configs.items():
         values = [as_launch(x) for x in group]
         centre = float(np.median([x.value for x in values]))
-        far = [centre > 0 and abs(x.value / centre - 1) > limit for x in values]
+        far = [centre > 0 and x.value / centre - 1 < -limit for x in values]
         if len(values) == 2 and abs(values[0].value / values[1].value - 1) > limit:
             doubtful.add(key)
         if len(values) >= 3 and any(far) and not all(far):

@@ -371,6 +371,15 @@ def test_a_bad_launch_is_left_out_and_a_doubtful_pair_relaunched() -> None:
     assert result.ignored == (("a", 92.0),)
 
 
+def test_a_fast_launch_is_noise_not_a_bad_launch() -> None:
+    # nothing makes a server faster than its configuration: a launch far above its group's
+    # median stays (dropping it would pull the configuration down), one far below goes
+    kept, dropped, _ = robust_launches({"a": [107.0, 98.3, 95.6, 96.9]}, TWO_PERCENT)
+    assert len(kept["a"]) == 4 and dropped == ()
+    kept, dropped, _ = robust_launches({"a": [89.0, 98.3, 99.6, 98.9]}, TWO_PERCENT)
+    assert dropped == (("a", 89.0),) and len(kept["a"]) == 3
+
+
 def test_a_single_launch_never_decides_the_order() -> None:
     launches = {"a": [110.0, 100.0], "b": [100.5, 100.5]}  # a leads by its first launch alone
     result = decide(launches, TIGHT, remaining=0)
