@@ -19,6 +19,7 @@ from sweep.loop import wiring
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
+from sweep.loop.worker import SharedOptions
 from sweep.search.weighted import rescored
 from sweep.server.executor import LocalExecutor
 from sweep.store import baseline_study_name, quiet_optuna, read_records
@@ -47,10 +48,16 @@ def weighted_study(tmp_path: Path, weights: Mapping[int, float]) -> Study:
     return load_study(path)
 
 
-def run(study: Study, truth: Mapping[int, Mapping[int, float]]) -> tuple[str, dict[str, Any]]:
+def run(
+    study: Study, truth: Mapping[int, Mapping[int, float]], shared: bool = False
+) -> tuple[str, dict[str, Any]]:
+    """Run ``study`` (``shared``: as one worker of a shared study, whose confirmation is the
+    fleet's) and return what it said and its stored answer."""
     quiet_optuna()
     out = io.StringIO()
-    ctx = wiring.run_context(study, RunOptions(), Display(out, live=False), LocalExecutor(),
+    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01) if shared
+                         else None)  # fmt: skip
+    ctx = wiring.run_context(study, options, Display(out, live=False), LocalExecutor(),
                              measurer=measurer(random.Random(3), truth=truth),
                              engine_check=lambda run: None)  # fmt: skip
     Runner(ctx).run()
@@ -68,6 +75,13 @@ def test_where_speculation_loses_over_the_weighted_levels_the_answer_is_no_specu
     assert answer["mean"] == pytest.approx(1.0, abs=0.03)  # Σ w, the weights adding to 1
     runner_up = answer["over_runner_up"]
     assert runner_up["ratio"] == pytest.approx(1 / 0.955, abs=0.03)
+
+
+def test_a_shared_study_s_confirmation_answers_no_speculation_too(tmp_path: Path) -> None:
+    said, answer = run(weighted_study(tmp_path, {1: 0.3, 16: 0.7}), LOSES, shared=True)
+    assert answer["winner"] == "baseline[]" and answer["confident"]
+    assert answer["host_effects"] == {"local": 1.0}
+    assert "no speculation (deploy without speculative decoding)" in said
 
 
 def test_where_speculation_wins_its_gain_is_the_weighted_speedup(tmp_path: Path) -> None:
