@@ -39,6 +39,7 @@ from sweep.loop.context import RunContext
 from sweep.loop.propose import Launch, baseline, control
 from sweep.loop.worker import SharedOptions
 from sweep.search import answer, weighted
+from sweep.search.confirm import Decision
 from sweep.search.host_blocks import (
     HostLaunch,
     Job,
@@ -234,22 +235,32 @@ def decide(run: RunContext) -> Plan:
     used, total = budget(run, seen.trials, baselines)
     left = total - used if time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
-    step = fleet_step(
-        launches,
-        options,
-        left,
-        functools.partial(simplicity, run, seen),
-        alive,
-        baseline=answer.BASELINE_KEY,
-        with_baseline=not objective.weights or value is not None,
-        prior=holdout(run),
-        control=answer.control_of(
-            run.valid,
-            [r for r in baselines if r.kind is Kind.CONTROL],
-            by_key(launches),
-            options.tie_margin,
-        ),
+    control = answer.control_of(
+        run.valid,
+        [r for r in baselines if r.kind is Kind.CONTROL],
+        by_key(launches),
+        options.tie_margin,
     )
+
+    def step_with(remaining: int) -> Round | Decision | None:
+        return fleet_step(
+            launches,
+            options,
+            remaining,
+            functools.partial(simplicity, run, seen),
+            alive,
+            baseline=answer.BASELINE_KEY,
+            with_baseline=not objective.weights or value is not None,
+            prior=holdout(run),
+            control=control,
+        )
+
+    step = step_with(left)
+    # as the solo confirmation: up to EXTENSION more when they would decide
+    reserve = max(0, answer.EXTENSION + min(0, total - used)) if time_left(run) else 0
+    if isinstance(step, Decision) and answer.within_reach(step, max(0, left) + reserve):
+        left = max(0, left) + reserve
+        step = step_with(left)
     if step is None:
         return Plan(reason="nothing measured to confirm")
     if isinstance(step, Round):

@@ -19,6 +19,8 @@ from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.loop import attempt as attempt_module
 from sweep.loop import context as context_module
+from sweep.loop.context import RunOptions
+from sweep.loop.worker import SharedOptions
 from sweep.server import interrupts
 from sweep.store import baseline_study_name, read_records
 from sweep.store.claims import Claims
@@ -153,7 +155,8 @@ def test_where_a_searched_flag_is_the_gain_the_answer_is_no_speculation_with_it(
     assert "no speculation (deploy without speculative decoding, with NCCL_PROTO=LL)" in text
 
 
-def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["solo", "fleet"])
+def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path, shared: bool) -> None:
     study = _flag_study(tmp_path)
     noise = itertools.cycle([1.0, 1.004, 0.996])
 
@@ -161,8 +164,14 @@ def test_a_flag_s_gain_is_not_counted_as_speculation_s(tmp_path: Path) -> None:
         value = 100.0 if not config.speculative else 118.0 + config.num_steps
         return Measurement(value * _flagged(config, 1.3) * next(noise), accept_length=2.0)
 
-    summary = run_with_measurements(study, measure)
+    # fleet: one worker of a shared study, whose confirmation is the fleet's
+    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01) if shared
+                         else None)  # fmt: skip
+    summary = run_with_measurements(study, measure, options=options)
     answer = _answer(study)
+    controls = [b for b in _records(study, baseline_study_name(study.name))
+                if b.kind is Kind.CONTROL]  # fmt: skip
+    assert controls and all(b.measured for b in controls)
     env = (("NCCL_PROTO", "LL"),)
     assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=env).key() and answer["confident"]
     base = answer["over_baseline"]
