@@ -67,6 +67,7 @@ class LoadedStudy:
     target_tp: int | None = None
     constraints: tuple[Constraint, ...] = ()
     schedule_metric: str = "decode_tok_s"  # what ``sweep schedule`` decides each level by
+    objective_text: str = ""  # what is maximised, in words (``ObjectiveSpec.describe``)
     answer: Mapping[str, Any] = field(default_factory=dict)  # the confirmed answer, if any
 
     def context(self, name: str | None = None) -> StudyContext:
@@ -129,6 +130,7 @@ def _with_objective(info: LoadedStudy) -> LoadedStudy:
             "target_tp": spec.engine.tp_size,
             "constraints": spec.objective.constraints,
             "schedule_metric": spec.schedule.metric or objective.metric,
+            "objective_text": objective.describe(),
         }
     )
 

@@ -143,7 +143,8 @@ def _summary(data: StudyData) -> Section:
         ("storage", f"`{redact_url(info.ref.storage)}`"),
         (
             "objective",
-            f"{info.metric} at concurrency {info.objective_concurrency} (higher is better)",
+            info.objective_text
+            or f"{info.metric} at concurrency {info.objective_concurrency} (higher is better)",
         ),
         ("concurrency levels", ", ".join(map(str, levels(df))) or "none measured"),
         ("trials", ", ".join(f"{n} {state}" for state, n in counts.items()) or "none"),

@@ -173,6 +173,22 @@ class ObjectiveSpec:
     constraints: tuple[Constraint, ...] = ()
     mix: MixSpec | None = None
 
+    def describe(self) -> str:
+        """What is maximised, in words (the report's objective line)."""
+        if self.weights:
+            parts = ", ".join(f"{level} (weight {w:g})" for level, w in self.weights)
+            return (f"Σ weight · {self.metric} / no speculation's, over concurrency {parts} "
+                    "(higher is better; no speculation scores the weights' sum)")  # fmt: skip
+        if self.mix is not None:
+            axes = [f"concurrency {', '.join(str(c) for c, _ in self.mix.concurrency)}"]
+            if self.mix.contexts:
+                axes.append(f"context {', '.join(str(c) for c, _ in self.mix.contexts)}")
+            if self.mix.categories:
+                axes.append(f"categories {', '.join(c for c, _ in self.mix.categories)}")
+            return (f"{self.metric} averaged over the traffic mix ({'; '.join(axes)}; "
+                    "higher is better)")  # fmt: skip
+        return f"{self.metric} at concurrency {self.concurrency} (higher is better)"
+
 
 @dataclass(frozen=True)
 class BaselineSpec:

@@ -160,3 +160,15 @@ def test_readme_study_example_is_a_valid_study() -> None:
     example = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     study = parse_study(example, "README.md")
     assert study.host.kind == "ssh" and study.engine.bind_host == "0.0.0.0"
+
+
+def test_the_objective_is_described_as_it_is_maximised() -> None:
+    root = Path(__file__).resolve().parents[2] / "studies"
+    assert load_study(root / "demo-sim.toml").objective.describe() == (
+        "decode_tok_s at concurrency 1 (higher is better)"
+    )
+    weighted = load_study(root / "vllm-gpu-example.toml").objective.describe()
+    assert weighted.startswith("Σ weight · output_tok_s / no speculation's, over concurrency ")
+    assert "1 (weight 0.5), 8 (weight 0.3), 32 (weight 0.2)" in weighted
+    mix = load_study(root / "workload-sim.toml").objective.describe()
+    assert "averaged over the traffic mix" in mix and "categories code, math" in mix
