@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from sweep.core import policy
 from sweep.core.schedule import Schedule
+from sweep.core.space import TrialConfig
 from sweep.core.timing import fits
 from sweep.exceptions import ConfigError, ScheduleError
 from sweep.loop.attempt import attempt
@@ -51,8 +52,11 @@ def confirm_levels(run: RunContext) -> None:
             _summarize(run, schedule, used)
             return
         run.display.message(f"confirming the schedule's levels: relaunching {len(order)}")
-        # no speculation as the family deploys it: with its searched flags (its control)
+        # no speculation as the family deploys it: with its searched flags (its control),
+        # unless that failed for good (then the plain baseline, as the schedule's note says)
         off = schedule.family.config(0)
+        if off.key() in answer.failed_controls(seen.controls):
+            off = TrialConfig.baseline()
         for key in order:
             used += 1
             key = off.key() if key == answer.BASELINE_KEY else key

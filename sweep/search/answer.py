@@ -105,14 +105,13 @@ def control_of(
       ``margin`` (:func:`flags_gain`): their control would be a twin of the baseline, a tie
       no few launches can establish, and the baseline's comparison already holds.
     """
-    failed = {
-        r.key for r in controls if r.key and (r.failed_for_good or r.state is State.INFEASIBLE)
-    }
+    controls = list(controls)
+    failed = failed_controls(controls)
     measured = {r.key for r in controls if r.key and r.measured}
 
     def of(key: str) -> str | None:
         mine = configs[key].control() if key in configs else None
-        if mine is None or (mine.key() in failed and mine.key() not in measured):
+        if mine is None or mine.key() in failed:
             return None
         unknown = launches is None or mine.key() in measured
         if not unknown and not flags_gain(launches or {}, TrialConfig.extras_in(key), margin):
@@ -120,6 +119,18 @@ def control_of(
         return mine.key()
 
     return of
+
+
+def failed_controls(controls: Iterable[TrialRecord]) -> set[str]:
+    """The keys of the controls that failed for good (or were infeasible) and were never
+    measured: launching them again would fail again."""
+    controls = list(controls)
+    measured = {r.key for r in controls if r.key and r.measured}
+    return {
+        r.key
+        for r in controls
+        if r.key and r.key not in measured and (r.failed_for_good or r.state is State.INFEASIBLE)
+    }
 
 
 GAIN_Z = 2.0  # launch σ of the two best means' difference a flag's gain must clear

@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweep.core.policy import Measured, Outcome
-from sweep.core.records import Kind, State, TrialRecord
+from sweep.core.policy import Infeasible, Measured, Outcome
+from sweep.core.records import Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import wiring
 from sweep.loop.context import RunOptions
@@ -42,9 +42,11 @@ def measurer(  # type: ignore[no-untyped-def]
     rng: random.Random,
     flag: Mapping[int, float] | None = None,
     truth: Mapping[int, Mapping[int, float]] = TRUTH,
+    control_fails: bool = False,
 ):
     """Every level of ``truth`` (steps → level → figure) with launch noise; ``flag``: what
-    NCCL_PROTO=LL multiplies (by steps; it speeds the target, so no speculation gains most)."""
+    NCCL_PROTO=LL multiplies (by steps; it speeds the target, so no speculation gains most);
+    ``control_fails``: no speculation with a flag runs out of memory (for good)."""
 
     def measured(
         rig: Rig,
@@ -53,6 +55,9 @@ def measurer(  # type: ignore[no-untyped-def]
         baselines: Mapping[int, float],
         save: SaveSamples,
     ) -> Outcome:
+        if control_fails and not config.speculative and config.env:
+            failure = Failure("out_of_memory", "CUDA out of memory", deterministic=True)
+            return Infeasible(dataclasses.replace(start, failure=failure))
         factor = rng.gauss(1, LAUNCH_CV)
         steps = config.num_steps if config.speculative else 0
         if flag and dict(config.env).get("NCCL_PROTO") == "LL":
@@ -73,11 +78,17 @@ def measurer(  # type: ignore[no-untyped-def]
     return measured
 
 
-def run(study: Study, seed: int, flag: Mapping[int, float] | None = None) -> str:
+def run(
+    study: Study,
+    seed: int,
+    flag: Mapping[int, float] | None = None,
+    truth: Mapping[int, Mapping[int, float]] = TRUTH,
+    control_fails: bool = False,
+) -> str:
     quiet_optuna()
     out = io.StringIO()
     ctx = wiring.run_context(study, RunOptions(), Display(out, live=False), LocalExecutor(),
-                             measurer=measurer(random.Random(seed), flag),
+                             measurer=measurer(random.Random(seed), flag, truth, control_fails),
                              engine_check=lambda run: None)  # fmt: skip
     Runner(ctx).run()
     return out.getvalue()
@@ -138,6 +149,24 @@ def test_a_flagged_family_s_levels_are_decided_against_no_speculation_with_its_f
     assert schedule.levels[1].chosen.mean > 1100
     controls = [b for b in baselines if b.kind is Kind.CONTROL]
     assert controls and all(b.config == control for b in controls)
+
+
+def test_a_control_that_fails_for_good_is_not_relaunched_for_the_levels(tmp_path: Path) -> None:
+    # the flag's family leads, close to no speculation at 16 (so that level relaunches no
+    # speculation), but no speculation with the flag runs out of memory: those relaunches
+    # are of the plain baseline, not the failing control again and again
+    close = {0: {1: 100.0, 16: 1000.0}, 1: {1: 150.0, 16: 960.0}, 2: {1: 180.0, 16: 955.0},
+             3: {1: 210.0, 16: 940.0}}  # fmt: skip
+    study = study_file(tmp_path, 8, 'num_steps = [1, 2, 3]\n[space.env]\nNCCL_PROTO = ["LL"]')
+    run(study, 1, {0: 1.3, 1: 1.05, 2: 1.05, 3: 1.05}, close, control_fails=True)
+    trials, baselines = stored_records(study, study.storage)
+    controls = [b for b in baselines if b.kind is Kind.CONTROL]
+    assert len(controls) <= 1 and all(b.state is State.INFEASIBLE for b in controls)
+    plain = [b for b in baselines if b.kind is Kind.BASELINE and b.measured]
+    assert len(plain) >= 2  # the per-level confirmation relaunched the plain baseline
+    schedule = decide(study, trials, baselines)
+    assert schedule.family.env == (("NCCL_PROTO", "LL"),)
+    assert any("NCCL_PROTO=LL" in note and "never launched" in note for note in schedule.notes)
 
 
 def test_no_budget_no_relaunch(tmp_path: Path) -> None:
