@@ -435,33 +435,3 @@ def keyed_by_graph(schedule: Schedule, sizes: Sequence[int]) -> Schedule:
 
 def _padded(level: int, sizes: Sequence[int]) -> int:
     return next((size for size in sizes if size >= level), level)
-
-
-def _sure(choice: LevelChoice) -> str:
-    if choice.confident is None:
-        return " – |"
-    if choice.confident:
-        return " yes |"
-    return f" no: {choice.doubt} |" if choice.doubt else " no |"
-
-
-def render_table(schedule: Schedule) -> str:
-    """The schedule as a Markdown table (readable as plain text too)."""
-    judged = any(c.confident is not None for c in schedule.levels)
-    rows = [
-        "| concurrency | steps | configuration | "
-        f"{schedule.metric} (95 % CI) | best measured there | why |"
-        + (" confident |" if judged else ""),
-        "|---|---|---|---|---|---|" + ("---|" if judged else ""),
-    ]
-    for c in schedule.levels:
-        x = c.chosen
-        sure = _sure(c) if judged else ""
-        rows.append(
-            f"| {c.concurrency} | {c.steps} | {x.label} | {x.mean:.1f} [{x.ci_low:.1f}, "
-            f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |{sure}"
-        )
-    notes = [f"\n{n}" for n in schedule.notes]
-    head = (f"Schedule for {schedule.family.label()}, chosen by {schedule.metric} "
-            f"(launch allowance {schedule.allowance:.0%}):\n\n")  # fmt: skip
-    return head + "\n".join(rows) + "".join(notes) + "\n"

@@ -6,7 +6,8 @@ level (:func:`band`) — and always writes, beside it, the whole table in a neut
 format (docs/schedule.md, "The concurrency × context table"): per context level the schedule
 decided from that level's figures alone (:func:`sweep.core.schedule.decide_schedule` with
 ``context``), per cell the chosen configuration, its figure with the 95 % interval, the speedup
-over no speculation in the same cell and whether the slot is established.
+over no speculation in the same cell and whether the slot is established; and one schedule as
+the Markdown table `sweep schedule` prints (:func:`render_table`).
 """
 
 from __future__ import annotations
@@ -183,3 +184,36 @@ def speedup(chosen: Candidate, base: Candidate) -> dict[str, float | None] | Non
 
 def _rel_se(c: Candidate) -> float:
     return (c.ci_high - c.ci_low) / 2 / Z95 / c.mean
+
+
+# --- one schedule as text ----------------------------------------------------------------------
+
+
+def _sure(choice: LevelChoice) -> str:
+    if choice.confident is None:
+        return " – |"
+    if choice.confident:
+        return " yes |"
+    return f" no: {choice.doubt} |" if choice.doubt else " no |"
+
+
+def render_table(schedule: Schedule) -> str:
+    """The schedule as a Markdown table (readable as plain text too)."""
+    judged = any(c.confident is not None for c in schedule.levels)
+    rows = [
+        "| concurrency | steps | configuration | "
+        f"{schedule.metric} (95 % CI) | best measured there | why |"
+        + (" confident |" if judged else ""),
+        "|---|---|---|---|---|---|" + ("---|" if judged else ""),
+    ]
+    for c in schedule.levels:
+        x = c.chosen
+        sure = _sure(c) if judged else ""
+        rows.append(
+            f"| {c.concurrency} | {c.steps} | {x.label} | {x.mean:.1f} [{x.ci_low:.1f}, "
+            f"{x.ci_high:.1f}] | {c.best.label}: {c.best.mean:.1f} | {c.reason} |{sure}"
+        )
+    notes = [f"\n{n}" for n in schedule.notes]
+    head = (f"Schedule for {schedule.family.label()}, chosen by {schedule.metric} "
+            f"(launch allowance {schedule.allowance:.0%}):\n\n")  # fmt: skip
+    return head + "\n".join(rows) + "".join(notes) + "\n"

@@ -231,7 +231,7 @@ def decide(run: RunContext) -> Plan:
     seen = run.history()
     baselines = read_records(run.stores.baselines)  # and the controls beside them
     value = weighted.rescored(objective, baselines)  # a weighted objective's, on one footing
-    launches = host_launches(run, value)
+    launches = host_launches(run, baselines, value)
     used, total = budget(run, seen.trials, baselines)
     left = total - used if time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
@@ -363,14 +363,17 @@ def done(record: TrialRecord) -> bool:
 
 
 def host_launches(
-    run: RunContext, value: Callable[[TrialRecord], SoloLaunch | None] | None = None
+    run: RunContext,
+    baselines: list[TrialRecord],
+    value: Callable[[TrialRecord], SoloLaunch | None] | None = None,
 ) -> list[HostLaunch]:
     """Every measured launch with its host: the search's trials, the relaunches and every
-    host's baselines (they link the hosts); ``value``: a launch's value other than its stored
-    one (:func:`sweep.search.weighted.rescored`)."""
+    host's baselines and controls (``baselines``: the stored ones; they link the hosts);
+    ``value``: a launch's value other than its stored one
+    (:func:`sweep.search.weighted.rescored`)."""
     objective = run.study.objective
     out = []
-    records = [*run.history().trials, *_since(run, read_records(run.stores.baselines))]
+    records = [*run.history().trials, *_since(run, baselines)]
     for record in records:
         key = answer.BASELINE_KEY if record.kind is Kind.BASELINE else record.key
         if record.kind not in (Kind.TRIAL, Kind.REPLICATE, Kind.BASELINE, Kind.CONTROL) or not key:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep.core.records import StudyInfo, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph, render_table
-from sweep.core.schedule_table import Band, bands_of, default_context
+from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
+from sweep.core.schedule_table import Band, bands_of, default_context, render_table
 from sweep.core.schedule_table import table as schedule_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.engines.base import EngineAdapter

@@ -20,8 +20,8 @@ from sweep.core.schedule import (
     choose,
     decide_schedule,
     keyed_by_graph,
-    render_table,
 )
+from sweep.core.schedule_table import render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import best_static, verdict
 from sweep.engines.base import Deployment

@@ -3,8 +3,6 @@ benchmark (the loop's measurement seam) with launch-to-launch noise."""
 
 from __future__ import annotations
 
-import dataclasses
-import io
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,70 +10,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweep.core.policy import Infeasible, Measured, Outcome
-from sweep.core.records import Failure, Kind, State, TrialRecord
+from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.loop import wiring
-from sweep.loop.context import RunOptions
-from sweep.loop.measure import Rig, SaveSamples
-from sweep.loop.progress import Display
-from sweep.loop.runner import Runner
 from sweep.loop.schedule_export import decide, stored_records
-from sweep.server.executor import LocalExecutor
-from sweep.store import baseline_study_name, quiet_optuna, read_records
+from sweep.store import baseline_study_name, read_records
 from sweep.study import load_study
 from sweep.study.model import Study
+from tests.support.levels import TRUTH, measurer, run_levels
 from tests.support.studies import write_study
-
-# steps → concurrency → output tok/s: steps 3 clearly best at 1; steps 1 and 2 within 0.3 %
-# at 16 (a tie: fewer steps only when established); no speculation far behind at 1, close at 16
-TRUTH = {
-    0: {1: 100.0, 16: 900.0},
-    1: {1: 150.0, 16: 1000.0},
-    2: {1: 180.0, 16: 1003.0},
-    3: {1: 210.0, 16: 960.0},
-}
-LAUNCH_CV = 0.01
-
-
-def measurer(  # type: ignore[no-untyped-def]
-    rng: random.Random,
-    flag: Mapping[int, float] | None = None,
-    truth: Mapping[int, Mapping[int, float]] = TRUTH,
-    control_fails: bool = False,
-):
-    """Every level of ``truth`` (steps → level → figure) with launch noise; ``flag``: what
-    NCCL_PROTO=LL multiplies (by steps; it speeds the target, so no speculation gains most);
-    ``control_fails``: no speculation with a flag runs out of memory (for good)."""
-
-    def measured(
-        rig: Rig,
-        config: TrialConfig,
-        start: TrialRecord,
-        baselines: Mapping[int, float],
-        save: SaveSamples,
-    ) -> Outcome:
-        if control_fails and not config.speculative and config.env:
-            failure = Failure("out_of_memory", "CUDA out of memory", deterministic=True)
-            return Infeasible(dataclasses.replace(start, failure=failure))
-        factor = rng.gauss(1, LAUNCH_CV)
-        steps = config.num_steps if config.speculative else 0
-        if flag and dict(config.env).get("NCCL_PROTO") == "LL":
-            factor *= flag[steps]
-        levels = []
-        for level, value in truth[steps].items():
-            mean = value * factor
-            half = 0.005 * mean
-            summary = {"mean": mean, "ci_low": mean - half, "ci_high": mean + half}
-            levels.append({"concurrency": level, "output_tok_s": summary})
-        objective = levels[0]["output_tok_s"]["mean"]  # type: ignore[index]
-        record = dataclasses.replace(
-            start, levels=tuple(levels), objective=objective, timings={"total": 1.0},
-            finished=rig.clock.wall(),
-        )  # fmt: skip
-        return Measured(record, objective)
-
-    return measured
 
 
 def run(
@@ -85,13 +27,7 @@ def run(
     truth: Mapping[int, Mapping[int, float]] = TRUTH,
     control_fails: bool = False,
 ) -> str:
-    quiet_optuna()
-    out = io.StringIO()
-    ctx = wiring.run_context(study, RunOptions(), Display(out, live=False), LocalExecutor(),
-                             measurer=measurer(random.Random(seed), flag, truth, control_fails),
-                             engine_check=lambda run: None)  # fmt: skip
-    Runner(ctx).run()
-    return out.getvalue()
+    return run_levels(study, measurer(random.Random(seed), flag, truth, control_fails))
 
 
 def study_file(tmp_path: Path, budget: int, space: str = "num_steps = [1, 2, 3]") -> Study:

@@ -5,7 +5,7 @@ loop's measurement seam) with launch-to-launch noise."""
 
 from __future__ import annotations
 
-import io
+import dataclasses
 import random
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,17 +15,11 @@ import optuna
 import pytest
 
 from sweep.core.records import Kind, StudyInfo, TrialRecord
-from sweep.loop import wiring
-from sweep.loop.context import RunOptions
-from sweep.loop.progress import Display
-from sweep.loop.runner import Runner
-from sweep.loop.worker import SharedOptions
 from sweep.search.weighted import rescored
-from sweep.server.executor import LocalExecutor
-from sweep.store import baseline_study_name, quiet_optuna, read_records
+from sweep.store import baseline_study_name, read_records
 from sweep.study import load_study
 from sweep.study.model import Study
-from tests.loop.test_schedule_levels_confirm import TRUTH, measurer
+from tests.support.levels import TRUTH, measurer, run_levels
 from tests.support.studies import write_study
 
 # steps → concurrency → output tok/s: speculation gains at 1 but loses more at 16
@@ -53,16 +47,9 @@ def run(
 ) -> tuple[str, dict[str, Any]]:
     """Run ``study`` (``shared``: as one worker of a shared study, whose confirmation is the
     fleet's) and return what it said and its stored answer."""
-    quiet_optuna()
-    out = io.StringIO()
-    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01) if shared
-                         else None)  # fmt: skip
-    ctx = wiring.run_context(study, options, Display(out, live=False), LocalExecutor(),
-                             measurer=measurer(random.Random(3), truth=truth),
-                             engine_check=lambda run: None)  # fmt: skip
-    Runner(ctx).run()
+    said = run_levels(study, measurer(random.Random(3), truth=truth), shared)
     loaded = optuna.load_study(study_name=study.name, storage=study.storage)
-    return out.getvalue(), dict(StudyInfo.from_attrs(loaded.user_attrs).answer)
+    return said, dict(StudyInfo.from_attrs(loaded.user_attrs).answer)
 
 
 def test_where_speculation_loses_over_the_weighted_levels_the_answer_is_no_speculation(
@@ -112,8 +99,6 @@ def test_launches_are_scored_against_their_own_host_s_baselines(tmp_path: Path) 
 
 
 def scaled(record: TrialRecord, factor: float, host: str) -> TrialRecord:
-    import dataclasses
-
     levels = []
     for level in record.levels:
         summary = {k: v * factor for k, v in level["output_tok_s"].items()}

@@ -3,7 +3,8 @@ verdict and its doubt."""
 
 from __future__ import annotations
 
-from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule, render_table
+from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
+from sweep.core.schedule_table import render_table
 from sweep.search import level_confirm
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule, render_table
+from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
+from sweep.core.schedule_table import render_table
 from sweep.search.slots import established, with_confidence
 
 
