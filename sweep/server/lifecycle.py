@@ -379,6 +379,7 @@ def _follow_to_ready(running: RunningServer) -> None:
             emit=ctx.emit,
             seen=running.phase_s,
             ours=lambda: _owns_port(running),
+            port=ctx.port,
         )
         running.reached = Phase.READY
         running.ready_wall = ctx.clock.wall()

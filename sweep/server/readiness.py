@@ -24,7 +24,7 @@ import httpx
 from sweep.clock import Clock
 from sweep.engines.base import EngineAdapter, LaunchCommand, Readiness
 from sweep.failures import FailureKind, Phase
-from sweep.server.executor.base import Executor, PortListeners, ServerProcess
+from sweep.server.executor.base import Executor, Observation, PortListeners, ServerProcess
 
 LOG_TAIL_LINES = 50
 MAX_FLAGGED_LINES = 200
@@ -185,15 +185,19 @@ def wait_until_ready(
     emit: EventSink,
     seen: dict[Phase, float],
     ours: Ownership,
+    port: int | None = None,
 ) -> None:
     """Poll until our server serves, recording in ``seen`` when each phase was first seen.
 
     Whenever the port answers and the listener is not yet proven ours, and
-    again on the answer that says ready, ``ours`` is asked.
+    again on the answer that says ready, ownership is judged: from the look just before
+    the request when the executor said who listened then and it was our process group
+    alone (over SSH that look is the same round trip), else by asking ``ours``.
 
     Args:
         seen: filled with seconds after launch per phase, also when the start fails.
         ours: whether the port's listening socket belongs to our process group.
+        port: the server's port, for the executor to report its listeners with each look.
 
     Raises:
         StartFailed: the process exited, logged a fatal line, another process
@@ -203,21 +207,24 @@ def wait_until_ready(
     next_progress = launched_at + wait.progress_every_s
     proven = False
 
-    def look() -> None:
+    def look() -> Observation:
         """Read the log's new lines (recording each phase entered); fail fast if the server
         exited or logged a fatal line."""
-        observation = executor.observe(process, watch.offset)
+        observation = executor.observe(process, watch.offset, port)
         for phase in watch.feed(observation.log):
             seen[phase] = clock.now() - launched_at
             emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
         _fail_fast(watch, observation.alive)
+        return observation
 
     while True:
         started = clock.now()
-        look()
+        before = look().listeners
         status = probe_status(client, wait.url, wait.readiness) if _may_probe(watch, wait) else None
         if status is not None and (status == 200 or not proven):
-            proven = _ours_or_dead(ours, look)
+            # held by our group alone just before the request: nobody else can have answered
+            held = before is not None and before.owned_by(process.pgid)
+            proven = held or _ours_or_dead(ours, look)
         if status == 200 and proven:
             seen[Phase.READY] = clock.now() - launched_at
             return
@@ -231,7 +238,7 @@ def wait_until_ready(
             clock.sleep(max(0.0, wait.poll_interval_s - (now - started)))
 
 
-def _ours_or_dead(ours: Ownership, look: Callable[[], None]) -> bool:
+def _ours_or_dead(ours: Ownership, look: Callable[[], object]) -> bool:
     """``ours()``, but when it finds the port held by someone else, ``look`` at our server
     once more: a server dying as it is checked leaves its listening socket behind its
     closed descriptors for a moment (a socket nobody holds), so what it logged or its exit

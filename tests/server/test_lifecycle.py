@@ -204,6 +204,29 @@ def test_an_answer_from_a_port_another_process_holds_is_never_ready() -> None:
     assert executor.signals == [signal.SIGTERM]  # ours is stopped
 
 
+def test_a_look_that_saw_our_group_on_the_port_proves_the_ready_answer_ours() -> None:
+    fake = FakeClock()
+    adapter = SGLangAdapter()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json=server_info_for(adapter))
+
+    # the look before the request said who listened (over SSH: the same round trip)
+    executor = FakeExecutor(fake.clock(), [], listeners_in_observe=True)
+    running, _ = run_fake(executor, adapter, handler, fake)
+    assert Phase.READY in running.phase_s and executor.port_checks == 0
+    # without it, the answer is followed by a port query of its own
+    plain = FakeExecutor(fake.clock(), [])
+    run_fake(plain, adapter, handler, fake)
+    assert plain.port_checks == 1
+    # another process seen on the port in the look is judged by a fresh query, as before
+    intruded = FakeExecutor(fake.clock(), [], listeners_in_observe=True)
+    intruded.intruder = SocketHolder(5151, 5150, 9)
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(intruded, adapter, handler, fake)
+    assert caught.value.kind is FailureKind.STALE_SERVER and intruded.port_checks == 1
+
+
 class DyingExecutor(FakeExecutor):
     """Our server dies as its port is checked: the listening socket is still there, its
     holder's descriptors already closed (nobody can be seen holding it)."""

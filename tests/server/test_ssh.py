@@ -163,6 +163,12 @@ def test_remote_sim_is_followed_to_ready_and_stopped_without_leftovers(
         assert httpx.get(running.url + "/ready").status_code == 200
         assert running.resolved.num_draft_tokens == 3
         assert running.process.host == executor.host
+        # a look says who holds the port in the same round trip
+        port = int(running.url.rsplit(":", 1)[1])
+        seen = executor.observe(running.process, 0, port).listeners
+        assert seen is not None and seen.owned_by(pgid)
+        unused = executor.observe(running.process, 0, free_port()).listeners
+        assert unused is not None and not unused.sockets and not unused.holders
     assert Phase.READY in running.phase_s
     stop = running.stop_report
     assert stop is not None and stop.group_gone and stop.port_free

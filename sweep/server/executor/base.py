@@ -92,11 +92,16 @@ class ServerProcess:
 
 @dataclass(frozen=True)
 class Observation:
-    """One look at a server: alive?, its exit code if it exited, and new log bytes."""
+    """One look at a server: alive?, its exit code if it exited, and new log bytes.
+
+    ``listeners`` is who listened on the server's port at that look, when the executor
+    could tell in the same call (over SSH: the same round trip), else ``None``.
+    """
 
     alive: bool
     exit_code: int | None
     log: bytes
+    listeners: PortListeners | None = None
 
 
 @dataclass(frozen=True)
@@ -514,11 +519,14 @@ class Executor(abc.ABC):
             detail = (result.stderr or result.stdout).strip() or f"exit {result.exit_code}"
             raise ExecutorError(self.host, f"cannot write {path}: {detail}")
 
-    def observe(self, process: ServerProcess, log_offset: int) -> Observation:
+    def observe(
+        self, process: ServerProcess, log_offset: int, port: int | None = None
+    ) -> Observation:
         """Liveness, exit code and new log bytes in one call (SSH does one round trip).
 
         The log is read after the liveness check, so a dead process's last
-        lines are included.
+        lines are included. With ``port``, an executor for which it is cheap in the same
+        call also says who listens on it (:attr:`Observation.listeners`); this one does not.
         """
         alive = self.is_alive(process)
         code = None if alive else self.exit_code(process)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Mapping, Sequence
 
@@ -9,6 +10,7 @@ from sweep.clock import Clock
 from sweep.server.executor.base import (
     CommandResult,
     Executor,
+    Observation,
     PortListeners,
     RunOwner,
     ServerFiles,
@@ -23,10 +25,19 @@ class FakeExecutor(Executor):
     The public fake of the process seam (as httpx ships ``MockTransport``): lifecycle and
     readiness tests script a server's log (``chunks``, one per observation), its exit code,
     and another process holding the port (``intruder``), and read back the signals sent.
+    With ``listeners_in_observe``, each observation also says who listens on the port, as
+    the SSH executor's does (those looks are not counted in ``port_checks``).
     Nothing runs; time is the ``clock`` given.
     """
 
-    def __init__(self, clock: Clock, chunks: list[bytes], *, exit_code: int | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        chunks: list[bytes],
+        *,
+        exit_code: int | None = None,
+        listeners_in_observe: bool = False,
+    ) -> None:
         super().__init__(clock)
         self.chunks = list(chunks)
         self.log = b""
@@ -37,6 +48,7 @@ class FakeExecutor(Executor):
         self.files: dict[str, str] = {}
         self.intruder: SocketHolder | None = None  # another process holding the port
         self.port_checks = 0
+        self.listeners_in_observe = listeners_in_observe
 
     @property
     def host(self) -> str:
@@ -80,8 +92,19 @@ class FakeExecutor(Executor):
     def is_port_free(self, port: int, bind_host: str = "127.0.0.1") -> bool:
         return True
 
+    def observe(
+        self, process: ServerProcess, log_offset: int, port: int | None = None
+    ) -> Observation:
+        seen = super().observe(process, log_offset)
+        if port is None or not self.listeners_in_observe:
+            return seen
+        return dataclasses.replace(seen, listeners=self._listeners(port))
+
     def listening_processes(self, port: int) -> PortListeners:
         self.port_checks += 1
+        return self._listeners(port)
+
+    def _listeners(self, port: int) -> PortListeners:
         if self.intruder is not None:
             return PortListeners(port, frozenset({self.intruder.inode}), (self.intruder,))
         if not self.running:

@@ -62,7 +62,12 @@ from sweep.server.executor.detached import (
     stat_fields,
     tail_base64,
 )
-from sweep.server.executor.ssh_queries import connection_owner, port_listeners
+from sweep.server.executor.ssh_queries import (
+    connection_owner,
+    parse_port_listeners,
+    port_listeners,
+    port_listeners_script,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -261,17 +266,25 @@ class SSHExecutor(Executor):
             self._owner_stale = True
         return ServerProcess(group.pgid, group.start_ticks, files, self.host)
 
-    def observe(self, process: ServerProcess, log_offset: int) -> Observation:
+    def observe(
+        self, process: ServerProcess, log_offset: int, port: int | None = None
+    ) -> Observation:
         stat = f"/proc/{process.pid}/stat"
-        out = self._shell(
+        script = (
             f's=$({stat_fields(stat)}); echo "$s"; '
             f'e=$(cat {shlex.quote(process.files.exit)} 2>/dev/null); echo "$e"; '
             f"{tail_base64(process.files.log, log_offset, LOG_CHUNK_BYTES)}; echo"
         )
-        lines = out.stdout.split("\n")
+        if port is not None:  # who listens, in the same round trip (descriptors only if any)
+            script += f"\n{port_listeners_script(port, only_if_listening=True)}"
+        lines = self._shell(script).stdout.split("\n", 3)
         alive = alive_from_stat(lines[0], process.start_ticks)
         code = exit_code_from_text(lines[1] if len(lines) > 1 else "") if not alive else None
-        return Observation(alive, code, base64.b64decode(lines[2] if len(lines) > 2 else ""))
+        log = base64.b64decode(lines[2] if len(lines) > 2 else "")
+        listeners = None
+        if port is not None:
+            listeners = parse_port_listeners(lines[3] if len(lines) > 3 else "", port, self._stdout)
+        return Observation(alive, code, log, listeners)
 
     def is_alive(self, process: ServerProcess) -> bool:
         out = self._shell(f"{stat_fields(f'/proc/{process.pid}/stat')}")

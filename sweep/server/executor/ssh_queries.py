@@ -27,7 +27,23 @@ def port_listeners(run: RunShell, port: int) -> PortListeners:
     """The listening sockets of ``port`` on the host and the live processes holding them."""
     # One round trip: the socket tables, every process's socket fds, and the stat line of
     # each process holding a listening socket of the port (found on the host with awk).
-    out = run(_PORT_HOLDERS.format(port=f":{port:04X}"))
+    return parse_port_listeners(run(port_listeners_script(port)), port, run)
+
+
+def port_listeners_script(port: int, *, only_if_listening: bool = False) -> str:
+    """The shell behind :func:`port_listeners`; with ``only_if_listening``, the processes'
+    descriptors are listed only when something listens on the port (a cheap look while a
+    server loads)."""
+    script = _PORT_HOLDERS.format(port=f":{port:04X}")
+    if only_if_listening:
+        head, _, rest = script.partition(_LISTING)
+        script = f'{head}if [ -n "$(printf %s "$inodes" | tr -d " ")" ]; then\n{_LISTING}{rest}\nfi'
+    return script
+
+
+def parse_port_listeners(out: str, port: int, run: RunShell) -> PortListeners:
+    """:class:`PortListeners` from the output of :func:`port_listeners_script` (``run`` asks
+    again for the stat lines of holders the script could not read)."""
     tables, _, rest = out.partition("@@\n")
     listing, _, stat_lines = rest.partition("@@\n")
     sockets = listening_inodes(tables, port)
@@ -59,9 +75,9 @@ def connection_owner(run: RunShell) -> RunOwner:
 
 
 _PORT_HOLDERS = r"""tables=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
-listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
 inodes=" $(printf '%s\n' "$tables" | awk -v port="{port}" \
   '$4 == "0A" && substr($2, length($2) - 4) == port {{printf "%s ", $10}}')"
+listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
 printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
 for pid in $(printf '%s\n' "$listing" | awk -v inodes="$inodes" '
   /^\/proc\/.*\/fd:$/ {{ split($0, a, "/"); pid = a[3]; next }}
@@ -70,3 +86,4 @@ for pid in $(printf '%s\n' "$listing" | awk -v inodes="$inodes" '
 do cat /proc/"$pid"/stat 2>/dev/null; done"""
 """The shell behind :func:`port_listeners` (``{port}``: ``:`` + 4 hex digits, as
 ``/proc/net/tcp`` writes it)."""
+_LISTING = "listing=$(ls"
