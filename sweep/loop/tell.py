@@ -137,7 +137,7 @@ def count(run: RunContext, kind: Kind) -> None:
 def result_text(run: RunContext, record: TrialRecord, value: float) -> str:
     accept = f", accept length {record.accept_length:.2f}" if record.accept_length else ""
     speed = f", {record.speedup:.3f}x baseline" if record.speedup else ""
-    return f"{run.study.objective.metric} {value:.2f}{accept}{speed}"
+    return f"{run.study.objective.value_name} {value:.2f}{accept}{speed}"
 
 
 def failure_line(record: TrialRecord) -> str:

@@ -173,6 +173,13 @@ class ObjectiveSpec:
     constraints: tuple[Constraint, ...] = ()
     mix: MixSpec | None = None
 
+    @property
+    def value_name(self) -> str:
+        """What a trial's objective value is, in a few words (``sweep run``'s trial lines)."""
+        if self.weights:
+            return "weighted speedup"
+        return f"mix {self.metric}" if self.mix is not None else self.metric
+
     def describe(self) -> str:
         """What is maximised, in words (the report's objective line)."""
         if self.weights:

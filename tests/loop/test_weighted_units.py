@@ -26,7 +26,8 @@ def test_baselines_and_trials_share_the_weighted_units(tmp_path: Path) -> None:
         '"4" = 0.75\n[baseline]\nevery_trials = 1\n',
     )  # fmt: skip
     study = load_study(path)
-    summary = run_study(study, display=Display(io.StringIO(), live=False))
+    out = io.StringIO()
+    summary = run_study(study, display=Display(out, live=False))
     assert summary.measured == 2
     bases = read_records(
         optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
@@ -41,3 +42,6 @@ def test_baselines_and_trials_share_the_weighted_units(tmp_path: Path) -> None:
         assert t.speedup == pytest.approx(t.value / base)
     best = max(t.value or 0 for t in trials)
     assert f"({best / base:.3f}x baseline)" in summary.best
+    # each trial's line names the weighted figure, not the metric it is made of
+    assert f"weighted speedup {best:.2f}" in out.getvalue()
+    assert "output_tok_s 0." not in out.getvalue() and "output_tok_s 1." not in out.getvalue()
