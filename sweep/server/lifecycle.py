@@ -474,9 +474,13 @@ def _when(phase: Phase) -> str:
 
 def _ready_event(running: RunningServer) -> Event:
     r = running.resolved
+    spec = "no speculation"
+    if r.algorithm is not None:
+        spec = (f"{r.algorithm} steps={r.num_steps} topk={r.eagle_topk} "
+                f"draft_tokens={r.num_draft_tokens}")  # fmt: skip
+        spec += f" draft_tp={r.draft_tp}" if r.draft_tp is not None else ""
     message = (
-        f"ready at {running.url}: {r.algorithm} steps={r.num_steps} topk={r.eagle_topk} "
-        f"draft_tokens={r.num_draft_tokens} max_running_requests={r.max_running_requests} "
+        f"ready at {running.url}: {spec} max_running_requests={r.max_running_requests} "
         f"version={r.version}"
     )
     return Event(EventKind.READY, message, running.phase_s.get(Phase.READY, 0.0), Phase.READY)

@@ -420,6 +420,9 @@ def test_sim_baseline_runs_without_speculation(
     with launch(sim_config(), TrialConfig.baseline()) as running:
         assert running.resolved.algorithm is None and running.resolved.num_steps is None
         assert running.resolved.max_running_requests == 48
+    ready = [e.message for e in launch.events if e.kind is EventKind.READY]
+    assert ready and ": no speculation max_running_requests=48" in ready[0]
+    assert "None" not in ready[0]
 
 
 @pytest.mark.slow
