@@ -70,29 +70,23 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     ):
         a = answer.get(key)
         if a:
-            versus = str(a["versus_label"])
+            versus = [str(a["versus_label"])]
             flags = TrialConfig.extras_in(str(a.get("versus") or ""))
-            if key == "over_baseline" and flags:  # the winner's control: its own flags
-                versus = f"with {flags}"
-            if key == "over_baseline" and answer.get("baseline_without"):
-                versus += f", which ran without {answer['baseline_without']}"
-            rows.append(
-                (
-                    f"{name} ({versus})",
-                    f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]",
-                )
-            )
-    rows.append(
-        (
-            f"tie within {100 * float(answer['tie_margin']):.0f} %",
-            "; ".join(answer.get("tie") or []) or "none",
-        )
-    )
+            if key == "over_baseline":  # the plain baseline needs no name; a control its flags
+                versus = [f"with {flags}"] if flags else []
+                if answer.get("baseline_without"):
+                    versus.append(f"which ran without {answer['baseline_without']}")
+            label = f"{name} ({', '.join(versus)})" if versus else name
+            rows.append((label, f"{a['ratio']:.3f}x [{a['low']:.3f}, {a['high']:.3f}]"))
+    tie = list(answer.get("tie") or [])
+    if len(tie) > 1:  # the winner alone is no tie
+        rows.append((f"tie within {100 * float(answer['tie_margin']):.0f} %", "; ".join(tie)))
     adjusted = answer.get("model_adjusted_mean")
     if adjusted is not None:  # shown apart: the estimate above comes from the launches alone
         rows.append(("cost-model-adjusted estimate (not measured)", f"{float(adjusted):.2f}"))
-    if answer.get("near"):
-        rows.append(("not separated from the winner", "; ".join(map(str, answer["near"]))))
+    others = [str(n) for n in answer.get("near") or () if str(n) != str(answer["label"])]
+    if others:
+        rows.append(("not separated from the winner", "; ".join(others)))
     rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
     informed = answer.get("informed_probability")
     if not answer.get("confident") and informed is not None:

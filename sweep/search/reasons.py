@@ -34,9 +34,10 @@ def decision_reason(
             f"{options.tie_margin:.1%} (equivalence test at {options.confidence:.2f}); "
             f"{winner} is the simplest"
         )
+    simplest = f"; the simplest of the {ties} configurations within it" if ties > 1 else ""
     return (
         f"{winner} is within {options.tie_margin:.1%} of the best with probability "
-        f"{p:.3f}; the simplest of {ties} such configuration(s)"
+        f"{p:.3f}{simplest}"
     )
 
 

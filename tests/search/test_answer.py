@@ -68,6 +68,20 @@ def test_a_confident_tie_is_printed_and_the_model_figure_is_labelled_apart() -> 
     assert stored["mean"] == 100.0 and 100.0 < stored["model_adjusted_mean"] < 102.0
     assert stored["to_decide"] == ""
     assert answer_text(stored).endswith("; tie of 2 within 1 %")
+    rows = dict(_answer_rows(stored))
+    assert rows["tie within 1 %"] == "3 steps, draft TP 1; 4 steps, draft TP 1"
+
+
+def test_a_clear_winner_is_not_listed_as_its_own_tie_or_neighbour() -> None:
+    launches = {"a": [110.0] * 3, "b": [100.0] * 3, "base": [90.0] * 3}
+    decision = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(decision, Decision) and decision.confident and decision.winner == "a"
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 3)
+    rows = dict(_answer_rows(stored))
+    assert "tie within 1 %" not in rows and "not separated from the winner" not in rows
+    assert "over no speculation" in rows  # the plain baseline: no "(no speculation)"
+    assert not [r for r in rows if r.startswith("over no speculation (")]
+    assert "such configuration" not in decision.reason and "the simplest of" not in decision.reason
 
 
 def test_the_gain_over_no_speculation_says_which_searched_flags_the_baseline_lacked() -> None:
@@ -81,9 +95,7 @@ def test_the_gain_over_no_speculation_says_which_searched_flags_the_baseline_lac
     assert stored["baseline_without"] == "NCCL_PROTO=LL"
     assert "% over no speculation [" in answer_text(stored)
     assert "] (which ran without NCCL_PROTO=LL)" in answer_text(stored)
-    assert "over no speculation (no speculation, which ran without NCCL_PROTO=LL)" in dict(
-        _answer_rows(stored)
-    )
+    assert "over no speculation (which ran without NCCL_PROTO=LL)" in dict(_answer_rows(stored))
     plain_won = decide({plain.key(): [100.0] * 3, "base": [90.0] * 3}, TWO_PERCENT, baseline="base")
     assert isinstance(plain_won, Decision)
     stored = answer_of(plain_won, labels, ConfirmOptions(), 2)
