@@ -142,6 +142,14 @@ def _study(
         raise r.error("deadline", f"expected {TIME_OF_DAY_EXPECTED}, got {deadline!r}")
     budget = r.raw("budget", None)
     budget_s = parse_duration(budget, r, "budget") if budget is not None else None
+    if budget_s is not None and not isinstance(budget, str) and budget_s < MIN_BARE_BUDGET_S:
+        raise r.error(
+            "budget",
+            f"expected {DURATION_EXPECTED}, got {describe(budget)}: a bare number is seconds, "
+            f"and {budget:g} s is shorter than one server start (write \"{budget:g}h\" or "
+            f"\"{budget:g}m\" for a duration, or n_trials = {budget:g} for a count; "
+            f"\"{budget:g}s\" if you do mean seconds)",
+        )
     storage = r.string("storage", "") or default_storage(path, name)
     study = Study(
         name=name,
@@ -175,6 +183,9 @@ def default_storage(study_path: str, name: str) -> str:
 
 
 DURATION_EXPECTED = 'a duration like "8h", "90m" or "1h30m"'
+MIN_BARE_BUDGET_S = 60.0
+"""A ``budget`` written as a bare number below this is taken for a slip (12 meaning hours or
+trials), not 12 seconds: no server starts that fast."""
 TIME_OF_DAY_EXPECTED = 'a time of day HH:MM (or "tomorrow HH:MM")'
 
 

@@ -52,6 +52,9 @@ def test_ranges_durations_and_extras() -> None:
     study = parse_study(text, "s.toml")
     assert study.space.num_steps == (1, 3, 5, 7, 9)
     assert study.budget_s == 5400
+    for written, seconds in (('"30s"', 30), ("5400", 5400)):  # said in seconds: taken so
+        again = parse_study(text.replace('budget = "1h30m"', f"budget = {written}"), "s.toml")
+        assert again.budget_s == seconds
     assert study.space.env == (("NCCL_PROTO", ("LL", "Simple")),)
     assert study.space.flags == (("--attention-backend", ("fa3", "flashinfer")),)
 
@@ -68,6 +71,7 @@ MALFORMED = [
     ("n_trials = 5", 'deadline = "7am"', "study.deadline", "HH:MM"),
     ("n_trials = 5", 'budget = "eight hours"', "study.budget", "duration"),
     ("n_trials = 5", "budget = -3", "study.budget", "duration"),
+    ("n_trials = 5", "budget = 12", "study.budget", 'n_trials = 12 for a count; "12s" if'),
     ("n_trials = 5", "tags = [1]", "study.tags", "expected a table"),
     ('model_path = "m"', "", "engine.model_path", "required"),
     ("tp_size = 8", "tp_size = 0", "engine.tp_size", ">= 1"),
