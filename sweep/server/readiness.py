@@ -229,7 +229,7 @@ def wait_until_ready(
             seen[Phase.READY] = clock.now() - launched_at
             return
         now = clock.now()
-        _fail_on_timeout(wait, watch, now - launched_at, answered=status is not None)
+        _fail_on_timeout(wait, watch, now - launched_at, status=status, proven=proven)
         if now >= next_progress:
             emit(Event(EventKind.PROGRESS, f"still {watch.phase}", now - launched_at, watch.phase))
             next_progress += wait.progress_every_s
@@ -250,12 +250,18 @@ def _ours_or_dead(ours: Ownership, look: Callable[[], object]) -> bool:
         raise
 
 
-def _fail_on_timeout(wait: ReadyWait, watch: LogWatch, elapsed: float, *, answered: bool) -> None:
+def _fail_on_timeout(
+    wait: ReadyWait, watch: LogWatch, elapsed: float, *, status: int | None, proven: bool
+) -> None:
     if elapsed >= wait.timeout_s:
-        unseen = "; the port answered, but no listening socket was seen" if answered else ""
+        answer = ""
+        if status is not None and proven:  # ours, up, and not ready: what it last said
+            answer = f"; our server's port answers, {wait.readiness.endpoint} said {status}"
+        elif status is not None:
+            answer = "; the port answered, but no listening socket was seen"
         raise StartFailed(
             FailureKind.STARTUP_TIMEOUT,
-            f"not ready after {wait.timeout_s:g} s (still {watch.phase}{unseen})",
+            f"not ready after {wait.timeout_s:g} s (still {watch.phase}{answer})",
         )
 
 

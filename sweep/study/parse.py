@@ -146,9 +146,9 @@ def _study(
         raise r.error(
             "budget",
             f"expected {DURATION_EXPECTED}, got {describe(budget)}: a bare number is seconds, "
-            f"and {budget:g} s is shorter than one server start (write \"{budget:g}h\" or "
-            f"\"{budget:g}m\" for a duration, or n_trials = {budget:g} for a count; "
-            f"\"{budget:g}s\" if you do mean seconds)",
+            f'and {budget:g} s is shorter than one server start (write "{budget:g}h" or '
+            f'"{budget:g}m" for a duration, or n_trials = {budget:g} for a count; '
+            f'"{budget:g}s" if you do mean seconds)',
         )
     storage = r.string("storage", "") or default_storage(path, name)
     study = Study(

@@ -143,10 +143,31 @@ def test_progress_every_30_s_and_timeout_after_900_s_of_fake_time() -> None:
     assert failure.kind is FailureKind.STARTUP_TIMEOUT and not failure.kind.deterministic
     assert failure.phase is Phase.LOADING_WEIGHTS
     assert "not ready after 900 s" in str(failure)
+    # our server answered, only not ready: what it said, not "no listening socket was seen"
+    assert "our server's port answers, /ready said 503" in str(failure)
+    assert "no listening socket" not in str(failure)
     assert fake.t - 1000.0 == pytest.approx(900.0, abs=0.3)  # no real waiting: fake time
     progress = [e for e in events if e.kind is EventKind.PROGRESS]
     assert len(progress) == 29 and progress[0].message == "still loading weights"
     assert progress[0].elapsed_s == pytest.approx(30.0, abs=0.3)
+
+
+class SocketlessExecutor(FakeExecutor):
+    """The port answers, but no listening socket of it is seen on the host."""
+
+    def listening_processes(self, port: int) -> PortListeners:
+        self.port_checks += 1
+        return PortListeners(port)
+
+
+def test_a_port_that_answers_without_a_socket_on_the_host_times_out_saying_so() -> None:
+    fake = FakeClock()
+    executor = SocketlessExecutor(fake.clock(), [b"[t TP0] Load weight begin.\n"])
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(executor, SGLangAdapter(), lambda r: httpx.Response(200), fake)
+    failure = caught.value
+    assert failure.kind is FailureKind.STARTUP_TIMEOUT
+    assert "the port answered, but no listening socket was seen" in str(failure)
 
 
 def test_old_versions_wait_for_the_log_line_then_ask_health_generate() -> None:
