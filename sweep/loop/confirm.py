@@ -95,7 +95,7 @@ def confirm(run: RunContext) -> None:
                     f"spent {used} of its {budget} launches"
                 )
             return
-        run.display.message(f"confirming: {step.reason}")
+        run.display.message(f"confirming: {answer.labelled(step.reason, labels)}")
         for key in step.order[: max(1, budget + answer.EXTENSION - used)]:
             count_confirmation(trials, baseline=key == answer.BASELINE_KEY)
             used += 1

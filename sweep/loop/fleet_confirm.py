@@ -267,7 +267,7 @@ def decide(run: RunContext) -> Plan:
         jobs = step.jobs[: max(1, left)]
         for job in jobs:
             count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
-        return Plan(jobs, step.reason)
+        return Plan(jobs, answer.labelled(step.reason, answer.labels_of(seen.trials, run.valid)))
     stored = answer.answer_of(step, answer.labels_of(seen.trials, run.valid), options, used)
     effects = host_effects(
         [x for x in launches if value or not objective.weights or TrialConfig.speculates(x.key)]

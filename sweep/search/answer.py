@@ -278,7 +278,7 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
         "confident": decision.confident,
         "confidence": options.confidence,
         "tie_margin": options.tie_margin,
-        "reason": _labelled(decision.reason, labels),
+        "reason": labelled(decision.reason, labels),
         "confirmation_launches": confirmation_launches,
         # added fields: a tie only when established; what would decide; labelled model figure
         "near": [labels.get(k, k) for k in decision.near],
@@ -289,7 +289,7 @@ def answer_of(decision: Decision, labels: Mapping[str, str], options: ConfirmOpt
     }
 
 
-def _labelled(text: str, labels: Mapping[str, str]) -> str:
+def labelled(text: str, labels: Mapping[str, str]) -> str:
     """``text`` with configuration keys written as users write configurations."""
     for key in sorted(labels, key=len, reverse=True):
         text = text.replace(key, labels[key])

@@ -232,7 +232,8 @@ def decide(
     order = _round(verdict, launches, options, remaining, baseline, looks, controls)
     if order:
         rivals = tuple(k for k in order if k != baseline)
-        return Relaunch(order, rivals, relaunch_reason(rivals, verdict.chance, options))
+        why = (winner, held[0]) if winner is not None and held is not None else None
+        return Relaunch(order, rivals, relaunch_reason(rivals, verdict.chance, options, why))
     return _undecided(verdict, excluded, inputs, guards.withheld)
 
 

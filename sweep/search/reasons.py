@@ -49,11 +49,22 @@ def control_reason(control: str) -> str:
 
 
 def relaunch_reason(
-    rivals: Sequence[str], chance: Mapping[str, float], options: ConfirmOptions
+    rivals: Sequence[str],
+    chance: Mapping[str, float],
+    options: ConfirmOptions,
+    held: tuple[str, str] | None = None,
 ) -> str:
+    """Why a round is launched; ``held``: the leader the launches put within the margin and
+    the check that withheld it (then that is the reason, not the probability)."""
+    relaunching = f"relaunching {len(rivals)} contender(s)"
+    if held is not None:
+        leader, why = held
+        return (
+            f"{leader} is within {options.tie_margin:.1%} of the best with probability "
+            f"{chance.get(leader, 0.0):.3f}, but {why}; {relaunching}"
+        )
     best = max(chance.values(), default=0.0)
     return (
         f"no configuration is yet within {options.tie_margin:.1%} of the best with "
-        f"probability {options.confidence:.2f} (best {best:.3f}); relaunching "
-        f"{len(rivals)} contender(s)"
+        f"probability {options.confidence:.2f} (best {best:.3f}); {relaunching}"
     )

@@ -28,9 +28,13 @@ def test_contenders_are_relaunched_and_the_answer_states_its_confidence(tmp_path
     path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
                        profile=profile, confirm=True,
                        sections="[confirm]\nmax_replicates = 3\n")  # fmt: skip
-    summary = run_study(load_study(path), display=Display(io.StringIO(), live=False))
+    out = io.StringIO()
+    summary = run_study(load_study(path), display=Display(out, live=False))
     study = load_study(path)
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
+    # a round's reason names configurations as users write them, never by internal key
+    said = [line for line in out.getvalue().splitlines() if line.startswith("confirming:")]
+    assert said and not [line for line in said if "-tp" in line or "[]" in line]
     records = read_records(optuna_study)
     replicates = [r for r in records if r.kind is Kind.REPLICATE]
     assert all(r.state is State.MEASURED and r.key for r in replicates)

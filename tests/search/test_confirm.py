@@ -111,6 +111,14 @@ def test_a_clear_winner_is_decided_without_more_launches() -> None:
     assert base is not None and base.ratio == pytest.approx(116.1667 / 89.0, rel=1e-4)
 
 
+def test_a_round_says_which_check_held_back_a_leader_the_launches_put_ahead() -> None:
+    launches = {"s3": [130.0], "s2": [100.0, 101.0], "base": [89.0, 90.0]}
+    result = decide(launches, TIGHT, baseline="base")
+    assert isinstance(result, Relaunch) and result.order[0] == "s3"
+    assert result.reason.startswith("s3 is within 1.0% of the best with probability 1.000, but")
+    assert "it has one launch" in result.reason and "no configuration is yet" not in result.reason
+
+
 def test_close_configurations_are_relaunched_leader_first_then_the_least_certain() -> None:
     launches = {"a": [100.0], "b": [99.0], "c": [96.5], "d": [80.0], "base": [89.0]}
     result = decide(launches, TWO_PERCENT, baseline="base")
