@@ -64,9 +64,9 @@ from sweep.server.executor.detached import (
 )
 from sweep.server.executor.ssh_queries import (
     connection_owner,
-    parse_port_listeners,
+    observe_script,
+    parse_observation,
     port_listeners,
-    port_listeners_script,
 )
 
 logger = logging.getLogger(__name__)
@@ -269,22 +269,8 @@ class SSHExecutor(Executor):
     def observe(
         self, process: ServerProcess, log_offset: int, port: int | None = None
     ) -> Observation:
-        stat = f"/proc/{process.pid}/stat"
-        script = (
-            f's=$({stat_fields(stat)}); echo "$s"; '
-            f'e=$(cat {shlex.quote(process.files.exit)} 2>/dev/null); echo "$e"; '
-            f"{tail_base64(process.files.log, log_offset, LOG_CHUNK_BYTES)}; echo"
-        )
-        if port is not None:  # who listens, in the same round trip (descriptors only if any)
-            script += f"\n{port_listeners_script(port, only_if_listening=True)}"
-        lines = self._shell(script).stdout.split("\n", 3)
-        alive = alive_from_stat(lines[0], process.start_ticks)
-        code = exit_code_from_text(lines[1] if len(lines) > 1 else "") if not alive else None
-        log = base64.b64decode(lines[2] if len(lines) > 2 else "")
-        listeners = None
-        if port is not None:
-            listeners = parse_port_listeners(lines[3] if len(lines) > 3 else "", port, self._stdout)
-        return Observation(alive, code, log, listeners)
+        out = self._shell(observe_script(process, log_offset, LOG_CHUNK_BYTES, port))
+        return parse_observation(out.stdout, process, port, self._stdout)
 
     def is_alive(self, process: ServerProcess) -> bool:
         out = self._shell(f"{stat_fields(f'/proc/{process.pid}/stat')}")

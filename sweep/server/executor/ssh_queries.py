@@ -7,20 +7,56 @@ by the helpers the local executor uses too (:mod:`sweep.server.executor.base`).
 
 from __future__ import annotations
 
+import base64
+import shlex
 from collections.abc import Callable
 
 from sweep.server.executor.base import (
+    Observation,
     PortListeners,
     ProcStat,
     RunOwner,
+    ServerProcess,
     SocketHolder,
     listening_inodes,
     socket_fds_in,
 )
-from sweep.server.executor.detached import stat_fields
+from sweep.server.executor.detached import (
+    alive_from_stat,
+    exit_code_from_text,
+    stat_fields,
+    tail_base64,
+)
 
 RunShell = Callable[[str], str]
 """Runs one command in the host's shell and returns its standard output."""
+
+
+def observe_script(process: ServerProcess, log_offset: int, limit: int, port: int | None) -> str:
+    """The shell of one look at a server: its stat line, exit file, up to ``limit`` new log
+    bytes (base64), and with ``port`` who listens on it (descriptors listed only if any)."""
+    script = (
+        f's=$({stat_fields(f"/proc/{process.pid}/stat")}); echo "$s"; '
+        f'e=$(cat {shlex.quote(process.files.exit)} 2>/dev/null); echo "$e"; '
+        f"{tail_base64(process.files.log, log_offset, limit)}; echo"
+    )
+    if port is not None:
+        script += f"\n{port_listeners_script(port, only_if_listening=True)}"
+    return script
+
+
+def parse_observation(
+    out: str, process: ServerProcess, port: int | None, run: RunShell
+) -> Observation:
+    """:class:`Observation` from the output of :func:`observe_script`."""
+    lines = out.split("\n", 3)
+    alive = alive_from_stat(lines[0], process.start_ticks)
+    code = exit_code_from_text(lines[1] if len(lines) > 1 else "") if not alive else None
+    log = base64.b64decode(lines[2] if len(lines) > 2 else "")
+    listeners = None
+    if port is not None:
+        listeners = parse_port_listeners(lines[3] if len(lines) > 3 else "", port, run)
+    return Observation(alive, code, log, listeners)
 
 
 def port_listeners(run: RunShell, port: int) -> PortListeners:
