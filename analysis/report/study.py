@@ -33,6 +33,7 @@ from analysis.report.document import Block, Code, Document, Section, table
 from analysis.report.forked import Children
 from analysis.report.health import drift_section, failures_section, provenance_section
 from analysis.report.schedule import schedule_comparison, schedule_section
+from sweep.core.space import TrialConfig
 from sweep.redact import redact_url
 
 
@@ -216,9 +217,16 @@ def _baseline_text(row: pd.Series, unit: str) -> str:
     value = fmt.with_ci(
         row["baseline_value"], row["baseline_ci_low"], row["baseline_ci_high"], unit
     )
-    return (
+    text = (
         f"{value} (baseline trial {row['baseline_trial']}, the latest before it on the same host)"
     )
+    flags = TrialConfig.extras_in(str(row.get("key") or ""))
+    if flags:  # part of the speedup below may be the flags' own gain
+        text += (
+            f"; it ran without {flags}, so the speedup counts that gain too (the confirmed "
+            "answer compares with no speculation with the same flags)"
+        )
+    return text
 
 
 def _schedule_blocks(schedule: BestSchedule) -> list[Block]:

@@ -16,7 +16,7 @@ import pytest
 
 from analysis.report.write import export_trials, write_report
 from sweep.exceptions import OutputError
-from tests.support.frames import Synth, chain_configs, write_study
+from tests.support.frames import Config, Synth, chain_configs, write_study
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +98,21 @@ def test_an_export_replaces_an_older_one_whole(study: Path, tmp_path: Path) -> N
     export_trials(study, path)
     assert path.read_text().startswith("study,")
     assert [p.name for p in tmp_path.iterdir()] == ["trials.csv"]
+
+
+def test_the_best_configuration_s_baseline_says_which_searched_flags_it_lacked(
+    tmp_path: Path,
+) -> None:
+    flagged = [Config(c.steps, c.topk, c.tokens, c.draft_tp, (("NCCL_PROTO", "LL"),))
+               for c in chain_configs([1, 2, 3], [1, 8])]  # fmt: skip
+    path = write_study(tmp_path, Synth("flagged", flagged, baseline_every=3))
+    write_report(path, tmp_path / "report", formats=("png",))
+    text = (tmp_path / "report" / "report.md").read_text()
+    best = text[text.index("## Best configuration") :]
+    assert "it ran without NCCL_PROTO=LL, so the speedup counts that gain too" in best
+    (tmp_path / "plain").mkdir()
+    plain = write_study(
+        tmp_path / "plain", Synth("plain", chain_configs([1, 2], [1]), baseline_every=3)
+    )
+    write_report(plain, tmp_path / "plain-report", formats=("png",))
+    assert "it ran without" not in (tmp_path / "plain-report" / "report.md").read_text()
