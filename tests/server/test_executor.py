@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from sweep.exceptions import ExecutorError
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
 from sweep.server.executor.base import ProcStat, RunOwner
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+from sweep.server.executor.ssh_queries import port_listeners, port_listeners_script
 from tests.support.ports import free_port
 from tests.support.procs import group_members, kill_group, wait_until
 from tests.support.sshd import Sshd
@@ -297,3 +299,39 @@ def dead(pid: int) -> bool:
     except OSError:
         return True
     return state in ("Z", "X")
+
+
+def test_the_port_query_sends_only_the_port_s_lines_and_works_without_awk(
+    tmp_path: Path,
+) -> None:
+    """The SSH executor's port query run by a local shell: with awk it prints the port's
+    LISTEN lines and their holders only; on a host without awk it still finds them."""
+    bare = tmp_path / "bin"  # a PATH with what the query needs, but no awk
+    bare.mkdir()
+    for tool in ("cat", "tr", "ls", "sed", "grep"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bare / tool).symlink_to(found)
+
+    def shell(path: str | None) -> Callable[[str], str]:
+        env = {**os.environ, "PATH": path} if path else None
+        return lambda cmd: (
+            subprocess.run(
+                ["/bin/sh", "-c", cmd], capture_output=True, text=True, env=env, timeout=30
+            ).stdout
+        )
+
+    with socket.socket() as other, socket.socket() as ours:  # another listener on the host
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        ours.bind(("127.0.0.1", 0))
+        ours.listen()
+        port = ours.getsockname()[1]
+        out = shell(None)(port_listeners_script(port))
+        assert f":{port:04X}" in out and f":{other.getsockname()[1]:04X}" not in out
+        for run in (shell(None), shell(str(bare))):
+            listeners = port_listeners(run, port)
+            assert listeners.owned_by(os.getpgid(0))
+            assert {h.pid for h in listeners.holders} == {os.getpid()}
+    quiet = shell(None)(port_listeners_script(free_port(), only_if_listening=True))
+    assert quiet.split("@@") == ["\n", "\n\n", "\n"]  # nothing listens: no descriptors listed

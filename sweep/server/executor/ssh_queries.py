@@ -67,14 +67,15 @@ def port_listeners(run: RunShell, port: int) -> PortListeners:
 
 
 def port_listeners_script(port: int, *, only_if_listening: bool = False) -> str:
-    """The shell behind :func:`port_listeners`; with ``only_if_listening``, the processes'
-    descriptors are listed only when something listens on the port (a cheap look while a
-    server loads)."""
-    script = _PORT_HOLDERS.format(port=f":{port:04X}")
-    if only_if_listening:
-        head, _, rest = script.partition(_LISTING)
-        script = f'{head}if [ -n "$(printf %s "$inodes" | tr -d " ")" ]; then\n{_LISTING}{rest}\nfi'
-    return script
+    """The shell behind :func:`port_listeners`. With awk on the host (any distribution, and
+    busybox, has one) it prints only the port's LISTEN lines, the descriptors that hold them
+    (under their process's header) and those processes' stat lines: a few hundred bytes, not
+    the host's socket tables and every process's descriptors. Without awk it prints those
+    raw, and the holders' stat lines are asked for again. With ``only_if_listening``, the
+    descriptors are not listed while nothing listens on the port (a look while a server
+    loads)."""
+    only = "1" if only_if_listening else ""
+    return _PORT_HOLDERS.replace("@PORT@", f":{port:04X}").replace("@ONLY@", only)
 
 
 def parse_port_listeners(out: str, port: int, run: RunShell) -> PortListeners:
@@ -111,15 +112,26 @@ def connection_owner(run: RunShell) -> RunOwner:
 
 
 _PORT_HOLDERS = r"""tables=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null)
-inodes=" $(printf '%s\n' "$tables" | awk -v port="{port}" \
-  '$4 == "0A" && substr($2, length($2) - 4) == port {{printf "%s ", $10}}')"
-listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
-printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
-for pid in $(printf '%s\n' "$listing" | awk -v inodes="$inodes" '
-  /^\/proc\/.*\/fd:$/ {{ split($0, a, "/"); pid = a[3]; next }}
-  match($0, /socket:\[[0-9]+\]/) {{
-    if (index(inodes, " " substr($0, RSTART + 8, RLENGTH - 9) " ")) print pid }}' | sort -u)
-do cat /proc/"$pid"/stat 2>/dev/null; done"""
-"""The shell behind :func:`port_listeners` (``{port}``: ``:`` + 4 hex digits, as
-``/proc/net/tcp`` writes it)."""
-_LISTING = "listing=$(ls"
+if command -v awk >/dev/null 2>&1; then
+  tables=$(printf '%s\n' "$tables" | awk -v port="@PORT@" \
+    '$4 == "0A" && substr($2, length($2) - 4) == port')
+  inodes=" $(printf '%s\n' "$tables" | awk '{printf "%s ", $10}')"
+  listing=""
+  if [ -z "@ONLY@" ] || [ -n "$(printf %s "$inodes" | tr -d ' ')" ]; then
+    listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | awk -v inodes="$inodes" '
+      /^\/proc\/.*\/fd:$/ { head = $0; next }
+      match($0, /socket:\[[0-9]+\]/) {
+        if (index(inodes, " " substr($0, RSTART + 8, RLENGTH - 9) " ")) {
+          if (head != "") print head; head = ""; print } }')
+  fi
+  printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
+  for pid in $(printf '%s\n' "$listing" | sed -n 's#^/proc/\([0-9]*\)/fd:$#\1#p'); do
+    cat /proc/"$pid"/stat 2>/dev/null
+  done
+else
+  listing=$(ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:\[')
+  printf '%s\n@@\n%s\n@@\n' "$tables" "$listing"
+fi"""
+"""The shell behind :func:`port_listeners` (``@PORT@``: ``:`` + 4 hex digits, as
+``/proc/net/tcp`` writes it; ``@ONLY@``: non-empty to skip the descriptors while nothing
+listens on the port)."""
