@@ -483,7 +483,7 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.commands.status import confirmation_plan, plan_report
+    from sweep.commands.status import confirmation_plan, duration_text, plan_report
     from sweep.loop.checks import preflight
     from sweep.study import load_study
 
@@ -504,9 +504,9 @@ def plan(
     if report.excluded:
         print(f"{len(report.excluded)} excluded:")
         print("".join(f"  {c.label()}: {reason}\n" for c, reason in report.excluded), end="")
-    hours = report.total_s / 3600
     out.print(
-        f"estimated time: {hours:.1f} h for {len(report.valid)} trials and a baseline "
+        f"estimated time: {duration_text(report.total_s)} for {len(report.valid)} trials and "
+        "a baseline "
         f"({report.estimated_from})"
     )
     out.print(confirmation_plan(study, report), markup=False)

@@ -145,6 +145,11 @@ class PlanReport:
         return self.per_trial_s * (len(self.valid) + 1)
 
 
+def duration_text(seconds: float) -> str:
+    """``"1.8 h"``, or ``"26 min"`` under an hour (``"0.0 h"`` says nothing)."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{max(1, round(seconds / 60))} min"
+
+
 def confirmation_plan(study: Study, report: PlanReport) -> str:
     """What the confirmation may add after the search, in launches and hours: its share
     (:func:`~sweep.search.answer.confirmation_budget` of the planned launches), the
@@ -164,7 +169,7 @@ def confirmation_plan(study: Study, report: PlanReport) -> str:
     )
     return (
         f"then confirmation{where}: up to {launches} launches "
-        f"({launches * report.per_trial_s / 3600:.1f} h) — {share} relaunching the contenders "
+        f"({duration_text(launches * report.per_trial_s)}) — {share} relaunching the contenders "
         f"(at most {c.max_replicates} launches each) until the winner is within "
         f"{c.tie_margin:.0%} of every rival with {c.confidence:.0%} confidence, up to "
         f"{answer.EXTENSION} more when they would decide{control}; ties go to the simplest "

@@ -12,8 +12,8 @@ from tests.support.studies import write_study
 ENV = (("NCCL_PROTO", "LL"),)
 
 
-def report(configs: list[TrialConfig]) -> PlanReport:
-    return PlanReport(tuple(configs), (), (), 600.0, "a guess")
+def report(configs: list[TrialConfig], per_trial_s: float = 600.0) -> PlanReport:
+    return PlanReport(tuple(configs), (), (), per_trial_s, "a guess")
 
 
 def test_the_plan_counts_the_share_the_extension_and_the_winner_s_control(tmp_path: Path) -> None:
@@ -27,6 +27,9 @@ def test_the_plan_counts_the_share_the_extension_and_the_winner_s_control(tmp_pa
     text = confirmation_plan(study, report(flagged))
     assert text.startswith("then confirmation: up to 10 launches (1.7 h)")
     assert "then one of no speculation with the winner's searched flags (its control)" in text
+    # under an hour in minutes, not "0.0 h" (the demo's 12-s trials)
+    quick = confirmation_plan(study, report(plain, per_trial_s=12.0))
+    assert quick.startswith("then confirmation: up to 9 launches (2 min) —")
 
 
 def test_the_plan_says_when_the_confirmation_is_off(tmp_path: Path) -> None:
