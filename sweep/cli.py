@@ -567,7 +567,8 @@ def status(
     if report.best:
         best = report.best
         out.print(
-            f"best: trial {best.number} {escape(best.label)}: {_num(best.value)}"
+            f"best single measurement: trial {best.number} {escape(best.label)}: "
+            f"{_num(best.value)}"
             f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)"
         )
     if report.answer:
