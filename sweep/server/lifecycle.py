@@ -81,6 +81,8 @@ STARTUP_TIMEOUT_S = 900.0
 """Give up on a server that is not ready after this long (loading + capture + warmup)."""
 POLL_INTERVAL_S = 0.2
 """How often the process, its log and the readiness endpoint are polled (≤ 0.25 s)."""
+FATAL_EXIT_GRACE_S = 1.0
+"""How long a server that logged a fatal line may take to exit by itself before it is stopped."""
 PROGRESS_EVERY_S = 30.0
 """How often a "still loading" progress event is emitted."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -179,6 +181,7 @@ class RunningServer:
         self.watch.feed(observation.log)
         if observation.alive and self.watch.fatal is None:
             return
+        _let_it_exit(self)
         _stop_quietly(self)
         raise self.failure(StartFailed())
 
@@ -386,6 +389,8 @@ def _follow_to_ready(running: RunningServer) -> None:
         info = server_info(ctx.client, ctx.url, paths=ctx.adapter.info_paths)
         confirm_identity(ctx.adapter, info, ctx.command, ctx.url)
     except StartFailed as failed:
+        if failed.kind is None:  # it exited, or logged a fatal line
+            _let_it_exit(running)
         _stop_quietly(running)
         raise running.failure(failed) from None
     except TransientSSHError as exc:
@@ -404,6 +409,17 @@ def _owns_port(running: RunningServer) -> bool:
     ctx = running._ctx
     listeners = ctx.executor.listening_processes(ctx.port)
     return listener_is_ours(listeners, running.process.pgid, ctx.executor.host)
+
+
+def _let_it_exit(running: RunningServer) -> None:
+    """After a fatal log line, give the server ``FATAL_EXIT_GRACE_S`` to exit by itself, as
+    engines do (SGLang's scheduler raises, its parent gets SIGQUIT and kills itself): its
+    own exit code and the rest of its traceback are then kept, instead of what our stop
+    left. A server that does not exit in that time is stopped as before."""
+    if running.watch.fatal is None:
+        return
+    with contextlib.suppress(ExecutorError):
+        running._ctx.executor.wait_exit(running.process, FATAL_EXIT_GRACE_S)
 
 
 def _stop_quietly(running: RunningServer) -> None:

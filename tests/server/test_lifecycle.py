@@ -21,7 +21,13 @@ from sweep.failures import FailureKind, Phase
 from sweep.server.executor import LocalExecutor, ServerFiles
 from sweep.server.executor.base import PortListeners, SocketHolder
 from sweep.server.executor.fake import FakeExecutor
-from sweep.server.lifecycle import HostLimits, LifecycleOptions, http_client, server
+from sweep.server.lifecycle import (
+    FATAL_EXIT_GRACE_S,
+    HostLimits,
+    LifecycleOptions,
+    http_client,
+    server,
+)
 from sweep.server.readiness import Event, EventKind
 from tests.support.flagwords import flags_of
 from tests.support.ports import free_port
@@ -300,7 +306,7 @@ def test_begin_serving_checks_the_port_again_and_marks_the_phase() -> None:
     assert caught.value.kind is FailureKind.STALE_SERVER and "pid 77" in caught.value.summary
 
 
-def test_a_fatal_log_line_fails_at_once_without_waiting_for_exit() -> None:
+def test_a_fatal_log_line_fails_fast_even_if_the_server_never_exits() -> None:
     fake = FakeClock()
     oom = b"[t TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB\n"
     log = [
@@ -315,7 +321,23 @@ def test_a_fatal_log_line_fails_at_once_without_waiting_for_exit() -> None:
     assert failure.kind is FailureKind.OUT_OF_MEMORY and failure.kind.deterministic
     assert failure.phase is Phase.CAPTURING_CUDA_GRAPHS
     assert failure.log_tail[-1] == oom.decode().rstrip()
-    assert fake.t - 1000.0 < 1.0  # noticed at the poll that read the line
+    # noticed at the poll that read the line; stopped once the grace to exit by itself ran out
+    assert fake.t - 1000.0 < 1.0 + FATAL_EXIT_GRACE_S
+    assert failure.return_code is None and executor.signals == [signal.SIGTERM]
+
+
+def test_a_server_exiting_by_itself_after_a_fatal_line_keeps_its_exit_code_and_traceback() -> None:
+    fake = FakeClock()
+    oom = b"[t TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB\n"
+    after = b"[t] Received sigquit from a child process. It usually means the child failed.\n"
+    log = [b"[t TP0] Capture target verify CUDA graph begin.\n", oom, after]
+    executor = FakeExecutor(fake.clock(), log, exit_code=-9)  # dies by itself, as SGLang does
+    with pytest.raises(ServerFailure) as caught:
+        run_fake(executor, SGLangAdapter(), lambda r: httpx.Response(503), fake)
+    failure = caught.value
+    assert failure.kind is FailureKind.OUT_OF_MEMORY and failure.return_code == -9
+    assert failure.log_tail[-1] == after.decode().rstrip()  # the lines after the fatal one
+    assert "killed by signal 9" in failure.summary
 
 
 def test_process_exit_is_classified_from_its_exit_code() -> None:
