@@ -505,9 +505,8 @@ def plan(
         print(f"{len(report.excluded)} excluded:")
         print("".join(f"  {c.label()}: {reason}\n" for c, reason in report.excluded), end="")
     out.print(
-        f"estimated time: {duration_text(report.total_s)} for {len(report.valid)} trials and "
-        "a baseline "
-        f"({report.estimated_from})"
+        f"estimated time: {duration_text(report.total_s)} for {len(report.valid)} trials "
+        f"and a baseline ({report.estimated_from})"
     )
     out.print(confirmation_plan(study, report), markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)

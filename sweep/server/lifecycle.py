@@ -389,8 +389,7 @@ def _follow_to_ready(running: RunningServer) -> None:
         info = server_info(ctx.client, ctx.url, paths=ctx.adapter.info_paths)
         confirm_identity(ctx.adapter, info, ctx.command, ctx.url)
     except StartFailed as failed:
-        if failed.kind is None:  # it exited, or logged a fatal line
-            _let_it_exit(running)
+        _let_it_exit(running)
         _stop_quietly(running)
         raise running.failure(failed) from None
     except TransientSSHError as exc:

@@ -61,8 +61,7 @@ def parse_observation(
 
 def port_listeners(run: RunShell, port: int) -> PortListeners:
     """The listening sockets of ``port`` on the host and the live processes holding them."""
-    # One round trip: the socket tables, every process's socket fds, and the stat line of
-    # each process holding a listening socket of the port (found on the host with awk).
+    # One round trip (see port_listeners_script); a host without awk takes one more.
     return parse_port_listeners(run(port_listeners_script(port)), port, run)
 
 
