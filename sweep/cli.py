@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import logging
 import os
 import shlex
@@ -589,6 +590,7 @@ def report(
 
     Example: sweep report studies/demo-sim.toml --out reports/demo-sim --format png,svg
     """
+    _collect_no_garbage()
     from analysis.report.write import write_report  # lazily: pandas and matplotlib load only here
     from sweep.loop.checks import require_results
     from sweep.study import load_study
@@ -617,6 +619,7 @@ def compare(
 
     Example: sweep compare studies/kimi-v1.toml studies/kimi-v2.toml --out reports/v1-vs-v2
     """
+    _collect_no_garbage()
     from analysis.report.write import write_comparison
     from sweep.loop.checks import require_results
     from sweep.study import load_study
@@ -665,6 +668,16 @@ def _storage_errors(url: str, doing: str = "cannot use") -> contextlib.AbstractC
     return storage_errors(url, doing)
 
 
+def _collect_no_garbage() -> None:
+    """No cyclic garbage collection for the rest of this process, when the process ends with
+    the command (:func:`main`): a report builds millions of small objects with nothing cyclic
+    worth freeing before the process ends, and collection passes over them — the last one,
+    as collection comes back on after loading, alone 0.15 s at 2,000 trials — cost 0.3–0.4 s
+    of a 3 s report. Called in-process (a test's runner), collection stays on."""
+    if _ENDS_WITH_COMMAND.is_set():
+        gc.disable()
+
+
 def _num(value: float | None, suffix: str = "") -> str:
     return "" if value is None else f"{value:.3f}{suffix}" if suffix else f"{value:.2f}"
 
@@ -674,9 +687,14 @@ EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 (a bad option or argument, from typer); Ctrl-C or SIGTERM."""
 
 
+_ENDS_WITH_COMMAND = threading.Event()
+"""Set by :func:`main`: this process ends when its command does."""
+
+
 def main() -> None:
     """Console entry point: turns SweepError into one clean message (secrets redacted) and
     exit code 1; usage errors exit 2 (typer), Ctrl-C 130."""
+    _ENDS_WITH_COMMAND.set()
     try:
         _run_app()
     except SystemExit as exc:

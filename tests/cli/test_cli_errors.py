@@ -3,6 +3,7 @@ study never creates anything; a study that cannot run is refused before any laun
 
 from __future__ import annotations
 
+import gc
 import resource
 import subprocess
 import sys
@@ -270,3 +271,35 @@ def test_the_cli_exits_without_teardown_but_like_sys_exit(tmp_path: Path, code: 
     assert done.stderr == ("a message\n" if status == 1 else "")
     assert (tmp_path / "thread").read_text() == "done"
     assert (tmp_path / "atexit").read_text() == "ran"
+
+
+GC_CHILD = """
+import gc, sys
+from unittest import mock
+from sweep import cli
+
+def report(*args, **kwargs):  # main() ends the process: report what it saw from here
+    sys.stderr.write(f"collection on in the report: {gc.isenabled()}")
+    raise SystemExit(0)
+
+sys.argv = ["sweep", "report", "study.toml"]
+with mock.patch("analysis.report.write.write_report", report), \\
+        mock.patch("sweep.study.load_study"), mock.patch("sweep.loop.checks.require_results"):
+    cli.main()
+"""
+
+
+def test_a_report_process_skips_garbage_collection_but_an_in_process_call_keeps_it() -> None:
+    """`sweep report` run as a process turns cyclic collection off (passes over millions of
+    report objects that the process exit frees anyway); the same command called in this
+    process (a test's runner) leaves it on."""
+    done = subprocess.run([sys.executable, "-c", GC_CHILD], capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S)  # fmt: skip
+    assert done.stderr.endswith("collection on in the report: False"), done.stderr
+    assert done.returncode == 0
+
+    from sweep import cli
+
+    assert gc.isenabled()
+    cli._collect_no_garbage()
+    assert gc.isenabled()
