@@ -56,15 +56,33 @@ def relaunch_reason(
 ) -> str:
     """Why a round is launched; ``held``: the leader the launches put within the margin and
     the check that withheld it (then that is the reason, not the probability)."""
-    relaunching = f"relaunching {len(rivals)} contender(s)"
+    relaunching = f"relaunching {_names(rivals)}"
     if held is not None:
         leader, why = held
         return (
             f"{leader} is within {options.tie_margin:.1%} of the best with probability "
             f"{chance.get(leader, 0.0):.3f}, but {why}; {relaunching}"
         )
-    best = max(chance.values(), default=0.0)
+    if not chance:
+        return relaunching
+    leader = max(chance, key=lambda k: chance[k])
     return (
         f"no configuration is yet within {options.tie_margin:.1%} of the best with "
-        f"probability {options.confidence:.2f} (best {best:.3f}); {relaunching}"
+        f"probability {options.confidence:.2f} ({leader} is the most likely, "
+        f"{chance[leader]:.3f}); {relaunching}"
     )
+
+
+NAMED = 3  # contenders named in a round's reason; the rest are counted
+
+
+def _names(keys: Sequence[str]) -> str:
+    """``keys`` for a sentence: "A", "A and B", "A, B, C and 2 more" (none: only the baseline
+    is relaunched)."""
+    if not keys:
+        return "no speculation"
+    shown = list(keys[:NAMED])
+    rest = len(keys) - len(shown)
+    if rest:
+        return f"{', '.join(shown)} and {rest} more"
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"

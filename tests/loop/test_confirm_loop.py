@@ -35,6 +35,7 @@ def test_contenders_are_relaunched_and_the_answer_states_its_confidence(tmp_path
     # a round's reason names configurations as users write them, never by internal key
     said = [line for line in out.getvalue().splitlines() if line.startswith("confirming:")]
     assert said and not [line for line in said if "-tp" in line or "[]" in line]
+    assert all("relaunching steps=" in line for line in said), said
     records = read_records(optuna_study)
     replicates = [r for r in records if r.kind is Kind.REPLICATE]
     assert all(r.state is State.MEASURED and r.key for r in replicates)

@@ -124,7 +124,9 @@ def test_close_configurations_are_relaunched_leader_first_then_the_least_certain
     result = decide(launches, TWO_PERCENT, baseline="base")
     assert isinstance(result, Relaunch)
     assert result.order == ("a", "b", "c") and result.contenders == ("a", "b", "c")
-    assert "relaunching 3" in result.reason
+    # the reason names the leader and every configuration relaunched
+    assert "(a is the most likely, 0." in result.reason
+    assert result.reason.endswith("; relaunching a, b and c")
     trimmed = decide(launches, TWO_PERCENT, baseline="base", remaining=2)
     assert isinstance(trimmed, Relaunch) and trimmed.order == ("a", "b")
     # the leader's comparison with b is settled: the launches go to c, not to b
