@@ -17,12 +17,11 @@ from functools import cached_property
 import optuna
 
 from sweep.core import policy
-from sweep.core import speedup as speedups
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import TrialTime, estimate_trial_s
 from sweep.store import read_records
-from sweep.study.model import ObjectiveSpec, Study
+from sweep.study.model import Study
 
 RESTART_GUESS_S = 120.0  # a trial's duration before anything was measured
 
@@ -84,15 +83,11 @@ class History:
         tokens = config.num_draft_tokens if config else 0
         return estimate_trial_s(times, tokens, self.restart_guess_s)
 
-    def best_text(self, objective: ObjectiveSpec) -> str:
+    def best_text(self) -> str:
+        """The best single measurement, with its speedup by the one rule
+        (:mod:`sweep.core.speedup`: over its reference baseline, as `sweep status` shows it)."""
         best = policy.best_measured(self.settled)
         if best is None or best.value is None:
             return "none yet"
-        baseline = speedups.baseline_values(self.baselines, objective.metric).get(
-            objective.concurrency
-        )
-        if objective.weights or objective.mix:  # the baseline's own weighted or mix figure
-            good = [b for b in self.baselines if b.state is State.MEASURED]
-            baseline = good[-1].value if good else None
-        speed = f" ({best.value / baseline:.3f}x baseline)" if baseline else ""
+        speed = f" ({best.speedup:.3f}x baseline)" if best.speedup is not None else ""
         return f"{best.value:.2f} (trial {best.number}){speed}"

@@ -45,7 +45,7 @@ class Prepare:
             lambda marker: stores.claims.once(marker, run.host.name),
             shared=not run.sharing.alone,
         )
-        run.summary.best = run.history().best_text(run.study.objective)
+        run.summary.best = run.history().best_text()
         gate.start(run)
         return Search()
 

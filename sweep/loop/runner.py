@@ -53,7 +53,7 @@ class Runner:
             finally:
                 ctx.display.close()
         summary = ctx.summary
-        summary.best = ctx.history().best_text(ctx.study.objective)
+        summary.best = ctx.history().best_text()
         if ctx.stop_warnings:  # the next run (or anything else) would meet a held port
             summary.warnings += [f"after the last stop: {w}" for w in ctx.stop_warnings]
             summary.failed_run = True

@@ -78,7 +78,7 @@ def tell_launch(
         if not isinstance(outcome, Interrupted):
             run.notifier.trial_finished(False, failure_line(record))
     run.launches.append(stored)
-    run.summary.best = seen.best_text(run.study.objective)
+    run.summary.best = seen.best_text()
     run.display.trial_finished(text, run.summary.best, run.eta())
 
 

@@ -107,3 +107,32 @@ def test_close_contenders_are_relaunched_and_optuna_told_the_estimate(
     assert not answer["confident"] or answer["winner"] == keys[2]
     assert answer["over_baseline"]["ratio"] > 1.05
     assert summary.replicates == len(replicates)
+
+
+def test_the_best_single_measurement_keeps_its_own_speedup_when_a_later_baseline_moves(
+    tmp_path: Path,
+) -> None:
+    """`sweep run`'s "best single measurement" gives the speedup `sweep status` shows: over the
+    best trial's reference baseline (the latest before it), not over a later one."""
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3]", study='sampler = "grid"',
+                       sections="[baseline]\nevery_trials = 1\n")  # fmt: skip
+    study = load_study(path)
+    seen: list[str] = []
+
+    def first_is_best(config: TrialConfig) -> Measurement:
+        """The first configuration launched measures 130, the others 80; the first baseline
+        100, every later one 90."""
+        key = config.key() if config.speculative else "baseline"
+        seen.append(key)
+        if key == "baseline":
+            return Measurement(100.0 if seen.count(key) == 1 else 90.0, half_width=0.2)
+        return Measurement(130.0 if key == seen[1] else 80.0, half_width=0.2)
+
+    summary = run_with_measurements(study, first_is_best)
+    assert seen.count("baseline") >= 2
+    records = read_records(optuna.load_study(study_name=study.name, storage=study.storage))
+    best = max((r for r in records if r.value is not None), key=lambda r: r.value or 0.0)
+    assert best.value == 130.0 and best.speedup == pytest.approx(1.3)  # over the first
+    status = load_status(study)
+    assert status.best is not None and status.best.speedup == pytest.approx(1.3)
+    assert summary.best.endswith("(1.300x baseline)"), summary.best  # not 130 / 90
