@@ -484,7 +484,7 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.commands.status import confirmation_plan, duration_text, plan_report
+    from sweep.commands.status import confirmation_plan, duration_text, limits_plan, plan_report
     from sweep.loop.checks import preflight
     from sweep.study import load_study
 
@@ -510,6 +510,7 @@ def plan(
         f"and a baseline ({report.estimated_from})"
     )
     out.print(confirmation_plan(study, report), markup=False)
+    out.print(limits_plan(study, report), markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
 
 

@@ -138,6 +138,7 @@ class PlanReport:
     per_trial_s: float
     estimated_from: str
     engine_note: str = ""  # [engines] what the parser gate did (or why it could not run)
+    guessed: bool = True  # per_trial_s is a guess: nothing of this study measured yet
 
     @property
     def total_s(self) -> float:
@@ -177,6 +178,42 @@ def confirmation_plan(study: Study, report: PlanReport) -> str:
     )
 
 
+def limits_plan(study: Study, report: PlanReport) -> str:
+    """What ends the run, as the study file sets it (`sweep run`'s options can override):
+    trials, a budget (with the launches it fits at the plan's time per launch and the
+    confirmation's share of it), a deadline; or none."""
+    limits = []
+    if study.n_trials:
+        limits.append(f"{study.n_trials} trial{'s' if study.n_trials != 1 else ''}")
+    if study.budget_s:
+        fit = int(study.budget_s // report.per_trial_s) if report.per_trial_s > 0 else 0
+        limits.append(
+            f"a budget of {duration_text(study.budget_s)} (about {fit} "
+            f"launch{'es' if fit != 1 else ''} at {'a guessed ' if report.guessed else ''}"
+            f"{report.per_trial_s:.0f} s each)"
+        )
+    if study.deadline:
+        limits.append(f"the deadline {study.deadline}")
+    if not limits:
+        return (
+            "limits: none set; the run ends when the search converges and the confirmation "
+            "decides (or spends its launches)"
+        )
+    text = (
+        "limits: " + ", or ".join(limits) + (", whichever comes first" if len(limits) > 1 else "")
+    )
+    confirming = study.confirm.enabled and study.confirm.share > 0
+    if (study.budget_s or study.deadline) and confirming:
+        text += f"; {study.confirm.share:.0%} of the time is kept for the confirmation"
+    needed = len(report.valid) + 1
+    if study.budget_s and report.per_trial_s > 0 and study.budget_s < needed * report.per_trial_s:
+        text += (
+            f"; fewer launches than the {len(report.valid)} configurations and a baseline: the "
+            "search chooses which to launch"
+        )
+    return text
+
+
 def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     """The valid configurations, the exclusions with reasons, commands and a time estimate.
 
@@ -203,17 +240,18 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
         result, note = plan(study, check.gate(rules)), check.note
     config = wiring.deployment_for(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)
-    per_trial, source = _per_trial_estimate(study)
+    per_trial, source, guessed = _per_trial_estimate(study)
     excluded = tuple(
         (e.requested, e.reason + (f" (same as {e.same_as})" if e.same_as else "")
          + (f" [{e.rule}]" if e.rule else ""))
         for e in result.excluded
     )  # fmt: skip
-    return PlanReport(result.valid, excluded, commands, per_trial, source, note)
+    return PlanReport(result.valid, excluded, commands, per_trial, source, note, guessed)
 
 
-def _per_trial_estimate(study: Study) -> tuple[float, str]:
-    guess = PLAN_GUESS_S, f"a guess of {PLAN_GUESS_S:.0f} s per trial (nothing measured yet)"
+def _per_trial_estimate(study: Study) -> tuple[float, str, bool]:
+    """Seconds per launch, where that comes from, and whether it is a guess."""
+    guess = PLAN_GUESS_S, f"a guess of {PLAN_GUESS_S:.0f} s per trial: nothing measured yet", True
     url = study.storage
     if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
         return guess  # do not create a database just to plan
@@ -229,4 +267,4 @@ def _per_trial_estimate(study: Study) -> tuple[float, str]:
     if not totals:
         return guess
     mean = sum(totals) / len(totals)
-    return mean, f"the mean of {len(totals)} measured trials"
+    return mean, f"the mean of {len(totals)} measured trials", False

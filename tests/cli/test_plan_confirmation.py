@@ -1,10 +1,11 @@
-"""`sweep plan`'s confirmation line: what the confirmation may add, in launches and hours."""
+"""`sweep plan`'s confirmation and limits lines: what the confirmation may add, in launches and
+hours, and what ends the run."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.commands.status import PlanReport, confirmation_plan
+from sweep.commands.status import PlanReport, confirmation_plan, limits_plan
 from sweep.core.space import TrialConfig
 from sweep.study import load_study
 from tests.support.studies import write_study
@@ -12,8 +13,10 @@ from tests.support.studies import write_study
 ENV = (("NCCL_PROTO", "LL"),)
 
 
-def report(configs: list[TrialConfig], per_trial_s: float = 600.0) -> PlanReport:
-    return PlanReport(tuple(configs), (), (), per_trial_s, "a guess")
+def report(
+    configs: list[TrialConfig], per_trial_s: float = 600.0, *, guessed: bool = True
+) -> PlanReport:
+    return PlanReport(tuple(configs), (), (), per_trial_s, "a guess", guessed=guessed)
 
 
 def test_the_plan_counts_the_share_the_extension_and_the_winner_s_control(tmp_path: Path) -> None:
@@ -36,3 +39,28 @@ def test_the_plan_says_when_the_confirmation_is_off(tmp_path: Path) -> None:
     study = load_study(write_study(tmp_path))  # the test studies turn it off
     text = confirmation_plan(study, report([TrialConfig(1, 1, 2, 8)]))
     assert text == "confirmation: off (the winner is the best single measurement)"
+
+
+def test_the_plan_says_what_ends_the_run_and_when_the_budget_cannot_launch_every_configuration(
+    tmp_path: Path,
+) -> None:
+    plain = [TrialConfig(s, 1, s + 1, 8) for s in (1, 2, 3)]
+    # 15 min at a guessed 600 s: 1 launch, fewer than 3 configurations and a baseline
+    short = load_study(write_study(tmp_path, study='budget = "15m"', confirm=True))
+    text = limits_plan(short, report(plain))
+    assert text == (
+        "limits: a budget of 15 min (about 1 launch at a guessed 600 s each); 20% of the time "
+        "is kept for the confirmation; fewer launches than the 3 configurations and a baseline: "
+        "the search chooses which to launch"
+    )
+    # measured launches of 12 s: 75 fit, nothing to warn about
+    assert limits_plan(short, report(plain, 12.0, guessed=False)) == (
+        "limits: a budget of 15 min (about 75 launches at 12 s each); 20% of the time is kept "
+        "for the confirmation"
+    )
+    both = load_study(write_study(tmp_path, name="b", study='n_trials = 5\ndeadline = "07:00"'))
+    assert limits_plan(both, report(plain)) == (
+        "limits: 5 trials, or the deadline 07:00, whichever comes first"
+    )
+    none = load_study(write_study(tmp_path, name="n"))
+    assert limits_plan(none, report(plain)).startswith("limits: none set; the run ends when")
