@@ -105,6 +105,16 @@ class LogWatch:
                 entered.append(phase)
         return entered
 
+    def enter(self, phase: Phase) -> bool:
+        """The server proved it reached ``phase`` (its port said ready) before its log said
+        so (over SSH the look before the probe can miss the line written a moment before);
+        returns whether that is news. The log's own line for it, read later, enters nothing
+        again."""
+        if phase.order <= self.phase.order:
+            return False
+        self.phase = phase
+        return True
+
     def finish(self) -> None:
         """Treat a last line without a newline as complete (the process exited)."""
         if self._partial:
@@ -227,6 +237,8 @@ def wait_until_ready(
             proven = held or _ours_or_dead(ours, look)
         if status == 200 and proven:
             seen[Phase.READY] = clock.now() - launched_at
+            if watch.enter(Phase.READY):  # its log line not read yet: said here, once
+                emit(Event(EventKind.PHASE, str(Phase.READY), seen[Phase.READY], Phase.READY))
             return
         now = clock.now()
         _fail_on_timeout(wait, watch, now - launched_at, status=status, proven=proven)
