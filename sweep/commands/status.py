@@ -183,10 +183,11 @@ def limits_plan(study: Study, report: PlanReport) -> str:
     trials, a budget (with the launches it fits at the plan's time per launch and the
     confirmation's share of it), a deadline; or none."""
     limits = []
+    fit = None  # launches the budget fits
     if study.n_trials:
         limits.append(f"{study.n_trials} trial{'s' if study.n_trials != 1 else ''}")
-    if study.budget_s:
-        fit = int(study.budget_s // report.per_trial_s) if report.per_trial_s > 0 else 0
+    if study.budget_s and report.per_trial_s > 0:
+        fit = int(study.budget_s // report.per_trial_s)
         limits.append(
             f"a budget of {duration_text(study.budget_s)} (about {fit} "
             f"launch{'es' if fit != 1 else ''} at {'a guessed ' if report.guessed else ''}"
@@ -205,8 +206,7 @@ def limits_plan(study: Study, report: PlanReport) -> str:
     confirming = study.confirm.enabled and study.confirm.share > 0
     if (study.budget_s or study.deadline) and confirming:
         text += f"; {study.confirm.share:.0%} of the time is kept for the confirmation"
-    needed = len(report.valid) + 1
-    if study.budget_s and report.per_trial_s > 0 and study.budget_s < needed * report.per_trial_s:
+    if fit is not None and fit < len(report.valid) + 1:
         text += (
             f"; fewer launches than the {len(report.valid)} configurations and a baseline: the "
             "search chooses which to launch"

@@ -106,10 +106,9 @@ class LogWatch:
         return entered
 
     def enter(self, phase: Phase) -> bool:
-        """The server proved it reached ``phase`` (its port said ready) before its log said
-        so (over SSH the look before the probe can miss the line written a moment before);
-        returns whether that is news. The log's own line for it, read later, enters nothing
-        again."""
+        """Enter ``phase`` — from a log line, or from the port saying ready before the log
+        did (over SSH the look before the probe can miss the line written a moment before);
+        returns whether that is news (a phase already reached or passed enters nothing)."""
         if phase.order <= self.phase.order:
             return False
         self.phase = phase
@@ -134,10 +133,7 @@ class LogWatch:
         if self.marker and self.marker in line:
             self.marker_seen = True
         phase = self.adapter.phase_of(line)
-        if phase is None or phase.order <= self.phase.order:
-            return None
-        self.phase = phase
-        return phase
+        return phase if phase is not None and self.enter(phase) else None
 
 
 Ownership = Callable[[], bool]
@@ -217,13 +213,16 @@ def wait_until_ready(
     next_progress = launched_at + wait.progress_every_s
     proven = False
 
+    def entered(phase: Phase) -> None:
+        seen[phase] = clock.now() - launched_at
+        emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
+
     def look() -> Observation:
         """Read the log's new lines (recording each phase entered); fail fast if the server
         exited or logged a fatal line."""
         observation = executor.observe(process, watch.offset, port)
         for phase in watch.feed(observation.log):
-            seen[phase] = clock.now() - launched_at
-            emit(Event(EventKind.PHASE, str(phase), seen[phase], phase))
+            entered(phase)
         _fail_fast(watch, observation.alive)
         return observation
 
@@ -236,9 +235,10 @@ def wait_until_ready(
             held = before is not None and before.owned_by(process.pgid)
             proven = held or _ours_or_dead(ours, look)
         if status == 200 and proven:
-            seen[Phase.READY] = clock.now() - launched_at
             if watch.enter(Phase.READY):  # its log line not read yet: said here, once
-                emit(Event(EventKind.PHASE, str(Phase.READY), seen[Phase.READY], Phase.READY))
+                entered(Phase.READY)
+            else:
+                seen[Phase.READY] = clock.now() - launched_at
             return
         now = clock.now()
         _fail_on_timeout(wait, watch, now - launched_at, status=status, proven=proven)
