@@ -89,5 +89,5 @@ class History:
         best = policy.best_measured(self.settled)
         if best is None or best.value is None:
             return "none yet"
-        speed = f" ({best.speedup:.3f}x baseline)" if best.speedup is not None else ""
-        return f"{best.value:.2f} (trial {best.number}){speed}"
+        speed = f", {best.speedup:.3f}x baseline" if best.speedup is not None else ""
+        return f"{best.value:.2f} (trial {best.number}{speed})"

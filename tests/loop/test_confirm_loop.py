@@ -135,4 +135,4 @@ def test_the_best_single_measurement_keeps_its_own_speedup_when_a_later_baseline
     assert best.value == 130.0 and best.speedup == pytest.approx(1.3)  # over the first
     status = load_status(study)
     assert status.best is not None and status.best.speedup == pytest.approx(1.3)
-    assert summary.best.endswith("(1.300x baseline)"), summary.best  # not 130 / 90
+    assert summary.best.endswith(", 1.300x baseline)"), summary.best  # not 130 / 90

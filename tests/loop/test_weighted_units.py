@@ -41,7 +41,7 @@ def test_baselines_and_trials_share_the_weighted_units(tmp_path: Path) -> None:
         assert t.value is not None and 0.3 < t.value < 3  # the same units, not tokens/s
         assert t.speedup == pytest.approx(t.value / base)
     best = max(t.value or 0 for t in trials)
-    assert f"({best / base:.3f}x baseline)" in summary.best
+    assert f", {best / base:.3f}x baseline)" in summary.best
     # each trial's line names the weighted figure, not the metric it is made of
     assert f"weighted speedup {best:.2f}" in out.getvalue()
     assert "output_tok_s 0." not in out.getvalue() and "output_tok_s 1." not in out.getvalue()
