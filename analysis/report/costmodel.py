@@ -73,18 +73,31 @@ def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
         return ["Every configuration the model can reach was tried."]
     config, first = top[0]
     verdict = "above" if first.mean > best.measured_tok_s else "below"
-    return [
+    most = max(r.config.num_steps for r in model.residuals)
+    beyond = [c for c, _ in top if c.num_steps > most]
+    blocks: list[Block] = [
         f"The untried configuration the model expects to be best: **{config.label()}** "
         f"at {_prediction_text(first)}, {verdict} the best measured "
         f"({best.measured_tok_s:.1f} tok/s).",
         table(
             ("untried configuration", "predicted tok/s", "accept length (model)", "cycle ms"),
             [
-                (c.label(), _prediction_text(p), f"{p.accept_length:.2f}", f"{1000 * p.cycle:.2f}")
+                (
+                    c.label() + (" (extrapolated)" if c in beyond else ""),
+                    _prediction_text(p),
+                    f"{p.accept_length:.2f}",
+                    f"{1000 * p.cycle:.2f}",
+                )
                 for c, p in top
             ],
         ),
     ]
+    if beyond:
+        blocks.append(
+            f"Extrapolated: more steps than any measured trial ({most}), so possibly outside "
+            "the study's space; widen `[space] num_steps` to measure them."
+        )
+    return blocks
 
 
 def _prediction_text(p: Prediction) -> str:

@@ -163,3 +163,27 @@ def test_speedup_interval_combines_both_relative_half_widths() -> None:
     assert out["speedup"] == pytest.approx(1.2)
     assert out["speedup_ci_low"] == pytest.approx(1.2 * (1 - rel))
     assert out["speedup_ci_high"] == pytest.approx(1.2 * (1 + rel))
+
+
+def test_the_report_marks_untried_configurations_beyond_the_measured_steps(
+    chains: pd.DataFrame,
+) -> None:
+    """The untried table extrapolates past the largest measured step count (steps 5 and 6
+    here, measured 1–4), which may be outside the study's space: those rows say so."""
+    from analysis.report.costmodel import cost_model_section
+    from analysis.report.data import FigureSet
+    from analysis.report.document import Table
+
+    model = fit_cost_model(chains)
+    section = cost_model_section(chains, model, "", FigureSet())
+    rows = next(b for b in section.blocks if isinstance(b, Table) and "untried" in b.columns[0])
+    labels = [r[0] for r in rows.rows]
+    assert labels and all(
+        ("(extrapolated)" in label) == ("steps=5" in label or "steps=6" in label)
+        for label in labels
+    ), labels
+    assert any("(extrapolated)" in label for label in labels)
+    assert any(
+        isinstance(b, str) and b.startswith("Extrapolated: more steps than any measured trial (4)")
+        for b in section.blocks
+    )
