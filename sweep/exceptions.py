@@ -33,7 +33,7 @@ import enum
 from collections.abc import Sequence
 from typing import Protocol
 
-from sweep.failures import FailureKind, Phase
+from sweep.failures import STOPS_RUN, FailureKind, Phase
 
 
 class PartialResult(Protocol):
@@ -139,7 +139,13 @@ class ServerFailure(SweepError):
         super().__init__(self._message())
 
     def _message(self) -> str:
-        nature = "deterministic" if self.kind.deterministic else "transient"
+        nature = (
+            "deterministic"
+            if self.kind.deterministic
+            else "every launch would meet it"
+            if self.kind in STOPS_RUN
+            else "transient"
+        )
         lines = [f"{self.host or 'server'}: {self.summary} [{self.kind}, {nature}]"]
         if self.command:
             lines.append(f"  command: {self.command}")

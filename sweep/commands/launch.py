@@ -22,6 +22,7 @@ from sweep.failures import FailureKind, Phase
 from sweep.server.engine_check import EngineCheck, check_engine
 from sweep.server.executor.base import Executor
 from sweep.server.hygiene import PreflightReport, StopReport
+from sweep.server.launcher_check import launcher_problem
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, log_event, server
 from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.study.model import HostSpec, Study
@@ -65,10 +66,19 @@ def launch_once(
         while_ready: called with the ready server before it is stopped.
 
     Raises:
-        ServerFailure: rejected by the engine's parser, or any lifecycle failure.
+        ServerFailure: the launcher cannot run on the host (deployment), rejected by the
+            engine's parser, or any lifecycle failure.
     """
     emit = on_event or log_event
-    check = check_engine(executor, adapter, [adapter.command(deployment, config)])
+    command = adapter.command(deployment, config)
+    problem = launcher_problem(executor, adapter.launcher, dict(command.env))
+    if problem:  # every launch would fail the same way: say why before starting anything
+        raise ServerFailure(
+            FailureKind.DEPLOYMENT, problem.removesuffix(f" on {executor.host}"),
+            phase=Phase.PREFLIGHT, host=executor.host,
+            command=command.shell(),
+        )  # fmt: skip
+    check = check_engine(executor, adapter, [command])
     emit(Event(EventKind.NOTE, check.note))
     if check.rejected:
         raise ServerFailure(

@@ -303,3 +303,23 @@ def test_a_report_process_skips_garbage_collection_but_an_in_process_call_keeps_
     assert gc.isenabled()
     cli._collect_no_garbage()
     assert gc.isenabled()
+
+
+def test_launch_with_a_launcher_that_is_not_there_says_so_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    """`sweep launch` checks the launcher as `sweep run` does: a launcher not on PATH is a
+    deployment failure (every launch would meet it), said before any server process starts,
+    and never called transient."""
+    out = sweep(
+        "launch", "--launcher", "no-such-launcher-7f3 sim", "--model-path", "m", "--tp", "8",
+        "--workdir", str(tmp_path / "servers"),
+        "--params", "num_steps=2,eagle_topk=1,num_draft_tokens=3",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.code == 1, (out.stdout, out.stderr)
+    assert "'no-such-launcher-7f3' is not found (no such file, or not on PATH)" in out.stderr
+    assert "[deployment, every launch would meet it]" in out.stderr
+    assert "transient" not in out.stderr
+    assert "started process group" not in out.stdout + out.stderr
+    assert not (tmp_path / "servers").exists() or not any((tmp_path / "servers").iterdir())
