@@ -94,6 +94,42 @@ def estimate_trial_s(history: Sequence[TrialTime], draft_tokens: int, default: f
     return max(estimate, min(times))
 
 
+STARTUP_FLOOR_S = 300.0
+"""The shortest start-up timeout a host's own start-ups can bring it down to."""
+STARTUP_MIN_SEEN = 2
+"""Start-ups measured on a host before they set its timeout (the first may be a cold one)."""
+
+
+@dataclass(frozen=True)
+class StartupLimit:
+    """A launch's start-up timeout, and why it is shorter than the study's (``""``: it is not)."""
+
+    seconds: float
+    why: str = ""
+
+
+def startup_limit(limit_s: float, seen_s: Sequence[float], factor: float) -> StartupLimit:
+    """The start-up timeout of the next launch on a host.
+
+    ``limit_s`` (``[engine] ready_timeout_s``) until the host has started
+    :data:`STARTUP_MIN_SEEN` servers; then ``factor`` × the slowest of those start-ups (at
+    least :data:`STARTUP_FLOOR_S`) when that is shorter. A server that hangs at start-up
+    (an NCCL init or a CUDA-graph capture that never ends) then costs minutes, not
+    ``limit_s`` for every attempt. ``factor`` 0 keeps ``limit_s``.
+    """
+    if factor <= 0 or len(seen_s) < STARTUP_MIN_SEEN:
+        return StartupLimit(limit_s)
+    slowest = max(seen_s)
+    seconds = max(STARTUP_FLOOR_S, factor * slowest)
+    if seconds >= limit_s:
+        return StartupLimit(limit_s)
+    why = (
+        f"{factor:g} × the slowest of {len(seen_s)} start-ups on this host ({slowest:.0f} s), "
+        f"under ready_timeout_s = {limit_s:g} s"
+    )
+    return StartupLimit(seconds, why)
+
+
 def fits(now: float, end: float | None, estimate_s: float) -> bool:
     """Whether a trial expected to take ``estimate_s`` finishes before ``end``."""
     return end is None or now + estimate_s <= end

@@ -19,7 +19,7 @@ from sweep.core import speedup as speedups
 from sweep.core.policy import Failed, Interrupted, Outcome
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.core.timing import fits
+from sweep.core.timing import fits, startup_limit
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.measure import Measurer, Rig, SaveSamples, failure_of, start_record
@@ -51,7 +51,7 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
         try:
             outcome = with_retries(
                 run.measurer,
-                run.rig,
+                startup_rig(run.rig, seen),
                 trial,
                 config,
                 start,
@@ -73,6 +73,21 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
             f"interrupted during trial {trial.number}; what was measured is stored, "
             "`sweep run` resumes"
         )
+
+
+def startup_rig(rig: Rig, seen: History) -> Rig:
+    """``rig`` with the start-up timeout this host's own start-ups allow
+    (:func:`sweep.core.timing.startup_limit`)."""
+    options = rig.lifecycle
+    limit = startup_limit(
+        options.startup_timeout_s, seen.startups(), rig.study.engine.ready_timeout_factor
+    )
+    if not limit.why:
+        return rig
+    options = dataclasses.replace(
+        options, startup_timeout_s=limit.seconds, startup_timeout_why=limit.why
+    )
+    return dataclasses.replace(rig, lifecycle=options)
 
 
 def with_retries(

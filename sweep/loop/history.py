@@ -75,6 +75,15 @@ class History:
                 out.append(TrialTime(tokens, t.total_s))
         return out
 
+    def startups(self) -> list[float]:
+        """Seconds from launch to ready of every server measured on this host."""
+        records = [*self.host_trials, *self.baselines, *self.controls]
+        return [
+            float(r.timings["load"])
+            for r in records
+            if r.state is State.MEASURED and r.timings.get("load") is not None
+        ]
+
     def estimate(self, config: TrialConfig | None) -> float:
         """A launch's expected seconds (``None``: the shortest one seen, for the stop rule)."""
         times = self.times()

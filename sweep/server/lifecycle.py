@@ -97,6 +97,8 @@ class LifecycleOptions:
         workdir: folder on the host for server logs and PGID files.
         log_name: the log file's stem (default ``server-<port>``).
         startup_timeout_s: the whole start-up, launch to ready.
+        startup_timeout_why: why the timeout is what it is, said when it expires (``""``: the
+            study's ``ready_timeout_s``).
         poll_interval_s: process, log and readiness polling.
         progress_every_s: "still loading" events.
         readiness: override the engine's readiness signals (``None``: per version).
@@ -106,6 +108,7 @@ class LifecycleOptions:
     workdir: str = DEFAULT_WORKDIR
     log_name: str = ""
     startup_timeout_s: float = STARTUP_TIMEOUT_S
+    startup_timeout_why: str = ""
     poll_interval_s: float = POLL_INTERVAL_S
     progress_every_s: float = PROGRESS_EVERY_S
     readiness: Readiness | None = None
@@ -367,6 +370,7 @@ def _follow_to_ready(running: RunningServer) -> None:
         url=ctx.url,
         readiness=ctx.readiness,
         timeout_s=ctx.options.startup_timeout_s,
+        timeout_why=ctx.options.startup_timeout_why,
         poll_interval_s=ctx.options.poll_interval_s,
         progress_every_s=ctx.options.progress_every_s,
     )

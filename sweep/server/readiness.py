@@ -177,6 +177,7 @@ class ReadyWait:
     timeout_s: float
     poll_interval_s: float
     progress_every_s: float
+    timeout_why: str = ""  # why the timeout is what it is (said when it expires)
 
 
 def wait_until_ready(
@@ -271,9 +272,10 @@ def _fail_on_timeout(
             answer = f"; our server's port answers, {wait.readiness.endpoint} said {status}"
         elif status is not None:
             answer = "; the port answered, but no listening socket was seen"
+        because = f"{wait.timeout_why}; " if wait.timeout_why else ""
         raise StartFailed(
             FailureKind.STARTUP_TIMEOUT,
-            f"not ready after {wait.timeout_s:g} s (still {watch.phase}{answer})",
+            f"not ready after {wait.timeout_s:g} s ({because}still {watch.phase}{answer})",
         )
 
 

@@ -69,6 +69,7 @@ class EngineSpec:
     flags: tuple[tuple[str, FlagValue], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     ready_timeout_s: float = 900.0
+    ready_timeout_factor: float = 3.0
     draft_tp_flag: str | None = None
     max_running_requests: int | None = None
 

@@ -243,6 +243,7 @@ def _engine(r: TableReader) -> EngineSpec:
         flags=tuple(flags.items()),
         env=tuple(_env(r, "env").items()),
         ready_timeout_s=r.number("ready_timeout_s", 900.0, minimum=1),
+        ready_timeout_factor=r.number("ready_timeout_factor", 3.0, minimum=0),
         draft_tp_flag=r.string("draft_tp_flag", None),
         max_running_requests=r.integer("max_running_requests", None, minimum=1),
     )

@@ -325,3 +325,36 @@ def test_the_resolved_deadline_is_printed_with_its_date_and_time_left(tmp_path: 
     run_study(load_study(path), RunOptions(deadline="tomorrow 23:59"), display=display)
     (line,) = [m for m in display.messages if m.startswith("deadline ")]
     assert line.startswith("deadline tomorrow 23:59: 20") and " (in " in line and " h " in line
+
+
+def test_a_hang_after_the_host_started_servers_times_out_at_its_own_start_ups(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a host has started servers, a start-up that takes `ready_timeout_factor` × the
+    slowest of them is a hang: the launch (and its retry) fails there, not at the study's
+    `ready_timeout_s`, and the failure says why its timeout was shorter."""
+    from sweep.core import timing
+
+    monkeypatch.setattr(timing, "STARTUP_FLOOR_S", 1.0)  # the sim starts in about a second
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "hang"\nphase = "capture"\nmatch = { speculative_num_steps = 3 }\n',
+    )
+    path = write_study(
+        tmp_path, study='sampler = "bruteforce"', space="num_steps = [1, 2, 3]", profile=profile
+    )
+    path.write_text(path.read_text().replace("ready_timeout_s = 30", "ready_timeout_s = 120"))
+    run_study(load_study(path), display=Recording())
+    hung = [r for r in records(path) if r.config and r.config.num_steps == 3]
+    assert len(hung) == 1 and hung[0].state is State.FAILED and hung[0].attempt == 2
+    failure = hung[0].failure
+    assert failure is not None and failure.kind == "startup_timeout"
+    assert "3 × the slowest of 3 start-ups on this host" in failure.message, failure.message
+    assert "under ready_timeout_s = 120 s; still capturing CUDA graphs" in failure.message
+    limit = float(failure.message.split("not ready after ")[1].split(" s")[0])
+    started = [
+        r for r in records(path) + records(path, baselines=True) if r.state is State.MEASURED
+    ]
+    assert len(started) == 3  # the baseline, 1 and 2 steps
+    slowest = max(float(r.timings["load"]) for r in started)
+    assert limit == pytest.approx(max(1.0, 3 * slowest), abs=0.01) and limit < 120
