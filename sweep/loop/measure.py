@@ -11,6 +11,7 @@ becomes ``Interrupted`` after the server was stopped.
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -151,6 +152,9 @@ def _measure(
         **{k: v for k, v in launch.items() if k != "warnings"},
         warnings=(*launch.get("warnings", ()), *result.warnings, *stop_warnings),
     )
+    if not math.isfinite(s.value):  # told to Optuna it would fail the trial: never a result
+        message = f"the objective is not a finite number ({s.value}) from {levels}"
+        return Failed(dataclasses.replace(record, failure=Failure("not_finite", message)), False)
     return Measured(record, s.value)
 
 

@@ -5,6 +5,7 @@ and what was found. Every key a reader does not consume is an error (typos are n
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -93,6 +94,8 @@ class TableReader:
             return value
         if not isinstance(value, int | float) or isinstance(value, bool):
             raise self.error(name, f"expected a number, got {describe(value)}")
+        if not math.isfinite(value):  # TOML's nan and inf: no setting means either
+            raise self.error(name, f"expected a finite number, got {value}")
         if minimum is not None and value < minimum:
             raise self.error(name, f"expected a number >= {minimum}, got {value}")
         if maximum is not None and value > maximum:

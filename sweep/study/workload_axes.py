@@ -7,6 +7,7 @@ Pure: validates TOML values; the prompt files themselves are read when the workl
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -84,8 +85,10 @@ def _categories(r: TableReader, categories_file: str | None) -> tuple[CategorySp
 
 
 def _weight(r: TableReader, name: str, value: Any) -> float:
-    if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
         raise r.error(name, f"expected weights >= 0, got {describe(value)}")
+    if not math.isfinite(value):
+        raise r.error(name, f"expected finite weights >= 0, got {value}")
     return float(value)
 
 

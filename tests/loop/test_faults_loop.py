@@ -358,3 +358,22 @@ def test_a_hang_after_the_host_started_servers_times_out_at_its_own_start_ups(
     assert len(started) == 3  # the baseline, 1 and 2 steps
     slowest = max(float(r.timings["load"]) for r in started)
     assert limit == pytest.approx(max(1.0, 3 * slowest), abs=0.01) and limit < 120
+
+
+def test_a_baseline_whose_objective_is_not_a_number_stops_the_run_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A nan objective (the study file now refuses nan weights, the one way found to make
+    one) was told to Optuna, which failed the trial, and the run launched baseline after
+    baseline (34 in 200 s). Now it is a failure that is not retried: one baseline, one reason."""
+    from sweep.core.objective import Score
+    from sweep.loop import measure
+
+    monkeypatch.setattr(measure, "score", lambda *a, **k: Score(float("nan"), {}))
+    path = write_study(tmp_path, space="num_steps = [1, 2]")
+    summary = run_study(load_study(path), display=Recording())
+    baselines = records(path, baselines=True)
+    assert len(baselines) == 1 and baselines[0].state is State.FAILED
+    assert baselines[0].failure is not None and baselines[0].failure.kind == "not_finite"
+    assert summary.failed_run and "baseline failed" in summary.stop_reason
+    assert records(path) == []

@@ -126,6 +126,30 @@ BAD = [
         "workload.categories.code.weight",
         ">= 0.0, got -1",
     ),
+    (  # TOML's nan and inf: a nan weight made every mix figure nan and looped baselines
+        'code = { prompts = "code", weight = 0.5 }',
+        'code = { prompts = "code", weight = nan }',
+        "workload.categories.code.weight",
+        "expected a finite number, got nan",
+    ),
+    (
+        'code = { prompts = "code", weight = 0.5 }',
+        'code = { prompts = "code", weight = inf }',
+        "workload.categories.code.weight",
+        "expected a finite number, got inf",
+    ),
+    (
+        "input_len = [256, 2048, 8192]",
+        "input_len = [256, 2048]\ninput_len_weights = [nan, 1]",
+        "workload.input_len_weights",
+        "weights >= 0, got nan",
+    ),
+    (
+        "input_len = [256, 2048, 8192]",
+        "input_len = [256, 2048]\ninput_len_weights = [inf, 1]",
+        "workload.input_len_weights",
+        "finite weights >= 0, got inf",
+    ),
     (
         'code = { prompts = "code", weight = 0.5 }',
         'code = { prompt = "code" }',
