@@ -162,13 +162,15 @@ class PromptFileError(ConfigError):
     Attributes:
         path: the prompt file.
         line: the 1-based line number, or 0 for the file as a whole.
+        key: the study-file key that named the file (``""``: not known where it was raised).
     """
 
-    def __init__(self, path: str, line: int, message: str) -> None:
+    def __init__(self, path: str, line: int, message: str, *, key: str = "") -> None:
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {message}")
         self.path = path
         self.line = line
+        self.key = key
 
 
 class BenchmarkFailure(enum.StrEnum):

@@ -22,6 +22,7 @@ question itself.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 from collections.abc import Sequence
@@ -155,9 +156,23 @@ def _read_lines(path: Path) -> list[str]:
             f"({', '.join(SHIPPED_CATEGORIES)}), {SHIPPED!r} or a JSONL file",
         )
     try:
-        return path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise PromptFileError(str(path), 0, f"cannot read the prompt file ({exc})") from exc
+    lines = data.removeprefix(codecs.BOM_UTF8).splitlines()  # a BOM, as Windows editors write
+    out = []
+    for number, line in enumerate(lines, 1):
+        try:
+            out.append(line.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            byte = line[exc.start : exc.start + 1].hex()
+            raise PromptFileError(
+                str(path),
+                number,
+                f"not UTF-8 (byte 0x{byte}, the line's byte {exc.start + 1}); "
+                "save the file as UTF-8",
+            ) from exc
+    return out
 
 
 def _record(line: str, source: str, number: int) -> PromptRecord:

@@ -14,8 +14,10 @@ few requests; the t interval is over rounds, like the level's.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, overload
@@ -27,7 +29,7 @@ from sweep.bench.loop import ClosedLoop
 from sweep.bench.result import CategoryFigures, LevelResult
 from sweep.bench.stats import summarize, t_quantile
 from sweep.bench.workload import Workload, load_prompts, shipped_prompts
-from sweep.exceptions import ConfigError
+from sweep.exceptions import PromptFileError
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,15 @@ def mixed_workload(
     request per slot): slots cycle through more prompts at low concurrency.
 
     Raises:
-        PromptFileError: a category file is missing or has a bad line (naming file and line).
-        ConfigError: a category named in ``sources`` is not in ``categories_file``.
+        PromptFileError: a category file is missing or has a bad line (naming file and line),
+            or a category named in ``sources`` is not in ``categories_file``; its ``key``
+            is the study-file key that named the file.
     """
     sets = _category_sets(sources, categories_file, base)
     texts = tuple(p for _, ps in sets for p in ps)
     labels = tuple(name for name, ps in sets for _ in ps)
     if not sets:
-        texts = shipped_prompts() if prompts is None else load_prompts(_placed(prompts, base))
+        texts = shipped_prompts() if prompts is None else load_prompts(placed(prompts, base))
     source = categories_file or ("categories" if sets else (prompts or "shipped"))
     settings.setdefault("round_prompts", len(sets) * prompts_per_category)
     return Workload(
@@ -74,24 +77,45 @@ def mixed_workload(
     )
 
 
-def _placed(path: str, base: Path | None) -> Path:
+def placed(path: str, base: Path | None) -> Path:
+    """``path`` taken from ``base`` (the study file's folder) unless absolute."""
     p = Path(path)
     return base / p if base is not None and not p.is_absolute() else p
+
+
+@contextlib.contextmanager
+def _keyed(key: str) -> Iterator[None]:
+    """A prompt file error raised inside names the study-file key that named the file."""
+    try:
+        yield
+    except PromptFileError as exc:
+        exc.key = exc.key or key
+        raise
 
 
 def _category_sets(
     sources: Sequence[CategorySource], categories_file: str | None, base: Path | None
 ) -> list[tuple[str, tuple[str, ...]]]:
-    from_file = catalog.load_categories(_placed(categories_file, base)) if categories_file else {}
+    from_file = {}
+    if categories_file:
+        with _keyed("workload.categories_file"):
+            from_file = catalog.load_categories(placed(categories_file, base))
     out: list[tuple[str, tuple[str, ...]]] = []
     for s in sources:
         if s.prompts:
-            out.append((s.name, catalog.load_category(s.prompts, base=base)))
+            with _keyed(f"workload.categories.{s.name}.prompts"):
+                out.append((s.name, catalog.load_category(s.prompts, base=base)))
         elif s.name in from_file:
             out.append((s.name, from_file[s.name]))
         else:
             known = ", ".join(sorted(from_file)) or "none"
-            raise ConfigError(f"{categories_file}: no category {s.name!r} (the file has: {known})")
+            close = difflib.get_close_matches(s.name, list(from_file), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise PromptFileError(
+                str(categories_file), 0,
+                f"no category {s.name!r} (the file has: {known}{hint})",
+                key=f"workload.categories.{s.name}",
+            )  # fmt: skip
     if not sources:  # the file's categories, every one
         out.extend(sorted(from_file.items()))
     return out

@@ -72,7 +72,9 @@ def _check_workload(study: Study) -> None:
     try:
         wiring.workload_for(study)
     except PromptFileError as exc:
-        raise StudyFileError(study.path, "workload.prompts", str(exc)) from exc
+        missing = "no such file" in str(exc)
+        hint = " (paths in a study file are relative to its folder)" if missing else ""
+        raise StudyFileError(study.path, exc.key or "workload.prompts", f"{exc}{hint}") from exc
 
 
 def create_sqlite_folder(url: str) -> None:

@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from sweep.bench.mix import CategorySource, mixed_workload
+from sweep.bench.mix import CategorySource, mixed_workload, placed
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
@@ -132,7 +132,8 @@ def workload_for(study: Study) -> Workload:
             prompts_per_category=w.prompts_per_category,
             **settings,
         )
-    return make_workload(w.prompts, **settings)
+    base = Path(study.path).parent  # a study file's paths are relative to its folder
+    return make_workload(w.prompts and placed(w.prompts, base), **settings)
 
 
 def benchmark_settings(study: Study) -> BenchmarkSettings:

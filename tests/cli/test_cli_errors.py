@@ -323,3 +323,76 @@ def test_launch_with_a_launcher_that_is_not_there_says_so_before_starting_anythi
     assert "transient" not in out.stderr
     assert "started process group" not in out.stdout + out.stderr
     assert not (tmp_path / "servers").exists() or not any((tmp_path / "servers").iterdir())
+
+
+# --- prompt files: one rule for relative paths, the key that named the file ---------------
+
+SPEC_BENCH = (
+    '{"category": "writing", "turns": ["Write a haiku about rain."]}\n'
+    '{"category": "math_reasoning", "turns": ["What is 17 times 23?"]}\n'
+)
+
+
+def _prompt_study(tmp_path: Path, workload: str) -> Path:
+    """A study in ``tmp_path/studies`` with prompt files in ``studies/p`` (run from tmp_path)."""
+    folder = tmp_path / "studies"
+    (folder / "p").mkdir(parents=True)
+    (folder / "p" / "x.jsonl").write_text('{"prompt": "Say hi."}\n{"prompt": "Say bye."}\n')
+    (folder / "p" / "bad.jsonl").write_text('{"prompt": "ok"}\n{"prompt": \n')
+    (folder / "p" / "bom.jsonl").write_bytes(b'\xef\xbb\xbf{"prompt": "Say hi."}\r\n')
+    (folder / "p" / "latin1.jsonl").write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    (folder / "p" / "question.jsonl").write_text(SPEC_BENCH)
+    return write_study(folder, workload=f"output_len = 48\n{workload}")
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        'prompts = "p/x.jsonl"',  # no axes: relative to the study file too (was: the cwd)
+        'prompts = "p/x.jsonl"\ninput_len = [64]',
+        'prompts = "p/bom.jsonl"',  # a BOM and CRLF, as Windows editors write
+        'input_len = [64]\n[workload.categories]\nmine = { prompts = "p/x.jsonl" }',
+    ],
+)
+def test_prompt_files_are_found_next_to_the_study_file(tmp_path: Path, workload: str) -> None:
+    path = _prompt_study(tmp_path, workload)
+    out = sweep("plan", str(path.relative_to(tmp_path)), cwd=tmp_path)
+    assert out.code == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    ("workload", "fragments"),
+    [
+        (
+            'input_len = [64]\n[workload.categories]\ncode = { prompts = "p/bad.jsonl" }',
+            ("[workload.categories.code.prompts]", "studies/p/bad.jsonl:2: invalid JSON"),
+        ),
+        (
+            'categories_file = "p/question.jsonl"\n[workload.categories]\nwritin = 0.7',
+            ("[workload.categories.writin]", "no category 'writin'", "did you mean 'writing'?"),
+        ),
+        (
+            'categories_file = "p/nowhere.jsonl"',
+            ("[workload.categories_file]", "studies/p/nowhere.jsonl", "relative to its folder"),
+        ),
+        (
+            'prompts = "p/latin1.jsonl"',
+            (
+                "[workload.prompts]",
+                "latin1.jsonl:2: not UTF-8 (byte 0xe9",
+                "save the file as UTF-8",
+            ),
+        ),
+        (
+            'prompts = "studies/p/x.jsonl"',  # relative to the cwd: said, with the folder used
+            ("[workload.prompts]", "studies/studies/p/x.jsonl", "relative to its folder"),
+        ),
+    ],
+)
+def test_a_bad_prompt_file_names_the_key_that_named_it(
+    tmp_path: Path, workload: str, fragments: tuple[str, ...]
+) -> None:
+    path = _prompt_study(tmp_path, workload)
+    sweep("plan", str(path.relative_to(tmp_path)), cwd=tmp_path).one_line_error(
+        str(path.relative_to(tmp_path)), *fragments
+    )
