@@ -485,7 +485,7 @@ def plan(
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
     from sweep.commands.status import confirmation_plan, duration_text, limits_plan, plan_report
-    from sweep.loop.checks import preflight
+    from sweep.loop.checks import preflight, setup_change, setup_changed_error
     from sweep.study import load_study
 
     study = load_study(study_file)
@@ -512,6 +512,9 @@ def plan(
     out.print(confirmation_plan(study, report), markup=False)
     out.print(limits_plan(study, report), markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
+    changed = setup_change(study)
+    if changed:  # `sweep run` would refuse at once: the check before a night says so
+        raise setup_changed_error(study, changed)
 
 
 @app.command()
@@ -526,7 +529,7 @@ def status(
     from rich.table import Table
 
     from sweep.commands.status import load_status
-    from sweep.loop.checks import require_results
+    from sweep.loop.checks import require_results, setup_change, setup_changed_error
     from sweep.study import load_study
 
     study = load_study(study_file)
@@ -578,6 +581,15 @@ def status(
         out.print(f"by content and context: {escape(report.workload)}")
     for warning in report.drift_warnings:
         out.print(f"[yellow]drift:[/yellow] {escape(warning)}")
+    earlier = sum(1 for r in report.rows if r.earlier)
+    if earlier:
+        out.print(
+            f"{earlier} trials and baselines marked 'earlier setup' were measured before the "
+            "study changed (--fresh-answer): kept out of the best and the answer"
+        )
+    changed = setup_change(study, url)
+    if changed:
+        out.print(f"[yellow]warning:[/yellow] {escape(str(setup_changed_error(study, changed)))}")
 
 
 @app.command()

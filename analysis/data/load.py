@@ -69,6 +69,8 @@ class LoadedStudy:
     schedule_metric: str = "decode_tok_s"  # what ``sweep schedule`` decides each level by
     objective_text: str = ""  # what is maximised, in words (``ObjectiveSpec.describe``)
     answer: Mapping[str, Any] = field(default_factory=dict)  # the confirmed answer, if any
+    # {trials, baselines}: the first numbers of the current setup (--fresh-answer); {}: all
+    fresh_from: Mapping[str, int] = field(default_factory=dict)
 
     def context(self, name: str | None = None) -> StudyContext:
         """What the rows of this study (or its companion ``name``) share."""
@@ -109,6 +111,7 @@ def load_study_info(study: StudyLike) -> LoadedStudy:
         study_file=redact_text(attrs.study_file),  # older databases: unredacted
         study_path=attrs.study_path,
         answer=dict(attrs.answer),
+        fresh_from=dict(attrs.fresh_from),
     )
     return _with_objective(info)
 

@@ -152,6 +152,13 @@ def _summary(data: StudyData) -> Section:
         ("baselines", str(len(data.baselines.drop_duplicates("trial")))),
         ("wall-clock span", _span(df, data.baselines)),
     ]
+    if info.fresh_from.get("trials"):
+        rows.append((
+            "earlier setup",
+            f"trials 0–{info.fresh_from['trials'] - 1} and baselines before "
+            f"{info.fresh_from.get('baselines', 0)}, measured before the study changed "
+            "(`sweep run --fresh-answer`), are left out; `sweep export` lists them",
+        ))  # fmt: skip
     rows += [(f"tag {k}", v) for k, v in info.tags.items()]
     blocks.append(table(("", ""), rows))
     return Section("Study", tuple(blocks))

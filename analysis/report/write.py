@@ -134,7 +134,8 @@ def _load(ref: StudyRef, kids: Children) -> StudyData:
     read here."""
     info = load_study_info(ref)
     count = count_trials(info)
-    cut = round(count * LOADED_HERE)
+    first = min(info.fresh_from.get("trials", 0), count)  # earlier setups: not this report's
+    cut = first + round((count - first) * LOADED_HERE)
     reading = kids.start(
         lambda: (trial_frame(info, range(cut, count)), load_baselines(info), load_schedules(info))
     )
@@ -144,8 +145,11 @@ def _load(ref: StudyRef, kids: Children) -> StudyData:
 
     from analysis.report import study  # noqa: F401
 
-    mine = trial_frame(info, range(cut))
+    mine = trial_frame(info, range(first, cut))
     rest, baselines, schedules = reading.result()
+    first_baseline = info.fresh_from.get("baselines", 0)
+    if first_baseline and not baselines.empty:
+        baselines = baselines[(baselines["trial"] >= first_baseline).to_numpy()]
     return StudyData(info, joined(info, [mine, rest], baselines), baselines, schedules)
 
 

@@ -18,7 +18,7 @@ from sweep.exceptions import StorageError
 from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study, stderr_progress
-from sweep.store import baseline_study_name, read_records, stored_study
+from sweep.store import baseline_study_name, fresh_from, read_records, stored_study
 from sweep.study.model import Study
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
@@ -37,6 +37,7 @@ class TrialRow:
     failure: str
     host: str
     drift: bool
+    earlier: bool = False  # measured before a change resumed with --fresh-answer
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,14 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     except KeyError:  # no baseline measured yet
         pass
     records.sort(key=lambda r: r.started or 0.0)
-    rows = tuple(_row(r, study) for r in records)
-    measured = [r for r in rows if r.kind == Kind.TRIAL and r.state == State.MEASURED and r.value]
+    since = fresh_from(optuna_study)
+    rows = tuple(_row(r, study, _earlier(r, since)) for r in records)
+    current = [r for r in rows if not r.earlier]
+    measured = [
+        r for r in current if r.kind == Kind.TRIAL and r.state == State.MEASURED and r.value
+    ]
     best = max(measured, key=lambda r: r.value or 0.0, default=None)
-    baselines = [r for r in rows if r.kind == Kind.BASELINE and r.value]
+    baselines = [r for r in current if r.kind == Kind.BASELINE and r.value]
     drift = tuple(
         f"trial {r.number}: baseline moved more than {study.baseline.drift_threshold:.0%}"
         for r in rows
@@ -94,11 +99,20 @@ def _workload_line(study: Study, records: list[TrialRecord], stored: Any) -> str
     return cells.mix_line(records, study.objective.metric, winner)
 
 
-def _row(r: TrialRecord, study: Study) -> TrialRow:
+def _earlier(r: TrialRecord, since: Mapping[str, int]) -> bool:
+    """Measured before the study's current setup (kept out of the answer by --fresh-answer)."""
+    companion = r.kind in (Kind.BASELINE, Kind.CONTROL)  # numbered in the baseline study
+    first = since.get("baselines" if companion else "trials", 0)
+    return r.number < first
+
+
+def _row(r: TrialRecord, study: Study, earlier: bool = False) -> TrialRow:
     state = r.state
     reason = (r.failure.kind if r.failure else "") or (r.excluded or "")
     if r.kind is Kind.DUPLICATE:
         reason = f"same as trial {r.duplicate_of}"
+    if earlier:
+        reason = ", ".join(x for x in ("earlier setup", reason) if x)
     return TrialRow(
         number=r.number,
         kind=r.kind.value,
@@ -111,6 +125,7 @@ def _row(r: TrialRecord, study: Study) -> TrialRow:
         failure=reason,
         host=r.host or "",
         drift=r.drift is not None and r.kind is Kind.TRIAL,
+        earlier=earlier,
     )
 
 

@@ -392,6 +392,8 @@ class StudyInfo:
     description: str = ""
     sweep_version: str = ""
     answer: Mapping[str, Any] = field(default_factory=dict)
+    # {trials, baselines}: the first numbers of the current setup (--fresh-answer); {}: all
+    fresh_from: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_attrs(cls, attrs: Mapping[str, Any]) -> StudyInfo:
@@ -402,6 +404,7 @@ class StudyInfo:
             description=str(attrs.get(ATTR.DESCRIPTION) or ""),
             sweep_version=str(attrs.get(ATTR.SWEEP_VERSION) or ""),
             answer=dict(attrs.get(ATTR.ANSWER) or {}),
+            fresh_from={str(k): int(v) for k, v in (attrs.get(ATTR.FRESH_FROM) or {}).items()},
         )
 
     def to_attrs(self) -> dict[str, Any]:

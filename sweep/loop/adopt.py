@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from sweep.exceptions import ConfigError
+from sweep.loop.checks import setup_changed_error
 from sweep.loop.context import RunContext
 from sweep.store import (
     fresh_from,
@@ -38,12 +38,7 @@ def adopt_study(run: RunContext) -> None:
     stored = stored_fingerprint(trials)
     changed = changed_keys(stored, current) if stored is not None else []
     if changed and not run.options.fresh_answer:
-        raise ConfigError(
-            f"{run.study.path}: study {run.study.name!r} was measured with another setup "
-            f"(changed: {changed_text(changed)}); its results would mix — give the study a "
-            "new name or another --storage, or run with --fresh-answer to keep the earlier "
-            "trials out of the answer"
-        )
+        raise setup_changed_error(run.study, changed)
     if changed and _first_to_start_fresh(run, current):
         since = start_fresh(trials, baselines)
         run.display.message(

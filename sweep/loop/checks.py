@@ -36,7 +36,7 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     Raises:
         ConfigError: no valid configuration (the first exclusion reasons are quoted).
         StudyFileError: the workload's prompt file is missing or invalid (``[workload]
-            prompts``, relative to the current folder).
+            prompts``, relative to the study file's folder).
         StudyFileError: also when ``[engine] launcher`` is missing or not executable on a host.
         StorageError: the storage URL cannot be parsed, its driver is not installed, or an
             SQLite file's folder can neither be found nor created.
@@ -75,6 +75,39 @@ def _check_workload(study: Study) -> None:
         missing = "no such file" in str(exc)
         hint = " (paths in a study file are relative to its folder)" if missing else ""
         raise StudyFileError(study.path, exc.key or "workload.prompts", f"{exc}{hint}") from exc
+
+
+def setup_change(study: Study, storage_url: str | None = None) -> list[str]:
+    """The keys whose change since the study's stored measurements ``sweep run`` would refuse
+    (``[]``: never run, no fingerprint stored, or nothing changed). Reads only, creates
+    nothing; storage that cannot be read counts as never run (the run says why)."""
+    import optuna
+
+    from sweep.loop import wiring
+    from sweep.store import stored_fingerprint
+    from sweep.study.fingerprint import changed_keys, fingerprint
+
+    url = storage_url or study.storage
+    try:
+        require_results(study, url)
+        stored = stored_fingerprint(optuna.load_study(study_name=study.name, storage=url))
+    except (StorageError, ConfigError):
+        return []
+    if stored is None:
+        return []
+    return changed_keys(stored, fingerprint(study, wiring.workload_for(study).prompts))
+
+
+def setup_changed_error(study: Study, changed: list[str]) -> ConfigError:
+    """What ``sweep run`` (and ``sweep plan``) say when the study file no longer matches."""
+    from sweep.study.fingerprint import changed_text
+
+    return ConfigError(
+        f"{study.path}: study {study.name!r} was measured with another setup "
+        f"(changed: {changed_text(changed)}); its results would mix — give the study a "
+        "new name or another --storage, or run with --fresh-answer to keep the earlier "
+        "trials out of the answer"
+    )
 
 
 def create_sqlite_folder(url: str) -> None:

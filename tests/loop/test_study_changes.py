@@ -17,11 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report.write import write_report
+from sweep.commands.status import load_status
 from sweep.core.policy import FATAL_KINDS
 from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import ConfigError, Interrupted, StudyBusy
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
+from sweep.loop.checks import setup_change, setup_changed_error
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
@@ -75,6 +78,10 @@ def test_a_changed_study_is_refused_in_one_line_naming_what_changed(tmp_path: Pa
     assert "--storage" in message and "--fresh-answer" in message
     assert calls == [] and _records(changed) == before
     assert _attrs(changed) == attrs  # sweep.study_file is the first setup's, untouched
+    # `sweep plan` and `sweep status` read the same check (and write nothing)
+    assert setup_change(changed) == ["workload.output_len"] and setup_change(study) == []
+    assert str(setup_changed_error(changed, ["workload.output_len"])) == message
+    assert _attrs(changed) == attrs
 
 
 def test_a_fresh_answer_keeps_the_earlier_trials_out(tmp_path: Path) -> None:
@@ -105,6 +112,18 @@ def test_a_fresh_answer_keeps_the_earlier_trials_out(tmp_path: Path) -> None:
     # and a later resume of the new setup goes on without the option, old trials still out
     again = run_with_measurements(changed, slower)
     assert again.measured == 0 and again.best.startswith("65.00")  # not the old 90.00
+    assert setup_change(changed) == []  # the fingerprint is the new setup's
+    # `sweep status` and the report keep the earlier setup out of the best and the figures
+    status = load_status(changed)
+    assert status.best is not None and status.best.value == 65.0
+    assert status.baseline is not None and status.baseline.value == 40.0
+    earlier = [r for r in status.rows if r.earlier]
+    assert len(earlier) == old + 1 and all("earlier setup" in r.failure for r in earlier)
+    files = write_report(path, tmp_path / "report", formats=("png",))
+    summary_json = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary_json["best"]["value"] == 65.0, summary_json["best"]  # not the old 90
+    markdown = files.markdown.read_text()
+    assert f"trials 0–{old - 1} and baselines before 1" in markdown
 
 
 def test_an_older_database_without_a_fingerprint_is_adopted(tmp_path: Path) -> None:
