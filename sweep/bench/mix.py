@@ -28,7 +28,7 @@ from sweep.bench.figures import Finished
 from sweep.bench.loop import ClosedLoop
 from sweep.bench.result import CategoryFigures, LevelResult
 from sweep.bench.stats import summarize, t_quantile
-from sweep.bench.workload import Workload, load_prompts, shipped_prompts
+from sweep.bench.workload import Workload, shipped_prompts
 from sweep.exceptions import PromptFileError
 
 
@@ -65,7 +65,10 @@ def mixed_workload(
     texts = tuple(p for _, ps in sets for p in ps)
     labels = tuple(name for name, ps in sets for _ in ps)
     if not sets:
-        texts = shipped_prompts() if prompts is None else load_prompts(placed(prompts, base))
+        with keyed("workload.prompts"):  # a shipped category's name, or a file
+            texts = (
+                shipped_prompts() if prompts is None else catalog.load_category(prompts, base=base)
+            )
     source = categories_file or ("categories" if sets else (prompts or "shipped"))
     settings.setdefault("round_prompts", len(sets) * prompts_per_category)
     return Workload(
@@ -84,7 +87,7 @@ def placed(path: str, base: Path | None) -> Path:
 
 
 @contextlib.contextmanager
-def _keyed(key: str) -> Iterator[None]:
+def keyed(key: str) -> Iterator[None]:
     """A prompt file error raised inside names the study-file key that named the file."""
     try:
         yield
@@ -98,12 +101,12 @@ def _category_sets(
 ) -> list[tuple[str, tuple[str, ...]]]:
     from_file = {}
     if categories_file:
-        with _keyed("workload.categories_file"):
+        with keyed("workload.categories_file"):
             from_file = catalog.load_categories(placed(categories_file, base))
     out: list[tuple[str, tuple[str, ...]]] = []
     for s in sources:
         if s.prompts:
-            with _keyed(f"workload.categories.{s.name}.prompts"):
+            with keyed(f"workload.categories.{s.name}.prompts"):
                 out.append((s.name, catalog.load_category(s.prompts, base=base)))
         elif s.name in from_file:
             out.append((s.name, from_file[s.name]))

@@ -13,7 +13,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from sweep.bench.mix import CategorySource, mixed_workload, placed
+from sweep.bench.categories import load_category
+from sweep.bench.mix import CategorySource, keyed, mixed_workload
 from sweep.bench.runner import BenchmarkSettings
 from sweep.bench.stats import StopRule
 from sweep.bench.workload import Workload, make_workload
@@ -132,8 +133,12 @@ def workload_for(study: Study) -> Workload:
             prompts_per_category=w.prompts_per_category,
             **settings,
         )
+    if w.prompts is None:
+        return make_workload(None, **settings)
     base = Path(study.path).parent  # a study file's paths are relative to its folder
-    return make_workload(w.prompts and placed(w.prompts, base), **settings)
+    with keyed("workload.prompts"):  # a shipped category's name, or a file
+        texts = load_category(w.prompts, base=base)
+    return Workload(prompts=texts, source=w.prompts, **settings)
 
 
 def benchmark_settings(study: Study) -> BenchmarkSettings:

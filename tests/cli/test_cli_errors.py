@@ -351,6 +351,8 @@ def _prompt_study(tmp_path: Path, workload: str) -> Path:
         'prompts = "p/x.jsonl"',  # no axes: relative to the study file too (was: the cwd)
         'prompts = "p/x.jsonl"\ninput_len = [64]',
         'prompts = "p/bom.jsonl"',  # a BOM and CRLF, as Windows editors write
+        'prompts = "code"',  # a shipped category, as in [workload.categories] (was refused)
+        'prompts = "shipped"',
         'input_len = [64]\n[workload.categories]\nmine = { prompts = "p/x.jsonl" }',
     ],
 )
