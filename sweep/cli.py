@@ -272,8 +272,9 @@ def run(
     budget: str = typer.Option("", help='Wall time for this run, e.g. "8h" or "90m".'),
     n_trials: int = typer.Option(
         0,
-        help="Stop once this many configurations are settled: measured, infeasible or failed "
-        "for good (baselines, duplicates and exclusions do not count).",
+        help="Stop once the study has this many configurations settled, earlier runs' "
+        "included: measured, infeasible or failed for good (baselines, duplicates and "
+        "exclusions do not count).",
     ),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
     fresh_answer: bool = typer.Option(

@@ -314,10 +314,21 @@ def next_step(seen: Seen, plan: Plan, limits: Limits, now: Now) -> Step:
     return ProposeNext()
 
 
+def _n_trials_reached(n_trials: int, settled: Mapping[str, TrialRecord], plan: Plan) -> str:
+    """``n_trials`` counts the study's settled configurations, earlier runs' included."""
+    untried = len(plan.valid - set(settled))
+    plural = "s" if untried != 1 else ""
+    left = f"; {untried} valid configuration{plural} not yet launched" if untried else ""
+    return (
+        f"n_trials = {n_trials} reached: {len(settled)} configurations settled in this study "
+        f"(measured, infeasible or failed; earlier runs included){left}"
+    )
+
+
 def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     settled = seen.settled
     if limits.n_trials is not None and len(settled) >= limits.n_trials:
-        return Stop(f"{limits.n_trials} trials measured")
+        return Stop(_n_trials_reached(limits.n_trials, settled, plan))
     if all(key in settled for key in plan.valid):
         return all_settled([settled[key] for key in plan.valid])
     streak = failure_streak_stop(seen.launches, limits.stop_after_failures)

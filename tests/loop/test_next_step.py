@@ -112,8 +112,20 @@ CASES = [
     ),
     Case(
         "n_trials reached",
-        Stop("2 trials measured"),
+        Stop(
+            "n_trials = 2 reached: 2 configurations settled in this study (measured, "
+            "infeasible or failed; earlier runs included); 1 valid configuration not yet launched"
+        ),
         trials=(measured("a"), measured("b")),
+        n_trials=2,
+    ),
+    Case(  # earlier runs count: a resume with a smaller n_trials says so, with the counts
+        "n_trials passed by earlier runs",
+        Stop(
+            "n_trials = 2 reached: 3 configurations settled in this study (measured, "
+            "infeasible or failed; earlier runs included)"
+        ),
+        trials=(measured("a"), measured("b"), failed("c")),
         n_trials=2,
     ),
     Case("five transient failures in a row", Stop, launches=FIVE_FAILED),
