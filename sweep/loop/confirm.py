@@ -57,6 +57,7 @@ def confirm(run: RunContext) -> None:
     controls = answer.controls_of(run.valid)
     labels = answer.labels_of(seen.trials, run.valid)
     near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
+    space = answer.space_keys(run.valid)  # a configuration the space lost does not compete
     while True:
         seen = run.history()
         # a weighted objective's launches on one footing (else the baseline sits out)
@@ -65,6 +66,7 @@ def confirm(run: RunContext) -> None:
             seen.trials, seen.baselines, objective.metric, objective.concurrency, seen.controls,
             value,
         )  # fmt: skip
+        launches = {key: runs for key, runs in launches.items() if key in space}
         budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet

@@ -372,6 +372,7 @@ def host_launches(
     ``value``: a launch's value other than its stored one
     (:func:`sweep.search.weighted.rescored`)."""
     objective = run.study.objective
+    space = answer.space_keys(run.valid)  # a configuration the space lost does not compete
     out = []
     records = [*run.history().trials, *_since(run, baselines)]
     for record in records:
@@ -380,7 +381,7 @@ def host_launches(
             continue
         launch = (value(record) if value else
                   answer.launch_of(record, objective.metric, objective.concurrency))  # fmt: skip
-        if launch is not None and launch.value > 0:
+        if launch is not None and launch.value > 0 and key in space:
             out.append(HostLaunch(key, record.host or "?", launch))
     return out
 

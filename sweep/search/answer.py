@@ -71,6 +71,13 @@ def launches_of(
     return out
 
 
+def space_keys(valid: Mapping[str, TrialConfig]) -> frozenset[str]:
+    """The keys an answer may name: the space's valid configurations, their controls and no
+    speculation. Launches of other keys (a configuration the study file no longer searches)
+    stay stored but do not compete."""
+    return frozenset({*valid, *controls_of(valid), BASELINE_KEY})
+
+
 def controls_of(configs: Mapping[str, TrialConfig]) -> dict[str, TrialConfig]:
     """Each configuration's control by key (no speculation with its searched flags and
     environment; :meth:`TrialConfig.control`), for those that have one."""

@@ -323,3 +323,17 @@ def test_a_schedule_against_the_answer_at_the_objectives_level_is_said(tmp_path:
     note = make_schedule(study, out=tmp_path / "against").note
     assert note.startswith("note: at concurrency 1 (the objective's level) the schedule runs ")
     assert "but the answer is steps=1 (70.00 over 2 launches)" in note and "\n" not in note
+
+
+def test_a_configuration_the_space_lost_is_never_the_answer(tmp_path: Path) -> None:
+    """3 steps won; the study file then searches 1–2 steps only. The resumed run's answer
+    comes from the space it searches: the earlier winner stays stored, out of the contest."""
+    path = write_study(tmp_path, study='sampler = "grid"', confirm=True)
+    first = run_with_measurements(load_study(path), _speed)  # 3 steps: 90, 2 steps: 80
+    assert first.answer.startswith(TrialConfig(3, 1, 4, 8).label())
+    path.write_text(path.read_text().replace("num_steps = [1, 2, 3]", "num_steps = [1, 2]"))
+    shrunk = load_study(path)
+    again = run_with_measurements(shrunk, _speed)
+    stored = StudyInfo.from_attrs(_attrs(shrunk)).answer
+    assert stored["label"] == TrialConfig(2, 1, 3, 8).label(), stored
+    assert again.answer.startswith(TrialConfig(2, 1, 3, 8).label()), again.answer
