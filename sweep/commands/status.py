@@ -14,6 +14,8 @@ from sweep.core.prediction import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.engines.flags import FlagTable
+from sweep.engines.sglang_rules import BUILT_IN_ALGORITHMS, NO_ALGORITHM
 from sweep.exceptions import StorageError
 from sweep.loop import wiring
 from sweep.search import answer
@@ -154,6 +156,7 @@ class PlanReport:
     estimated_from: str
     engine_note: str = ""  # [engines] what the parser gate did (or why it could not run)
     guessed: bool = True  # per_trial_s is a guess: nothing of this study measured yet
+    warnings: tuple[str, ...] = ()  # what may fail every launch, that nothing here could check
 
     @property
     def total_s(self) -> float:
@@ -240,7 +243,7 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
     rules = rules_for(study)
     result = plan(study, rules)
     adapter = wiring.adapter_for(study, study.host)
-    note = ""
+    note, validated = "", False
     if gate:  # [engines] the parser gate; rejected configurations become exclusions
         with wiring.open_host(study.host) as executor:
             valid = {c.key(): c for c in result.valid}
@@ -252,7 +255,7 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
                 wiring.deployment_for(study),
                 progress=stderr_progress,
             )
-        result, note = plan(study, check.gate(rules)), check.note
+        result, note, validated = plan(study, check.gate(rules)), check.note, check.validated
     config = wiring.deployment_for(study)
     commands = tuple(adapter.command(config, c).shell() for c in result.valid)
     per_trial, source, guessed = _per_trial_estimate(study)
@@ -261,7 +264,33 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
          + (f" [{e.rule}]" if e.rule else ""))
         for e in result.excluded
     )  # fmt: skip
-    return PlanReport(result.valid, excluded, commands, per_trial, source, note, guessed)
+    warnings = unchecked(study, adapter.known_flags(), validated=validated) if gate else ()
+    return PlanReport(result.valid, excluded, commands, per_trial, source, note, guessed, warnings)
+
+
+def unchecked(study: Study, known: FlagTable, *, validated: bool) -> tuple[str, ...]:
+    """What would fail every launch that no check here could refuse: an SGLang algorithm
+    that is not built in (its parser has no choices), and, where the engine's own parser
+    could not be run, flags that are not in sweep's list of the engine's flags."""
+    out = []
+    algorithm = study.engine.algorithm
+    if study.engine.name == "sglang" and algorithm not in BUILT_IN_ALGORITHMS:
+        names = ", ".join(sorted(BUILT_IN_ALGORITHMS - {NO_ALGORITHM}))
+        out.append(
+            f"[engine] algorithm {algorithm!r} is not one of SGLang's built-in algorithms "
+            f"({names}): unless a plugin registers it, every launch will fail "
+            '("Unknown speculative algorithm name")'
+        )
+    if not validated:
+        flags = {f for f, _ in study.engine.flags} | {f for f, _ in study.space.flags}
+        unknown = sorted(f for f in flags if f not in known.kinds and "." not in f)
+        if unknown:
+            out.append(
+                f"{', '.join(unknown)}: not in {known.source}, and the "
+                "engine's own parser could not be run here: unless the build has them, every "
+                "launch with them will fail (the first one will say)"
+            )
+    return tuple(out)
 
 
 def _per_trial_estimate(study: Study) -> tuple[float, str, bool]:

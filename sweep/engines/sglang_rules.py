@@ -38,6 +38,9 @@ BREADTH_FLAG = "--speculative-ngram-max-bfs-breadth"
 MIN_BREADTH_FLAG = "--speculative-ngram-min-bfs-breadth"
 NO_ALGORITHM = "NONE"
 """``SpeculativeAlgorithm.NONE``: SGLang accepts the name and runs without speculation."""
+BUILT_IN_ALGORITHMS = frozenset({*EAGLE_FAMILY, *BLOCK_DRAFTERS, "NGRAM", "UNO", NO_ALGORITHM})
+"""SGLang 0.5.23's own ``--speculative-algorithm`` names; a plugin may register more (its
+parser has no ``choices``: an unknown name fails each launch, at argument resolution)."""
 NGRAM_DEFAULT_BREADTH = 10
 NGRAM_DEFAULT_DRAFT_TOKENS = 12
 PAGED_TREE_BACKENDS = ("flashinfer", "fa3", "triton")

@@ -64,3 +64,32 @@ def test_the_plan_says_what_ends_the_run_and_when_the_budget_cannot_launch_every
     )
     none = load_study(write_study(tmp_path, name="n"))
     assert limits_plan(none, report(plain)).startswith("limits: none set; the run ends when")
+
+
+def test_the_plan_warns_of_what_would_fail_every_launch_that_nothing_here_could_check(
+    tmp_path: Path,
+) -> None:
+    """SGLang's parser has no choices for the algorithm (an unknown one fails each launch at
+    argument resolution), and where its parser cannot be run a flag outside sweep's list
+    goes unchecked: `sweep plan` says both, and nothing for a known flag or algorithm."""
+    from sweep.commands.status import plan_report
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    plain = load_study(
+        write_study(tmp_path / "a", engine='[engine.flags]\n"--mem-fraction-static" = 0.8')
+    )
+    assert plan_report(plain, gate=True).warnings == ()
+    odd = load_study(
+        write_study(
+            tmp_path / "b",
+            engine='algorithm = "EAGLE9"',
+            space='num_steps = [1, 2]\n[space.flags]\n"--no-such-flag" = [1, 2]',
+        )
+    )
+    warnings = plan_report(odd, gate=True).warnings
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("[engine] algorithm 'EAGLE9' is not one of SGLang's built-in")
+    assert "every launch will fail" in warnings[0]
+    assert warnings[1].startswith("--no-such-flag: not in sweep's list for SGLang")
+    assert "parser could not be run here" in warnings[1]
