@@ -154,6 +154,12 @@ class LevelResult:
     """Per content category, when the workload has categories."""
 
     @property
+    def where(self) -> str:
+        """``concurrency 16``, or ``input_len 8192, concurrency 16`` on a context axis."""
+        context = "" if self.input_len is None else f"input_len {self.input_len}, "
+        return f"{context}concurrency {self.concurrency}"
+
+    @property
     def precision(self) -> float | None:
         """The objective's achieved 95 % CI half-width as a fraction of its mean."""
         if self.output_throughput is None:
@@ -187,9 +193,7 @@ class BenchmarkResult:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return tuple(
-            f"concurrency {lv.concurrency}: {w}" for lv in self.levels for w in lv.warnings
-        )
+        return tuple(f"{lv.where}: {w}" for lv in self.levels for w in lv.warnings)
 
     def level(self, concurrency: int) -> LevelResult:
         """The result at ``concurrency``; ``KeyError`` if that level was not measured."""

@@ -114,12 +114,13 @@ def _order(cell: CellKey) -> tuple[str, int, int]:
     return (category or "", ctx or 0, concurrency)
 
 
-def where_best_changes(cells: Sequence[CellBest], answer: str | None, limit: int = 4) -> str:
+def where_best_changes(cells: Sequence[CellBest], answer: str | None, limit: int | None = 4) -> str:
     """One line: where another setting beats ``answer`` (a configuration label) beyond both
     intervals, e.g.
     ``"code at 2048 context wants 5 steps; chat wants 3 steps (the mix's answer: 3 steps)"``.
 
-    Cells are first merged over concurrency when every level agrees, then over contexts.
+    Cells are first merged over concurrency when every level agrees, then over contexts;
+    ``limit`` places are named and the rest counted (``None``: every place).
     """
     if not cells:
         return ""
@@ -129,6 +130,7 @@ def where_best_changes(cells: Sequence[CellBest], answer: str | None, limit: int
             return f"one setting is best in every cell ({_steps(cells[0])})"
         return f"nowhere beyond the intervals (the mix's answer: {_answer_text(cells, answer)})"
     parts = [f"{where} wants {what}" for where, what in _merged(cells, different, answer)]
+    limit = len(parts) if limit is None else limit
     shown = "; ".join(parts[:limit]) + (
         f"; and {len(parts) - limit} more" if len(parts) > limit else ""
     )
@@ -186,10 +188,15 @@ def _context(words: int) -> str:
     return f"{words:,}"
 
 
-def mix_line(records: Sequence[TrialRecord], metric: str, answer_key: str | None = None) -> str:
+def mix_line(
+    records: Sequence[TrialRecord],
+    metric: str,
+    answer_key: str | None = None,
+    limit: int | None = None,
+) -> str:
     """:func:`where_best_changes` for a study's records: the answer is the configuration
     ``answer_key`` names (the confirmed winner, no speculation included), else the trial with
-    the best mix figure."""
+    the best mix figure; every place is named (``sweep status`` and the end of a run)."""
     trials = [r for r in records if r.kind in (Kind.TRIAL, Kind.REPLICATE) and r.measured]
     if not trials:
         return ""
@@ -199,4 +206,4 @@ def mix_line(records: Sequence[TrialRecord], metric: str, answer_key: str | None
         chosen = [max(trials, key=lambda r: r.objective if r.objective is not None else -1.0)]
     config = chosen[0].config
     answer = config.label() if config else None
-    return where_best_changes(bests(records, metric, answer), answer)
+    return where_best_changes(bests(records, metric, answer), answer, limit)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from sweep.bench.checks import (
@@ -11,7 +13,13 @@ from sweep.bench.checks import (
     speed_step,
     structural_accept_limit,
 )
-from sweep.bench.result import AcceptCheck, LevelResult, RequestFigures, RoundFigures
+from sweep.bench.result import (
+    AcceptCheck,
+    BenchmarkResult,
+    LevelResult,
+    RequestFigures,
+    RoundFigures,
+)
 from sweep.bench.stats import StopReason, summarize
 from sweep.exceptions import BenchmarkError, BenchmarkFailure
 
@@ -90,3 +98,8 @@ def test_a_level_stopped_on_a_cap_far_from_its_target_carries_a_warning() -> Non
     assert imprecision_warning(level([100.0, 30.0, 160.0]), 0.05) is None  # reached precision
     near = level([100.0, 101.0, 99.0], stop=StopReason.MAX_ROUNDS)
     assert imprecision_warning(near, 0.01) is None  # ±2.5 % is within 4x of ±1 %
+    # the result's warnings say where: the concurrency, and the context on a context axis
+    checked = check_level(wide, None, 0.05)
+    long = replace(checked, input_len=8192, concurrency=64)
+    result = BenchmarkResult("http://127.0.0.1:1", {}, {}, (checked, long))
+    assert result.warnings == (f"concurrency 1: {note}", f"input_len 8192, concurrency 64: {note}")

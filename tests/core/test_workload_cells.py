@@ -177,3 +177,18 @@ def test_when_the_answer_is_no_speculation_the_line_says_where_a_draft_still_win
     assert mix_line([spec, plain], "decode_tok_s", TrialConfig.baseline().key()) == (
         "code wants 3 steps (the mix's answer: no speculation)"
     )
+
+
+def test_every_place_is_named_unless_a_limit_is_given() -> None:
+    """`sweep status` and the end of a run name every cell where the best setting changes
+    (they said "and 5 more", with nowhere to see them); a short form may count the rest."""
+    from sweep.core.cells import CellBest
+
+    cells = [
+        CellBest((f"c{i}", 256, 1), f"steps={i + 4}", i + 4, 100.0, 1.0, 80.0, 1.0)
+        for i in range(6)
+    ]
+    full = where_best_changes(cells, "steps=3", limit=None)
+    assert "more" not in full and all(f"c{i}" in full for i in range(6)), full
+    short = where_best_changes(cells, "steps=3", limit=4)
+    assert "; and 2 more" in short and "c5" not in short
