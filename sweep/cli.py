@@ -510,6 +510,8 @@ def plan(
         f"estimated time: {duration_text(report.total_s)} for {len(report.valid)} trials "
         f"and a baseline ({report.estimated_from})"
     )
+    if report.workload:
+        out.print(report.workload, markup=False)
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     out.print(confirmation_plan(study, report), markup=False)

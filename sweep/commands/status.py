@@ -157,6 +157,7 @@ class PlanReport:
     engine_note: str = ""  # [engines] what the parser gate did (or why it could not run)
     guessed: bool = True  # per_trial_s is a guess: nothing of this study measured yet
     warnings: tuple[str, ...] = ()  # what may fail every launch, that nothing here could check
+    workload: str = ""  # with workload axes: what each round sends
 
     @property
     def total_s(self) -> float:
@@ -265,7 +266,51 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
         for e in result.excluded
     )  # fmt: skip
     warnings = unchecked(study, adapter.known_flags(), validated=validated) if gate else ()
-    return PlanReport(result.valid, excluded, commands, per_trial, source, note, guessed, warnings)
+    mix, thin = workload_plan(study)
+    return PlanReport(
+        result.valid, excluded, commands, per_trial, source, note, guessed, (*warnings, *thin),
+        mix,
+    )  # fmt: skip
+
+
+def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
+    """With workload axes: one line of what each round sends (categories with their share
+    and prompts, context levels, concurrency levels), and warnings for a category whose
+    distinct prompts are fewer than ``prompts_per_category`` (its intervals rest on them)
+    or whose weight is 0 (measured, but not in the objective)."""
+    w = study.workload
+    if not w.has_axes:
+        return "", ()
+    built = wiring.workload_for(study)
+    weights = {c.name: c.weight for c in w.categories}
+    prompts: dict[str, list[str]] = {}
+    for label, prompt in zip(built.categories, built.prompts, strict=False):
+        prompts.setdefault(label, []).append(prompt)
+    parts, warnings = [], []
+    for name, texts in prompts.items():
+        distinct = len(set(texts))
+        share = f" {weights[name]:.0%}" if name in weights else ""
+        same = f", {distinct} distinct" if distinct < len(texts) else ""
+        parts.append(f"{name}{share} ({len(texts)} prompts{same})")
+        if distinct < w.prompts_per_category:
+            warnings.append(
+                f"[workload.categories] {name!r} has {distinct} distinct prompt"
+                f"{'s' if distinct != 1 else ''}, fewer than prompts_per_category = "
+                f"{w.prompts_per_category}: its accept-length and speed intervals rest on "
+                f"{distinct}; give it at least {w.prompts_per_category}"
+            )
+        if weights.get(name) == 0:
+            warnings.append(
+                f"[workload.categories] {name!r} has weight 0: measured, but not in the objective"
+            )
+    if not prompts:
+        parts.append(f"one prompt set ({len(built.prompts)} prompts)")
+    line = "workload: " + ", ".join(parts)
+    if w.input_len:
+        shares = "/".join(f"{x:.0%}" for x in w.input_len_weights)
+        line += f"; contexts {'/'.join(map(str, w.input_len))} words ({shares})"
+    line += f"; concurrency {', '.join(map(str, w.concurrency))}; {w.output_len} output tokens"
+    return line, tuple(warnings)
 
 
 def unchecked(study: Study, known: FlagTable, *, validated: bool) -> tuple[str, ...]:

@@ -93,3 +93,33 @@ def test_the_plan_warns_of_what_would_fail_every_launch_that_nothing_here_could_
     assert "every launch will fail" in warnings[0]
     assert warnings[1].startswith("--no-such-flag: not in sweep's list for SGLang")
     assert "parser could not be run here" in warnings[1]
+
+
+def test_the_plan_says_what_each_round_sends_and_warns_of_thin_categories(tmp_path: Path) -> None:
+    """With workload axes `sweep plan` shows each category's share and prompts, the context
+    and concurrency levels; a category with fewer distinct prompts than prompts_per_category
+    (its intervals rest on them) or with weight 0 is warned of."""
+    from sweep.commands.status import workload_plan
+
+    (tmp_path / "one.jsonl").write_text('{"prompt": "Only this."}\n')
+    (tmp_path / "dups.jsonl").write_text('{"prompt": "Again."}\n' * 6)
+    workload = (
+        "output_len = 48\nconcurrency = [1, 4]\ninput_len = [64, 256]\nprompts_per_category = 2\n"
+        "[workload.categories]\n"
+        'code = { prompts = "code", weight = 0.5 }\n'
+        'one = { prompts = "one.jsonl", weight = 0.5 }\n'
+        'dups = { prompts = "dups.jsonl", weight = 0 }\n'
+    )
+    line, warnings = workload_plan(load_study(write_study(tmp_path, workload=workload)))
+    assert line.startswith("workload: code 50% (")
+    assert "one 50% (1 prompts)" in line and "dups 0% (6 prompts, 1 distinct)" in line
+    assert "contexts 64/256 words (50%/50%); concurrency 1, 4; 48 output tokens" in line
+    assert warnings == (
+        "[workload.categories] 'one' has 1 distinct prompt, fewer than prompts_per_category = 2: "
+        "its accept-length and speed intervals rest on 1; give it at least 2",
+        "[workload.categories] 'dups' has 1 distinct prompt, fewer than prompts_per_category = 2: "
+        "its accept-length and speed intervals rest on 1; give it at least 2",
+        "[workload.categories] 'dups' has weight 0: measured, but not in the objective",
+    )
+    (tmp_path / "plain").mkdir()
+    assert workload_plan(load_study(write_study(tmp_path / "plain"))) == ("", ())
