@@ -262,15 +262,61 @@ def _throughput(per_config: pd.DataFrame, base: pd.DataFrame) -> pd.DataFrame:
     return spec.rename(columns={"num_steps": "steps"}).sort_values([*keys, "steps"])
 
 
-def per_category_best(df: pd.DataFrame) -> pd.DataFrame:
-    """Per study and category: the configuration with the best mean decode speed over the
-    category's cells, its decode speed and accept length (for ``sweep compare``)."""
-    frames = []
+def _speculative_cells(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per study: the cells of its speculative trials and relaunches (studies without any
+    left out)."""
+    out = {}
     for study, rows in df.groupby("study", sort=False):
         cells = cells_frame(rows)
         cells = cells[
             cells["kind"].isin(["trial", "replicate"]) & cells["speculative"].fillna(False)
         ]
+        if not cells.empty:
+            out[str(study)] = cells
+    return out
+
+
+def _levels_of_rows(cells: pd.DataFrame) -> list[tuple[int, int]]:
+    contexts = cells["input_len"].fillna(-1).astype(int)
+    return list(zip(contexts, cells["concurrency"].astype(int), strict=True))
+
+
+def _levels_of(cells: pd.DataFrame) -> set[tuple[int, int]]:
+    """The (context, concurrency) pairs measured (context -1: no context axis)."""
+    return set(_levels_of_rows(cells))
+
+
+def workload_differences(df: pd.DataFrame) -> list[str]:
+    """What the studies' workloads do not share (categories, context levels, concurrency
+    levels), one line each, naming the studies that have it: ``[]`` when they agree."""
+    studies = _speculative_cells(df)
+    if len(studies) < 2:
+        return []
+    out = []
+    for what, column in (
+        ("categories", "category"),
+        ("context levels", "input_len"),
+        ("concurrency levels", "concurrency"),
+    ):
+        have = {s: set(cells[column].dropna().astype(str)) for s, cells in studies.items()}
+        every = set.intersection(*have.values())
+        for study, values in have.items():
+            only = sorted(values - every, key=lambda v: (len(v), v))
+            if only:
+                out.append(f"{what} not in every study: {', '.join(only)} (in `{study}`)")
+    return out
+
+
+def per_category_best(df: pd.DataFrame) -> pd.DataFrame:
+    """Per study and category: the configuration with the best mean decode speed over the
+    category's cells, its decode speed and accept length (for ``sweep compare``). The mean
+    is over the (context, concurrency) levels every study measured, so that studies with
+    other levels compare like with like."""
+    studies = _speculative_cells(df)
+    common = set.intersection(*(_levels_of(c) for c in studies.values())) if studies else set()
+    frames = []
+    for study, cells in studies.items():
+        cells = cells[[pair in common for pair in _levels_of_rows(cells)]]
         if cells.empty:
             continue
         means = cells.groupby(["category", "config"]).agg(

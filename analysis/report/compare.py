@@ -7,7 +7,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from analysis.data.transform import levels
-from analysis.data.workload import per_category_best
+from analysis.data.workload import per_category_best, workload_differences
 from analysis.models.compare import Change, Comparison
 from analysis.plots.compare import plot_compare
 from analysis.plots.curves import plot_per_level, plot_throughput_vs_steps
@@ -20,7 +20,9 @@ def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent
     """Studies side by side: tags, best configurations with speedups, regressions, curves."""
     figures: dict[str, Figure] = {"compare": _figure(plot_compare(df, comparison))}
     categories = per_category_best(df)
+    differences = workload_differences(df)
     sections = [
+        *([_differences(differences)] if differences else []),
         _studies(df, comparison),
         *([_categories(categories, comparison)] if not categories.empty else []),
         _changes(comparison),
@@ -33,8 +35,22 @@ def comparison_report(df: pd.DataFrame, comparison: Comparison) -> ReportContent
         "best": comparison.best_table().to_dict(orient="records"),
         "changes": comparison.changes_table().to_dict(orient="records"),
         "categories": categories.to_dict(orient="records"),
+        "workload_differences": differences,
     }
     return ReportContent(Document(title, tuple(sections)), figures, summary)
+
+
+def _differences(lines: list[str]) -> Section:
+    return Section(
+        "Workloads differ",
+        (
+            "The studies did not measure the same workload: their objectives, best "
+            "configurations and changes rest on different traffic, so a difference below may "
+            "be the workload's, not the model's or the engine's. Per-category figures are "
+            "means over the context and concurrency levels every study measured.",
+            *[f"- {line}" for line in lines],
+        ),
+    )
 
 
 def _studies(df: pd.DataFrame, comparison: Comparison) -> Section:

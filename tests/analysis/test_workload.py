@@ -172,3 +172,50 @@ def test_compare_has_a_per_category_section(study: Path) -> None:
     assert set(best["category"]) == set(CATEGORIES)
     content = comparison_report(df, compare_studies(df, ["mixed"]))
     assert any(s.title == "Per category" for s in content.document.sections)
+
+
+def test_comparing_other_workloads_says_so_and_compares_common_levels(
+    study: Path, tmp_path: Path
+) -> None:
+    """Two studies whose categories, contexts and levels differ: the comparison says what
+    differs, first, and each category's figure is its mean over the (context, concurrency)
+    levels both measured — not over the reference's extra 4096-word context."""
+    other = write_study(
+        tmp_path,
+        Synth(
+            "narrow",
+            chain_configs([1, 2, 3], [8]),
+            levels=(1,),
+            baseline_every=3,
+            contexts=(256,),
+            categories={"code": 1.2, "tickets": 1.0},
+        ),
+    )
+    df = load_trials([study_ref(study), study_ref(other)])
+    content = comparison_report(df, compare_studies(df, ["mixed", "narrow"]))
+    first = content.document.sections[0]
+    assert first.title == "Workloads differ"
+    lines = [b for b in first.blocks if isinstance(b, str) and b.startswith("- ")]
+    assert lines == [
+        "- categories not in every study: chat, summarization (in `mixed`)",
+        "- categories not in every study: tickets (in `narrow`)",
+        "- context levels not in every study: 4096 (in `mixed`)",
+        "- concurrency levels not in every study: 8 (in `mixed`)",
+    ]
+    assert content.summary["workload_differences"] == [line[2:] for line in lines]
+    best = per_category_best(df)
+    code = best[(best["study"] == "mixed") & (best["category"] == "code")].iloc[0]
+    cells = cells_frame(df[df["study"] == "mixed"])
+    same = cells[
+        (cells["category"] == "code") & (cells["input_len"] == 256) & (cells["concurrency"] == 1)
+        & (cells["config"] == code["config"])
+    ]  # fmt: skip
+    assert code["decode_tok_s"] == pytest.approx(same["decode_tok_s"].mean())
+    alone = per_category_best(df[df["study"] == "mixed"])  # alone: every level counts
+    assert "Workloads differ" not in [
+        s.title
+        for s in comparison_report(
+            df[df["study"] == "mixed"], compare_studies(df, ["mixed"])
+        ).document.sections
+    ]
+    assert len(alone) == len(CATEGORIES)
