@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -571,6 +572,8 @@ def status(
             *([r.host] if len(study.hosts) > 1 else []),
         )
     out.print(table)
+    if not report.rows:
+        out.print(f"no trial stored yet: `sweep run {study_file}` measures the first ones")
     if report.baseline:
         out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
     if report.best:
@@ -651,7 +654,9 @@ def compare(
 @app.command()
 def export(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
-    format: str = typer.Option("csv", help="csv or parquet."),
+    format: str = typer.Option(
+        "", help="csv or parquet (default: the --out file's suffix, else csv)."
+    ),
     out: str = typer.Option("", help="Output file (default: ./<study name>-trials.<format>)."),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
 ) -> None:
@@ -663,8 +668,14 @@ def export(
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
+    suffix = Path(out).suffix.lstrip(".").lower()
+    format = format or (suffix if suffix in EXPORT_FORMATS else "csv")
     if format not in EXPORT_FORMATS:
         raise typer.BadParameter(f"expected csv or parquet, got {format!r}", param_hint="--format")
+    if suffix in EXPORT_FORMATS and suffix != format:  # a .parquet file holding CSV misleads
+        raise typer.BadParameter(
+            f"--out {out!r} names a .{suffix} file but --format is {format}", param_hint="--out"
+        )
     study = load_study(study_file)
     require_results(study, storage or None)
     path = export_trials(

@@ -70,9 +70,16 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
         tell_launch(run, owner, trial, outcome, seen)
     if isinstance(outcome, Interrupted):
         raise exceptions.Interrupted(
-            f"interrupted during trial {trial.number}; what was measured is stored, "
-            "`sweep run` resumes"
+            f"interrupted during {_named(launch.kind, trial.number)}; what was measured is "
+            "stored, `sweep run` resumes"
         )
+
+
+def _named(kind: Kind, number: int) -> str:
+    """A launch as `sweep status` numbers it: ``trial 3``, ``baseline b2``."""
+    if kind in (Kind.BASELINE, Kind.CONTROL):  # numbered in the baseline study
+        return f"{kind.value} b{number}"
+    return f"{kind.value} {number}"
 
 
 def startup_rig(rig: Rig, seen: History) -> Rig:

@@ -164,6 +164,14 @@ def test_report_and_export_of_a_real_study(real: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     back = pd.read_parquet(tmp_path / "t.parquet")
     assert back["num_steps"].dtype == "Int64" and len(back) == len(load_trials(real))
+    # without --format, the file's suffix says which (a .parquet file held CSV before)
+    result = CliRunner().invoke(app, ["export", str(real), "--out", str(tmp_path / "u.parquet")])
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_parquet(tmp_path / "u.parquet")) == len(back)
+    clash = ["export", str(real), "--format", "csv", "--out", str(tmp_path / "v.parquet")]
+    result = CliRunner().invoke(app, clash)
+    assert result.exit_code == 2 and "names a .parquet file but --format is csv" in result.output
+    assert not (tmp_path / "v.parquet").exists()
 
 
 # --- golden frame from synthetic trials --------------------------------------------------------

@@ -189,6 +189,15 @@ def test_status_of_a_database_without_the_study(tmp_path: Path) -> None:
     )
 
 
+def test_status_of_a_study_with_no_trial_says_so(tmp_path: Path) -> None:
+    path = write_study(tmp_path)
+    open_study(load_study(path), None)  # created (a run refused at once leaves this)
+    out = sweep("status", str(path), cwd=tmp_path)
+    assert out.code == 0, out.stderr
+    text = " ".join(out.stdout.split())  # however the console wraps it
+    assert f"no trial stored yet: `sweep run {path}` measures the first ones" in text
+
+
 def test_an_unreachable_database_hides_its_password(tmp_path: Path) -> None:
     path = write_study(tmp_path)
     url = "postgresql+psycopg://sweep:hunter2@127.0.0.1:1/sweep"

@@ -337,3 +337,21 @@ def test_a_configuration_the_space_lost_is_never_the_answer(tmp_path: Path) -> N
     stored = StudyInfo.from_attrs(_attrs(shrunk)).answer
     assert stored["label"] == TrialConfig(2, 1, 3, 8).label(), stored
     assert again.answer.startswith(TrialConfig(2, 1, 3, 8).label()), again.answer
+
+
+@pytest.mark.parametrize(("launch", "named"), [(0, "baseline b0"), (1, "trial 0")])
+def test_ctrl_c_names_the_launch_as_status_numbers_it(
+    tmp_path: Path, launch: int, named: str
+) -> None:
+    """The interrupted baseline is `b0` in `sweep status`; the message called it trial 0."""
+    study = load_study(write_study(tmp_path, study='sampler = "grid"'))
+    calls: list[TrialConfig] = []
+
+    def interrupted(config: TrialConfig) -> Measurement:
+        calls.append(config)
+        if len(calls) == launch + 1:
+            raise KeyboardInterrupt
+        return _speed(config)
+
+    with pytest.raises(Interrupted, match=f"^interrupted during {named}; what was measured"):
+        run_with_measurements(study, interrupted)
