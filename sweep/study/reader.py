@@ -55,7 +55,10 @@ class TableReader:
         if name in self.table:
             return self.table[name]
         if default is _MISSING:
-            raise self.error(name, "is required but missing")
+            present = [str(k) for k in self.table if isinstance(k, str)]
+            close = difflib.get_close_matches(name, present, n=1)  # a typo of the key
+            hint = f" (found {close[0]!r}: a typo?)" if close else ""
+            raise self.error(name, f"is required but missing{hint}")
         return default
 
     def string(self, name: str, default: Any = _MISSING, *, choices: tuple[str, ...] = ()) -> Any:
