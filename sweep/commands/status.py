@@ -225,7 +225,12 @@ def limits_plan(study: Study, report: PlanReport) -> str:
     confirming = study.confirm.enabled and study.confirm.share > 0
     if (study.budget_s or study.deadline) and confirming:
         text += f"; {study.confirm.share:.0%} of the time is kept for the confirmation"
-    if fit is not None and fit < len(report.valid) + 1:
+    if fit is not None and fit < 2:  # the baseline, then one trial
+        text += (
+            f"; the budget fits {'no launch' if fit == 0 else 'only the baseline'}: the run "
+            "would measure no configuration (raise the budget)"
+        )
+    elif fit is not None and fit < len(report.valid) + 1:
         text += (
             f"; fewer launches than the {len(report.valid)} configurations and a baseline: the "
             "search chooses which to launch"

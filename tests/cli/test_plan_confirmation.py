@@ -45,13 +45,23 @@ def test_the_plan_says_what_ends_the_run_and_when_the_budget_cannot_launch_every
     tmp_path: Path,
 ) -> None:
     plain = [TrialConfig(s, 1, s + 1, 8) for s in (1, 2, 3)]
-    # 15 min at a guessed 600 s: 1 launch, fewer than 3 configurations and a baseline
+    # 15 min at a guessed 600 s: 1 launch, the baseline alone
     short = load_study(write_study(tmp_path, study='budget = "15m"', confirm=True))
     text = limits_plan(short, report(plain))
     assert text == (
         "limits: a budget of 15 min (about 1 launch at a guessed 600 s each); 20% of the time "
-        "is kept for the confirmation; fewer launches than the 3 configurations and a baseline: "
-        "the search chooses which to launch"
+        "is kept for the confirmation; the budget fits only the baseline: the run would measure "
+        "no configuration (raise the budget)"
+    )
+    tiny = load_study(write_study(tmp_path, name="s", study='budget = "30s"'))
+    assert "the budget fits no launch: the run would measure no configuration" in limits_plan(
+        tiny, report(plain)
+    )
+    # 25 min: 2 launches, fewer than 3 configurations and a baseline
+    some = load_study(write_study(tmp_path, name="m", study='budget = "25m"', confirm=True))
+    assert limits_plan(some, report(plain)).endswith(
+        "; fewer launches than the 3 configurations and a baseline: the search chooses which "
+        "to launch"
     )
     # measured launches of 12 s: 75 fit, nothing to warn about
     assert limits_plan(short, report(plain, 12.0, guessed=False)) == (
