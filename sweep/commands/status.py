@@ -310,12 +310,36 @@ def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
             )
     if not prompts:
         parts.append(f"one prompt set ({len(built.prompts)} prompts)")
+    warnings += _too_long(study)
     line = "workload: " + ", ".join(parts)
     if w.input_len:
         shares = "/".join(f"{x:.0%}" for x in w.input_len_weights)
         line += f"; contexts {'/'.join(map(str, w.input_len))} words ({shares})"
     line += f"; concurrency {', '.join(map(str, w.concurrency))}; {w.output_len} output tokens"
     return line, tuple(warnings)
+
+
+TOKENS_PER_WORD = 1.3  # English prose in a typical BPE tokenizer: the prompt words' tokens
+CONTEXT_FLAGS = ("--context-length", "--max-model-len")  # SGLang's, vLLM's
+
+
+def _too_long(study: Study) -> list[str]:
+    """A context level whose prompt (at about :data:`TOKENS_PER_WORD` tokens a word) and
+    output exceed the context the study file sets: the server would refuse its requests."""
+    w = study.workload
+    flags = dict(study.engine.flags)
+    limit = next((flags[f] for f in CONTEXT_FLAGS if f in flags), None)
+    if not w.input_len or not isinstance(limit, str) or not limit.isdigit():
+        return []
+    over = [n for n in w.input_len if n * TOKENS_PER_WORD + w.output_len > int(limit)]
+    if not over:
+        return []
+    flag = next(f for f in CONTEXT_FLAGS if f in flags)
+    return [
+        f"[workload] input_len {', '.join(map(str, over))} words (about {TOKENS_PER_WORD:g} "
+        f"tokens a word) plus output_len {w.output_len} exceed {flag} {limit}: the server "
+        "would refuse those requests and the run would stop at the first"
+    ]
 
 
 def unchecked(study: Study, known: FlagTable, *, validated: bool) -> tuple[str, ...]:

@@ -133,3 +133,17 @@ def test_the_plan_says_what_each_round_sends_and_warns_of_thin_categories(tmp_pa
     )
     (tmp_path / "plain").mkdir()
     assert workload_plan(load_study(write_study(tmp_path / "plain"))) == ("", ())
+
+
+def test_the_plan_warns_of_a_context_level_longer_than_the_server_takes(tmp_path: Path) -> None:
+    from sweep.commands.status import workload_plan
+
+    engine = '[engine.flags]\n"--context-length" = 2048'
+    workload = "output_len = 48\ninput_len = [256, 1600, 8192]"
+    study = load_study(write_study(tmp_path, engine=engine, workload=workload))
+    _, warnings = workload_plan(study)
+    assert warnings == (
+        "[workload] input_len 1600, 8192 words (about 1.3 tokens a word) plus output_len 48 "
+        "exceed --context-length 2048: the server would refuse those requests and the run "
+        "would stop at the first",
+    )
