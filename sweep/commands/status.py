@@ -9,6 +9,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from sweep.bench.categories import SHIPPED, SHIPPED_CATEGORIES, load_categories
+from sweep.bench.mix import placed
 from sweep.core import cells
 from sweep.core.prediction import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
@@ -310,6 +312,7 @@ def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
             )
     if not prompts:
         parts.append(f"one prompt set ({len(built.prompts)} prompts)")
+    warnings += _merged(study)
     warnings += _too_long(study)
     line = "workload: " + ", ".join(parts)
     if w.input_len:
@@ -317,6 +320,24 @@ def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
         line += f"; contexts {'/'.join(map(str, w.input_len))} words ({shares})"
     line += f"; concurrency {', '.join(map(str, w.concurrency))}; {w.output_len} output tokens"
     return line, tuple(warnings)
+
+
+def _merged(study: Study) -> list[str]:
+    """A category whose prompt file holds several categories (Spec-Bench's layout) takes them
+    all as one: said, with the way to split them."""
+    out = []
+    base = Path(study.path).parent
+    for c in study.workload.categories:
+        if not c.prompts or c.prompts in (*SHIPPED_CATEGORIES, SHIPPED):
+            continue
+        inside = load_categories(placed(c.prompts, base))
+        if len(inside) > 1:
+            out.append(
+                f"[workload.categories.{c.name}.prompts] {c.prompts} holds {len(inside)} "
+                f"categories ({', '.join(inside)}), all taken as {c.name!r}; to measure them "
+                "apart, name the file in [workload] categories_file"
+            )
+    return out
 
 
 TOKENS_PER_WORD = 1.3  # English prose in a typical BPE tokenizer: the prompt words' tokens

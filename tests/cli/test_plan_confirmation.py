@@ -147,3 +147,24 @@ def test_the_plan_warns_of_a_context_level_longer_than_the_server_takes(tmp_path
         "exceed --context-length 2048: the server would refuse those requests and the run "
         "would stop at the first",
     )
+
+
+def test_the_plan_warns_when_one_category_s_file_holds_several(tmp_path: Path) -> None:
+    """A Spec-Bench file named as one category's prompts takes all its categories as that
+    one: `sweep plan` says so and how to split them."""
+    from sweep.commands.status import workload_plan
+
+    (tmp_path / "question.jsonl").write_text(
+        '{"category": "writing", "turns": ["Write a haiku."]}\n'
+        '{"category": "math_reasoning", "turns": ["What is 17 times 23?"]}\n'
+    )
+    workload = (
+        "output_len = 48\nprompts_per_category = 1\n[workload.categories]\n"
+        'code = { prompts = "question.jsonl" }\nchat = { prompts = "chat" }\n'
+    )
+    _, warnings = workload_plan(load_study(write_study(tmp_path, workload=workload)))
+    assert warnings == (
+        "[workload.categories.code.prompts] question.jsonl holds 2 categories (writing, "
+        "math_reasoning), all taken as 'code'; to measure them apart, name the file in "
+        "[workload] categories_file",
+    )
