@@ -40,7 +40,7 @@ def plot_throughput_by_context(throughput: pd.DataFrame) -> Figure:
         ax.set_title(title)
         ax.set_xlabel("speculative steps (0: none)")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylabel("decode tok/s per request (mix of categories)")
+        ax.set_ylabel("decode tok/s per request (mean over categories)")
         ax.grid(True, alpha=0.3)
     axes[-1].legend(loc="best", fontsize="small")
     return figure
