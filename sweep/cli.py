@@ -536,6 +536,7 @@ def status(
 
     from sweep.commands.status import load_status
     from sweep.loop.checks import require_results, setup_change, setup_changed_error
+    from sweep.store.claims import live_run
     from sweep.study import load_study
 
     study = load_study(study_file)
@@ -598,6 +599,15 @@ def status(
     changed = setup_change(study, url)
     if changed:
         out.print(f"[yellow]warning:[/yellow] {escape(str(setup_changed_error(study, changed)))}")
+    running = [f"b{r.number}" if r.kind == "baseline" else str(r.number)
+               for r in report.rows if r.state == "running"]  # fmt: skip
+    if running and live_run(url, study.name) is False:
+        out.print(
+            f"[yellow]note:[/yellow] {', '.join(running)} marked running, but no `sweep run` "
+            "holds the study (was it killed?): the next `sweep run` marks "
+            f"{'them' if len(running) > 1 else 'it'} failed (orchestrator_died), measures "
+            "again and stops a server left behind"
+        )
 
 
 @app.command()

@@ -178,6 +178,22 @@ LEASE_BEAT_S = 10.0  # how often a running sweep renews its lease
 LEASE_GRACE_S = 45.0  # a lease not renewed for this long belongs to a dead run
 
 
+def live_run(url: str, study_name: str) -> bool | None:
+    """Whether a live ``sweep run`` (or worker) holds a lease on the study; ``None`` when the
+    claims cannot be read (no table yet: nothing is created to find out)."""
+    c = claims_table.c
+    query = sa.select(c.host, c.claimed_at).where(
+        c.study_name == study_name, c.key.startswith(LEASE_PREFIX)
+    )
+    try:
+        with sql_engine(url).connect() as conn:
+            rows = conn.execute(query).all()
+    except sa.exc.SQLAlchemyError:
+        return None
+    now = time.time()
+    return any(holder_alive(str(h), max(0.0, now - float(at))) for h, at in rows)
+
+
 def holder_id() -> str:
     """Who this process is, as stored in a lease: ``machine:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"

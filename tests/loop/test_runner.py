@@ -237,6 +237,15 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
+def _status(path: Path) -> str:
+    """`sweep status` as a process, its output on one line (however the console wraps it)."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "sweep", "status", str(path)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return " ".join(shown.stdout.split())
+
+
 @pytest.mark.slow
 def test_resume_after_the_orchestrator_is_killed(tmp_path: Path) -> None:
     path = write_study(tmp_path, space="num_steps = [1, 2]", study='sampler = "grid"')
@@ -250,9 +259,12 @@ def test_resume_after_the_orchestrator_is_killed(tmp_path: Path) -> None:
             )
         )
         wait_until(lambda: decoding(tmp_path))  # the server is serving the benchmark now
+        assert "marked running" not in _status(path)  # the run is alive: nothing to say
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
+    # `sweep status` says the running trial has no run any more, and what the next run does
+    assert "marked running, but no `sweep run` holds the study (was it killed?)" in _status(path)
     pgid_files = list((tmp_path / "servers").glob("*.pgid"))
     assert pgid_files, "the lifecycle records the server's process group"
     pgid = int(pgid_files[0].read_text().split()[0])
