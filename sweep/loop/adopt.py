@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from collections.abc import Mapping
 
+from sweep.core.records import StudyInfo
+from sweep.exceptions import ConfigError
 from sweep.loop.checks import setup_changed_error
 from sweep.loop.context import RunContext
 from sweep.store import (
@@ -23,6 +26,7 @@ from sweep.store import (
     stored_fingerprint,
     write_fingerprint,
 )
+from sweep.study import Study, parse_study
 from sweep.study.fingerprint import changed_keys, changed_text, fingerprint
 
 
@@ -47,10 +51,34 @@ def adopt_study(run: RunContext) -> None:
         )
     if stored != current:
         write_fingerprint(trials, current)
+    moved = _launcher_change(trials.user_attrs, run.study)
+    if moved and not changed:
+        run.display.message(f"warning: {moved}")
+        run.summary.warnings.append(moved)
     record_study(trials, run.study)
     record_study(baselines, run.study)
     run.since = fresh_from(trials)
     run.summary.began = True
+
+
+def _launcher_change(attrs: Mapping[str, object], study: Study) -> str:
+    """The launcher is not in the fingerprint (a moved virtual environment is the same
+    engine), but another build may not be: a resume with another launcher says so."""
+    text = StudyInfo.from_attrs(attrs).study_file
+    if not text:
+        return ""
+    try:
+        before = parse_study(text, study.path).engine.launcher
+    except ConfigError:  # an older or newer study-file format: nothing to compare
+        return ""
+    if before == study.engine.launcher:
+        return ""
+    return (
+        f"[engine] launcher changed since the last run ({shlex.join(before) or 'the default'} → "
+        f"{shlex.join(study.engine.launcher) or 'the default'}): if it is another build of "
+        "the same version, its results mix with the earlier ones (run with --fresh-answer "
+        "to keep those out)"
+    )
 
 
 def _first_to_start_fresh(run: RunContext, current: Mapping[str, str]) -> bool:

@@ -355,3 +355,20 @@ def test_ctrl_c_names_the_launch_as_status_numbers_it(
 
     with pytest.raises(Interrupted, match=f"^interrupted during {named}; what was measured"):
         run_with_measurements(study, interrupted)
+
+
+def test_a_resume_with_another_launcher_warns_that_results_may_mix(tmp_path: Path) -> None:
+    """The launcher is not in the fingerprint (a moved virtual environment is the same
+    engine), but another build of the same version may not be: the resume says so."""
+    path = write_study(tmp_path, study='sampler = "grid"')
+    run_with_measurements(load_study(path), _speed, options=RunOptions(n_trials=1))
+    again = run_with_measurements(load_study(path), _speed, options=RunOptions(n_trials=2))
+    assert not [w for w in again.warnings if "launcher changed" in w]  # the same: nothing said
+    text = path.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("launcher = "))
+    path.write_text(text.replace(line, line.replace("[", '["env", ', 1)))
+    moved = run_with_measurements(load_study(path), _speed, options=RunOptions(n_trials=3))
+    said = [w for w in moved.warnings if "launcher changed" in w]
+    assert len(said) == 1 and said[0].startswith("[engine] launcher changed since the last run (")
+    assert "→ env " in said[0] and "--fresh-answer" in said[0]
+    assert moved.measured == 1  # it goes on: the earlier trials are kept
