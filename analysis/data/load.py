@@ -71,6 +71,7 @@ class LoadedStudy:
     answer: Mapping[str, Any] = field(default_factory=dict)  # the confirmed answer, if any
     # {trials, baselines}: the first numbers of the current setup (--fresh-answer); {}: all
     fresh_from: Mapping[str, int] = field(default_factory=dict)
+    space_steps: tuple[int, ...] = ()  # the study file's [space] num_steps (): not known)
 
     def context(self, name: str | None = None) -> StudyContext:
         """What the rows of this study (or its companion ``name``) share."""
@@ -134,6 +135,7 @@ def _with_objective(info: LoadedStudy) -> LoadedStudy:
             "constraints": spec.objective.constraints,
             "schedule_metric": spec.schedule.metric or objective.metric,
             "objective_text": objective.describe(),
+            "space_steps": tuple(spec.space.num_steps),
         }
     )
 

@@ -17,9 +17,14 @@ MAX_CYCLES = 14  # bars in the cycle figure
 
 
 def cost_model_section(
-    df: pd.DataFrame, model: CostModel | None, error: str, figures: FigureSet
+    df: pd.DataFrame,
+    model: CostModel | None,
+    error: str,
+    figures: FigureSet,
+    space_steps: tuple[int, ...] = (),
 ) -> Section:
-    """Constants with errors, notes, residuals, predictions and the cycle figure (or why no fit)."""
+    """Constants with errors, notes, residuals, predictions and the cycle figure (or why no
+    fit); ``space_steps``: the study's searched step counts, when known."""
     title = "Cost model"
     if model is None:
         return Section(title, (f"The cost model could not be fitted: {error}",))
@@ -43,7 +48,7 @@ def cost_model_section(
     ]
     blocks += [f"Note: {note}." for note in model.notes]
     blocks.append(_residuals(model))
-    blocks += _predictions(model, df)
+    blocks += _predictions(model, df, space_steps)
     cycles = measured_cycles(df, model, MAX_CYCLES)
     blocks.append(figures.draw("cycle_breakdown", lambda: plot_cycle_breakdown(cycles)))
     return Section(title, tuple(blocks))
@@ -66,7 +71,9 @@ def _residuals(model: CostModel) -> Block:
     )
 
 
-def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
+def _predictions(
+    model: CostModel, df: pd.DataFrame, space_steps: tuple[int, ...] = ()
+) -> list[Block]:
     top = list(untried(model, df).items())[:5]
     best = max(model.residuals, key=lambda r: r.measured_tok_s)
     if not top:
@@ -74,7 +81,24 @@ def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
     config, first = top[0]
     verdict = "above" if first.mean > best.measured_tok_s else "below"
     most = max(r.config.num_steps for r in model.residuals)
-    beyond = [c for c, _ in top if c.num_steps > most]
+    if space_steps:  # the study's space is known: only what lies outside it is said
+        beyond = [c for c, _ in top if c.num_steps not in space_steps]
+        mark, note = (
+            " (outside the space)",
+            (
+                f"Outside the space: the study searches {_steps_text(space_steps)}; widen "
+                "`[space] num_steps` to measure them."
+            ),
+        )
+    else:
+        beyond = [c for c, _ in top if c.num_steps > most]
+        mark, note = (
+            " (extrapolated)",
+            (
+                f"Extrapolated: more steps than any measured trial ({most}), so possibly outside "
+                "the study's space; widen `[space] num_steps` to measure them."
+            ),
+        )
     blocks: list[Block] = [
         f"The untried configuration the model expects to be best: **{config.label()}** "
         f"at {_prediction_text(first)}, {verdict} the best measured "
@@ -83,7 +107,7 @@ def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
             ("untried configuration", "predicted tok/s", "accept length (model)", "cycle ms"),
             [
                 (
-                    c.label() + (" (extrapolated)" if c in beyond else ""),
+                    c.label() + (mark if c in beyond else ""),
                     _prediction_text(p),
                     f"{p.accept_length:.2f}",
                     f"{1000 * p.cycle:.2f}",
@@ -93,11 +117,15 @@ def _predictions(model: CostModel, df: pd.DataFrame) -> list[Block]:
         ),
     ]
     if beyond:
-        blocks.append(
-            f"Extrapolated: more steps than any measured trial ({most}), so possibly outside "
-            "the study's space; widen `[space] num_steps` to measure them."
-        )
+        blocks.append(note)
     return blocks
+
+
+def _steps_text(steps: tuple[int, ...]) -> str:
+    ordered = sorted(steps)
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"steps {ordered[0]}–{ordered[-1]}"
+    return "steps " + ", ".join(map(str, ordered))
 
 
 def _prediction_text(p: Prediction) -> str:

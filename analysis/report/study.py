@@ -80,7 +80,7 @@ def _study_report(
     sections = [
         *first,
         _curves(numbers, figures, data.info.answer, model),
-        cost_model_section(numbers, model, model_error, figures),
+        cost_model_section(numbers, model, model_error, figures, data.info.space_steps),
         *last,
     ]
     title = f"Sweep report: {data.info.ref.name}"

@@ -187,3 +187,24 @@ def test_the_report_marks_untried_configurations_beyond_the_measured_steps(
         isinstance(b, str) and b.startswith("Extrapolated: more steps than any measured trial (4)")
         for b in section.blocks
     )
+
+
+def test_with_the_study_s_space_only_configurations_outside_it_are_marked(
+    chains: pd.DataFrame,
+) -> None:
+    """Steps 5 lies in a 1–5 space (never measured, not to be widened for); 6 does not."""
+    from analysis.report.costmodel import cost_model_section
+    from analysis.report.data import FigureSet
+    from analysis.report.document import Table
+
+    model = fit_cost_model(chains)
+    section = cost_model_section(chains, model, "", FigureSet(), space_steps=(1, 2, 3, 4, 5))
+    rows = next(b for b in section.blocks if isinstance(b, Table) and "untried" in b.columns[0])
+    for label in (r[0] for r in rows.rows):
+        assert ("(outside the space)" in label) == ("steps=6" in label), label
+        assert "(extrapolated)" not in label
+    notes = [b for b in section.blocks if isinstance(b, str) and b.startswith("Outside the space")]
+    assert notes == [
+        "Outside the space: the study searches steps 1–5; widen `[space] num_steps` to "
+        "measure them."
+    ]
