@@ -179,8 +179,13 @@ def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
     slots: Sequence[Mapping[str, Any]] = record.schedule.get("levels") or ()
     here = level.get("concurrency")
     slot: Mapping[str, Any] = next((s for s in slots if s.get("concurrency") == here), {})
+    # the level's own decision; else its batch-size key's (steps_by_batch is keyed where each
+    # level's slot starts, padded as the engine pads: level 4 runs under key 3)
+    keys = record.schedule.get("keys")
+    key = keys.get(str(here), here) if isinstance(keys, Mapping) else here
+    chosen = slot.get("steps", steps.get(str(key)))
     return {
-        "schedule_steps": steps.get(str(level.get("concurrency"))),
+        "schedule_steps": chosen,
         "schedule_confident": slot.get("confident"),
         "schedule_doubt": slot.get("doubt") or None,
         "schedule_counted": counted,

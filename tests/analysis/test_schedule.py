@@ -255,3 +255,22 @@ def test_an_inconclusive_difference_says_so() -> None:
     [d] = side.differences
     assert d.word == "inconclusive" and "inconclusive" in side.text
     assert d.interval.startswith("−0.5 % [")
+
+
+@pytest.mark.parametrize("with_levels", [True, False])
+def test_a_level_s_steps_are_found_under_its_batch_size_key(with_levels: bool) -> None:
+    """A schedule as `sweep schedule` stores it keys its steps where each level's slot starts,
+    padded as the engine pads (16 runs under 12, 64 under 48): the rows read each level's own
+    decision (or its key's), not the level's number among the keys (they were empty)."""
+    from analysis.data.rows import _schedule_steps
+
+    schedule: dict[str, object] = {
+        "name": "schedule",
+        "steps_by_batch": {"1": 4, "12": 2, "48": 0},
+        "keys": {"1": 1, "16": 12, "64": 48},
+    }
+    if with_levels:
+        schedule["levels"] = [{"concurrency": c, "steps": s} for c, s in BEST_STEPS.items()]
+    record = TrialRecord(kind=Kind.SCHEDULE, schedule=schedule)
+    got = {c: _schedule_steps(record, {"concurrency": c})["schedule_steps"] for c in LEVELS}
+    assert got == BEST_STEPS
