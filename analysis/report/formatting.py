@@ -68,3 +68,23 @@ def first_line(value: Any, limit: int) -> str:
     lines = text(value).splitlines()
     line = lines[0] if lines else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+BATCH_CAPS = ("--max-running-requests", "--max-num-seqs")  # SGLang's, vLLM's
+
+
+def benchmark_caps(command: str) -> str | None:
+    """A note for a launch command that carries the benchmark's batch cap (sweep passes it
+    explicitly: SGLang runs 48 under speculation otherwise), which would cap a deployment
+    copied from it; ``None`` when the command has none."""
+    words = command.split()
+    for flag in BATCH_CAPS:
+        if flag in words[:-1]:
+            value = words[words.index(flag) + 1]
+            return (
+                f"`{flag} {value}` is what the benchmark ran with (the study's largest "
+                "concurrency, unless the study file set it): a server started with it takes "
+                f"at most {value} request{'s' if value != '1' else ''} at once. Set your "
+                "serving value when you deploy; the speculative settings are the answer."
+            )
+    return None

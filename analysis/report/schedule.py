@@ -64,7 +64,9 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
     blocks.append(_table(comparison))
     row = comparison.schedule
     if row is not None:
-        blocks += ["Exact launch command of the verified schedule:", Code(_command(row))]
+        command = _command(row)
+        blocks += ["Exact launch command of the verified schedule:", Code(command)]
+        blocks += filter(None, [fmt.benchmark_caps(command)])
         if not fmt.missing(row["warnings"]):
             blocks.append(f"Warnings: {row['warnings']}")
     blocks.append(figures.draw("schedule", lambda: plot_schedule(comparison.table, metric=metric)))

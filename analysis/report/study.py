@@ -213,6 +213,7 @@ def _best(data: StudyData, schedule: BestSchedule) -> Section:
         ),
         "Exact launch command:",
         Code(launch_command(row)),
+        *filter(None, [fmt.benchmark_caps(launch_command(row))]),
     ]
     blocks += _schedule_blocks(schedule)
     return Section("Best configuration", tuple(blocks))

@@ -156,6 +156,8 @@ def test_report_and_export_of_a_real_study(real: Path, tmp_path: Path) -> None:
     html = files.html.read_text()
     assert "data:image/png;base64," in html and "--speculative-num-steps" in html
     assert "out_of_memory" in html and "CUDA out of memory" in html  # failure with log tail
+    # the deployable command's batch cap is the benchmark's: said under the command
+    assert "is what the benchmark ran with" in files.markdown.read_text()
     summary = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert [lv["concurrency"] for lv in summary["best_per_level"]["levels"]] == [1, 2]
     result = CliRunner().invoke(

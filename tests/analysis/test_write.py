@@ -116,3 +116,14 @@ def test_the_best_configuration_s_baseline_says_which_searched_flags_it_lacked(
     )
     write_report(plain, tmp_path / "plain-report", formats=("png",))
     assert "it ran without" not in (tmp_path / "plain-report" / "report.md").read_text()
+
+
+def test_a_launch_command_s_batch_cap_is_called_the_benchmark_s() -> None:
+    from analysis.report.formatting import benchmark_caps
+
+    note = benchmark_caps("python -m sglang.launch_server --tp-size 8 --max-running-requests 1")
+    assert note is not None and note.startswith("`--max-running-requests 1` is what the benchmark")
+    assert "at most 1 request at once" in note
+    vllm = benchmark_caps("vllm serve m --max-num-seqs 64")
+    assert vllm is not None and "at most 64 requests at once" in vllm
+    assert benchmark_caps("python -m sglang.launch_server --tp-size 8") is None
