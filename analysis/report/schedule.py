@@ -44,7 +44,14 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
     blocks: list[Block] = [*_side_by_side(comparison)]
     if comparison.verdict is not None:
         point = comparison.verdict.text
-        blocks.append(f"Point estimates: {point}" if comparison.side else f"**{point}**")
+        if comparison.side is not None and comparison.side.compared:  # the verdict is above
+            figures_only = point.split(": ", 1)[1] if point.startswith("The schedule ") else point
+            blocks.append(
+                "Point estimates (single figures, not the verdict: the intervals above "
+                f"decide): {figures_only}"
+            )
+        else:
+            blocks.append(f"**{point}**")
     else:
         blocks.append(
             "No static configuration was measured at every level of the schedule, "

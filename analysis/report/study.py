@@ -360,10 +360,12 @@ def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
     """The verified schedule's verdict and per-level figures, for summary.json."""
     if comparison.table.empty:
         return None
-    v = comparison.verdict
+    v, side = comparison.verdict, comparison.side
     return {
         "metric": comparison.metric,
-        "won": None if v is None else v.won,
+        # the verdict with intervals when there is one; else the point estimates'
+        "won": side.won if side is not None and side.compared else None if v is None else v.won,
+        "point_estimates_won": None if v is None else v.won,
         "gain_vs_single_best_static": None if v is None else v.gain_vs_static,
         "gain_vs_builtin": None if v is None else v.gain_vs_builtin,
         "verdict": None if v is None else v.text,

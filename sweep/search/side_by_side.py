@@ -111,6 +111,18 @@ class SideBySide:
         return self.compared and all(d.sign > 0 for d in self.differences)
 
     @property
+    def _outcome(self) -> str:
+        """``won``; ``is not shown to win`` while no arm is better with confidence and a
+        difference is still open; else ``did not win``."""
+        if self.won:
+            return "won"
+        if all(d.sign >= 0 for d in self.differences) and not all(
+            d.decided for d in self.differences
+        ):
+            return "is not shown to win"
+        return "did not win"
+
+    @property
     def text(self) -> str:
         """The verdict: a head line, then one line per difference."""
         if not self.differences:
@@ -120,7 +132,7 @@ class SideBySide:
                 + "."
             )
         head = (
-            f"The schedule {'won' if self.won else 'did not win'} ({self.metric} summed over "
+            f"The schedule {self._outcome} ({self.metric} summed over "
             f"concurrency {list(self.levels)}, {self.differences[0].confidence:.0%} intervals "
             "of the difference, interleaved launches):"
         )
