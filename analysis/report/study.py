@@ -240,20 +240,28 @@ def _baseline_text(row: pd.Series, unit: str) -> str:
 def _schedule_blocks(schedule: BestSchedule) -> list[Block]:
     if len(schedule.levels) < 2:
         return []
-    rows = [
-        (
-            b.concurrency,
-            b.config,
-            f"{b.value:.1f}",
-            fmt.speedup(b.speedup, b.speedup_ci_low, b.speedup_ci_high),
-            "yes" if b.differs_from_overall else "no",
-            b.trial,
-        )
-        for b in schedule.levels
-    ]
+    rows: list[tuple[int, str, str, str, str, str]] = []
+    for b in schedule.levels:
+        speedup = fmt.speedup(b.speedup, b.speedup_ci_low, b.speedup_ci_high)
+        if b.speedup is not None and b.speedup < 1 and b.baseline_value is not None:
+            # no speculation is faster here: it is the level's best, not the slower draft
+            rows.append(
+                (
+                    b.concurrency,
+                    f"no speculation (best speculative: {b.config}, {speedup})",
+                    f"{b.baseline_value:.1f}",
+                    "1.000×",
+                    "yes",
+                    "baseline",
+                )
+            )
+            continue
+        rows.append((b.concurrency, b.config, f"{b.value:.1f}", speedup,
+                     "yes" if b.differs_from_overall else "no", str(b.trial)))  # fmt: skip
+    uniform = schedule.is_uniform and all(r[5] != "baseline" for r in rows)
     note = (
         "One configuration wins at every level."
-        if schedule.is_uniform
+        if uniform
         else "The winner depends on the concurrency: deploy a schedule, not one setting."
     )
     return [
