@@ -88,3 +88,15 @@ def benchmark_caps(command: str) -> str | None:
                 "serving value when you deploy; the speculative settings are the answer."
             )
     return None
+
+
+def deploy_notes(command: str) -> list[str]:
+    """What to change in a verified schedule's launch command before deploying it."""
+    notes = [note for note in [benchmark_caps(command)] if note]
+    if "--speculative-adaptive-config" in command.split():
+        notes.append(
+            "The `--speculative-adaptive-config` file it names is the copy sweep wrote on "
+            "the host for this launch; to deploy, use the file `sweep schedule` exports "
+            "(`sglang-adaptive-config.json`), which holds the same schedule."
+        )
+    return notes

@@ -73,7 +73,7 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
     if row is not None:
         command = _command(row)
         blocks += ["Exact launch command of the verified schedule:", Code(command)]
-        blocks += filter(None, [fmt.benchmark_caps(command)])
+        blocks += fmt.deploy_notes(command)
         if not fmt.missing(row["warnings"]):
             blocks.append(f"Warnings: {row['warnings']}")
     blocks.append(figures.draw("schedule", lambda: plot_schedule(comparison.table, metric=metric)))

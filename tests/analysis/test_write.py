@@ -127,3 +127,16 @@ def test_a_launch_command_s_batch_cap_is_called_the_benchmark_s() -> None:
     vllm = benchmark_caps("vllm serve m --max-num-seqs 64")
     assert vllm is not None and "at most 64 requests at once" in vllm
     assert benchmark_caps("python -m sglang.launch_server --tp-size 8") is None
+
+
+def test_a_verified_schedule_s_command_says_which_file_to_deploy() -> None:
+    from analysis.report.formatting import deploy_notes
+
+    command = (
+        "python -m sglang.launch_server --speculative-adaptive-config "
+        "/tmp/sweep-servers/s.schedule-1.json --max-running-requests 64"
+    )
+    notes = deploy_notes(command)
+    assert len(notes) == 2 and "at most 64 requests" in notes[0]
+    assert "use the file `sweep schedule` exports (`sglang-adaptive-config.json`)" in notes[1]
+    assert deploy_notes("python -m sglang.launch_server") == []
