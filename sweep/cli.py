@@ -549,7 +549,7 @@ def status(
         "kind",
         "state",
         "configuration",
-        study.objective.metric,
+        study.objective.value_name,
         "± 95%",
         "accept",
         "speedup",

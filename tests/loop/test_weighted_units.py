@@ -8,7 +8,9 @@ from pathlib import Path
 
 import optuna
 import pytest
+from typer.testing import CliRunner
 
+from sweep.cli import app
 from sweep.loop.progress import Display
 from sweep.loop.start import run_study
 from sweep.store import baseline_study_name, read_records
@@ -45,3 +47,7 @@ def test_baselines_and_trials_share_the_weighted_units(tmp_path: Path) -> None:
     # each trial's line names the weighted figure, not the metric it is made of
     assert f"weighted speedup {best:.2f}" in out.getvalue()
     assert "output_tok_s 0." not in out.getvalue() and "output_tok_s 1." not in out.getvalue()
+    # so does `sweep status`'s value column (it was headed output_tok_s over speedups)
+    shown = CliRunner().invoke(app, ["status", str(path)])
+    assert shown.exit_code == 0 and "weighted speedup" in shown.output, shown.output
+    assert "output_tok_s" not in shown.output
