@@ -135,7 +135,8 @@ def _fit(df: pd.DataFrame) -> tuple[CostModel | None, str]:
 def _summary(data: StudyData) -> Section:
     info, df = data.info, data.trials
     per_trial = df.drop_duplicates("trial")
-    counts = per_trial["state"].value_counts()
+    relaunched = per_trial[(per_trial["kind"] == "replicate").to_numpy()]
+    counts = per_trial[(per_trial["kind"] != "replicate").to_numpy()]["state"].value_counts()
     blocks: list[Block] = []
     if info.description:
         blocks.append(info.description)
@@ -149,6 +150,18 @@ def _summary(data: StudyData) -> Section:
         ),
         ("concurrency levels", ", ".join(map(str, levels(df))) or "none measured"),
         ("trials", ", ".join(f"{n} {state}" for state, n in counts.items()) or "none"),
+        *(
+            [
+                (
+                    "relaunches to confirm",
+                    ", ".join(
+                        f"{n} {state}" for state, n in relaunched["state"].value_counts().items()
+                    ),
+                )
+            ]
+            if not relaunched.empty
+            else []
+        ),
         ("baselines", str(len(data.baselines.drop_duplicates("trial")))),
         ("wall-clock span", _span(df, data.baselines)),
     ]

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report.formatting import benchmark_caps
 from sweep.core.records import Kind, StudyInfo
 from sweep.store import baseline_study_name, quiet_optuna, read_records, stored_study
 
@@ -117,6 +118,16 @@ def test_the_report_and_the_export_are_byte_identical(folder: Path) -> None:
     # twice, and a winner alone is not listed as its own tie.
     before = before.replace("| over no speculation (no speculation) |", "| over no speculation |")
     before = before.replace("| tie within 1 % | steps=1 topk=1 draft=2 draft_tp=8 |\n", "")
+    # The deployable command's batch cap is said to be the benchmark's, under the command.
+    command = "--speculative-num-draft-tokens 3 --max-running-requests 1\n```\n"
+    before = before.replace(
+        command, command + "\n" + benchmark_caps("--max-running-requests 1") + "\n", 1
+    )
+    # The study table counts the confirmation's relaunches apart from the search's trials, as
+    # `sweep run`'s "measured N" does.
+    before = before.replace(
+        "| trials | 5 measured |", "| trials | 3 measured |\n| relaunches to confirm | 2 measured |"
+    )
     # One deliberate change of method: the report's cost model is the search's own fit now
     # (sweep/core/costmodel.py, nonlinear, with priors), no longer a separate linear fit, so
     # its section's constants and residuals differ; everything else stays byte-identical.
