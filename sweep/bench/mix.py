@@ -70,7 +70,9 @@ def mixed_workload(
                 shipped_prompts() if prompts is None else catalog.load_category(prompts, base=base)
             )
     source = categories_file or ("categories" if sets else (prompts or "shipped"))
-    settings.setdefault("round_prompts", len(sets) * prompts_per_category)
+    settings["round_prompts"] = max(
+        settings.get("round_prompts", 0), len(sets) * prompts_per_category
+    )
     return Workload(
         prompts=texts,
         source=source,

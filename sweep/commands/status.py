@@ -11,6 +11,7 @@ from optuna.trial import TrialState
 
 from sweep.bench.categories import SHIPPED, SHIPPED_CATEGORIES, load_categories
 from sweep.bench.mix import placed
+from sweep.bench.workload import Workload
 from sweep.core import cells
 from sweep.core.prediction import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
@@ -281,14 +282,14 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
 
 
 def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
-    """With workload axes: one line of what each round sends (categories with their share
+    """What each round sends, in one line (with workload axes: categories with their share
     and prompts, context levels, concurrency levels), and warnings for a category whose
     distinct prompts are fewer than ``prompts_per_category`` (its intervals rest on them)
     or whose weight is 0 (measured, but not in the objective)."""
     w = study.workload
-    if not w.has_axes:
-        return "", ()
     built = wiring.workload_for(study)
+    if not w.has_axes:
+        return _prompts_line(study, built), ()
     weights = {c.name: c.weight for c in w.categories}
     prompts: dict[str, list[str]] = {}
     for label, prompt in zip(built.categories, built.prompts, strict=False):
@@ -320,6 +321,28 @@ def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
         line += f"; contexts {'/'.join(map(str, w.input_len))} words ({shares})"
     line += f"; concurrency {', '.join(map(str, w.concurrency))}; {w.output_len} output tokens"
     return line, tuple(warnings)
+
+
+FEW_PROMPTS = 4  # distinct prompts a round replays below which the plan says how to widen it
+
+
+def _prompts_line(study: Study, built: Workload) -> str:
+    """Without workload axes: the prompt set and how many distinct prompts each level's
+    rounds replay (slot j replays prompt j, so at concurrency 1 a round is one prompt)."""
+    w = study.workload
+    total = len(built.prompts)
+    per = {c: min(total, c * built.per_slot(c)) for c in w.concurrency}
+    shown = ", ".join(f"{n} at concurrency {c}" for c, n in per.items())
+    line = (
+        f"workload: {total} prompts ({w.prompts or 'shipped'}), each round replays {shown}; "
+        f"{w.output_len} output tokens"
+    )
+    if min(per.values()) < min(FEW_PROMPTS, total):
+        line += (
+            "; acceptance depends on content, so the answer describes those prompts: "
+            "[workload] prompts_per_round = 8 measures more of them"
+        )
+    return line
 
 
 def _merged(study: Study) -> list[str]:

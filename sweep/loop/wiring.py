@@ -123,6 +123,8 @@ def workload_for(study: Study) -> Workload:
         "concurrency": w.concurrency,
         "warmup_output_len": study.benchmark.warmup_tokens,
     }
+    if w.prompts_per_round is not None:  # slots cycle through more prompts at low concurrency
+        settings["round_prompts"] = w.prompts_per_round
     if w.has_axes:  # categories and context levels (docs/workload.md)
         return mixed_workload(
             [CategorySource(c.name, c.prompts) for c in w.categories],

@@ -56,6 +56,8 @@ def fingerprint(study: Study, prompts: Sequence[str]) -> dict[str, str]:
             [c.metric, c.concurrency, c.maximum, c.minimum] for c in o.constraints
         ],
     }
+    if w.prompts_per_round is not None:  # only when set: an older study's is unchanged
+        values["workload.prompts_per_round"] = w.prompts_per_round
     if w.has_axes:  # only then: an older study's fingerprint is unchanged
         values["workload.input_len"] = list(w.input_len)
         values["workload.prompts_per_category"] = w.prompts_per_category

@@ -120,6 +120,7 @@ class WorkloadSpec:
     categories: tuple[CategorySpec, ...] = ()  # weights normalised
     categories_file: str | None = None  # a Spec-Bench-style file split by its category field
     prompts_per_category: int = 4  # distinct prompts of each category in every round
+    prompts_per_round: int | None = None  # the fewest requests a round holds at any level
 
     @property
     def has_axes(self) -> bool:

@@ -428,6 +428,7 @@ def _workload(r: TableReader) -> WorkloadSpec:
         temperature=r.number("temperature", 0.0, minimum=0.0, maximum=2.0),
         concurrency=tuple(sorted(concurrency)),
         seed=r.integer("seed", 0),
+        prompts_per_round=r.integer("prompts_per_round", None, minimum=1),
         **workload_axes(r),
     )
     r.done()

@@ -132,7 +132,33 @@ def test_the_plan_says_what_each_round_sends_and_warns_of_thin_categories(tmp_pa
         "[workload.categories] 'dups' has weight 0: measured, but not in the objective",
     )
     (tmp_path / "plain").mkdir()
-    assert workload_plan(load_study(write_study(tmp_path / "plain"))) == ("", ())
+    line, warnings = workload_plan(load_study(write_study(tmp_path / "plain")))
+    assert line.startswith("workload: 38 prompts (shipped), each round replays 1 at concurrency 1")
+    assert "[workload] prompts_per_round = 8 measures more of them" in line and warnings == ()
+
+
+def test_prompts_per_round_widens_what_a_low_concurrency_round_replays(tmp_path: Path) -> None:
+    """At concurrency 1 slot 0 replays prompt 0: a round is one prompt, and the answer
+    describes its content. `[workload] prompts_per_round` makes every round hold at least that
+    many distinct prompts (the slots cycle through them), and is part of the fingerprint
+    only when set (an older study's is unchanged)."""
+    from sweep.commands.status import workload_plan
+    from sweep.loop import wiring
+    from sweep.study.fingerprint import fingerprint
+
+    workload = "output_len = 48\nconcurrency = [1, 4, 16]\nprompts_per_round = 8"
+    study = load_study(write_study(tmp_path, workload=workload))
+    built = wiring.workload_for(study)
+    assert [built.per_slot(c) for c in (1, 4, 16)] == [8, 2, 1]
+    line, _ = workload_plan(study)
+    assert "each round replays 8 at concurrency 1, 8 at concurrency 4, 16 at concurrency 16" in line
+    assert "prompts_per_round = 8 measures" not in line
+    (tmp_path / "old").mkdir()
+    old = load_study(
+        write_study(tmp_path / "old", workload="output_len = 48\nconcurrency = [1, 4, 16]")
+    )
+    assert "workload.prompts_per_round" in fingerprint(study, built.prompts)
+    assert "workload.prompts_per_round" not in fingerprint(old, built.prompts)
 
 
 def test_the_plan_warns_of_a_context_level_longer_than_the_server_takes(tmp_path: Path) -> None:
