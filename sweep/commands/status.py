@@ -116,6 +116,8 @@ def _row(r: TrialRecord, study: Study, earlier: bool = False) -> TrialRow:
     reason = (r.failure.kind if r.failure else "") or (r.excluded or "")
     if r.kind is Kind.DUPLICATE:
         reason = f"same as trial {r.duplicate_of}"
+    if any("the figure is imprecise" in w for w in r.warnings):  # stopped on a cap, far off
+        reason = ", ".join(x for x in (reason, "imprecise") if x)
     if earlier:
         reason = ", ".join(x for x in ("earlier setup", reason) if x)
     return TrialRow(

@@ -328,6 +328,15 @@ def _n_trials_reached(n_trials: int, settled: Mapping[str, TrialRecord], plan: P
 def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     settled = seen.settled
     if limits.n_trials is not None and len(settled) >= limits.n_trials:
+        tried = list(settled.values())
+        if not any(r.state is State.MEASURED for r in tried):  # nothing to answer with
+            last = max(tried, key=lambda r: r.started or 0.0)
+            return Stop(
+                f"n_trials = {limits.n_trials} reached and none of the {len(tried)} "
+                f"configurations tried could be measured (last: {_failure_text(last)}); "
+                "see `sweep status`",
+                failed=True,
+            )
         return Stop(_n_trials_reached(limits.n_trials, settled, plan))
     if all(key in settled for key in plan.valid):
         return all_settled([settled[key] for key in plan.valid])

@@ -60,8 +60,14 @@ class History:
 
     @cached_property
     def settled(self) -> Mapping[str, TrialRecord]:
-        """Each configuration key the search needs no further launch of → its record."""
-        return policy.settled(self.trials)
+        """Each configuration key the search needs no further launch of → its record.
+
+        A configuration that failed transiently (after its retries) in an earlier run is tried
+        once more by this one: its cause (a foreign process on the port, a flaky NCCL start,
+        a host that was rebooting) may be gone, and the answer should not lose it for good.
+        """
+        mine = {r.number for r in self.launches}
+        return policy.settled(t for t in self.trials if not _earlier_transient(t, mine))
 
     @property
     def host_trials(self) -> tuple[TrialRecord, ...]:
@@ -100,3 +106,15 @@ class History:
             return "none yet"
         speed = f", {best.speedup:.3f}x baseline" if best.speedup is not None else ""
         return f"{best.value:.2f} (trial {best.number}{speed})"
+
+
+def _earlier_transient(record: TrialRecord, this_run: set[int]) -> bool:
+    """A failure of an earlier run that a new attempt may not meet again."""
+    f = record.failure
+    return (
+        record.state is State.FAILED
+        and record.number not in this_run
+        and f is not None
+        and not f.deterministic
+        and f.kind not in policy.FATAL_KINDS
+    )

@@ -50,9 +50,17 @@ def measured(
 
 
 def failed(
-    key: str, kind: str = "crashed_while_serving", *, at: float = T0 + 1, record: Kind = Kind.TRIAL
+    key: str,
+    kind: str = "crashed_while_serving",
+    *,
+    at: float = T0 + 1,
+    record: Kind = Kind.TRIAL,
+    number: int = 0,
 ) -> TrialRecord:
+    """A failed launch; number 0 is this run's in :func:`test_next_step` (its launches hold
+    one), another number an earlier run's."""
     return TrialRecord(
+        number=number,
         kind=record,
         optuna_state="FAIL",
         key=key,
@@ -118,6 +126,37 @@ CASES = [
         ),
         trials=(measured("a"), measured("b")),
         n_trials=2,
+    ),
+    Case(  # every configuration tried failed: an error, not a quiet stop on the count
+        "n_trials reached with nothing measured",
+        Stop(
+            "n_trials = 2 reached and none of the 2 configurations tried could be measured "
+            "(last: crashed_while_serving: boom); see `sweep status`",
+            failed=True,
+        ),
+        trials=(failed("a"), failed("b", at=T0 + 5)),
+        n_trials=2,
+    ),
+    Case(  # a transient failure of an earlier run: this run tries it once more
+        "an earlier run's transient failure is proposed again",
+        ProposeNext,
+        trials=(measured("a"), measured("b"), failed("c", number=7)),
+    ),
+    Case(  # not a deterministic one
+        "an earlier run's infeasible configuration stays settled",
+        Stop("every valid configuration (3) tried: 2 measured, 1 failed"),
+        trials=(
+            measured("a"),
+            measured("b"),
+            TrialRecord(
+                number=7,
+                kind=Kind.TRIAL,
+                optuna_state="FAIL",
+                key="c",
+                host=HOST,
+                failure=Failure("out_of_memory", "oom", deterministic=True),
+            ),
+        ),
     ),
     Case(  # earlier runs count: a resume with a smaller n_trials says so, with the counts
         "n_trials passed by earlier runs",
@@ -192,12 +231,15 @@ def _failed_flag(case: Case) -> bool | None:
         "a port another run owns: stop at once": True,
         "the baseline failed for good and none ever measured": True,
         "every valid configuration settled, none measured": True,
+        "n_trials reached with nothing measured": True,
     }.get(case.name)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_next_step(case: Case) -> None:
-    seen = History(case.trials, case.baselines, case.launches, HOST)
+    this_run = (*case.launches, measured("", number=0))  # records numbered 0: this run's
+    seen = History(case.trials, case.baselines, this_run if not case.launches else case.launches,
+                   HOST)  # fmt: skip
     plan = Plan(case.valid, case.gate, case.busy, lambda: case.converged)
     limits = Limits(case.baseline, T0, T0, case.end, case.n_trials, case.share)
     step = next_step(seen, plan, limits, Now(case.now, case.now))

@@ -372,3 +372,29 @@ def test_a_resume_with_another_launcher_warns_that_results_may_mix(tmp_path: Pat
     assert len(said) == 1 and said[0].startswith("[engine] launcher changed since the last run (")
     assert "→ env " in said[0] and "--fresh-answer" in said[0]
     assert moved.measured == 1  # it goes on: the earlier trials are kept
+
+
+def test_a_configuration_that_failed_transiently_is_tried_again_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """3 steps (the best) failed its attempts (NCCL at init, a foreign process on the port):
+    the run answers among the others. The next run tries it once more — the cause may be
+    gone — and answers with it; a deterministic failure (OOM) is not tried again."""
+    path = write_study(tmp_path, study='sampler = "grid"')
+    broken = {3: "nccl_init", 1: "out_of_memory"}
+
+    def flaky(config: TrialConfig) -> Measurement | MeasurementFailure:
+        kind = broken.get(config.num_steps) if config.speculative else None
+        return MeasurementFailure(kind, "boom") if kind else _speed(config)
+
+    first = run_with_measurements(load_study(path), flaky)
+    assert first.measured == 1 and first.best.startswith("80.00")  # 2 steps: the only one
+    broken.pop(3)  # fixed overnight; the OOM stays
+    calls: list[TrialConfig] = []
+    run_with_measurements(load_study(path), _recording(calls, flaky))
+    assert [c.num_steps for c in calls if c.speculative] == [3]  # once, and not the OOM one
+    records = _records(load_study(path))
+    assert any(r.config and r.config.num_steps == 3 and r.measured for r in records)
+    again: list[TrialConfig] = []  # a third run: nothing failed transiently any more
+    run_with_measurements(load_study(path), _recording(again, flaky))
+    assert [c for c in again if c.speculative] == []
