@@ -491,8 +491,9 @@ def plan(
     from sweep.study import load_study
 
     study = load_study(study_file)
-    preflight(study)  # no valid configuration, a missing prompt file, a bad storage URL
-    report = plan_report(study, gate=True)
+    # no valid configuration, a missing prompt file, a bad storage URL
+    checked = preflight(study)
+    report = plan_report(study, gate=True, workload=checked.workload)
     if commands:
         from sweep.redact import redact_command
 
@@ -518,7 +519,7 @@ def plan(
     out.print(confirmation_plan(study, report), markup=False)
     out.print(limits_plan(study, report), markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
-    changed = setup_change(study)
+    changed = setup_change(study, workload=checked.workload)
     if changed:  # `sweep run` would refuse at once: the check before a night says so
         raise setup_changed_error(study, changed)
 

@@ -243,7 +243,9 @@ def limits_plan(study: Study, report: PlanReport) -> str:
     return text
 
 
-def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
+def plan_report(
+    study: Study, *, gate: bool = False, workload: Workload | None = None
+) -> PlanReport:
     """The valid configurations, the exclusions with reasons, commands and a time estimate.
 
     Args:
@@ -276,20 +278,21 @@ def plan_report(study: Study, *, gate: bool = False) -> PlanReport:
         for e in result.excluded
     )  # fmt: skip
     warnings = unchecked(study, adapter.known_flags(), validated=validated) if gate else ()
-    mix, thin = workload_plan(study)
+    mix, thin = workload_plan(study, workload)
     return PlanReport(
         result.valid, excluded, commands, per_trial, source, note, guessed, (*warnings, *thin),
         mix,
     )  # fmt: skip
 
 
-def workload_plan(study: Study) -> tuple[str, tuple[str, ...]]:
+def workload_plan(study: Study, built: Workload | None = None) -> tuple[str, tuple[str, ...]]:
     """What each round sends, in one line (with workload axes: categories with their share
     and prompts, context levels, concurrency levels), and warnings for a category whose
     distinct prompts are fewer than ``prompts_per_category`` (its intervals rest on them)
-    or whose weight is 0 (measured, but not in the objective)."""
+    or whose weight is 0 (measured, but not in the objective). ``built``: the study's
+    workload, when already built (its prompt files are then not read again)."""
     w = study.workload
-    built = wiring.workload_for(study)
+    built = built or wiring.workload_for(study)
     if not w.has_axes:
         return _prompts_line(study, built), ()
     weights = {c.name: c.weight for c in w.categories}
@@ -374,13 +377,13 @@ def _too_long(study: Study) -> list[str]:
     output exceed the context the study file sets: the server would refuse its requests."""
     w = study.workload
     flags = dict(study.engine.flags)
-    limit = next((flags[f] for f in CONTEXT_FLAGS if f in flags), None)
+    flag = next((f for f in CONTEXT_FLAGS if f in flags), "")
+    limit = flags.get(flag)
     if not w.input_len or not isinstance(limit, str) or not limit.isdigit():
         return []
     over = [n for n in w.input_len if n * TOKENS_PER_WORD + w.output_len > int(limit)]
     if not over:
         return []
-    flag = next(f for f in CONTEXT_FLAGS if f in flags)
     return [
         f"[workload] input_len {', '.join(map(str, over))} words (about {TOKENS_PER_WORD:g} "
         f"tokens a word) plus output_len {w.output_len} exceed {flag} {limit}: the server "

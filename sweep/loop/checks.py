@@ -11,6 +11,7 @@ has run, and nothing is created to find out (nor is its folder required to be wr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sweep.core.space import Plan, plan
 from sweep.engines import rules_for
@@ -19,15 +20,20 @@ from sweep.redact import redact_url
 from sweep.store import check_storage_url, quiet_optuna, sqlite_file, stored_study_names
 from sweep.study.model import Study
 
+if TYPE_CHECKING:  # `sweep report` imports this module: not the benchmark's
+    from sweep.bench.workload import Workload
+
 EXCLUSIONS_SHOWN = 3  # reasons quoted when no configuration is valid
 
 
 @dataclass(frozen=True)
 class Preflight:
-    """What the checks found: the plan (valid and excluded configurations) and the storage."""
+    """What the checks found: the plan (valid and excluded configurations), the storage and
+    the workload as built (its prompt files read once)."""
 
     plan: Plan
     storage: str
+    workload: Workload
 
 
 def preflight(study: Study, storage_url: str | None = None) -> Preflight:
@@ -44,13 +50,13 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     result = plan(study, rules_for(study))
     if not result.valid:
         raise _nothing_to_run(study, result)
-    _check_workload(study)
+    workload = _check_workload(study)
     from sweep.loop import wiring  # here: `sweep report` reads results without the launch stack
 
     wiring.check_launchers(study)  # a missing launcher would fail every launch the same way
     url = storage_url or study.storage
     check_storage_url(url)
-    return Preflight(result, url)
+    return Preflight(result, url, workload)
 
 
 def _nothing_to_run(study: Study, result: Plan) -> ConfigError:
@@ -65,22 +71,25 @@ def _nothing_to_run(study: Study, result: Plan) -> ConfigError:
     )
 
 
-def _check_workload(study: Study) -> None:
+def _check_workload(study: Study) -> Workload:
     """Load the prompt file and build the workload, as the first benchmark will."""
     from sweep.loop import wiring
 
     try:
-        wiring.workload_for(study)
+        return wiring.workload_for(study)
     except PromptFileError as exc:
         missing = "no such file" in str(exc)
         hint = " (paths in a study file are relative to its folder)" if missing else ""
         raise StudyFileError(study.path, exc.key or "workload.prompts", f"{exc}{hint}") from exc
 
 
-def setup_change(study: Study, storage_url: str | None = None) -> list[str]:
+def setup_change(
+    study: Study, storage_url: str | None = None, workload: Workload | None = None
+) -> list[str]:
     """The keys whose change since the study's stored measurements ``sweep run`` would refuse
     (``[]``: never run, no fingerprint stored, or nothing changed). Reads only, creates
-    nothing; storage that cannot be read counts as never run (the run says why)."""
+    nothing; storage that cannot be read counts as never run (the run says why).
+    ``workload``: the study's, when already built (its prompts are fingerprinted)."""
     import optuna
 
     from sweep.loop import wiring
@@ -95,7 +104,8 @@ def setup_change(study: Study, storage_url: str | None = None) -> list[str]:
         return []
     if stored is None:
         return []
-    return changed_keys(stored, fingerprint(study, wiring.workload_for(study).prompts))
+    built = workload or wiring.workload_for(study)
+    return changed_keys(stored, fingerprint(study, built.prompts))
 
 
 def setup_changed_error(study: Study, changed: list[str]) -> ConfigError:
