@@ -24,7 +24,7 @@ The rules, in the words of docs/running.md:
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -255,6 +255,10 @@ def _never() -> bool:
     return False
 
 
+def _none_ruled_out() -> Collection[str]:
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class Plan:
     """What is left to search: the valid keys, the gate, other workers' keys."""
@@ -263,6 +267,8 @@ class Plan:
     gate_pending: bool = False
     busy: frozenset[str] = frozenset()  # keys other workers measure right now
     converged: Callable[[], bool] = field(default=_never)  # the sampler says nothing can win
+    # untried keys not to launch: they need at least the memory of one that ran out
+    ruled_out: Callable[[], Collection[str]] = field(default=_none_ruled_out)
 
 
 @dataclass(frozen=True)
@@ -338,8 +344,9 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
                 failed=True,
             )
         return Stop(_n_trials_reached(limits.n_trials, settled, plan))
-    if all(key in settled for key in plan.valid):
-        return all_settled([settled[key] for key in plan.valid])
+    left = plan.valid - set(settled)
+    if not left or left <= set(plan.ruled_out()):
+        return all_settled([settled[key] for key in plan.valid if key in settled], len(left))
     streak = failure_streak_stop(seen.launches, limits.stop_after_failures)
     if streak:
         return Stop(streak, failed=True)
@@ -354,23 +361,27 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     return None
 
 
-def all_settled(records: Sequence[TrialRecord]) -> Stop:
-    """Every valid configuration is settled: say how (all measured, some not, or none — an
-    error the user must act on)."""
-    n = len(records)
+def all_settled(records: Sequence[TrialRecord], ruled_out: int = 0) -> Stop:
+    """Every valid configuration is settled, or ``ruled_out`` of them are not launched
+    because they need at least the memory of one that ran out: say how (all measured, some
+    not, or none — an error the user must act on)."""
+    n = len(records) + ruled_out
     measured = sum(1 for r in records if r.state is State.MEASURED)
     if measured == n:
         return Stop(f"every valid configuration ({n}) measured")
     infeasible = sum(1 for r in records if r.state is State.INFEASIBLE)
     others = [f"{infeasible} infeasible"] if infeasible else []
-    if n - measured - infeasible:
-        others.append(f"{n - measured - infeasible} failed")
+    if len(records) - measured - infeasible:
+        others.append(f"{len(records) - measured - infeasible} failed")
+    if ruled_out:
+        others.append(f"{ruled_out} not launched (memory: see the warning)")
+    tried = "tried or ruled out" if ruled_out else "tried"
     if measured:
-        return Stop(f"every valid configuration ({n}) tried: {measured} measured, "
+        return Stop(f"every valid configuration ({n}) {tried}: {measured} measured, "
                     f"{', '.join(others)}")  # fmt: skip
     last = max(records, key=lambda r: r.started or 0.0)
     return Stop(
-        f"every valid configuration ({n}) was tried and none could be measured "
+        f"every valid configuration ({n}) was {tried} and none could be measured "
         f"({', '.join(others)}; last: {_failure_text(last)}); see `sweep status`",
         failed=True,
     )

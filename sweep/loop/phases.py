@@ -17,11 +17,11 @@ from sweep.loop.confirm import confirm
 from sweep.loop.confirm_levels import confirm_levels
 from sweep.loop.context import RunContext
 from sweep.loop.fleet_confirm import confirm_shared
-from sweep.loop.propose import Launch, Told, baseline, propose
+from sweep.loop.not_launched import not_launched_for_memory
+from sweep.loop.propose import Launch, Told, baseline, propose, ruled_out
 from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
 from sweep.loop.verify_schedule import verify_at_end
-from sweep.search.config_sampler import ConfigSampler
 from sweep.search.guided import PhysicsSampler
 
 
@@ -136,24 +136,5 @@ def plan_of(run: RunContext) -> Plan:
         run.gate is not None,
         run.sharing.busy_keys(trials, run.stores.claims),
         converged,
+        lambda: ruled_out(run).keys(),
     )
-
-
-def not_launched_for_memory(run: RunContext) -> list[str]:
-    """One line when the search ruled configurations out because one needing less memory
-    ran out (:mod:`sweep.search.memory`): how many, and which launches ruled them out."""
-    trials = run.stores.trials
-    sampler = trials.sampler
-    if not isinstance(sampler, ConfigSampler):
-        return []
-    skipped = sampler.history(trials).ruled_out
-    if not skipped:
-        return []
-    causes = sorted(set(skipped.values()))
-    named = "; ".join(run.valid[k].label() if k in run.valid else k for k in causes)
-    return [
-        f"{len(skipped)} configuration(s) not launched: each needs at least the memory "
-        f"(CUDA graph width: draft tokens + steps x topk, same draft TP) of one that ran "
-        f"out of memory, or lies past the middle of the unmeasured gap below it ({named}); "
-        f"docs/search.md, 'A memory cliff'"
-    ]

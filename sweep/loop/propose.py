@@ -21,6 +21,7 @@ from sweep.loop.history import History
 from sweep.loop.resume import enqueue_unmeasured
 from sweep.loop.sharing import stale_claim
 from sweep.search import answer
+from sweep.search.config_sampler import ConfigSampler
 from sweep.search.samplers import asks_relaunch
 from sweep.store.db import system_attrs
 
@@ -63,11 +64,22 @@ def control(run: RunContext, config: TrialConfig) -> Launch:
     return Launch(owner, run.ask(owner), config, Kind.CONTROL)
 
 
+def ruled_out(run: RunContext) -> dict[str, str]:
+    """The untried configurations the search does not launch because they need at least the
+    memory of one that ran out (:func:`sweep.search.memory.ruled_out`), each with the key of
+    that one; none when the sampler does not propose whole configurations."""
+    trials = run.stores.trials
+    sampler = trials.sampler
+    if not isinstance(sampler, ConfigSampler):
+        return {}
+    return sampler.history(trials).ruled_out
+
+
 def propose(run: RunContext, seen: History) -> Proposal:
     """The next proposal (see the module docstring)."""
     trials = run.stores.trials
     if run.idle_proposals >= MAX_IDLE_PROPOSALS:
-        busy = run.sharing.busy_keys(trials, run.stores.claims)
+        busy = run.sharing.busy_keys(trials, run.stores.claims) | set(ruled_out(run))
         enqueue_unmeasured(trials, run.study, run.valid, seen.settled, run.picker, busy)
         run.idle_proposals = 0
     return _proposal(run, seen, run.ask(trials, proposal=True))

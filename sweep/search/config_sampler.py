@@ -122,5 +122,17 @@ class ConfigSampler(BaseSampler):
         tried = history.tried()
         return [c for c in self.candidates if c.key not in tried]
 
+    def nothing_untried(self, history: History) -> Candidate:
+        """A pick when nothing is untried: a measured candidate (relaunched), else one not
+        known infeasible nor ruled out (pending), never one that ran out of memory or needs
+        at least the memory of one that did while another is left."""
+        blocked = history.infeasible | set(history.ruled_out)
+        pool = [c for c in self.candidates if c.key in history.measured] or [
+            c for c in self.candidates if c.key not in blocked
+        ]
+        pick = self.uniform(pool or self.candidates)
+        self.repeat = pick.key in history.measured
+        return pick
+
     def uniform(self, pool: Sequence[Candidate]) -> Candidate:
         return pool[int(self.rng.integers(len(pool)))]

@@ -240,8 +240,7 @@ class PhysicsSampler(ConfigSampler):
 
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:
-            self.repeat = True
-            return self.uniform(self.candidates)
+            return self.nothing_untried(history)
         tried = [self.index[k] for k in history.tried() if k in self.index]
         if not tried:  # before any launch: what the priors alone predict best
             mean = costmodel.log_throughput(self.fit(History()).theta, self.design)

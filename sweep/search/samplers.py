@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class ValidRandomSampler(ConfigSampler):
-    """Uniform over the valid configurations not yet tried (then over all of them).
+    """Uniform over the valid configurations not yet tried (then over the measured ones).
 
     Unlike Optuna's ``RandomSampler`` over the raw product of the space, each valid
     configuration is equally likely (a topk shared by few valid configurations is not
@@ -35,8 +35,10 @@ class ValidRandomSampler(ConfigSampler):
     def choose(self, study: Study, trial: FrozenTrial) -> Candidate:
         history = self.history(study, skip=trial.number)
         untried = self.untried(history)
-        self.repeat = not untried
-        return self.uniform(untried or self.candidates)
+        if not untried:
+            return self.nothing_untried(history)
+        self.repeat = False
+        return self.uniform(untried)
 
 
 def asks_relaunch(study: Study, trial: Trial) -> bool:

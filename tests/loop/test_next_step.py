@@ -90,6 +90,7 @@ class Case:
     busy: frozenset[str] = frozenset()
     converged: bool = False
     baseline: BaselineSpec = field(default_factory=BaselineSpec)
+    ruled_out: frozenset[str] = frozenset()  # untried, needing the memory of one that ran out
 
 
 FIVE_FAILED = tuple(failed(k) for k in "abcab")
@@ -199,6 +200,27 @@ CASES = [
         converged=True,
     ),
     Case(
+        "the rest is ruled out by memory: stop",
+        Stop(
+            "every valid configuration (3) tried or ruled out: 1 measured, 1 failed, "
+            "1 not launched (memory: see the warning)"
+        ),
+        trials=(measured("a"), failed("b", "out_of_memory")),
+        ruled_out=frozenset({"c"}),
+    ),
+    Case(
+        "the rest is ruled out by memory, none measured",
+        Stop,
+        trials=(failed("a", "out_of_memory"),),
+        ruled_out=frozenset({"b", "c"}),
+    ),
+    Case(
+        "one left is not ruled out by memory",
+        ProposeNext,
+        trials=(failed("a", "out_of_memory"),),
+        ruled_out=frozenset({"c"}),
+    ),
+    Case(
         "converged counts only after 3 settled",
         ProposeNext,
         trials=(measured("a"),),
@@ -232,6 +254,7 @@ def _failed_flag(case: Case) -> bool | None:
         "the baseline failed for good and none ever measured": True,
         "every valid configuration settled, none measured": True,
         "n_trials reached with nothing measured": True,
+        "the rest is ruled out by memory, none measured": True,
     }.get(case.name)
 
 
@@ -240,7 +263,7 @@ def test_next_step(case: Case) -> None:
     this_run = (*case.launches, measured("", number=0))  # records numbered 0: this run's
     seen = History(case.trials, case.baselines, this_run if not case.launches else case.launches,
                    HOST)  # fmt: skip
-    plan = Plan(case.valid, case.gate, case.busy, lambda: case.converged)
+    plan = Plan(case.valid, case.gate, case.busy, lambda: case.converged, lambda: case.ruled_out)
     limits = Limits(case.baseline, T0, T0, case.end, case.n_trials, case.share)
     step = next_step(seen, plan, limits, Now(case.now, case.now))
     if isinstance(case.want, type):

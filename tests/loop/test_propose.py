@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from sweep.core.policy import Measured
-from sweep.core.records import Kind, TrialRecord
+from sweep.core.policy import Infeasible, Measured
+from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.loop.context import RunContext
 from sweep.loop.propose import MAX_IDLE_PROPOSALS, Launch, Told, propose
@@ -89,3 +89,20 @@ def test_after_many_idle_proposals_sweep_picks_an_unmeasured_one(tmp_path: Path)
     proposal = propose(run, run.history())
     assert isinstance(proposal, Launch) and proposal.config.num_steps in (2, 3)
     assert run.idle_proposals == 0
+
+
+def test_after_many_idle_proposals_sweep_never_queues_what_needs_the_memory_of_an_oom(
+    tmp_path: Path,
+) -> None:
+    # 3 steps needs at least the memory of 2 steps, which ran out: the only configuration
+    # never launched, and the one sweep queued itself (launched, out of memory again)
+    run = run_context(tmp_path, study='sampler = "physics"')
+    _measure(run, TrialConfig(1, 1, 2, 8), 100.0)
+    trial = ask(run.stores.trials)
+    failure = Failure("out_of_memory", "CUDA out of memory", deterministic=True)
+    record = TrialRecord(kind=Kind.TRIAL, config=STEPS_2, key=STEPS_2.key(), failure=failure)
+    tell(run.stores.trials, trial, Infeasible(record))
+    run.idle_proposals = MAX_IDLE_PROPOSALS
+    proposal = propose(run, run.history())
+    assert isinstance(proposal, Launch) and proposal.config.num_steps == 1
+    assert proposal.kind is Kind.REPLICATE  # the sampler relaunches what fits

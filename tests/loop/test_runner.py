@@ -113,6 +113,34 @@ def test_oom_is_infeasible_and_never_retried(tmp_path: Path) -> None:
     assert any("CUDA out of memory" in line for line in failure["log_tail"])
 
 
+def test_on_a_memory_cliff_below_two_steps_one_step_is_launched_and_becomes_the_answer(
+    tmp_path: Path,
+) -> None:
+    # only 1 step fits: the first proposal (2 steps) runs out of memory. With nothing measured
+    # the middle of the unmeasured widths ruled 1 step out too, and with nothing untried the
+    # sampler launched 5 and 4 steps (needing more memory): no answer, and the end-of-run line
+    # named 2 steps as "not launched"
+    rules = "".join(
+        f'[[failure]]\nkind = "oom_capture"\nmatch = {{ speculative_num_steps = {s} }}\n'
+        for s in range(2, 6)
+    )
+    profile = write_profile(tmp_path, rules)
+    path = write_study(tmp_path, space="num_steps = { low = 1, high = 5 }", profile=profile,
+                       confirm=True)  # fmt: skip
+    summary = run_study(load_study(path), display=QUIET)
+    steps = [int(flag(a, "--speculative-num-steps") or 0) for a in spec_launches(tmp_path)]
+    assert steps[0] == 2  # the cliff is met first: the case above
+    assert set(steps) == {1, 2} and steps.count(2) == 1
+    assert summary.infeasible == 1 and summary.measured == 1
+    assert summary.stop_reason.startswith("every valid configuration (5) tried or ruled out")
+    assert summary.answer.startswith(TrialConfig(1, 1, 2, 8).label())
+    (line,) = [w for w in summary.warnings if "not launched" in w]
+    named = ", ".join(TrialConfig(s, 1, s + 1, 8).label() for s in (3, 4, 5))
+    assert "inferred infeasible" in line and named in line
+    oom = next(t for t in trials(path) if t.user_attrs[ATTR.CONFIG]["num_steps"] == 2)
+    assert f"inferred from trial {oom.number}'s OOM: {TrialConfig(2, 1, 3, 8).label()}" in line
+
+
 def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     profile = write_profile(
         tmp_path,

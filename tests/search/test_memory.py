@@ -4,11 +4,19 @@ out, and a leader stopped by the cliff does not end the search (sweep.search.mem
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import optuna
+import pytest
+
+from sweep.core.records import ATTR
 from sweep.search.candidates import by_key
 from sweep.search.climb import Climb
+from sweep.search.config_sampler import PICK_ATTR, REPLICATE_ATTR, ConfigSampler
+from sweep.search.guided import PhysicsSampler
 from sweep.search.history import History, Measurement
 from sweep.search.memory import needs_at_least, ruled_out, widest_launchable, width
+from sweep.search.samplers import ValidRandomSampler
 from sweep.sim.profile import load_profile
 from sweep.study import parse_study
 from tests.search.test_guided import SPACE, play
@@ -55,8 +63,9 @@ def test_the_graph_width_where_memory_runs_out_is_bisected() -> None:
     c = by_key(TREES)
     oom, fits = "s4-k2-d6-tp1[NCCL_PROTO=LL]", "s2-k1-d3-tp1[NCCL_PROTO=Simple]"
     assert (width(c[oom]), width(c[fits])) == (14, 5)
-    assert widest_launchable(5, 14) == 9 and widest_launchable(13, 14) == 13
-    assert widest_launchable(14, 14) is None and widest_launchable(0, 14) == 7
+    assert widest_launchable(5, 14, range(6, 14)) == 9 and widest_launchable(13, 14) == 13
+    assert widest_launchable(14, 14) is None and widest_launchable(0, 14, [3, 4, 14]) == 3
+    assert widest_launchable(5, 14, [3, 4, 15]) == 13  # nothing open in the gap
     out = ruled_out(TREES, {oom}, {oom, fits}, {fits})
     # every untried draft TP 1 configuration wider than the middle (9), any environment
     expected = {
@@ -72,6 +81,39 @@ def test_the_graph_width_where_memory_runs_out_is_bisected() -> None:
     assert {k for k in moved if width(c[k]) <= 11} == {
         k for k in moved if needs_at_least(c[k], c[oom])
     }
+
+
+def test_the_narrowest_configuration_below_a_failure_stays_launchable_with_nothing_measured() -> (
+    None
+):
+    # only 1 step fits at draft TP 8: 2 steps ran out first, nothing was measured yet. The
+    # middle of the raw widths 0 ... 5 (2) lay below 1 step's width (3): every draft TP 8
+    # configuration was ruled out, the night ended with no answer
+    oom = "s2-k1-d3-tp8[]"
+    out = ruled_out(CHAIN, {oom}, {oom})
+    assert "s1-k1-d2-tp8[]" not in out
+    assert {k for k in out if k.endswith("tp8[]")} == {
+        c.key for c in CHAIN if c.draft_tp == 8 and c.steps > 2
+    }
+    assert out["s3-k1-d4-tp8[]"] == oom and not any(k.endswith("tp1[]") for k in out)
+    # once 1 step ran out too, everything at draft TP 8 is out
+    both = ruled_out(CHAIN, {oom, "s1-k1-d2-tp8[]"}, {oom, "s1-k1-d2-tp8[]"})
+    assert {k for k in both if k.endswith("tp8[]")} == {
+        c.key for c in CHAIN if c.draft_tp == 8 and c.steps > 2
+    }
+
+
+def test_the_middle_of_a_gap_is_one_of_its_open_widths() -> None:
+    # 9 steps ran out at draft TP 1 (width 19), nothing measured: the open widths 3, 5, ...
+    # 17 (1 to 8 steps); the lower middle, 9 (4 steps), is launched next and not past it
+    oom = "s9-k1-d10-tp1[]"
+    out = ruled_out(CHAIN, {oom}, {oom})
+    tp1 = {by_key(CHAIN)[k].steps for k in out if k.endswith("tp1[]")}
+    assert tp1 == {5, 6, 7, 8, 10}
+    # 4 steps fits: the gap is 5 ... 8 steps, its lower middle 6
+    fits = "s4-k1-d5-tp1[]"
+    out = ruled_out(CHAIN, {oom}, {oom, fits}, {fits})
+    assert {by_key(CHAIN)[k].steps for k in out if k.endswith("tp1[]")} == {7, 8, 10}
 
 
 def test_the_search_never_launches_what_needs_more_memory_than_a_launch_that_ran_out() -> None:
@@ -109,3 +151,40 @@ def test_a_leader_stopped_by_the_memory_cliff_sends_the_other_draft_tp_up_its_st
     run.measured["s2-k1-d3-tp8[]"] = [Measurement("s2-k1-d3-tp8[]", 9, 160.0)]
     assert climb.past_a_wall(run) == []
     assert "s2-k1-d3-tp1[]" not in {c.key for c in climb.untried_neighbours(run)}
+
+
+def _launch(study: optuna.Study, key: str, value: float | None) -> None:
+    """Ask, then store a launch of ``key`` as the loop does: measured, out of memory (None)
+    or failed transiently (NaN)."""
+    trial = study.ask()
+    trial.set_user_attr(ATTR.KIND, "trial")
+    trial.set_user_attr(ATTR.KEY, key)
+    if value is not None and math.isnan(value):
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return
+    if value is None:
+        trial.set_user_attr(ATTR.FAILURE, {"kind": "out_of_memory", "deterministic": True})
+    trial.set_constraint("sweep_feasible", 1.0 if value is None else 0.0)
+    study.tell(trial, 0.0 if value is None else value)
+
+
+@pytest.mark.parametrize("sampler_type", [PhysicsSampler, ValidRandomSampler])
+@pytest.mark.parametrize("fits_value", [100.0, float("nan")], ids=["measured", "failed"])
+def test_with_nothing_untried_the_sampler_proposes_what_fits_never_what_ran_out(
+    sampler_type: type[ConfigSampler], fits_value: float
+) -> None:
+    # every configuration but 1 step at draft TP 8 ran out or needs at least the memory of
+    # one that did: with nothing untried the samplers proposed any configuration (those
+    # ruled out too) as a "relaunch", and the loop launched it
+    sampler = sampler_type(CHAIN, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    fits = "s1-k1-d2-tp8[]"
+    for key, value in ((fits, fits_value), ("s2-k1-d3-tp8[]", None), ("s1-k1-d2-tp1[]", None)):
+        _launch(study, key, value)
+    history = sampler.history(study)
+    assert set(history.ruled_out) | history.tried() == {c.key for c in CHAIN}
+    for _ in range(6):
+        _launch(study, fits, fits_value)
+    for t in study.trials[3:]:
+        assert t.system_attrs[PICK_ATTR] == fits
+        assert bool(t.system_attrs.get(REPLICATE_ATTR)) is (fits in history.measured)

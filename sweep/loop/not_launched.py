@@ -1,0 +1,77 @@
+"""What the search never launched because of memory, in the words the run ends with.
+
+:func:`sweep.search.memory.ruled_out` keeps two kinds of configuration from launch: those
+that certainly need at least the memory of one that ran out (inferred infeasible) and those
+only wider than the middle of a gap the search had not closed yet (never measured, not known
+infeasible). The run's summary names each kind in one line, with the trials whose
+out-of-memory failure ruled them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sweep.core.records import TrialRecord
+from sweep.loop.context import RunContext
+from sweep.loop.propose import ruled_out
+from sweep.search import memory
+from sweep.search.config_sampler import ConfigSampler
+
+NAMED = 6  # a line names this many configurations, then counts the rest
+DOCS = "docs/search.md, 'A memory cliff'"
+
+
+def not_launched_for_memory(run: RunContext) -> list[str]:
+    """One line for each rule that kept configurations from launch (see the module)."""
+    sampler = run.stores.trials.sampler
+    skipped = ruled_out(run)
+    if not skipped or not isinstance(sampler, ConfigSampler):
+        return []
+    of = {c.key: c for c in sampler.candidates}
+    certain: dict[str, list[str]] = {}
+    bisected: dict[str, list[str]] = {}
+    for key, cause in sorted(skipped.items(), key=lambda kv: (memory.width(of[kv[0]]), kv[0])):
+        rule = certain if memory.needs_at_least(of[key], of[cause]) else bisected
+        rule.setdefault(cause, []).append(key)
+    settled = run.history().settled
+    lines = []
+    if certain:
+        lines.append(
+            f"{_count(certain)} configuration(s) not launched, inferred infeasible (each has "
+            "at least the steps, topk and draft tokens of one that ran out of memory, same "
+            f"draft TP and extras): {_by_cause(run, settled, certain, 'inferred from')}; {DOCS}"
+        )
+    if bisected:
+        lines.append(
+            f"{_count(bisected)} configuration(s) not launched and never measured (not known "
+            "infeasible: wider, in draft tokens + steps x topk, than the middle of the gap "
+            "below an out-of-memory launch at the same draft TP, which the search did not "
+            f"close): {_by_cause(run, settled, bisected, 'wider than the gap below')}; {DOCS}"
+        )
+    return lines
+
+
+def _count(groups: Mapping[str, list[str]]) -> int:
+    return sum(len(keys) for keys in groups.values())
+
+
+def _by_cause(
+    run: RunContext, settled: Mapping[str, TrialRecord], groups: Mapping[str, list[str]], how: str
+) -> str:
+    """``steps=3 …, steps=4 … (inferred from trial 1's OOM: steps=2 …)``; narrowest first,
+    :data:`NAMED` names in all."""
+    parts, named = [], 0
+    for cause, keys in groups.items():
+        shown = keys[: max(NAMED - named, 0)]
+        named += len(shown)
+        names = ", ".join(_label(run, k) for k in shown)
+        rest = len(keys) - len(shown)
+        names = f"{names} and {rest} more" if names and rest else names or f"{rest} more"
+        record = settled.get(cause)
+        trial = f"trial {record.number}'s OOM" if record is not None else "an OOM"
+        parts.append(f"{names} ({how} {trial}: {_label(run, cause)})")
+    return "; ".join(parts)
+
+
+def _label(run: RunContext, key: str) -> str:
+    return run.valid[key].label() if key in run.valid else key
