@@ -303,7 +303,7 @@ def run(
         f"{summary.failed}, duplicates answered from storage {summary.duplicates}, "
         f"excluded {summary.excluded}, baselines {summary.baselines}"
     )
-    out.print(f"best single measurement: {summary.best}", markup=False)
+    out.print(f"best measured configuration: {summary.best}", markup=False)
     if summary.answer:
         out.print(f"{summary.answer_heading}: {summary.answer}", markup=False)
     if study.workload.has_axes:  # where the best setting changes with content or context
@@ -579,11 +579,14 @@ def status(
     if report.baseline:
         out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
     if report.best:
-        best = report.best
+        best, mean = report.best, report.best_mean
+        figure = f"{_num(best.value)} ± {_num(best.half_width)}"
+        speedup = best.speedup
+        if mean is not None and mean.launches_text():  # relaunched: all its launches count
+            figure, speedup = f"{mean.mean:.2f}, {mean.launches_text()}", mean.speedup
         out.print(
-            f"best single measurement: trial {best.number} {escape(best.label)}: "
-            f"{_num(best.value)}"
-            f" ± {_num(best.half_width)} ({_num(best.speedup, 'x')} baseline)"
+            f"best measured configuration: trial {best.number} {escape(best.label)}: "
+            f"{figure} ({_num(speedup, 'x')} baseline)"
         )
     if report.answer:
         out.print(f"{report.answer_heading}: {escape(report.answer)}")

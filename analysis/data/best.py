@@ -68,12 +68,33 @@ class BestSchedule:
 
 
 def overall_best(df: pd.DataFrame) -> pd.Series | None:
-    """The feasible measured trial with the highest objective value (its first level's row)."""
+    """The feasible measured configuration with the highest objective over all its launches
+    (its search trial and the confirmation's relaunches: a lucky first launch of a
+    configuration whose relaunches came out lower is not the best): its search trial's first
+    level's row, with ``launches`` (how many) and ``launches_mean`` (the objective over them)
+    added."""
     rows = measured(df)
     rows = rows[rows["feasible"].fillna(True).astype(bool)].dropna(subset=["objective"])
     if rows.empty:
         return None
-    return rows.loc[rows["objective"].idxmax()]
+    # a relaunch's stored objective is its configuration's estimate over every launch so far
+    # (what Optuna is told), so each configuration's latest launch holds its mean
+    again = df[(df["kind"] == "replicate") & (df["state"] == "measured")].dropna(
+        subset=["objective"]
+    )
+    launches = pd.concat([rows, again]).drop_duplicates("trial").sort_values("trial")
+    launches = launches[launches["key"].isin(set(rows["key"]))]
+    latest = launches.groupby("key").tail(1).set_index("key")["objective"]
+    count = launches.groupby("key")["trial"].nunique()
+    key = max(latest.index, key=lambda k: (float(latest[k]), -int(_first(rows, k)["trial"])))
+    best = _first(rows, key).copy()
+    best["launches"], best["launches_mean"] = int(count[key]), float(latest[key])
+    return best
+
+
+def _first(rows: pd.DataFrame, key: Any) -> pd.Series:
+    """The configuration's search trial's first row."""
+    return rows[(rows["key"] == key).to_numpy()].sort_values("trial", kind="stable").iloc[0]
 
 
 def best_per_level(df: pd.DataFrame) -> BestSchedule:

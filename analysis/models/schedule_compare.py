@@ -12,6 +12,8 @@ per-slot confidence is read from the schedule the verification launched.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +24,15 @@ from sweep.core.schedule import Estimate
 from sweep.core.verdict import Verdict, verdict
 from sweep.search.launches import Launch
 from sweep.search.side_by_side import BUILTIN as BUILTIN_ARM
-from sweep.search.side_by_side import NONE, STATIC, VERIFICATION, SideBySide, compare, summed
+from sweep.search.side_by_side import (
+    NONE,
+    STATIC,
+    VERIFICATION,
+    Z95,
+    SideBySide,
+    compare,
+    summed,
+)
 
 SCHEDULE = "schedule"
 BUILTIN = "builtin"
@@ -118,8 +128,10 @@ def compare_schedule(
     launches = static_launches(trials, baselines, metric)
     pooled = _pooled(launches)
     single = _single_best(pooled, levels)
-    rows = [*_series_rows("schedule", mine, metric)]
-    rows += _series_rows("builtin", latest(schedules, BUILTIN), metric)
+    # every launch the verification made of an arm (its latest key), not its latest alone
+    pooled_mine, builtin = arm_launches(schedules, SCHEDULE), arm_launches(schedules, BUILTIN)
+    rows = [*_series_rows("schedule", pooled_mine, metric)]
+    rows += _series_rows("builtin", builtin, metric)
     for level in levels:
         here = pooled[pooled["concurrency"] == level]
         if not here.empty:
@@ -133,9 +145,26 @@ def compare_schedule(
                 rows.append(_row(level, "single_best", match.iloc[0]))
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["concurrency", "series"])
     label = None if single is None else str(pooled[pooled["key"] == single]["config"].iloc[0])
-    result = _verdict(mine, launches, latest(schedules, BUILTIN), single, label, metric)
+    result = _verdict(pooled_mine, launches, builtin, single, label, metric)
     return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label,
                               side_by_side(schedules, metric), _slots(mine), band)  # fmt: skip
+
+
+def arm_launches(schedules: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows (one per launch and level) of every measured launch of the arm ``name`` with
+    its latest launch's key (launches with one key are pooled; a changed schedule starts
+    anew), those whose server did not apply the schedule left out — what the side-by-side
+    verdict pools (:func:`side_by_side`)."""
+    if schedules.empty:
+        return schedules
+    mask = (schedules["schedule"] == name) & (schedules["state"] == "measured")
+    rows = schedules[mask.fillna(False).astype(bool)]
+    if "schedule_counted" in rows:
+        rows = rows[rows["schedule_counted"].fillna(True).astype(bool)]
+    if rows.empty:
+        return rows
+    key = rows.loc[rows["trial"].idxmax(), "key"]
+    return rows[(rows["key"] == key).fillna(False).astype(bool)] if pd.notna(key) else rows
 
 
 def _band(mine: pd.DataFrame) -> int | None:
@@ -240,23 +269,39 @@ def _row(level: int, series: str, source: pd.Series) -> dict[str, object]:
 
 
 def _series_rows(series: str, rows: pd.DataFrame, metric: str) -> list[dict[str, object]]:
+    """One row per level: the mean over the arm's launches there, with its 95 % interval
+    (one launch: its own) and how many launches (``trials``)."""
     out: list[dict[str, object]] = []
-    for _, r in rows.iterrows():
-        if pd.isna(r[metric]) or pd.isna(r["concurrency"]):
-            continue
+    known = rows.dropna(subset=[metric, "concurrency"]) if not rows.empty else rows
+    for level, at in known.groupby("concurrency", sort=True):
+        latest_row = at.loc[at["trial"].idxmax()]
+        launches = _estimates(at, *_bounds(metric))[int(level)]
+        mean, low, high = _pooled_interval(launches)
         out.append(
             {
-                "concurrency": int(r["concurrency"]),
+                "concurrency": int(level),
                 "series": series,
                 "config": SERIES[series],
-                "steps": r["schedule_steps"],
-                "value": r[metric],
-                "ci_low": r[f"{metric}_ci_low"],
-                "ci_high": r[f"{metric}_ci_high"],
-                "trials": 1,
+                "steps": latest_row["schedule_steps"],
+                "value": mean,
+                "ci_low": low,
+                "ci_high": high,
+                "trials": int(at["trial"].nunique()),
             }
         )
     return out
+
+
+def _pooled_interval(launches: Sequence[Estimate]) -> tuple[float, float, float]:
+    """The mean of one level's launches and its 95 % interval: one launch's own; several, from
+    their spread and their own errors (normal, :data:`Z95`)."""
+    if len(launches) == 1:
+        return launches[0].mean, launches[0].ci_low, launches[0].ci_high
+    n = len(launches)
+    mean = statistics.fmean(e.mean for e in launches)
+    within = sum(((e.ci_high - e.ci_low) / (2 * Z95)) ** 2 for e in launches) / n**2
+    half = Z95 * math.sqrt(statistics.variance([e.mean for e in launches]) / n + within)
+    return mean, mean - half, mean + half
 
 
 def _estimates(rows: pd.DataFrame, value: str, low: str, high: str) -> dict[int, list[Estimate]]:

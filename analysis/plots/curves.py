@@ -38,6 +38,7 @@ from analysis.plots.style import (
     shown_note,
 )
 from sweep.core.space import TrialConfig
+from sweep.search.answer import not_shown_to_beat
 
 __all__ = [
     "plot_accept_length_vs_steps",
@@ -84,7 +85,7 @@ def plot_throughput_vs_steps(
         errorbar_line(ax, table[table["group"] == group], color(i), group)
     draw_baseline(ax, df, level)
     shown = table[table["group"].isin(groups)]
-    confirmed = bool(answer and answer.get("confident"))
+    confirmed = bool(answer and answer.get("confident") and not not_shown_to_beat(answer))
     if answer and not TrialConfig.speculates(str(answer.get("winner") or "s")):
         flags = TrialConfig.extras_in(str(answer["winner"]))  # a control: with these flags
         _annotate_no_speculation(ax, shown, metric, float(answer["mean"]), confirmed, flags)

@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.report.data import StudyData
 from analysis.report.document import Block, Section, table
 from sweep.core.space import TrialConfig
-from sweep.search.answer import answer_text
+from sweep.search.answer import answer_text, not_shown_to_beat
 
 
 def answer_section(data: StudyData) -> Section:
@@ -23,7 +23,14 @@ def answer_section(data: StudyData) -> Section:
             "best single measurement below is not confirmed by a relaunch."
         )
     else:
-        if not answer.get("confident"):
+        unshown = not_shown_to_beat(answer)
+        if unshown:
+            blocks.append(
+                f"**Not confirmed: the winner below is not shown to beat {unshown} (the "
+                "interval of its gain reaches 0). Do not deploy speculation for it until "
+                "more launches of both settle it.**"
+            )
+        elif not answer.get("confident"):
             blocks.append(
                 "**Not confirmed: the launches could not separate the contenders within the "
                 "budget. Treat the winner below as the best guess, not a decision.**"
@@ -48,10 +55,14 @@ def answer_section(data: StudyData) -> Section:
             for r in predicted.head(12).itertuples()
         ]
         blocks.append(table(("configuration", "predicted", "measured", "error"), rows))
-    title = (
-        "Confirmed answer" if not answer or answer.get("confident") else "Answer (not confirmed)"
-    )
+    title = "Answer (not confirmed)" if answer and _not_confirmed(answer) else "Confirmed answer"
     return Section(title, tuple(blocks))
+
+
+def _not_confirmed(answer: Mapping[str, Any]) -> bool:
+    """Not confident, or a speculative winner not shown to beat no speculation (an answer
+    stored confident before that comparison was required)."""
+    return not answer.get("confident") or bool(not_shown_to_beat(answer))
 
 
 def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -87,7 +98,11 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     others = [str(n) for n in answer.get("near") or () if str(n) != str(answer["label"])]
     if others:
         rows.append(("not separated from the winner", "; ".join(others)))
-    rows.append(("confident", "yes" if answer.get("confident") else "no (budget spent)"))
+    unshown = not_shown_to_beat(answer)
+    confident = "no (budget spent)" if not answer.get("confident") else "yes"
+    if unshown:
+        confident = f"no: not shown to beat {unshown}"
+    rows.append(("confident", confident))
     informed = answer.get("informed_probability")
     if not answer.get("confident") and informed is not None:
         rows.append(
@@ -97,7 +112,7 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
                 f"the launches, {float(informed):.2f} with the model's predictions",
             )
         )
-    if not answer.get("confident") and answer.get("to_decide"):
+    if _not_confirmed(answer) and answer.get("to_decide"):
         rows.append(("what would decide it", str(answer["to_decide"])))
     ignored = answer.get("ignored_launches") or []
     if ignored:

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from sweep.bench.categories import SHIPPED, SHIPPED_CATEGORIES, load_categories
 from sweep.bench.mix import placed
 from sweep.bench.workload import Workload
-from sweep.core import cells
+from sweep.core import cells, policy
 from sweep.core.prediction import Z95
 from sweep.core.records import Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
@@ -56,6 +56,7 @@ class StatusReport:
     answer: str = ""  # the confirmed winner in one line ("" before a confirmation)
     answer_heading: str = "confirmed answer"  # or "best so far (not confirmed: why)"
     workload: str = ""  # where the best setting changes with content or context (workload axes)
+    best_mean: policy.ConfigMean | None = None  # ``best``'s configuration over all its launches
 
 
 def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
@@ -73,10 +74,10 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
     since = fresh_from(optuna_study)
     rows = tuple(_row(r, study, _earlier(r, since)) for r in records)
     current = [r for r in rows if not r.earlier]
-    measured = [
-        r for r in current if r.kind == Kind.TRIAL and r.state == State.MEASURED and r.value
-    ]
-    best = max(measured, key=lambda r: r.value or 0.0, default=None)
+    # the best configuration by the mean of its launches (a lucky first launch is not it)
+    best_mean = policy.best_by_mean(r for r in records if not _earlier(r, since))
+    best = next((r for r in current if best_mean and r.number == best_mean.first.number
+                 and r.kind in (Kind.TRIAL, Kind.REPLICATE)), None)  # fmt: skip
     baselines = [r for r in current if r.kind == Kind.BASELINE and r.value]
     drift = tuple(
         f"trial {r.number}: baseline moved more than {study.baseline.drift_threshold:.0%}"
@@ -94,6 +95,7 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
         answer.answer_text(stored),
         answer.answer_heading(stored) if stored else "",
         _workload_line(study, records, stored),
+        best_mean,
     )
 
 

@@ -203,6 +203,50 @@ def best_measured(trials: Mapping[str, TrialRecord]) -> TrialRecord | None:
     return max(measured, key=lambda t: t.value or 0.0, default=None)
 
 
+@dataclass(frozen=True)
+class ConfigMean:
+    """One configuration's measured launches: its search trial and its confirmation's
+    relaunches, each launch's own figure (``values``) and speedup over its reference baseline
+    (``speedups``: those that have one)."""
+
+    first: TrialRecord
+    values: tuple[float, ...]
+    speedups: tuple[float, ...] = ()
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def speedup(self) -> float | None:
+        """The mean of its launches' speedups (None: none has a baseline)."""
+        return sum(self.speedups) / len(self.speedups) if self.speedups else None
+
+    def launches_text(self) -> str:
+        """``""`` for one launch, else ``"mean of 3 launches, 89.48–94.14"``."""
+        if len(self.values) < 2:
+            return ""
+        return f"mean of {len(self.values)} launches, {min(self.values):.2f}–{max(self.values):.2f}"
+
+
+def best_by_mean(records: Iterable[TrialRecord]) -> ConfigMean | None:
+    """The measured configuration with the highest mean over its launches (search trials and
+    confirmation replicates; baselines and controls are no configuration of the search). A
+    lucky first launch of a configuration whose relaunches came out lower is not the best."""
+    found: dict[str, ConfigMean] = {}
+    for r in sorted(records, key=lambda r: r.number):
+        own = r.objective if r.objective is not None else r.value
+        if r.kind not in (Kind.TRIAL, Kind.REPLICATE) or not r.key or not r.measured or own is None:
+            continue
+        seen = found.get(r.key)
+        speedup = () if r.speedup is None else (r.speedup,)
+        if seen is None:
+            found[r.key] = ConfigMean(r, (own,), speedup)
+        else:
+            found[r.key] = ConfigMean(seen.first, (*seen.values, own), (*seen.speedups, *speedup))
+    return max(found.values(), key=lambda c: (c.mean, -c.first.number), default=None)
+
+
 # --- what next: the Search phase's one decision ----------------------------------------------
 
 
@@ -402,6 +446,7 @@ __all__ = [
     "BaselineAction",
     "BaselineDecision",
     "BaselineDue",
+    "ConfigMean",
     "Failed",
     "GateReady",
     "Infeasible",
@@ -417,6 +462,7 @@ __all__ = [
     "Step",
     "Stop",
     "baseline_decision",
+    "best_by_mean",
     "best_measured",
     "failure_streak_stop",
     "next_step",

@@ -99,13 +99,16 @@ class History:
         return estimate_trial_s(times, tokens, self.restart_guess_s)
 
     def best_text(self) -> str:
-        """The best single measurement, with its speedup by the one rule
-        (:mod:`sweep.core.speedup`: over its reference baseline, as `sweep status` shows it)."""
-        best = policy.best_measured(self.settled)
-        if best is None or best.value is None:
+        """The best measured configuration by the mean of its launches (its relaunches count:
+        a lucky first launch is not the best), with its speedup by the one rule
+        (:mod:`sweep.core.speedup`: each launch over its reference baseline, as `sweep
+        status` shows it)."""
+        best = policy.best_by_mean(self.trials)
+        if best is None:
             return "none yet"
+        launches = f", {best.launches_text()}" if best.launches_text() else ""
         speed = f", {best.speedup:.3f}x baseline" if best.speedup is not None else ""
-        return f"{best.value:.2f} (trial {best.number}{speed})"
+        return f"{best.mean:.2f} (trial {best.first.number}{launches}{speed})"
 
 
 def _earlier_transient(record: TrialRecord, this_run: set[int]) -> bool:

@@ -341,21 +341,42 @@ def answer_text(answer: Mapping[str, Any]) -> str:
         )
         text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over {versus} "
                  f"({runner_up['versus_label']})")  # fmt: skip
-    if answer.get("confident") and len(answer.get("tie") or ()) > 1:
-        text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
-    if not answer.get("confident"):
-        text += "; NOT confident (budget spent)"
-        if answer.get("to_decide"):
-            text += f": {answer['to_decide']} would decide"
+    unshown = not_shown_to_beat(answer)
+    if answer.get("confident") and not unshown:
+        if len(answer.get("tie") or ()) > 1:
+            text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
+        return text
+    # an answer stored confident before the comparison with no speculation was required
+    text += "; NOT confident (budget spent)" if not answer.get("confident") else "; NOT confirmed"
+    decide = f"{answer['to_decide']} would decide" if answer.get("to_decide") else ""
+    details = [d for d in (f"not shown to beat {unshown}" if unshown else "", decide) if d]
+    if details:
+        text += ": " + "; ".join(details)
     return text
+
+
+def not_shown_to_beat(answer: Mapping[str, Any]) -> str:
+    """What a speculative answer is not shown to beat — ``"no speculation"`` or ``"no
+    speculation with <flags>"`` (its control) — when the interval of its gain over it reaches
+    0; ``""`` when it is shown better, has no such comparison, or is no speculation."""
+    base = answer.get("over_baseline")
+    if not base or not TrialConfig.speculates(str(answer.get("winner") or "")):
+        return ""
+    if float(base["low"]) > 1.0:
+        return ""
+    flags = TrialConfig.extras_in(str(base.get("versus") or ""))
+    return f"no speculation with {flags}" if flags else "no speculation"
 
 
 def unconfirmed(answer: Mapping[str, Any]) -> str:
     """Why a stored answer is not a confirmed one (``""``: it is — confident, over more than
-    one launch of the winner)."""
+    one launch of the winner, and a speculative winner shown to beat no speculation)."""
     launches = len(answer.get("replicates") or ())
     if launches < 2:
         return "the winner was launched once"
+    unshown = not_shown_to_beat(answer)
+    if unshown:
+        return f"not shown to beat {unshown}"
     if not answer.get("confident"):
         return "not confident when the confirmation's budget was spent"
     return ""

@@ -181,6 +181,34 @@ def advantage(winner: Estimate, other: Estimate, confidence: float) -> Advantage
     return Advantage(other.key, ratio, ratio * math.exp(-half), ratio * math.exp(half))
 
 
+def beats(gain: Advantage) -> bool:
+    """The winner is shown better than the other: its whole interval (the one reported, at
+    the confidence) lies above a ratio of 1."""
+    return gain.low > 1.0
+
+
+def launches_to_beat(me: Estimate, other: Estimate, options: ConfirmOptions) -> int:
+    """About how many more launches each of ``me`` and ``other`` (no speculation) would settle
+    whether ``me`` beats it: enough for the interval of the ratio to clear 1 (the gap over
+    the difference's standard error reaching the two-sided t), or for the two to pass the
+    equivalence test (then no speculation, the simpler, wins), whichever needs fewer —
+    assuming the gap and the launch noise stay what they are now."""
+    gap = math.log(me.mean / other.mean)
+    per_launch = max(me.stderr / me.mean * math.sqrt(me.n), 1e-9)
+    dof = min(me.dof, other.dof)
+    margin = math.log1p(options.tie_margin)
+    needs = []
+    if gap > 0:
+        two_sided = float(special.stdtrit(dof, 0.5 + options.confidence / 2))
+        needs.append(2 * (two_sided * per_launch / gap) ** 2)
+    if abs(gap) < margin:
+        needs.append(
+            2 * (_one_sided(options.confidence, dof) * per_launch / (margin - abs(gap))) ** 2
+        )
+    total = math.ceil(min(needs)) if needs else me.n + 1
+    return max(1, total - min(me.n, other.n))
+
+
 def survives(configs: Mapping[str, Sequence[Launch]], margin: float, winner: str) -> bool:
     """No single launch decides the order: with any one launch of any configuration left
     out, the ``winner``'s mean is still within ``margin`` of every other configuration's."""

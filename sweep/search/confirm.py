@@ -37,9 +37,11 @@ from sweep.search.comparisons import (
     Advantage,
     ConfirmOptions,
     advantage,
+    beats,
     contenders,
     equivalent,
     informed_estimates,
+    launches_to_beat,
     launches_to_decide,
     second_looks,
     within_margin_probability,
@@ -58,7 +60,12 @@ from sweep.search.launches import (
     estimates,
     robust_launches,
 )
-from sweep.search.reasons import control_reason, decision_reason, relaunch_reason
+from sweep.search.reasons import (
+    control_reason,
+    decision_reason,
+    relaunch_reason,
+    unshown_reason,
+)
 
 ROUND = 3  # configurations relaunched per confirmation round, the leader first
 CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
@@ -223,7 +230,7 @@ def decide(
     if winner is not None and held is None:
         pending = controls.pending(winner, verdict.est)
         if pending is None:
-            return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+            return _against_no_speculation(winner, verdict, inputs, remaining)
         if remaining is None or remaining > 0:
             return Relaunch((pending,), (), control_reason(pending))
         return _undecided(verdict, excluded, inputs, guards.withheld, unmeasured=pending)
@@ -233,8 +240,40 @@ def decide(
     if order:
         rivals = tuple(k for k in order if k != baseline)
         why = (winner, held[0]) if winner is not None and held is not None else None
-        return Relaunch(order, rivals, relaunch_reason(rivals, verdict.chance, options, why))
+        return Relaunch(order, rivals, relaunch_reason(order, verdict.chance, options, why))
     return _undecided(verdict, excluded, inputs, guards.withheld)
+
+
+def _against_no_speculation(
+    winner: str, verdict: _Verdict, inputs: _Inputs, remaining: int | None
+) -> Relaunch | Decision:
+    """A winner that stood every check: confident when it is no speculation (the baseline or
+    a control) or shown to beat no speculation — its interval over the baseline (its control,
+    when it has one) above 1. Otherwise that comparison is the open question: the winner and
+    no speculation are relaunched (each below the replicate cap), and with no launch left
+    for them the answer is not confident and says how many more of each would decide."""
+    gain = _over_baseline(winner, verdict.est, inputs)
+    controls = inputs.controls.keys if inputs.controls is not None else frozenset()
+    simple = winner == inputs.baseline or winner in controls
+    if gain is None or simple or beats(gain):
+        return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+    versus = gain.versus
+    mine = verdict.est[winner]
+    theirs = estimate(versus, inputs.launches[versus], inputs.variance)
+    cap = inputs.options.max_replicates
+    order = [k for k, e in ((winner, mine), (versus, theirs)) if e.n < cap]
+    order = order[: max(0, remaining)] if remaining is not None else order
+    words = unshown_reason(versus if versus != inputs.baseline else None, gain)
+    if order:
+        why = (winner, words)
+        return Relaunch(tuple(order), (winner,),
+                        relaunch_reason(order, verdict.chance, inputs.options, why))  # fmt: skip
+    more = launches_to_beat(mine, theirs, inputs.options)
+    return _decision(
+        winner, (winner,), verdict, inputs, confident=False,
+        near=_near(winner, verdict.est, list(verdict.est), inputs.options), withheld=words,
+        to_decide=(more, (winner, versus)),
+    )  # fmt: skip
 
 
 def _measured(

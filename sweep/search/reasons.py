@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sweep.core.space import TrialConfig
-from sweep.search.comparisons import ConfirmOptions
+from sweep.search.comparisons import Advantage, ConfirmOptions
 
 
 def decision_reason(
@@ -45,6 +45,19 @@ def control_reason(control: str) -> str:
     return (
         f"launching no speculation with {TrialConfig.extras_in(control)} (the winner's "
         "control: its gain over no speculation with the same flags)"
+    )
+
+
+def unshown_reason(control: str | None, gain: Advantage) -> str:
+    """Why a winner that stood every other check is not confident: its gain over no
+    speculation (``control``: with the winner's flags; None: the baseline) with its interval,
+    which reaches 0."""
+    versus = (
+        f"no speculation with {TrialConfig.extras_in(control)}" if control else "no speculation"
+    )
+    return (
+        f"it is not shown to beat {versus} ({100 * (gain.ratio - 1):+.1f} % "
+        f"[{100 * (gain.low - 1):+.1f}, {100 * (gain.high - 1):+.1f}])"
     )
 
 

@@ -136,3 +136,28 @@ def test_the_best_single_measurement_keeps_its_own_speedup_when_a_later_baseline
     status = load_status(study)
     assert status.best is not None and status.best.speedup == pytest.approx(1.3)
     assert summary.best.endswith(", 1.300x baseline)"), summary.best  # not 130 / 90
+
+
+def test_the_best_line_is_the_best_configuration_over_all_its_launches(tmp_path: Path) -> None:
+    """A lucky first launch (130) of a configuration whose relaunches measure 100 is not the
+    best measured configuration: 2 steps, 120 at every launch, is; the line says over how
+    many launches."""
+    path = write_study(tmp_path, space="num_steps = [1, 2]", study='sampler = "grid"',
+                       confirm=True)  # fmt: skip
+    study = load_study(path)
+    seen: list[int] = []
+
+    def lucky_first(config: TrialConfig) -> Measurement:
+        steps = config.num_steps if config.speculative else 0
+        seen.append(steps)
+        if steps == 1:
+            return Measurement(130.0 if seen.count(1) == 1 else 100.0, half_width=0.2)
+        return Measurement(120.0 if steps == 2 else 90.0, half_width=0.2)
+
+    summary = run_with_measurements(study, lucky_first)
+    assert seen.count(1) >= 2 and seen.count(2) >= 2  # the confirmation relaunched both
+    assert summary.best.startswith("120.00 (trial "), summary.best
+    assert f"mean of {seen.count(2)} launches, 120.00–120.00" in summary.best
+    status = load_status(study)
+    assert status.best is not None and status.best.label.startswith("steps=2")
+    assert status.best_mean is not None and status.best_mean.mean == pytest.approx(120.0)

@@ -8,6 +8,7 @@ from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.answer import (
     EXTENSION,
+    answer_heading,
     answer_of,
     answer_text,
     confirm_step,
@@ -188,3 +189,27 @@ def test_the_confirmation_knows_a_configuration_s_neighbours() -> None:
     assert TrialConfig(3, 1, 4, 8).key() in mine  # the other draft TP at its steps
     assert TrialConfig(3, 1, 4, 1).key() not in mine
     assert near(TrialConfig(speculative=False).key()) == () and near("unknown") == ()
+
+
+def test_an_answer_not_shown_to_beat_no_speculation_is_never_called_confirmed() -> None:
+    # the decision: not confident, and it says plainly why and what would decide
+    launches = {"a": [104.0, 104.52, 103.69], "b": [97.0, 96.5], "base": [100.0, 99.6]}
+    decision = decide(launches, TWO_PERCENT, baseline="base", remaining=0)
+    assert isinstance(decision, Decision) and not decision.confident
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 4)
+    text = answer_text(stored)
+    assert text.endswith(
+        "; NOT confident (budget spent): not shown to beat no speculation; about 2 more "
+        "launches each of 3 steps, draft TP 1 and no speculation would decide"
+    )
+    assert answer_heading(stored) == "best so far (not confirmed: not shown to beat no speculation)"
+    # an answer stored confident before the comparison was required: its line, its heading
+    # and the report no longer call it confirmed
+    old = {**stored, "confident": True, "to_decide": ""}
+    assert answer_text(old).endswith("; NOT confirmed: not shown to beat no speculation")
+    assert answer_heading(old).startswith("best so far (not confirmed: not shown to beat")
+    rows = dict(_answer_rows(old))
+    assert rows["confident"] == "no: not shown to beat no speculation"
+    # shown better (its interval above 0): confirmed as before
+    shown = {**old, "over_baseline": {**old["over_baseline"], "low": 1.002}}
+    assert answer_heading(shown) == "confirmed answer" and "NOT" not in answer_text(shown)

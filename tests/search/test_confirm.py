@@ -470,3 +470,34 @@ def test_a_rival_behind_only_by_a_launch_that_may_be_bad_is_launched_again() -> 
     # two launches of b too far apart to tell which is bad, the better one level with a
     doubtful = decide({"a": [100.0, 101.0, 100.5], "b": [101.0, 92.0]}, TWO_PERCENT)
     assert isinstance(doubtful, Relaunch) and "b" in doubtful.order
+
+
+def test_a_winner_not_shown_to_beat_no_speculation_is_not_confident() -> None:
+    # s2 is within 1 % of the best with probability 0.97, but its gain over no speculation,
+    # +4.3 % [−0.9, +9.7], reaches 0: "confirmed" would have a user deploy speculation that
+    # is not shown to pay. That comparison is the open question: its launches go to it.
+    launches = {"s2": [104.0, 104.52, 103.69], "s1": [97.0, 96.5], "base": [100.0, 99.6]}
+    first = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(first, Relaunch) and first.order == ("s2", "base")
+    assert "but it is not shown to beat no speculation (+4.3 % [-0.9, +9.7])" in first.reason
+    assert first.reason.endswith("; relaunching s2 and base")
+    spent = decide(launches, TWO_PERCENT, baseline="base", remaining=0)
+    assert isinstance(spent, Decision) and not spent.confident and spent.winner == "s2"
+    assert spent.to_decide == (2, ("s2", "base"))
+    assert spent.reason.endswith("but it is not shown to beat no speculation (+4.3 % [-0.9, +9.7])")
+    capped = decide(launches, TWO_PERCENT, ConfirmOptions(max_replicates=3), baseline="base")
+    assert isinstance(capped, Relaunch) and capped.order == ("base",)  # s2 is at the cap
+    # two more launches of each show the gain: confident, the interval above 0
+    more = {**launches, "s2": [*launches["s2"], 104.1], "base": [100.0, 99.6, 99.8, 100.2]}
+    won = decide(more, TWO_PERCENT, baseline="base")
+    assert isinstance(won, Decision) and won.confident and won.winner == "s2"
+    assert won.over_baseline is not None and won.over_baseline.low > 1
+
+
+def test_a_winner_not_shown_to_beat_its_control_is_not_confident() -> None:
+    launches = {"s2+LL": [104.0, 104.52, 103.69], "s2": [90.0, 90.5], "base": [80.0],
+                "base+LL": [100.0, 99.6]}  # fmt: skip
+    spent = decide(launches, TWO_PERCENT, baseline="base", control=_controls, remaining=0)
+    assert isinstance(spent, Decision) and not spent.confident
+    assert spent.to_decide is not None and spent.to_decide[1] == ("s2+LL", "base+LL")
+    assert "not shown to beat no speculation with" in spent.reason
