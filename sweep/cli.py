@@ -528,20 +528,32 @@ def plan(
 def status(
     study_file: str = typer.Argument(..., help="The study file (TOML)."),
     storage: str = typer.Option("", help="Storage URL instead of the study's."),
+    trial: str = typer.Option(
+        "", help="One trial's full detail (7, or b0 for a baseline): why it failed, its log."
+    ),
 ) -> None:
     """Show every trial: state, configuration, objective with CI, accept length, failure.
 
-    Example: sweep status studies/demo-sim.toml
+    Example: sweep status studies/demo-sim.toml; sweep status studies/demo-sim.toml --trial 7
     """
     from rich.table import Table
 
-    from sweep.commands.status import load_status
+    from sweep.commands.status import load_status, load_trial, trial_detail
+    from sweep.core.records import parse_trial_label
     from sweep.loop.checks import require_results, setup_change, setup_changed_error
     from sweep.store.claims import live_run
     from sweep.study import load_study
 
     study = load_study(study_file)
     url = require_results(study, storage or None)  # never-run: says so, creates nothing
+    if trial:
+        if parse_trial_label(trial) is None:
+            raise typer.BadParameter("expected a trial number as the table shows it: 7, or b0")
+        with _storage_errors(url, "cannot read"):
+            record = load_trial(study, url, trial)
+        for line in trial_detail(record):
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
     with _storage_errors(url, "cannot read"):
         report = load_status(study, url)
     table = Table(title=escape(f"{report.study} ({_url(report.storage)})"))
@@ -560,9 +572,8 @@ def status(
     if len(study.hosts) > 1:
         table.add_column("host")
     for r in report.rows:
-        number = f"b{r.number}" if r.kind == "baseline" else str(r.number)
         table.add_row(
-            number,
+            r.shown,
             r.kind,
             r.state,
             escape(r.label),
@@ -576,8 +587,16 @@ def status(
     out.print(table)
     if not report.rows:
         out.print(f"no trial stored yet: `sweep run {study_file}` measures the first ones")
+    failed = [r for r in report.rows if r.state in ("failed", "infeasible")]
+    if failed:
+        last = failed[-1]
+        out.print(
+            f"why {last.kind} {last.shown} failed, and where its full server log is: "
+            f"`sweep status {study_file} --trial {last.shown}`",
+            markup=False,
+        )
     if report.baseline:
-        out.print(f"baseline (b{report.baseline.number}): {_num(report.baseline.value)}")
+        out.print(f"baseline ({report.baseline.shown}): {_num(report.baseline.value)}")
     if report.best:
         best, mean = report.best, report.best_mean
         figure = f"{_num(best.value)} ± {_num(best.half_width)}"
@@ -603,8 +622,7 @@ def status(
     changed = setup_change(study, url)
     if changed:
         out.print(f"[yellow]warning:[/yellow] {escape(str(setup_changed_error(study, changed)))}")
-    running = [f"b{r.number}" if r.kind == "baseline" else str(r.number)
-               for r in report.rows if r.state == "running"]  # fmt: skip
+    running = [r.shown for r in report.rows if r.state == "running"]
     if running and live_run(url, study.name) is False:
         out.print(
             f"[yellow]note:[/yellow] {', '.join(running)} marked running, but no `sweep run` "

@@ -14,12 +14,22 @@ from sweep.bench.mix import placed
 from sweep.bench.workload import Workload
 from sweep.core import cells, policy
 from sweep.core.prediction import Z95
-from sweep.core.records import Kind, State, StudyInfo, TrialRecord
+from sweep.core.records import (
+    BASELINE_NUMBERED,
+    Kind,
+    State,
+    StudyInfo,
+    TrialRecord,
+    launch_name,
+    log_stem,
+    parse_trial_label,
+    trial_label,
+)
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.engines.flags import FlagTable
 from sweep.engines.sglang_rules import BUILT_IN_ALGORITHMS, NO_ALGORITHM
-from sweep.exceptions import StorageError
+from sweep.exceptions import StorageError, SweepError
 from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study, stderr_progress
@@ -32,6 +42,7 @@ PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture 
 @dataclass(frozen=True)
 class TrialRow:
     number: int
+    shown: str  # as status numbers it: 3, or b3 in the baseline study
     kind: str
     state: str
     label: str
@@ -108,7 +119,7 @@ def _workload_line(study: Study, records: list[TrialRecord], stored: Any) -> str
 
 def _earlier(r: TrialRecord, since: Mapping[str, int]) -> bool:
     """Measured before the study's current setup (kept out of the answer by --fresh-answer)."""
-    companion = r.kind in (Kind.BASELINE, Kind.CONTROL)  # numbered in the baseline study
+    companion = r.kind in BASELINE_NUMBERED
     first = since.get("baselines" if companion else "trials", 0)
     return r.number < first
 
@@ -124,6 +135,7 @@ def _row(r: TrialRecord, study: Study, earlier: bool = False) -> TrialRow:
         reason = ", ".join(x for x in ("earlier setup", reason) if x)
     return TrialRow(
         number=r.number,
+        shown=trial_label(r.kind, r.number),
         kind=r.kind.value,
         state=state.value,
         label=r.config.label() if r.config else "",
@@ -152,6 +164,80 @@ def _shown_value(r: TrialRecord) -> float | None:
     if r.state is State.MEASURED:
         return r.objective if r.objective is not None else r.value
     return r.value if r.state is State.DUPLICATE else None
+
+
+def load_trial(study: Study, storage_url: str, label: str) -> TrialRecord:
+    """The stored trial ``label`` names as `sweep status` numbers it (``7``, ``b0``).
+
+    Raises:
+        SweepError: the label is not a trial number, or no such trial is stored.
+    """
+    parsed = parse_trial_label(label)
+    if parsed is None:
+        raise SweepError(f"--trial {label!r}: expected a trial number as `sweep status` shows "
+                         "it (7, or b0 for a baseline)")  # fmt: skip
+    companion, number = parsed
+    name = baseline_study_name(study.name) if companion else study.name
+    try:
+        records = read_records(stored_study(storage_url, name))
+    except KeyError:
+        records = []
+    found = [r for r in records if r.number == number]
+    if not found:
+        shown = ", ".join(trial_label(r.kind, r.number) for r in records) or "none"
+        raise SweepError(f"no trial {label} in study {name!r} (stored: {shown})")
+    return found[0]
+
+
+def trial_detail(record: TrialRecord) -> list[str]:
+    """Everything stored about why ``record`` did not measure (or what it measured): phase,
+    kind, transient or not, the message, the launch command, the log and its stored tail."""
+    lines = [
+        f"{launch_name(record.kind, record.number)}: {record.state.value}"
+        + (f" ({record.config.label()})" if record.config else ""),
+        *_field("host", record.host),
+        *_field("attempt", record.attempt),
+    ]
+    failure = record.failure
+    objective = None if record.objective is None else f"{record.objective:.2f}"
+    if failure is None:
+        lines += [*_field("objective", objective), *_field("command", record.command)]
+        return [*lines, *_field("server log", record.log)]
+    nature = (
+        "deterministic: this configuration cannot work (infeasible, never retried)"
+        if failure.deterministic
+        else "transient: another launch may work"
+    )
+    message = failure.message.splitlines() or [""]
+    lines += [
+        f"failure: {failure.kind}, {nature}",
+        *_field("phase reached", failure.phase),
+        *_field("exit code", failure.exit_code),
+        f"message: {message[0]}",
+        *_field("command", failure.command or record.command),
+        *_field("server log", record.log and f"{record.log} (on {failure.host or record.host})"),
+        *_field("earlier attempts' logs", ", ".join(earlier_logs(record))),
+    ]
+    if failure.log_tail:
+        lines.append(f"last {len(failure.log_tail)} log lines (stored with the trial):")
+        lines += [f"  {line}" for line in failure.log_tail]
+    else:  # a failure without a server log (benchmark, interrupt): its whole message
+        lines += [f"  {line}" for line in message[1:]]
+    return lines
+
+
+def earlier_logs(record: TrialRecord) -> list[str]:
+    """The server logs of a retried launch's earlier attempts, beside its last one's."""
+    attempts = record.attempt or 1
+    suffix = f"{log_stem(record.kind, record.number, attempts)}.log"
+    if attempts < 2 or not record.log or not record.log.endswith(suffix):
+        return []
+    folder = record.log[: -len(suffix)]
+    return [f"{folder}{log_stem(record.kind, record.number, n)}.log" for n in range(1, attempts)]
+
+
+def _field(name: str, value: object) -> list[str]:
+    return [] if value is None or value == "" else [f"{name}: {value}"]
 
 
 @dataclass(frozen=True)

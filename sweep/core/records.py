@@ -56,6 +56,7 @@ class ATTR:
     REAPED_FROM = "sweep.reaped_from"  # on an enqueued trial: the stale trial it replaces
     REPLICATE_OF = "sweep.replicate_of"  # confirmation: the first trial of this configuration
     STDERR = "sweep.stderr"  # within-launch standard error of the objective
+    LOG = "sweep.log"  # the launch's server log on its host (the last attempt's)
     ESTIMATE = "sweep.estimate"  # {mean, stderr, n}: the configuration's combined estimate
     # trial system attributes the search's samplers write
     SEARCH_PICK = "sweep.search.pick"  # the key the sampler proposed
@@ -114,6 +115,36 @@ class State(enum.StrEnum):
     IN_FLIGHT = "in_flight"
     RUNNING = "running"
     WAITING = "waiting"
+
+
+BASELINE_NUMBERED = frozenset({Kind.BASELINE, Kind.CONTROL})
+"""Kinds stored in the companion study ``NAME.baselines``, numbered ``b0``, ``b1``, ..."""
+
+
+def trial_label(kind: Kind, number: int) -> str:
+    """How `sweep status` numbers a stored trial: ``3`` in the study, ``b3`` in its
+    companion study (baselines and controls)."""
+    return f"b{number}" if kind in BASELINE_NUMBERED else str(number)
+
+
+def launch_name(kind: Kind, number: int) -> str:
+    """A launch in a sentence: ``trial 3``, ``replicate 5``, ``baseline b2``."""
+    return f"{kind.value} {trial_label(kind, number)}"
+
+
+def log_stem(kind: Kind, number: int, attempt: int | None = 1) -> str:
+    """The name of one launch's server log (without ``.log``): ``trial-7``, ``baseline-b0``,
+    ``replicate-12``; a retry's ``trial-7.attempt-2``."""
+    retry = f".attempt-{attempt}" if attempt and attempt > 1 else ""
+    return f"{kind.value}-{trial_label(kind, number)}{retry}"
+
+
+def parse_trial_label(label: str) -> tuple[bool, int] | None:
+    """``"7"`` → ``(False, 7)``, ``"b2"`` → ``(True, 2)`` (the companion study's); else None."""
+    text = label.strip().lower()
+    companion = text.startswith("b")
+    digits = text[1:] if companion else text
+    return (companion, int(digits)) if digits.isdigit() else None
 
 
 # Failure kinds after which a configuration runs again (nothing wrong with it).
@@ -261,6 +292,7 @@ class TrialRecord:
         default_factory=dict, metadata=stored(ATTR.SEARCH_PREDICTED, MAP, system=True)
     )
     schedule: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.SCHEDULE, MAP))
+    log: str | None = field(default=None, metadata=stored(ATTR.LOG, STR))
 
     # --- reading -------------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ def classify(
 ) -> Diagnosis:
     """Classify a failed server (see :meth:`sweep.engines.base.EngineAdapter.classify`)."""
     for signature in signatures:
-        line = first_match(signature.pattern, flagged)
+        line = error_line(signature.pattern, flagged)
         if signature.kind is not None and line is not None:
             return Diagnosis(signature.kind, line.strip(), signature=True)
     last = next((line.strip() for line in reversed(tail) if line.strip()), "")
@@ -94,10 +94,30 @@ def classify(
         return Diagnosis(FailureKind.REJECTED_FLAGS, last or "the parser rejected the flags")
     if exit_code in codes.validation and phase.order < Phase.LOADING_WEIGHTS.order:
         return Diagnosis(FailureKind.REJECTED_FLAGS, last or "validation failed")
-    evidence = next((line.strip() for line in flagged), last or f"exit code {exit_code}")
+    stated = (line.strip() for line in flagged if not _traceback_source(line))
+    evidence = next(stated, None) or last or f"exit code {exit_code}"
     if phase is Phase.READY:
         return Diagnosis(FailureKind.CRASHED_AFTER_READY, evidence)
     return Diagnosis(FailureKind.CRASHED_DURING_START, evidence)
+
+
+TRACEBACK_SOURCE = re.compile(r'^(?:\s+File "|\s{4,}\S)')
+"""A Python traceback's frame line (``  File "x.py", line 3, in f``) or source line (indented
+four spaces: ``    raise DistBackendError(``): it may name an error without stating it."""
+STATES_ERROR = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
+"""A line that states an error: ``torch.distributed.DistBackendError: NCCL error in: ...``."""
+
+
+def error_line(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:
+    """The first of ``lines`` ``pattern`` matches that states the error rather than quoting
+    the source that raised it; the first match if every match is source; else ``None``."""
+    matching = [line for line in lines if pattern.search(line)]
+    stated = (line for line in matching if not _traceback_source(line))
+    return next(stated, None) or next(iter(matching), None)
+
+
+def _traceback_source(line: str) -> bool:
+    return bool(TRACEBACK_SOURCE.match(line)) and not STATES_ERROR.search(line)
 
 
 def first_match(pattern: re.Pattern[str], lines: Iterable[str]) -> str | None:

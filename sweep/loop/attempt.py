@@ -17,7 +17,7 @@ from sweep.bench.result import BenchmarkResult
 from sweep.core import policy
 from sweep.core import speedup as speedups
 from sweep.core.policy import Failed, Interrupted, Outcome
-from sweep.core.records import Kind, TrialRecord
+from sweep.core.records import Kind, TrialRecord, launch_name, log_stem
 from sweep.core.space import TrialConfig
 from sweep.core.timing import fits, startup_limit
 from sweep.loop.context import RunContext
@@ -70,16 +70,23 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
         tell_launch(run, owner, trial, outcome, seen)
     if isinstance(outcome, Interrupted):
         raise exceptions.Interrupted(
-            f"interrupted during {_named(launch.kind, trial.number)}; what was measured is "
+            f"interrupted during {launch_name(launch.kind, trial.number)}; what was measured is "
             "stored, `sweep run` resumes"
         )
 
 
-def _named(kind: Kind, number: int) -> str:
-    """A launch as `sweep status` numbers it: ``trial 3``, ``baseline b2``."""
-    if kind in (Kind.BASELINE, Kind.CONTROL):  # numbered in the baseline study
-        return f"{kind.value} b{number}"
-    return f"{kind.value} {number}"
+def log_name(study: str, kind: Kind, number: int, attempt: int | None) -> str:
+    """The stem of one launch's server log in the host's workdir, named as `sweep status`
+    numbers the launch (:func:`~sweep.core.records.log_stem`) in a folder per study:
+    ``demo/trial-7``, ``demo/baseline-b0``, ``demo/trial-7.attempt-2``. Every launch of the
+    night keeps its own log."""
+    return f"{study}/{log_stem(kind, number, attempt)}"
+
+
+def with_log(rig: Rig, kind: Kind, number: int, attempt: int | None) -> Rig:
+    """``rig`` whose next launch writes the log :func:`log_name` names."""
+    name = log_name(rig.study.name, kind, number, attempt)
+    return dataclasses.replace(rig, lifecycle=dataclasses.replace(rig.lifecycle, log_name=name))
 
 
 def startup_rig(rig: Rig, seen: History) -> Rig:
@@ -108,10 +115,12 @@ def with_retries(
     *,
     on_retry: Callable[[int, str], None] | None = None,
 ) -> Outcome:
-    """Measure until the outcome is not retried (each attempt's start record stored)."""
+    """Measure until the outcome is not retried (each attempt's start record stored); each
+    attempt's server writes its own log (:func:`log_name`)."""
     attempt = 1
     while True:
-        outcome = measurer(rig, config, start, baselines, save)
+        launched = with_log(rig, start.kind, trial.number, attempt)
+        outcome = measurer(launched, config, start, baselines, save)
         if not policy.should_retry(outcome, attempt, rig.study.transient_retries):
             return outcome
         if on_retry is not None:

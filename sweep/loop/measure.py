@@ -32,7 +32,7 @@ from sweep.engines.base import Deployment, EngineAdapter
 from sweep.exceptions import BenchmarkError, BenchmarkFailure, ServerFailure, SweepError
 from sweep.loop.progress import Display
 from sweep.redact import redact_env
-from sweep.server.executor import Executor
+from sweep.server.executor import Executor, ServerFiles
 from sweep.server.lifecycle import LifecycleOptions, RunningServer, http_client, server
 from sweep.server.readiness import EventSink
 from sweep.study.model import Study
@@ -83,7 +83,7 @@ def measure(
         failure = Failure("interrupted", str(exc) or "Ctrl-C")
         return Interrupted(_finished(rig, start, failure=failure))
     except ServerFailure as error:
-        record = _finished(rig, start, failure=failure_of(error))
+        record = _finished(rig, start, failure=failure_of(error), log=error.log_path or None)
         if error.kind.deterministic:
             return Infeasible(record)
         return Failed(record, transient=True)
@@ -92,7 +92,8 @@ def measure(
             raise
         partial = error.partial
         levels = tuple(result_figures(partial)) if isinstance(partial, BenchmarkResult) else ()
-        record = _finished(rig, start, failure=failure_of(error), levels=levels)
+        log = launch_log(rig)  # the server was ready: its log is there
+        record = _finished(rig, start, failure=failure_of(error), levels=levels, log=log)
         return Failed(record, transient=True)
 
 
@@ -193,6 +194,7 @@ def _launch_fields(running: RunningServer, config: TrialConfig) -> dict[str, Any
         "env": redact_env(dict(running.command.env)),
         "resolved": dict(running.resolved.as_dict()),
         "engine_version": running.resolved.version,
+        "log": running.process.files.log,
     }
     mismatch = resolution_mismatch(config, running)
     if mismatch:
@@ -216,9 +218,16 @@ def _timings(running: RunningServer, started: float, ready: float, benchmarked: 
     return {k: v for k, v in timings.items() if v is not None}
 
 
-def _finished(rig: Rig, start: TrialRecord, *, failure: Failure,
+def _finished(rig: Rig, start: TrialRecord, *, failure: Failure, log: str | None = None,
               levels: tuple[Mapping[str, Any], ...] = ()) -> TrialRecord:  # fmt: skip
-    return dataclasses.replace(start, failure=failure, levels=levels, finished=rig.clock.wall())
+    wall = rig.clock.wall()
+    return dataclasses.replace(start, failure=failure, levels=levels, finished=wall, log=log)
+
+
+def launch_log(rig: Rig) -> str:
+    """Where the server ``rig`` launches writes its log, on its host."""
+    options = rig.lifecycle
+    return ServerFiles.for_port(options.workdir, rig.deployment.port, options.log_name).log
 
 
 def failure_of(error: SweepError) -> Failure:

@@ -141,9 +141,14 @@ def result_text(run: RunContext, record: TrialRecord, value: float) -> str:
 
 
 def failure_line(record: TrialRecord) -> str:
+    """``kind: the message's first line``, and where the server's full log is kept."""
     failure = record.failure or Failure("unknown")
     first = (failure.message.splitlines() or [""])[0]
-    return f"{failure.kind}: {first}" if first else failure.kind
+    line = f"{failure.kind}: {first}" if first else failure.kind
+    if not record.log:
+        return line
+    remote = failure.host and failure.host != "localhost"
+    return f"{line}; full log: {record.log}" + (f" on {failure.host}" if remote else "")
 
 
 def state_name(outcome: Outcome) -> str:

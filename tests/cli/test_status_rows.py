@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sweep.commands.status import _row
-from sweep.core.records import Kind, TrialRecord
+from sweep.core.records import Kind, TrialRecord, launch_name, log_stem, parse_trial_label
 from sweep.study import load_study
 from tests.support.studies import write_study
 
@@ -27,3 +27,19 @@ def test_a_trial_stopped_on_a_cap_far_from_its_precision_is_noted_imprecise(
     assert _row(shaky, study, earlier=True).failure == "earlier setup, imprecise"
     plain = TrialRecord(number=4, kind=Kind.TRIAL, optuna_state="COMPLETE", value=90.0)
     assert _row(plain, study).failure == ""
+
+
+def test_baselines_and_controls_are_numbered_in_their_study_the_same_everywhere(
+    tmp_path: Path,
+) -> None:
+    """The table numbered a control "4" while the loop's messages said "control b4" (both
+    are trials of the companion study, numbered b0, b1, ...)."""
+    study = load_study(write_study(tmp_path))
+    control = TrialRecord(number=4, kind=Kind.CONTROL, optuna_state="COMPLETE", value=80.0)
+    assert _row(control, study).shown == "b4"
+    assert launch_name(Kind.CONTROL, 4) == "control b4"
+    assert _row(TrialRecord(number=4, kind=Kind.REPLICATE), study).shown == "4"
+    assert log_stem(Kind.BASELINE, 0) == "baseline-b0"
+    assert log_stem(Kind.TRIAL, 7, attempt=2) == "trial-7.attempt-2"
+    assert parse_trial_label("b4") == (True, 4) and parse_trial_label("7") == (False, 7)
+    assert parse_trial_label("x7") is None and parse_trial_label("b") is None

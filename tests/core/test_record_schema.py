@@ -50,6 +50,7 @@ def full_record() -> TrialRecord:
         stderr=0.7,
         estimate={"mean": 93.0, "stderr": 0.5, "n": 2},
         schedule={"name": "schedule", "steps": {"1": 3}},
+        log="/tmp/sweep-servers/demo/replicate-3.attempt-2.log",
     )
 
 
@@ -91,6 +92,7 @@ STORED_BEFORE = {
     "sweep.stderr": "0.7",
     "sweep.estimate": '{"mean": 93.0, "stderr": 0.5, "n": 2}',
     "sweep.schedule": '{"name": "schedule", "steps": {"1": 3}}',
+    "sweep.log": '"/tmp/sweep-servers/demo/replicate-3.attempt-2.log"',  # added after 1aa27a8
 }
 
 

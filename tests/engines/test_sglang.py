@@ -294,3 +294,50 @@ def test_spec_params_parse() -> None:
     for bad in bad_texts:
         with pytest.raises(ConfigError):
             TrialConfig.parse(bad)
+
+
+# As SGLang logs a rank's NCCL failure at init (scheduler.py logs the traceback, then the
+# main process is told by SIGQUIT); the frames are SGLang 0.5's, the last one torch's.
+SGLANG_NCCL_TRACEBACK = """\
+[2026-01-12 02:13:05 TP3] Init torch distributed begin.
+[2026-01-12 02:13:07 TP3] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 2890, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
+  File "/opt/sglang/python/sglang/srt/model_executor/model_runner.py", line 615, in init_torch_distributed
+    raise DistBackendError(f"NCCL error during init: {exc}") from exc
+  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 4159, in barrier
+    work = group.barrier(opts=opts)
+torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5
+ncclInternalError: Internal check failed.
+[2026-01-12 02:13:07] Received sigquit from a child process. It usually means the child failed.
+"""  # noqa: E501
+
+
+def test_an_nccl_failure_quotes_the_error_not_the_source_line_that_raised_it() -> None:
+    """The night's failure line quoted ``raise DistBackendError(`` (a traceback's source
+    line, which matches the signature too) instead of the error itself."""
+    adapter = SGLangAdapter()
+    lines = SGLANG_NCCL_TRACEBACK.splitlines()
+    flagged = [line for line in lines if adapter.signature_of(line) is not None]
+    diagnosis = adapter.classify(-9, flagged, Phase.LAUNCHED, lines)
+    assert diagnosis.kind is FailureKind.NCCL_INIT
+    assert diagnosis.reason.startswith("torch.distributed.DistBackendError: NCCL error in: ")
+
+
+@pytest.mark.parametrize(
+    ("lines", "reason"),
+    [
+        (['    raise DistBackendError(', "torch.distributed.DistBackendError: NCCL error x"],
+         "torch.distributed.DistBackendError: NCCL error x"),
+        (['    raise CudaOutOfMemoryError(_oom_text(need, avail))',
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"],
+         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
+        (['    raise DistBackendError('], "raise DistBackendError("),  # nothing better: quoted
+        (["[t TP0] Capture cuda graph failed: CUDA out of memory.", "    raise OutOfMemoryError("],
+         "[t TP0] Capture cuda graph failed: CUDA out of memory."),
+    ],
+)  # fmt: skip
+def test_the_reason_is_the_first_line_that_states_the_error(lines: list[str], reason: str) -> None:
+    adapter = SGLangAdapter()
+    flagged = [line for line in lines if adapter.signature_of(line) is not None]
+    assert adapter.classify(-9, flagged, Phase.LAUNCHED, lines).reason == reason

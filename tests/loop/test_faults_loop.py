@@ -377,3 +377,52 @@ def test_a_baseline_whose_objective_is_not_a_number_stops_the_run_once(
     assert baselines[0].failure is not None and baselines[0].failure.kind == "not_finite"
     assert summary.failed_run and "baseline failed" in summary.stop_reason
     assert records(path) == []
+
+
+def test_every_launch_keeps_its_own_log_and_a_failure_names_it(tmp_path: Path) -> None:
+    """One server-PORT.log was overwritten by every launch: in the morning the log of the
+    launch that failed at night was gone (only a 50-line tail kept), and the failure line
+    quoted ``raise DistBackendError(`` instead of the NCCL error."""
+    from typer.testing import CliRunner
+
+    from sweep.cli import app
+
+    profile = write_profile(
+        tmp_path, '[[failure]]\nkind = "nccl_init"\nmatch = { speculative_num_steps = 2 }\n'
+    )
+    path = write_study(tmp_path, space="num_steps = [1, 2]", profile=profile)
+    display = Recording()
+    run_study(load_study(path), display=display)
+    logs = tmp_path / "servers" / "t"
+    failed = _failed_trial(path, 2)
+    stems = {"baseline-b0", f"trial-{failed.number}", f"trial-{failed.number}.attempt-2"}
+    stems.add(f"trial-{_failed_trial(path, 1).number}")
+    assert {p.stem for p in logs.glob("*.log")} == stems  # transient_retries = 1: two attempts
+    assert failed.log == str(logs / f"trial-{failed.number}.attempt-2.log")
+    assert "DistBackendError: NCCL error" in Path(failed.log).read_text()
+    assert _failed_trial(path, 1).log == str(logs / f"trial-{_failed_trial(path, 1).number}.log")
+    assert records(path, baselines=True)[0].log == str(logs / "baseline-b0.log")
+
+    (line,) = [m for m in display.messages if ": failed: nccl_init" in m]
+    reason = line.split(" before loading: ")[1]
+    assert reason.startswith("torch.distributed.DistBackendError: NCCL error in: ")
+    assert line.endswith(f"; full log: {failed.log}")
+
+    shown = CliRunner().invoke(app, ["status", str(path), "--trial", str(failed.number)])
+    assert shown.exit_code == 0, shown.output
+    detail = shown.output.splitlines()
+    assert detail[0] == f"trial {failed.number}: failed ({failed.config.label()})"  # type: ignore[union-attr]
+    assert "failure: nccl_init, transient: another launch may work" in detail
+    assert "phase reached: launched" in detail and "exit code: -9" in detail
+    assert any(x.startswith("message: localhost: server was killed by signal 9") for x in detail)
+    assert f"command: {failed.command or failed.failure.command}" in detail  # type: ignore[union-attr]
+    assert f"server log: {failed.log} (on localhost)" in detail
+    assert f"earlier attempts' logs: {logs / f'trial-{failed.number}.log'}" in detail
+    tail = detail[detail.index(next(x for x in detail if x.startswith("last "))) + 1 :]
+    assert "  torch.distributed.DistBackendError: NCCL error in: " in "\n".join(tail)
+    table = CliRunner().invoke(app, ["status", str(path)]).output
+    assert f"`sweep status {path} --trial {failed.number}`" in table.replace("\n", "")
+    baseline = CliRunner().invoke(app, ["status", str(path), "--trial", "b0"])
+    assert f"server log: {logs / 'baseline-b0.log'}" in baseline.output.splitlines()
+    missing = CliRunner().invoke(app, ["status", str(path), "--trial", "b7"])
+    assert "no trial b7 in study 't.baselines' (stored: b0)" in str(missing.exception)

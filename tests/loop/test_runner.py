@@ -251,7 +251,7 @@ def wait_until(condition, timeout: float = 60.0) -> None:  # type: ignore[no-unt
 def decoding(folder: Path) -> bool:
     """The server logged a decode batch (every 40 iterations): a benchmark is running."""
     return any("Decode batch" in log.read_text(errors="replace")
-               for log in (folder / "servers").glob("server-*.log"))  # fmt: skip
+               for log in (folder / "servers").rglob("*.log"))  # fmt: skip
 
 
 def group_alive(pgid: int) -> bool:

@@ -16,8 +16,8 @@ import pytest
 from sweep.clock import Clock
 from sweep.core.space import TrialConfig
 from sweep.engines import Deployment, SGLangAdapter
-from sweep.exceptions import ExecutorError, TransientSSHError
-from sweep.failures import Phase
+from sweep.exceptions import ExecutorError, ServerFailure, TransientSSHError
+from sweep.failures import FailureKind, Phase
 from sweep.server.executor import RecordedGroup, ServerFiles
 from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget, connect
 from sweep.server.lifecycle import LifecycleOptions, http_client, server
@@ -129,12 +129,13 @@ def ssh_launch(tmp_path: Path) -> Iterator[Any]:
     events: list[Event] = []
     client = http_client()
 
-    def run(executor: SSHExecutor, profile_text: str = "", on_event: Any = None) -> Any:
+    def run(executor: SSHExecutor, profile_text: str = "", on_event: Any = None,
+            log_name: str = "") -> Any:  # fmt: skip
         path = tmp_path / "profile.toml"
         path.write_text(f'[profile]\nname = "t"\nbase = "{FAST}"\n{profile_text}')
         config = Deployment("sim-model", 8, free_port(), extra_flags=("--sim-profile", str(path)))
         adapter = SGLangAdapter(launcher=(PY, "-m", "sweep", "sim"))
-        options = LifecycleOptions(workdir=str(tmp_path / "remote"))
+        options = LifecycleOptions(workdir=str(tmp_path / "remote"), log_name=log_name)
 
         def record(event: Event) -> None:
             events.append(event)
@@ -176,6 +177,26 @@ def test_remote_sim_is_followed_to_ready_and_stopped_without_leftovers(
     assert not Path(running.process.files.pgid).exists()
     phases = [e.phase for e in ssh_launch.events if e.kind is EventKind.PHASE]
     assert phases[-1] is Phase.READY
+
+
+@pytest.mark.slow
+def test_a_remote_launch_writes_its_own_named_log_and_its_failure_quotes_the_error(
+    sshd: Sshd, ssh_launch: Any, tmp_path: Path
+) -> None:
+    """The loop names each launch's log (``STUDY/trial-N``, sweep.loop.attempt.log_name);
+    over SSH the folder is made on the host and the failure names that log."""
+    with (
+        SSHExecutor(target(sshd)) as executor,
+        pytest.raises(ServerFailure) as failed,
+        ssh_launch(executor, '[[failure]]\nkind = "nccl_init"\n', log_name="night/trial-3"),
+    ):
+        pass
+    error = failed.value
+    assert error.kind is FailureKind.NCCL_INIT
+    assert error.log_path == str(tmp_path / "remote" / "night" / "trial-3.log")
+    assert "DistBackendError: NCCL error" in Path(error.log_path).read_text()
+    reason = error.summary.split(" before loading: ")[1]
+    assert reason.startswith("torch.distributed.DistBackendError: NCCL error in: ")
 
 
 @pytest.mark.slow
