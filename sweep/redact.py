@@ -41,8 +41,9 @@ from typing import Any
 REDACTED = "<redacted>"
 """What a secret value is replaced with (a valid TOML string once quoted)."""
 
-NOT_SECRET_NAMES = frozenset({"KEY", "SWEEP_KEY", "SPECULATIVE_TOKEN_MAP"})
-"""Names that match the rule but hold no secret (``sweep.key`` is a configuration's identity)."""
+NOT_SECRET_NAMES = frozenset({"KEY", "SWEEP_KEY", "SPECULATIVE_TOKEN_MAP", "STRICT_HOST_KEY"})
+"""Names that match the rule but hold no secret (``sweep.key`` is a configuration's identity,
+``[host] strict_host_key`` a switch)."""
 
 _SECRET_PARTS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "APIKEY", "WEBHOOK")
 _SECRET_WORD_ENDS = ("TOKEN", "KEY")
@@ -51,7 +52,10 @@ _KEY_WORDS_NOT_SECRET = ("TURKEY", "MONKEY", "DONKEY", "WHISKEY", "JOCKEY", "HOC
 MIN_SECRET_LENGTH = 6
 """Shorter values are not remembered for redaction by value (they would hide common words)."""
 _KNOWN: set[str] = set()
-_EMPTY_VALUES = frozenset({"", "None", "null", "none", "''", '""', REDACTED})
+_EMPTY_VALUES = frozenset(
+    {"", "None", "null", "none", "''", '""', REDACTED, "true", "false", "True", "False"}
+)
+"""Values that hide nothing: empty, or a switch (``use_key = true``)."""
 
 _QUOTED = r"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'"
 _URL_PASSWORD = re.compile(

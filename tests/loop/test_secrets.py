@@ -53,10 +53,19 @@ def test_secret_names(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["--max-total-tokens", "--speculative-num-draft-tokens", "--speculative-token-map",
-     "--tokenizer-path", "SWEEP_SIM_PROFILE", "sweep.key", "key", "--kv-cache-dtype", "port"],
+     "--tokenizer-path", "SWEEP_SIM_PROFILE", "sweep.key", "key", "--kv-cache-dtype", "port",
+     "strict_host_key"],
 )  # fmt: skip
 def test_names_that_are_not_secret(name: str) -> None:
     assert not is_secret_name(name)
+
+
+def test_a_switch_is_never_hidden() -> None:
+    """A report's study text showed ``strict_host_key = <redacted>``: a switch hides nothing."""
+    text = 'strict_host_key = false\nuse_api_key = true\nHF_TOKEN = "hf_abcdefgh"\n'
+    assert redact_text(text) == (
+        'strict_host_key = false\nuse_api_key = true\nHF_TOKEN = "<redacted>"\n'
+    )
 
 
 def test_env_hides_secret_names_and_url_passwords() -> None:
