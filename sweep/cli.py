@@ -569,7 +569,8 @@ def status(
         "note",
     ):
         table.add_column(column)
-    if len(study.hosts) > 1:
+    several = len(study.hosts) > 1 or len({r.host for r in report.rows if r.host}) > 1
+    if several:  # a fleet, or Slurm pilots each on their own node
         table.add_column("host")
     for r in report.rows:
         table.add_row(
@@ -582,7 +583,7 @@ def status(
             _num(r.accept_length),
             _num(r.speedup, "x"),
             escape(r.failure + (" drift" if r.drift else "")),
-            *([r.host] if len(study.hosts) > 1 else []),
+            *([r.host] if several else []),
         )
     out.print(table)
     if not report.rows:
@@ -596,7 +597,8 @@ def status(
             markup=False,
         )
     if report.baseline:
-        out.print(f"baseline ({report.baseline.shown}): {_num(report.baseline.value)}")
+        on = f" on {report.baseline.host}" if several and report.baseline.host else ""
+        out.print(f"baseline ({report.baseline.shown}{on}): {_num(report.baseline.value)}")
     if report.best:
         best, mean = report.best, report.best_mean
         figure = f"{_num(best.value)} ± {_num(best.half_width)}"

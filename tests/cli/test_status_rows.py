@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from sweep.cli import app
 from sweep.commands.status import _row
 from sweep.core.records import Kind, TrialRecord, launch_name, log_stem, parse_trial_label
 from sweep.study import load_study
+from tests.support.frames import Synth, chain_configs
+from tests.support.frames import write_study as write_synth
 from tests.support.studies import write_study
 
 IMPRECISE = (
@@ -43,3 +49,19 @@ def test_baselines_and_controls_are_numbered_in_their_study_the_same_everywhere(
     assert log_stem(Kind.TRIAL, 7, attempt=2) == "trial-7.attempt-2"
     assert parse_trial_label("b4") == (True, 4) and parse_trial_label("7") == (False, 7)
     assert parse_trial_label("x7") is None and parse_trial_label("b") is None
+
+
+def test_trials_from_several_nodes_get_a_host_column_and_the_baseline_its_host(
+    tmp_path: Path,
+) -> None:
+    """Slurm pilots run one study (`[host] kind = "slurm"`) on several nodes: the table
+    showed no host column (it keyed on the study's `[[hosts]]`), and the baseline line did
+    not say whose baseline it was."""
+    synth = Synth("pilots", chain_configs([1, 2, 3], [8]), hosts=("vm-0", "vm-1"))
+    path = write_synth(tmp_path, synth)
+    result = CliRunner().invoke(app, ["status", str(path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "configuration" in line)
+    assert "host" in header
+    assert "vm-0" in result.output and "vm-1" in result.output
+    assert re.search(r"baseline \(b\d+ on vm-[01]\):", result.output), result.output
