@@ -12,6 +12,7 @@ from analysis.report.data import StudyData
 from analysis.report.document import Block, Section, table
 from sweep.core.space import TrialConfig
 from sweep.search.answer import answer_text, not_shown_to_beat
+from sweep.search.host_blocks import effects_text
 
 
 def answer_section(data: StudyData) -> Section:
@@ -67,14 +68,21 @@ def _not_confirmed(answer: Mapping[str, Any]) -> bool:
 
 def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     level = round(100 * float(answer.get("confidence", 0.95)))
+    effects = answer.get("host_effects") or {}
+    # a fleet's confirmation decides on launches divided by their host's effect: say so, the
+    # raw figures are in the trials
+    launches_label = "launches (host-adjusted)" if len(effects) > 1 else "launches"
     rows = [
         ("winner", str(answer["label"])),
-        ("launches", ", ".join(f"{v:.2f}" for v in answer["replicates"])),
+        (launches_label, ", ".join(f"{v:.2f}" for v in answer["replicates"])),
         (
             f"estimate ({level} % interval)",
             f"{answer['mean']:.2f} [{answer['ci_low']:.2f}, {answer['ci_high']:.2f}]",
         ),
     ]
+    if effects_text(effects):
+        shown = effects_text(effects).removeprefix("host effects: ")
+        rows.append(("host effects (each host's speed against the fleet's)", shown))
     for name, key in (
         ("over the runner-up", "over_runner_up"),
         ("over no speculation", "over_baseline"),

@@ -85,6 +85,21 @@ def test_a_clear_winner_is_not_listed_as_its_own_tie_or_neighbour() -> None:
     assert "such configuration" not in decision.reason and "the simplest of" not in decision.reason
 
 
+def test_a_fleet_answer_says_its_launches_are_host_adjusted_and_shows_the_effects() -> None:
+    """A fleet's report listed "launches: 93.27, 93.08", host-adjusted figures that match no
+    measured number, and never showed the host effects."""
+    launches = {"a": [110.0] * 3, "b": [100.0] * 3, "base": [90.0] * 3}
+    decision = decide(launches, TWO_PERCENT, baseline="base")
+    assert isinstance(decision, Decision)
+    stored = answer_of(decision, LABELS, ConfirmOptions(), 3)
+    assert "launches" in dict(_answer_rows(stored))  # one host: the measured figures
+    stored["host_effects"] = {"gpu-a": 1.018, "gpu-b": 0.982}
+    rows = dict(_answer_rows(stored))
+    assert "launches" not in rows and rows["launches (host-adjusted)"] == "110.00, 110.00, 110.00"
+    effects = rows["host effects (each host's speed against the fleet's)"]
+    assert effects == "gpu-a +1.8 %, gpu-b -1.8 %"
+
+
 def test_the_gain_over_no_speculation_says_which_searched_flags_the_baseline_lacked() -> None:
     tuned = TrialConfig(2, 1, 3, 1, env=(("NCCL_PROTO", "LL"),))
     plain = TrialConfig(3, 1, 4, 1)
