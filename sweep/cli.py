@@ -383,7 +383,7 @@ def _exit_for(summary: RunSummary) -> None:
     for warning in summary.warnings:
         err.print(f"warning: {escape(warning)}")
     if summary.failed_run:
-        err.print(f"error: {escape(summary.stop_reason)}")
+        err.print(f"error: {escape(summary.error or summary.stop_reason)}")
         raise typer.Exit(1)
 
 

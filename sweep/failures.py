@@ -44,7 +44,11 @@ class FailureKind(enum.StrEnum):
     SSH = "ssh"
     """The SSH connection to the host failed even after retries."""
     PORT_IN_USE = "port_in_use"
-    """The HTTP port was still held by another process."""
+    """The server could not bind its HTTP port while starting (``address already in use``)."""
+    PORT_HELD = "port_held"
+    """Before launch, the HTTP port stayed held through the preflight's waits (a process sweep
+    did not start, or a child of its server that will not let go): a fault of the host, not of
+    the configuration; every later launch would meet it, so the run stops."""
     GPU_BUSY = "gpu_busy"
     """GPU memory was not back to idle before launch."""
     PORT_OWNED = "port_owned"
@@ -91,9 +95,10 @@ _STARTUP_ONLY = frozenset(
 """Kinds that only make sense before the phase they name (or before ready)."""
 
 
-STOPS_RUN = frozenset({FailureKind.PORT_OWNED, FailureKind.DEPLOYMENT})
-"""Kinds every later launch would meet too: the run stops at once, without retries
-(``sweep.core.policy.FATAL_KINDS`` holds their values)."""
+STOPS_RUN = frozenset({FailureKind.PORT_OWNED, FailureKind.PORT_HELD, FailureKind.DEPLOYMENT})
+"""Kinds every later launch would meet too: faults of the host or the deployment, not of the
+configuration. The run stops at once, without retries, and the configuration is not settled
+(the next run tries it again); ``sweep.core.policy.FATAL_KINDS`` holds their values."""
 
 
 def at_phase(kind: FailureKind, phase: Phase) -> FailureKind:

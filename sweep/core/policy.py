@@ -17,8 +17,13 @@ The rules, in the words of docs/running.md:
   when one was, the run goes on, its trials compared with the last good
   baseline (flagged ``baseline stale``), and the baseline is tried again only
   after another K trials;
-* ``stop_after_failures`` launches in a row that fail transiently stop the run
-  (the host is unhealthy); nothing measured is lost, and the next run resumes.
+* ``stop_after_failures`` launch attempts in a row that fail transiently (a trial's
+  retries each count) stop the run (the host is unhealthy); nothing measured is lost, and
+  the next run resumes;
+* a failure every launch would meet (another live run owns the port, a foreign process
+  holds it, the launcher cannot run) stops the run at once, without retries; it is the
+  host's fault, not the configuration's, so the configuration is not settled and the next
+  run tries it again.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from typing import Protocol
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
+from sweep.failures import STOPS_RUN
 from sweep.study.model import BaselineSpec
 
-STOP_AFTER_FAILURES = 5  # launches in a row failing transiently: the host is unhealthy
+STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
 # Failures every later launch would meet too: the run stops at once, without retries.
-FATAL_KINDS = frozenset({"port_owned", "deployment"})  # sweep.failures.STOPS_RUN
+FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
 
 
 @dataclass(frozen=True)
@@ -82,11 +88,21 @@ def should_retry(outcome: Outcome, attempt: int, transient_retries: int) -> bool
 
 
 def fatal_reason(record: TrialRecord) -> str:
-    """Why no launch on this host can work now (another live run owns the port), or ``""``."""
+    """Why no launch on this host can work now (another live run owns the port, a foreign
+    process holds it, the launcher cannot run), or ``""``."""
     f = record.failure
     if f is None or f.kind not in FATAL_KINDS:
         return ""
-    return f"{_failure_text(record)} — the run stops: every launch would meet it"
+    return (
+        f"{_failure_text(record)} — the run stops: every launch would meet it; what was "
+        "measured is stored, `sweep run` resumes"
+    )
+
+
+def started_no_server(record: TrialRecord) -> bool:
+    """The launch failed before a server was started (the preflight refused the host)."""
+    f = record.failure
+    return record.state is State.FAILED and f is not None and f.phase == "preflight"
 
 
 # --- the baseline ------------------------------------------------------------------------
@@ -166,20 +182,38 @@ def replicates(trials: Iterable[TrialRecord], metric: str, concurrency: int
     return out
 
 
+def failed_attempts(launches: Sequence[TrialRecord]) -> int:
+    """How many launch attempts in a row failed at the end of ``launches``: a failed record
+    counts each of its attempts (its retries failed too); a launch that measured (even after
+    failed attempts), was infeasible or interrupted ends the count."""
+    n = 0
+    for t in reversed(launches):
+        if not t.kind.launches:  # skipped: nothing was started
+            continue
+        if t.state is not State.FAILED:
+            break
+        n += max(1, t.attempt or 1)
+    return n
+
+
 def failure_streak_stop(launches: Sequence[TrialRecord], limit: int) -> str:
-    """A stop reason when the last ``limit`` launches of this run all failed transiently, or
-    the last one met a fatal failure."""
+    """A stop reason when the last ``limit`` launch attempts of this run all failed
+    transiently (retries included), or the last launch met a fatal failure."""
     if launches and fatal_reason(launches[-1]):
         return fatal_reason(launches[-1])
-    if limit <= 0 or len(launches) < limit:
+    n = failed_attempts(launches)
+    if limit <= 0 or n < limit:
         return ""
-    last = launches[-limit:]
-    if all(t.state is State.FAILED for t in last):
-        return (
-            f"{limit} launches in a row failed (last: {_failure_text(last[-1])}); the host "
-            "looks unhealthy — what was measured is stored, `sweep run` resumes"
-        )
-    return ""
+    return (
+        f"{n} launches in a row failed, retries included (last: {_failure_text(launches[-1])}); "
+        "the host looks unhealthy — what was measured is stored, `sweep run` resumes"
+    )
+
+
+def attempts_left(launches: Sequence[TrialRecord], limit: int) -> int | None:
+    """How many attempts the next launch may make before the failure streak reaches
+    ``limit`` (``None``: no limit)."""
+    return None if limit <= 0 else max(1, limit - failed_attempts(launches))
 
 
 def requeue_needed(trial: TrialRecord, host: str, shared: bool) -> str | None:
@@ -376,6 +410,9 @@ def _n_trials_reached(n_trials: int, settled: Mapping[str, TrialRecord], plan: P
 
 
 def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
+    streak = failure_streak_stop(seen.launches, limits.stop_after_failures)
+    if streak:  # first: the host cannot launch, whatever else holds
+        return Stop(streak, failed=True)
     settled = seen.settled
     if limits.n_trials is not None and len(settled) >= limits.n_trials:
         tried = list(settled.values())
@@ -391,9 +428,6 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
     left = plan.valid - set(settled)
     if not left or left <= set(plan.ruled_out()):
         return all_settled([settled[key] for key in plan.valid if key in settled], len(left))
-    streak = failure_streak_stop(seen.launches, limits.stop_after_failures)
-    if streak:
-        return Stop(streak, failed=True)
     estimate = seen.estimate(None)
     end = run_end(seen.launches, limits.end, now)
     until = search_end(end, limits.started, limits.confirm_share)
@@ -461,9 +495,11 @@ __all__ = [
     "Seen",
     "Step",
     "Stop",
+    "attempts_left",
     "baseline_decision",
     "best_by_mean",
     "best_measured",
+    "failed_attempts",
     "failure_streak_stop",
     "next_step",
     "replicates",
@@ -472,4 +508,5 @@ __all__ = [
     "search_end",
     "settled",
     "should_retry",
+    "started_no_server",
 ]

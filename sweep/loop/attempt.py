@@ -1,8 +1,9 @@
 """One launch: its start record, whether it fits, the measurement with retries, the tell.
 
 Measuring returns an outcome (:mod:`sweep.loop.measure`); a transient failure is tried
-again while :func:`sweep.core.policy.should_retry` says so; the last outcome is told once
-(:mod:`sweep.loop.tell`).
+again while :func:`sweep.core.policy.should_retry` says so, and never past the run's failure
+streak (:func:`sweep.core.policy.attempts_left`: the attempts of a trial count one by one);
+the last outcome is told once (:mod:`sweep.loop.tell`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ from sweep.loop.tell import tell_launch, tell_skipped
 from sweep.store import save_samples, write_record
 
 
-def attempt(run: RunContext, launch: Launch, seen: History) -> None:
+def attempt(run: RunContext, launch: Launch, seen: History, *, retry: bool = True) -> None:
     """Launch ``launch.config`` (skipped when it does not fit in the time left) and tell.
+
+    ``retry``: a transient failure is tried again (up to ``transient_retries``); the
+    confirmation's relaunches are not (each server start counts against its budget, and its
+    own loop decides what to relaunch next).
 
     Raises:
         Interrupted: Ctrl-C during the launch (it is recorded first).
@@ -48,6 +53,7 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
         baselines = speedups.baseline_values(seen.baselines, run.study.objective.metric)
         save = saver(run.stores.url, owner.study_name, trial.number)
 
+        limit = run.limits().stop_after_failures
         try:
             outcome = with_retries(
                 run.measurer,
@@ -60,6 +66,7 @@ def attempt(run: RunContext, launch: Launch, seen: History) -> None:
                 on_retry=lambda n, why: run.display.message(
                     f"  attempt {n} failed (transient): {why}"
                 ),
+                max_attempts=policy.attempts_left(run.launches, limit) if retry else 1,
             )
         except exceptions.SweepError as error:
             failed = dataclasses.replace(
@@ -114,14 +121,18 @@ def with_retries(
     save: SaveSamples,
     *,
     on_retry: Callable[[int, str], None] | None = None,
+    max_attempts: int | None = None,
 ) -> Outcome:
     """Measure until the outcome is not retried (each attempt's start record stored); each
-    attempt's server writes its own log (:func:`log_name`)."""
+    attempt's server writes its own log (:func:`log_name`); ``max_attempts``: at most that
+    many attempts (``None``: as ``transient_retries`` says)."""
     attempt = 1
     while True:
         launched = with_log(rig, start.kind, trial.number, attempt)
         outcome = measurer(launched, config, start, baselines, save)
         if not policy.should_retry(outcome, attempt, rig.study.transient_retries):
+            return outcome
+        if max_attempts is not None and attempt >= max_attempts:
             return outcome
         if on_retry is not None:
             failure = outcome.record.failure

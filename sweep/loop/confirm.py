@@ -21,7 +21,7 @@ from sweep.loop.propose import Launch, baseline, control
 from sweep.search import answer, weighted
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
-from sweep.store import confirmations, count_confirmation, write_answer
+from sweep.store import confirmations, count_confirmation, uncount_confirmation, write_answer
 
 
 def confirm(run: RunContext) -> None:
@@ -30,7 +30,11 @@ def confirm(run: RunContext) -> None:
     The budget is the study's, not this process's (plus one launch per control launched:
     :func:`~sweep.search.answer.controls_launched`): the launches earlier runs of the study
     spent confirming are stored (:func:`~sweep.store.confirmations`) and count, so a resume
-    after a kill, or a finished study run again, never goes over it.
+    after a kill, or a finished study run again, never goes over it. Every server start
+    counts, failed or not: a relaunch is not retried (the next round decides again). A
+    relaunch the host refused before starting a server (a port another process holds)
+    stops the run and is given back, so the next run's confirmation keeps its budget; so
+    does ``stop_after_failures`` failed launches in a row.
     """
     if not run.confirming():
         return
@@ -52,7 +56,9 @@ def confirm(run: RunContext) -> None:
     )
     share = answer.confirmation_budget(search, options.share)
     # a database from before the count was kept: its stored relaunches count
-    replicated = sum(1 for t in seen.trials if t.kind is Kind.REPLICATE)
+    replicated = sum(
+        1 for t in seen.trials if t.kind is Kind.REPLICATE and not policy.started_no_server(t)
+    )
     used = max(spent["launches"], replicated)
     controls = answer.controls_of(run.valid)
     labels = answer.labels_of(seen.trials, run.valid)
@@ -101,11 +107,22 @@ def confirm(run: RunContext) -> None:
         for key in step.order[: max(1, budget + answer.EXTENSION - used)]:
             count_confirmation(trials, baseline=key == answer.BASELINE_KEY)
             used += 1
-            attempt(run, relaunch(run, seen, key, controls), seen)
-            fatal = policy.fatal_reason(run.launches[-1]) if run.launches else ""
-            if fatal:  # a deployment failure: every other launch would meet it too
-                run.summary.stopped(fatal, True)
+            attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
+            if stop_for_host(run, key):
                 return
+
+
+def stop_for_host(run: RunContext, key: str) -> bool:
+    """After a confirmation relaunch: stop the run when every launch would fail (a fatal
+    failure, or ``stop_after_failures`` in a row). A relaunch that started no server is
+    given back to the budget (the host refused it, not the configuration)."""
+    stop = policy.failure_streak_stop(run.launches, run.limits().stop_after_failures)
+    if not stop:
+        return False
+    if policy.started_no_server(run.launches[-1]):
+        uncount_confirmation(run.stores.trials, baseline=key == answer.BASELINE_KEY)
+    run.summary.stopped(stop, True)
+    return True
 
 
 def relaunch(

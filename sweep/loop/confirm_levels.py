@@ -60,10 +60,11 @@ def confirm_levels(run: RunContext) -> None:
         for key in order:
             used += 1
             key = off.key() if key == answer.BASELINE_KEY else key
-            attempt(run, relaunch(run, seen, key, {off.key(): off}), seen)
-            fatal = policy.fatal_reason(run.launches[-1]) if run.launches else ""
-            if fatal:  # a deployment failure: every other launch would meet it too
-                run.summary.stopped(fatal, True)
+            attempt(run, relaunch(run, seen, key, {off.key(): off}), seen, retry=False)
+            # a fault every launch would meet, or too many failures in a row: stop
+            stop = policy.failure_streak_stop(run.launches, run.limits().stop_after_failures)
+            if stop:
+                run.summary.stopped(stop, True)
                 return
 
 

@@ -71,6 +71,7 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)
     began: bool = False  # the run held the lease and its study was accepted (run_ended is due)
     answer_heading: str = ""  # "confirmed answer", or "best so far (not confirmed: why)"
+    error: str = ""  # why a run whose search ended well still fails (a port held at its end)
 
     def stopped(self, reason: str, failed: bool) -> None:
         self.stop_reason = reason

@@ -30,6 +30,7 @@ from typing import Any
 import optuna
 from optuna.trial import Trial, TrialState
 
+from sweep.core import policy
 from sweep.core.records import ATTR, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits
@@ -110,6 +111,13 @@ class FleetConfirm:
             if plan is not None:
                 self.say(plan)
                 if self.take(plan):
+                    # a fault every launch on this host would meet: this worker stops
+                    stop = policy.failure_streak_stop(
+                        run.launches, run.limits().stop_after_failures
+                    )
+                    if stop:
+                        run.summary.stopped(stop, True)
+                        return
                     continue
                 if self.settled(plan) or not time_left(self.run):
                     self.round += 1
@@ -166,7 +174,7 @@ class FleetConfirm:
             launch = relaunch(run, job.key)
             claims.retag(marker, PENDING, launch.trial.number)
             self.blocked_since = None
-            attempt(run, launch, run.history())
+            attempt(run, launch, run.history(), retry=False)  # each job: one server start
             return True
         # an open job has waited a grace period for the hosts it asked for (their time may be
         # up, or they may be stuck): any host takes it then

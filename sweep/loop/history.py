@@ -119,5 +119,4 @@ def _earlier_transient(record: TrialRecord, this_run: set[int]) -> bool:
         and record.number not in this_run
         and f is not None
         and not f.deterministic
-        and f.kind not in policy.FATAL_KINDS
     )

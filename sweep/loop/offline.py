@@ -68,6 +68,7 @@ class MeasurementFailure:
     kind: str  # a failure kind of sweep.failures ("oom", "crash", "timeout", ...): deterministic
     #            kinds → infeasible, transient → retried
     message: str = ""
+    phase: str | None = None  # how far the launch got (a Phase value); "preflight": no server
 
 
 Measure = Callable[[TrialConfig], Measurement | MeasurementFailure]
@@ -168,7 +169,7 @@ def failure_kind(name: str) -> str:
 def _failed(rig: Rig, start: TrialRecord, got: MeasurementFailure) -> Outcome:
     kind = failure_kind(got.kind)
     deterministic = kind in set(FailureKind) and FailureKind(kind).deterministic
-    failure = Failure(kind, got.message or kind, deterministic=deterministic)
+    failure = Failure(kind, got.message or kind, deterministic=deterministic, phase=got.phase)
     record = dataclasses.replace(start, failure=failure, finished=rig.clock.wall())
     return Infeasible(record) if deterministic else Failed(record, transient=True)
 

@@ -22,9 +22,11 @@ in their strategy (:mod:`sweep.loop.sharing`).
 from __future__ import annotations
 
 from sweep.core.policy import Failed
+from sweep.exceptions import ExecutorError
 from sweep.loop.context import RunContext, RunSummary
 from sweep.loop.phases import Phase, Prepare
 from sweep.loop.propose import abandon
+from sweep.server.hygiene import port_held_by
 
 
 class Runner:
@@ -54,14 +56,39 @@ class Runner:
                 ctx.display.close()
         summary = ctx.summary
         summary.best = ctx.history().best_text()
-        if ctx.stop_warnings:  # the next run (or anything else) would meet a held port
-            summary.warnings += [f"after the last stop: {w}" for w in ctx.stop_warnings]
+        left = left_held(ctx)
+        if left:  # the next run (or anything else) would meet a held port
+            summary.warnings += left
+            summary.error = summary.error or ("" if summary.failed_run else left[0])
             summary.failed_run = True
         return summary
 
     @property
     def summary(self) -> RunSummary:
         return self.ctx.summary
+
+
+def left_held(ctx: RunContext) -> list[str]:
+    """What the run leaves held on its host: what the last stop could not free (its process
+    group, GPU memory) and, looked at again now, the port — whoever took it (a child of a
+    server that left its group, a process that took it after a clean stop). Nothing when the
+    run launched nothing."""
+    if not any(t.kind.launches for t in ctx.launches):
+        return [f"after the last stop: {w}" for w in ctx.stop_warnings]
+    port, host = ctx.rig.deployment.port, ctx.rig.executor.host
+    try:
+        held = port_held_by(ctx.rig.executor, port, ctx.rig.deployment.bind_host)
+    except ExecutorError:  # the host cannot be asked: what the last stop saw stands
+        return [f"after the last stop: {w}" for w in ctx.stop_warnings]
+    # the port as it is now, rather than as the last stop saw it (our own wording: hygiene's)
+    stop = [w for w in ctx.stop_warnings if not w.startswith(f"port {port} ")]
+    out = [f"after the last stop: {w}" for w in stop]
+    if held:
+        out.append(
+            f"port {port} on {host} is still held at the end of the run by {held}; the next "
+            "run's first launch would wait for it, then stop: stop that process"
+        )
+    return out
 
 
 __all__ = ["Failed", "Runner"]

@@ -4,7 +4,8 @@ Before a launch, :meth:`ServerHost.preflight` reaps a server an earlier run
 left on the port (found through its PGID file, and said so) — unless the run
 that started it is still alive (another `sweep run` using the port): then it
 fails at once with ``port_owned`` and touches nothing. Then it requires the
-port to be free and the GPUs idle (where ``nvidia-smi`` exists). After,
+port to be free (a holder is waited for, bounded, then named in a ``port_held`` failure,
+which stops the run) and the GPUs idle (where ``nvidia-smi`` exists). After,
 :meth:`ServerHost.stop` sends SIGTERM to the process group, waits
 :data:`STOP_GRACE_S`, sends SIGKILL, and waits until the group is gone, the
 port is free and GPU memory is idle, each bounded, with the time recorded.
@@ -31,6 +32,9 @@ RELEASE_TIMEOUT_S = 60.0
 """After the processes are gone, how long the port and GPU memory may stay held."""
 PORT_WAIT_S = 10.0
 """Preflight: how long a held port (or busy GPUs) may take to become free before failing."""
+HOLDER_WAIT_S = 60.0
+"""Preflight: after ``PORT_WAIT_S``, how much longer a port held by a process sweep did not
+start is waited for (with a note naming it) before the launch fails with ``port_held``."""
 GPU_IDLE_MIB = 1024
 """A GPU using at most this much memory counts as idle."""
 HYGIENE_POLL_S = 0.05
@@ -45,6 +49,7 @@ class HostLimits:
     kill_wait_s: float = KILL_WAIT_S
     release_timeout_s: float = RELEASE_TIMEOUT_S
     port_wait_s: float = PORT_WAIT_S
+    holder_wait_s: float = HOLDER_WAIT_S
     gpu_idle_mib: int = GPU_IDLE_MIB
     poll_s: float = HYGIENE_POLL_S
 
@@ -133,7 +138,8 @@ class ServerHost:
         """Reap a leftover server, then require a free port and idle GPUs.
 
         Raises:
-            ServerFailure: PORT_OWNED, PORT_IN_USE or GPU_BUSY, phase PREFLIGHT (transient).
+            ServerFailure: PORT_OWNED or PORT_HELD (the run stops), or GPU_BUSY
+                (transient), phase PREFLIGHT.
         """
         started = self.clock.now()
         reaped = self.reap_leftover()
@@ -238,17 +244,43 @@ class ServerHost:
         return tuple(used[i] for i in self.gpus if i < len(used))
 
     def _require_port_free(self) -> None:
+        """Wait (bounded) for the port; a holder that stays is named in a PORT_HELD failure."""
         if self._wait_for(self._port_free, self.limits.port_wait_s):
             return
-        if _left_by_our_server(self.executor, self.port) and self._wait_for_left_port():
-            return
-        holders = self.executor.listening_processes(self.port).describe_others(0)
+        waited = self.limits.port_wait_s
+        if _left_by_our_server(self.executor, self.port):
+            if self._wait_for_left_port():
+                return
+            waited += self.limits.release_timeout_s
+            whose = "a child of a server sweep started, which left its process group"
+        else:
+            whose = "a process sweep did not start"
+            if self._wait_for_holder(whose):
+                return
+            waited += self.limits.holder_wait_s
         raise self._failure(
-            FailureKind.PORT_IN_USE,
-            f"port {self.port} is held by a process sweep did not start"
-            f"{f' ({holders})' if holders else ''} (waited {self.limits.port_wait_s:g} s); "
-            "stop it or choose another port",
+            FailureKind.PORT_HELD,
+            f"port {self.port} is held by {self._holders()}, {whose} (waited {waited:g} s): "
+            "the host's fault, not the configuration's; stop that process or give the study "
+            "another [engine] port",
         )
+
+    def _holders(self) -> str:
+        """Who holds the port, for a message (``"a process"`` when no holder can be seen)."""
+        return self.executor.listening_processes(self.port).describe_others(0) or "a process"
+
+    def _wait_for_holder(self, whose: str) -> bool:
+        timeout = self.limits.holder_wait_s
+        if timeout <= 0:
+            return False
+        self.emit(
+            Event(
+                EventKind.NOTE,
+                f"port {self.port} on {self.executor.host} is held by {self._holders()}, "
+                f"{whose}; waiting up to {timeout:g} s before the run stops",
+            )
+        )
+        return self._wait_for(self._port_free, timeout)
 
     def _wait_for_left_port(self) -> bool:
         timeout = self.limits.release_timeout_s
@@ -320,6 +352,20 @@ def _holders(executor: Executor, port: int, pgid: int) -> str:
     parts = [f"this server's pid {', '.join(map(str, ours))}"] if ours else []
     others = listeners.describe_others(pgid)
     return "; ".join([*parts, others] if others else parts)
+
+
+def port_held_by(executor: Executor, port: int, bind_host: str = "127.0.0.1") -> str:
+    """Who holds ``port`` right now, for a message; ``""`` when it is free.
+
+    Raises:
+        ExecutorError: the host could not be asked.
+    """
+    if executor.is_port_free(port, bind_host):
+        return ""
+    holders = executor.listening_processes(port).describe_others(0) or "a process"
+    if _left_by_our_server(executor, port):
+        return f"{holders}, a child of a server sweep started, which left its process group"
+    return f"{holders}, a process sweep did not start"
 
 
 def _left_by_our_server(executor: Executor, port: int) -> bool:

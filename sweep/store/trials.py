@@ -190,6 +190,15 @@ def count_confirmation(optuna_study: optuna.Study, *, baseline: bool) -> None:
     optuna_study.set_user_attr(ATTR.CONFIRMATIONS, spent)
 
 
+def uncount_confirmation(optuna_study: optuna.Study, *, baseline: bool) -> None:
+    """Give back a counted confirmation launch that started no server (the host refused it
+    before the launch, and the run stops): the next run's confirmation keeps its budget."""
+    spent = confirmations(optuna_study)
+    spent["launches"] = max(0, spent["launches"] - 1)
+    spent["baselines"] = max(0, spent["baselines"] - int(baseline))
+    optuna_study.set_user_attr(ATTR.CONFIRMATIONS, spent)
+
+
 def write_answer(optuna_study: optuna.Study, answer: Mapping[str, Any]) -> None:
     """Store the confirmed answer on the study (see :func:`sweep.search.answer.answer_of`)."""
     optuna_study.set_user_attr(ATTR.ANSWER, dict(answer))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sweep.core import policy
 from sweep.core import speedup as speedups
 from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured
@@ -140,6 +142,24 @@ def test_failure_streak_stops_only_after_n_failures_in_a_row() -> None:
     assert policy.failure_streak_stop([*failed[:4], trial(9.0)], 5) == ""
 
 
+def attempts(n: int, record: TrialRecord) -> TrialRecord:
+    return dataclasses.replace(record, attempt=n)
+
+
+def test_the_failure_streak_counts_every_attempt_of_a_trial() -> None:
+    """Round 3: five trials of three attempts each (15 failed starts) before the stop."""
+    first, second = attempts(3, trial(1.0, value=None)), attempts(2, trial(2.0, C2, value=None))
+    assert policy.failed_attempts([first]) == 3
+    assert policy.failure_streak_stop([first], 5) == ""
+    assert policy.attempts_left([first], 5) == 2  # the next launch stops retrying there
+    assert "5 launches in a row failed" in policy.failure_streak_stop([first, second], 5)
+    # a launch measured after failed attempts ends the streak: its retries succeeded
+    assert policy.failed_attempts([first, attempts(3, trial(3.0))]) == 0
+    skipped = TrialRecord(kind=Kind.SKIPPED, optuna_state="FAIL")
+    assert policy.failed_attempts([first, skipped]) == 3  # a skip starts nothing
+    assert policy.attempts_left([first, second], 5) == 1 and policy.attempts_left([], 0) is None
+
+
 def test_requeue_needed_for_killed_and_interrupted_trials_of_this_host() -> None:
     running = TrialRecord(kind=Kind.TRIAL, optuna_state="RUNNING", host="h")
     assert policy.requeue_needed(running, "h", shared=False) == "orchestrator_died"
@@ -156,6 +176,19 @@ def test_best_measured_ignores_infeasible_and_failed() -> None:
                              constraints={FEASIBLE: 1.0}, key="x")  # fmt: skip
     best = policy.best_measured({"a": trial(1, C1, 93.0), "b": trial(2, C2, 95.0), "x": infeasible})
     assert best is not None and best.number == 2
+
+
+def test_a_port_held_by_a_foreign_process_stops_at_once_and_settles_nothing() -> None:
+    """The host's fault, not the configuration's: not retried, not settled (the next run
+    tries the configuration again), and the launch started no server."""
+    held = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL", key=C1.key(), config=C1,
+                       failure=Failure("port_held", "port 30000 is held by pid 7",
+                                       phase="preflight"))  # fmt: skip
+    assert not policy.should_retry(Failed(held), attempt=1, transient_retries=3)
+    assert "pid 7" in policy.failure_streak_stop([held], 5)
+    assert policy.settled([held]) == {} and policy.started_no_server(held)
+    bind = Failure("port_in_use", "address already in use", phase="warming up")
+    assert not policy.started_no_server(dataclasses.replace(held, failure=bind))
 
 
 def test_a_port_owned_by_another_live_run_stops_at_once_without_retries() -> None:

@@ -64,22 +64,138 @@ def port_free(port: int) -> bool:
     return True
 
 
+HELD = HostLimits(port_wait_s=0.2, holder_wait_s=0.2)  # a held port: waited for 0.4 s in all
+
+
 def test_a_baseline_that_meets_a_held_port_stops_the_run_once(tmp_path: Path) -> None:
-    """Round 1 restarted such a baseline 34 times in 11.5 minutes; now: one trial, one reason."""
+    """Round 1 restarted such a baseline 34 times in 11.5 minutes; now: one launch, one reason,
+    naming the holder."""
     path = write_study(tmp_path, space="num_steps = [1, 2]")
     study = load_study(path)
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         holder.bind(("127.0.0.1", study.engine.port))
         holder.listen()
-        options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
-        summary = run_study(study, options, display=Recording())
-    assert summary.failed_run and "baseline failed" in summary.stop_reason
-    assert "port_in_use" in summary.stop_reason
+        summary = run_study(study, RunOptions(lifecycle={"limits": HELD}), display=Recording())
+    assert summary.failed_run and "port_held" in summary.stop_reason
+    assert f"pid {os.getpid()} " in summary.stop_reason and "the run stops" in summary.stop_reason
     baselines = records(path, baselines=True)
     assert [b.state for b in baselines] == [State.FAILED]
-    assert baselines[0].attempt == 2  # 1 + transient_retries, then the decision
+    assert baselines[0].attempt == 1  # every launch would meet it: not retried
     assert records(path) == [] and launches(tmp_path) == []
+
+
+HOLD = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen()
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+class TakesThePort(Recording):
+    """Starts a foreign process listening on the study's port once ``after`` launches
+    (the baseline's included) have finished: their servers stopped, the port was free."""
+
+    def __init__(self, port: int, after: int) -> None:
+        super().__init__()
+        self.port, self.after, self.finished = port, after, 0
+        self.holder: subprocess.Popen[str] | None = None
+
+    def trial_finished(self, summary: str, best: str | None = None, eta: str | None = None) -> None:
+        super().trial_finished(summary, best, eta)
+        self.finished += 1
+        if self.finished == self.after:
+            holder = subprocess.Popen([sys.executable, "-c", HOLD, str(self.port)],
+                                      stdout=subprocess.PIPE, text=True)  # fmt: skip
+            self.holder = holder
+            assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+
+    def stop_holder(self) -> int:
+        """Stop the foreign process (by its PID); its PID."""
+        assert self.holder is not None
+        self.holder.kill()
+        self.holder.wait(10)
+        if self.holder.stdout is not None:
+            self.holder.stdout.close()
+        return self.holder.pid
+
+
+def test_a_foreign_process_taking_the_port_mid_run_stops_it_and_blames_no_configuration(
+    tmp_path: Path,
+) -> None:
+    """Round 3: a process that took the port mid-run had every later configuration failed
+    (`port_in_use`, each after all its attempts), one after another, and the 5-in-a-row stop
+    never came. Now the holder is named, the run stops at the first launch it refuses (exit
+    1), nothing measured is lost and that configuration is tried again by the next run."""
+    path = write_study(tmp_path, study='sampler = "grid"')
+    study = load_study(path)
+    display = TakesThePort(study.engine.port, after=2)  # after the baseline and a trial
+    try:
+        summary = run_study(study, RunOptions(lifecycle={"limits": HELD}), display=display)
+    finally:
+        pid = display.stop_holder()
+    assert summary.failed_run and "port_held" in summary.stop_reason
+    assert (
+        f"pid {pid} " in summary.stop_reason
+        and "a process sweep did not start" in summary.stop_reason
+    )
+    assert "the run stops" in summary.stop_reason
+    measured, refused = [r for r in records(path) if r.state is not State.WAITING]  # grid's queue
+    assert measured.state is State.MEASURED and records(path, baselines=True)[0].measured
+    assert refused.state is State.FAILED and refused.attempt == 1  # not retried
+    assert refused.failure is not None and refused.failure.kind == "port_held"
+    assert not refused.settles  # the host's fault: the configuration is not settled
+    at_end = (
+        f"port {study.engine.port} on localhost is still held at the end of the run by pid {pid} "
+    )
+    assert [w for w in summary.warnings if w.startswith(at_end)]
+    assert len(launches(tmp_path)) == 2  # the refused configuration never started a server
+    # the port freed, the next run measures every configuration, the refused one included
+    again = run_study(load_study(path), display=Recording())
+    assert not again.failed_run and again.warnings == []
+    done = {r.key for r in records(path) if r.state is State.MEASURED}
+    assert refused.key in done and len(done) == 3
+
+
+def test_a_port_taken_after_the_last_stop_is_named_at_the_end_of_the_run(tmp_path: Path) -> None:
+    """Round 3: the run ended "done", exit 0, with a stranger on the port the next run (or the
+    deployment) would meet. Now the end of the run names it, and the run fails (exit 1) with
+    that reason rather than its (good) stop reason."""
+    path = write_study(tmp_path, space="num_steps = [1]")
+    study = load_study(path)
+    display = TakesThePort(study.engine.port, after=2)  # the baseline and the only trial
+    try:
+        summary = run_study(study, display=display)
+    finally:
+        pid = display.stop_holder()
+    assert summary.stop_reason.startswith("every valid configuration (1) measured")
+    assert summary.failed_run and summary.warnings == [summary.error]
+    assert summary.error.startswith(
+        f"port {study.engine.port} on localhost is still held at the end of the run by pid {pid} "
+    )
+    assert "a process sweep did not start" in summary.error
+
+
+def test_five_failed_attempts_in_a_row_stop_the_run_within_a_trial(tmp_path: Path) -> None:
+    """Round 3: the stop counted trials, not attempts: with 2 retries, 15 failed starts.
+    Now a trial's retries count one by one: 3 attempts of the first trial, 2 of the next."""
+    rules = "".join(
+        f'[[failure]]\nkind = "nccl_init"\nmatch = {{ speculative_num_steps = {n} }}\n'
+        for n in (1, 2, 3)
+    )
+    profile = write_profile(tmp_path, rules)
+    path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
+    path.write_text(path.read_text().replace("transient_retries = 1", "transient_retries = 2"))
+    summary = run_study(load_study(path), display=Recording())
+    assert summary.failed_run and "5 launches in a row failed" in summary.stop_reason
+    tried = [t for t in records(path) if t.state is not State.WAITING]  # the grid's queue
+    assert [t.attempt for t in tried] == [3, 2]
+    assert all(t.failure is not None and t.failure.kind == "nccl_init" for t in tried)
+    assert len(launches(tmp_path)) == 1 + 5  # the baseline, then five failed starts
 
 
 def test_a_baseline_that_hangs_is_bounded_too(tmp_path: Path) -> None:
@@ -167,12 +283,13 @@ def test_a_second_server_on_the_port_during_load_is_never_measured(tmp_path: Pat
     )
     path = write_study(tmp_path, space="num_steps = [2]", profile=profile)
     pid_file = tmp_path / "intruder.pid"
-    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.2)})
+    options = RunOptions(lifecycle={"limits": HELD})
     try:
         run_study(load_study(path), options, display=Recording())
         (trial,) = records(path)
         assert trial.state is State.FAILED and trial.levels == ()
-        assert trial.failure is not None and trial.failure.kind in ("stale_server", "port_in_use")
+        assert trial.failure is not None
+        assert trial.failure.kind in ("stale_server", "port_in_use", "port_held")
         assert records(path, baselines=True)[0].state is State.MEASURED
     finally:
         if pid_file.exists():

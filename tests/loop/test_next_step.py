@@ -170,6 +170,13 @@ CASES = [
     ),
     Case("five transient failures in a row", Stop, launches=FIVE_FAILED),
     Case("a port another run owns: stop at once", Stop, launches=(failed("a", "port_owned"),)),
+    Case(  # the host's fault: the run stops (no confirmation), and "b" is not settled
+        "a port held by a foreign process: stop before counting n_trials",
+        Stop,
+        trials=(measured("a"), failed("b", "port_held")),
+        launches=(failed("b", "port_held"),),
+        n_trials=2,
+    ),
     Case(
         "out of time",
         Stop("out of time: the next trial needs about 60 s"),
@@ -251,6 +258,7 @@ def _failed_flag(case: Case) -> bool | None:
     return {
         "five transient failures in a row": True,
         "a port another run owns: stop at once": True,
+        "a port held by a foreign process: stop before counting n_trials": True,
         "the baseline failed for good and none ever measured": True,
         "every valid configuration settled, none measured": True,
         "n_trials reached with nothing measured": True,

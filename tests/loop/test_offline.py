@@ -216,7 +216,7 @@ def test_a_control_that_fails_is_not_relaunched_and_the_answer_says_what_the_bas
 
     summary = run_with_measurements(study, measure)
     answer = _answer(study)
-    assert controls == 2  # one launch and its transient retry, then never again
+    assert controls == 1  # one launch (the confirmation does not retry), then never again
     assert answer["winner"] == TrialConfig(2, 1, 3, 8, env=(("NCCL_PROTO", "LL"),)).key()
     assert answer["baseline_without"] == "NCCL_PROTO=LL"
     assert "(which ran without NCCL_PROTO=LL)" in summary.answer

@@ -21,6 +21,7 @@ from sweep.core.space import TrialConfig
 from sweep.loop.progress import Display
 from sweep.loop.start import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
+from sweep.server.readiness import Event, EventKind
 from sweep.store import baseline_study_name, load_samples
 from sweep.study import load_study
 from tests.support.simproc import write_profile
@@ -157,32 +158,40 @@ def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     assert failed.user_attrs[ATTR.ATTEMPT] == 2
 
 
-class ReleaseOnRetry(Display):
-    """Closes a socket that holds the server's port once the first attempt has failed."""
+class ReleaseWhileWaited(Display):
+    """Closes a socket that holds the server's port once the preflight says it waits for it."""
 
     def __init__(self, holder: socket.socket) -> None:
         super().__init__(io.StringIO(), live=False)
         self.holder = holder
-        self.messages: list[str] = []
+        self.notes: list[str] = []
 
-    def message(self, text: str) -> None:
-        self.messages.append(text)
-        if "attempt 1 failed" in text:
+    def server_event(self, event: Event) -> None:
+        if event.kind is EventKind.NOTE and "waiting up to" in event.message:
+            self.notes.append(event.message)
             self.holder.close()
+        super().server_event(event)
 
 
-def test_port_held_is_transient_and_the_retry_succeeds(tmp_path: Path) -> None:
+def test_a_held_port_freed_while_waited_for_costs_no_attempt(tmp_path: Path) -> None:
+    """A process sweep did not start holds the port: the preflight names it and waits (its
+    own bound); freed in that time, the launch goes on: nothing failed, no attempt spent."""
     path = write_study(tmp_path, space="num_steps = [2]")
     study = load_study(path)
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     holder.bind(("127.0.0.1", study.engine.port))
     holder.listen()
-    display = ReleaseOnRetry(holder)
-    options = RunOptions(lifecycle={"limits": HostLimits(port_wait_s=0.3)})
-    summary = run_study(study, options, display=display)
-    assert any("port_in_use" in m or "port" in m for m in display.messages if "attempt 1" in m)
+    display = ReleaseWhileWaited(holder)
+    limits = HostLimits(port_wait_s=0.3, holder_wait_s=30)
+    try:
+        summary = run_study(study, RunOptions(lifecycle={"limits": limits}), display=display)
+    finally:
+        holder.close()
+    assert len(display.notes) == 1 and f"pid {os.getpid()} " in display.notes[0]
+    assert "a process sweep did not start" in display.notes[0]
     assert summary.baselines == 1 and summary.measured == 1 and summary.failed == 0
+    assert all(t.user_attrs.get(ATTR.ATTEMPT, 1) == 1 for t in trials(path))
 
 
 def test_shell_metacharacters_stay_one_argument(tmp_path: Path) -> None:

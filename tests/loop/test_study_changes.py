@@ -260,6 +260,58 @@ def test_a_fatal_failure_during_confirmation_stops_the_run(tmp_path: Path, kind:
     assert not any(r.state is State.INFEASIBLE for r in _records(study))
 
 
+def test_every_confirmation_launch_counts_against_its_budget_a_failed_one_too(
+    tmp_path: Path,
+) -> None:
+    """Round 3: the confirmation spent 9 server starts on a budget of 5: a failed relaunch
+    was retried inside one counted launch. Now each server start is one launch of the
+    budget: a failed relaunch is not retried (the next round decides again)."""
+    path = write_study(tmp_path, study='sampler = "grid"', sections=CONFIRM, confirm=True)
+    path.write_text(path.read_text().replace("transient_retries = 1", "transient_retries = 2"))
+    study = load_study(path)
+    measure = _noisy(1)
+    calls: list[TrialConfig] = []
+
+    def every_other_relaunch_crashes(config: TrialConfig) -> Measurement | MeasurementFailure:
+        calls.append(config)
+        if len(calls) > 4 and len(calls) % 2:  # after the baseline and 3 trials
+            return MeasurementFailure("crash", "died while serving")
+        return measure(config)
+
+    summary = run_with_measurements(study, every_other_relaunch_crashes)
+    spent = confirmations(stored_study(study.storage, study.name))["launches"]
+    assert len(calls) - 4 == spent >= 2  # every server start of the confirmation is counted
+    assert spent <= _budget(study) + answer.EXTENSION
+    failed = [r for r in _records(study) if r.kind is Kind.REPLICATE and r.state is State.FAILED]
+    assert failed and all(r.attempt == 1 for r in failed)
+    assert not summary.failed_run  # an intermittent failure is no streak
+
+
+def test_a_port_held_during_the_confirmation_stops_it_and_costs_no_launch(tmp_path: Path) -> None:
+    """A relaunch the host refused before starting a server (a foreign process on the port)
+    stops the run without spending the confirmation's budget or storing a worse answer; the
+    next run (the port freed) confirms with the whole budget."""
+    path = write_study(tmp_path, study='sampler = "grid"', sections=CONFIRM, confirm=True)
+    study = load_study(path)
+    measure = _noisy(1)
+    calls: list[TrialConfig] = []
+
+    def held_at_the_first_relaunch(config: TrialConfig) -> Measurement | MeasurementFailure:
+        calls.append(config)
+        if len(calls) == 5:
+            return MeasurementFailure("port_held", "port 30000 is held by pid 7", "preflight")
+        return measure(config)
+
+    first = run_with_measurements(study, held_at_the_first_relaunch)
+    assert len(calls) == 5 and first.failed_run and "port_held" in first.stop_reason
+    assert not first.answer and ATTR.ANSWER not in _attrs(study)
+    assert confirmations(stored_study(study.storage, study.name))["launches"] == 0
+    resumed: list[TrialConfig] = []
+    second = run_with_measurements(study, _recording(resumed, measure))
+    assert second.answer and not second.failed_run
+    assert confirmations(stored_study(study.storage, study.name))["launches"] == len(resumed)
+
+
 # --- 5. what the end of a run says -------------------------------------------------------------
 
 

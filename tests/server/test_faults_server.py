@@ -254,9 +254,10 @@ def test_an_intruder_that_takes_the_port_while_ours_loads_is_never_measured(
     assert group_members(launched_pgid(events)) == []  # ours is stopped
     assert intruder.poll() is None  # not ours: left running, stopped below by its PID
     stopped = [e.message for e in events if e.kind is EventKind.WARNING]
+    name = Path(intruder.args[0]).name[:15]  # the kernel's command name: the executable's
     assert stopped == [
         f"port {port} is STILL HELD by pid {intruder.pid} (process group "
-        f"{intruder.pid}) after the stop on {executor.host}"
+        f"{intruder.pid}) running {name} after the stop on {executor.host}"
     ]
     os.killpg(intruder.pid, signal.SIGTERM)
     assert intruder.wait(timeout=30) is not None

@@ -584,11 +584,17 @@ def test_port_held_by_a_stale_server_is_found_before_launch(
         wait_until(lambda: _answers(port), timeout=20, what="the stale server")
         with (
             pytest.raises(ServerFailure) as caught,
-            launch(sim_config(port=port), limits=HostLimits(port_wait_s=0.3)),
+            launch(sim_config(port=port), limits=HostLimits(port_wait_s=0.3, holder_wait_s=0.3)),
         ):
             pytest.fail("never measured")
         failure = caught.value
-        assert (failure.kind, failure.phase) == (FailureKind.PORT_IN_USE, Phase.PREFLIGHT)
+        assert (failure.kind, failure.phase) == (FailureKind.PORT_HELD, Phase.PREFLIGHT)
+        # named, with its command, and not blamed on the configuration
+        assert f"held by pid {stale.pid} (process group {stale.pid}) running " in failure.summary
+        assert "a process sweep did not start (waited 0.6 s)" in failure.summary
+        assert "every launch would meet it" in str(failure)
+        notes = [e.message for e in launch.events if e.kind is EventKind.NOTE]
+        assert any(f"pid {stale.pid}" in n and "waiting up to 0.3 s" in n for n in notes)
         assert not [e for e in launch.events if e.kind is EventKind.LAUNCHED]
         assert stale.poll() is None  # not ours: left alone
     finally:

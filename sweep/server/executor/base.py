@@ -217,11 +217,13 @@ class RecordedGroup:
 
 @dataclass(frozen=True)
 class SocketHolder:
-    """A process holding a listening socket: its PID, its process group, the socket's inode."""
+    """A process holding a listening socket: its PID, its process group, the socket's inode,
+    its command name (``/proc/PID/stat``'s, up to 15 characters; ``""`` when not known)."""
 
     pid: int
     pgid: int
     inode: int
+    name: str = ""
 
 
 @dataclass(frozen=True)
@@ -253,8 +255,11 @@ class PortListeners:
 
     def describe_others(self, pgid: int) -> str:
         """The processes (outside ``pgid``) that hold the port, for a message; ``""`` if none."""
-        others = sorted({(h.pid, h.pgid) for h in self.foreign(pgid)})
-        parts = [f"pid {pid} (process group {group})" for pid, group in others]
+        others = sorted({(h.pid, h.pgid, h.name) for h in self.foreign(pgid)})
+        parts = [
+            f"pid {pid} (process group {group}){f' running {name}' if name else ''}"
+            for pid, group, name in others
+        ]
         if self.unseen():
             parts.append("a process sweep cannot inspect (another user's, or in a container)")
         return ", ".join(parts)
@@ -303,6 +308,7 @@ class ProcStat:
     state: str
     pgrp: int
     start_ticks: int
+    name: str = ""  # the command name, as the kernel keeps it (up to 15 characters)
 
     @classmethod
     def parse(cls, line: str) -> ProcStat | None:
@@ -312,8 +318,8 @@ class ProcStat:
         if not sep or len(fields) < 20:
             return None
         try:
-            pid = int(head.split(" (", 1)[0])
-            return cls(pid, fields[0], int(fields[2]), int(fields[19]))
+            pid_text, _, name = head.partition(" (")
+            return cls(int(pid_text), fields[0], int(fields[2]), int(fields[19]), name)
         except ValueError:
             return None
 

@@ -121,7 +121,7 @@ class LocalExecutor(Executor):
         for pid, inode in _socket_fds(sockets):
             stat = _stat(pid)
             if stat is not None and not stat.dead:
-                holders.append(SocketHolder(pid, stat.pgrp, inode))
+                holders.append(SocketHolder(pid, stat.pgrp, inode, stat.name))
         return PortListeners(port, sockets, tuple(holders))
 
     def run_owner(self) -> RunOwner:

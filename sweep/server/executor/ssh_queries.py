@@ -96,7 +96,7 @@ def parse_port_listeners(out: str, port: int, run: RunShell) -> PortListeners:
     for pid in sorted(held):
         stat = stats.get(pid)
         if stat is not None and not stat.dead:
-            holders += [SocketHolder(stat.pid, stat.pgrp, i) for i in sorted(held[pid])]
+            holders += [SocketHolder(stat.pid, stat.pgrp, i, stat.name) for i in sorted(held[pid])]
     return PortListeners(port, sockets, tuple(holders))
 
 
