@@ -15,6 +15,7 @@ import os
 import shlex
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -486,7 +487,13 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.commands.status import confirmation_plan, duration_text, limits_plan, plan_report
+    from sweep.commands.status import (
+        confirmation_plan,
+        estimate_text,
+        limits_plan,
+        plan_report,
+        slurm_plan,
+    )
     from sweep.loop.checks import preflight, setup_change, setup_changed_error
     from sweep.study import load_study
 
@@ -508,16 +515,16 @@ def plan(
     if report.excluded:
         print(f"{len(report.excluded)} excluded:")
         print("".join(f"  {c.label()}: {reason}\n" for c, reason in report.excluded), end="")
-    out.print(
-        f"estimated time: {duration_text(report.total_s)} for {len(report.valid)} trials "
-        f"and a baseline ({report.estimated_from})"
-    )
+    out.print(estimate_text(report), markup=False)
     if report.workload:
         out.print(report.workload, markup=False)
-    for warning in report.warnings:
+    job, job_warning = slurm_plan(study, time.time())
+    for warning in (*report.warnings, *([job_warning] if job_warning else [])):
         out.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     out.print(confirmation_plan(study, report), markup=False)
     out.print(limits_plan(study, report), markup=False)
+    if job:
+        out.print(job, markup=False)
     out.print(f"sampler: {study.sampler}; storage: {_url(study.storage)}", markup=False)
     changed = setup_change(study, workload=checked.workload)
     if changed:  # `sweep run` would refuse at once: the check before a night says so

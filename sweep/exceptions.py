@@ -98,7 +98,8 @@ class TransientSSHError(ExecutorError):
     """
 
     def __init__(self, host: str, message: str, attempts: int) -> None:
-        super().__init__(host, f"{message} (after {attempts} attempts)")
+        tries = f"after {attempts} attempts" if attempts > 1 else "one attempt"
+        super().__init__(host, f"{message} ({tries})")
         self.attempts = attempts
 
 

@@ -26,6 +26,7 @@ from sweep.core.records import (
     trial_label,
 )
 from sweep.core.space import TrialConfig, plan
+from sweep.core.timing import deadline_from_clock
 from sweep.engines import rules_for
 from sweep.engines.flags import FlagTable
 from sweep.engines.sglang_rules import BUILT_IN_ALGORITHMS, NO_ALGORITHM
@@ -34,9 +35,12 @@ from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study, stderr_progress
 from sweep.store import baseline_study_name, fresh_from, read_records, stored_study
+from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import Study
+from sweep.study.slurm import TIME_MARGIN_S, WARN_BEFORE_END_S, time_limit_s
 
 PLAN_GUESS_S = 300.0  # one trial, before anything was measured: load + capture + benchmark
+SLURM_STARTUP_S = 60.0  # a pilot's start on its node (setup lines, imports, checks): not measuring
 
 
 @dataclass(frozen=True)
@@ -251,16 +255,71 @@ class PlanReport:
     guessed: bool = True  # per_trial_s is a guess: nothing of this study measured yet
     warnings: tuple[str, ...] = ()  # what may fail every launch, that nothing here could check
     workload: str = ""  # with workload axes: what each round sends
+    workers: int = 1  # hosts (or Slurm pilots) measuring in parallel, each with its baseline
+    workers_are: str = "hosts"  # or "pilots"
+
+    @property
+    def launches_each(self) -> int:
+        """Launches per host: its baseline, then its share of the configurations."""
+        return -(-len(self.valid) // self.workers) + 1
 
     @property
     def total_s(self) -> float:
-        # the baseline comes first and again every K trials
-        return self.per_trial_s * (len(self.valid) + 1)
+        # each host's baseline comes first (and again every K trials); hosts run in parallel
+        return self.per_trial_s * self.launches_each
 
 
 def duration_text(seconds: float) -> str:
     """``"1.8 h"``, or ``"26 min"`` under an hour (``"0.0 h"`` says nothing)."""
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{max(1, round(seconds / 60))} min"
+
+
+def estimate_text(report: PlanReport) -> str:
+    """The plan's time estimate: one host, or hosts measuring in parallel."""
+    n, took = len(report.valid), duration_text(report.total_s)
+    if report.workers == 1:
+        return f"estimated time: {took} for {n} trials and a baseline ({report.estimated_from})"
+    return (
+        f"estimated time: {took} for {n} trials on {report.workers} {report.workers_are} in "
+        "parallel, each "
+        f"measuring its own baseline first (about {report.launches_each} launches each; "
+        f"{report.estimated_from})"
+    )
+
+
+def slurm_plan(study: Study, now: float) -> tuple[str, str | None]:
+    """The Slurm job a `kind = "slurm"` study submits — its pilots, time limit and the time
+    each pilot measures — and a warning when that time is shorter than the run's (budget or
+    deadline): the job would be cut before the run ends. ``("", None)`` without ``[slurm]``."""
+    spec = study.slurm
+    if spec is None:
+        return "", None
+    left = deadline_from_clock(study.deadline, now) - now if study.deadline else None
+    limit = time_limit_s(spec, study.budget_s, left)
+    pilots = f"{spec.nodes} pilot{'s' if spec.nodes != 1 else ''} ("
+    pilots += "one node each" if spec.exclusive else "sharing nodes"
+    pilots += f", partition {spec.partition})" if spec.partition else ")"
+    if limit is None:
+        return f"slurm: {pilots}; time limit: the partition's default", None
+    source = "[slurm] time_limit" if spec.time_limit_s is not None else "the run's time + 10 min"
+    measuring = max(0.0, limit - WARN_BEFORE_END_S)
+    line = (
+        f"slurm: {pilots}; time limit {duration_text(limit)} ({source}); Slurm asks each pilot "
+        f"to stop {duration_text(WARN_BEFORE_END_S)} before it, so each measures for at most "
+        f"{duration_text(measuring)}"
+    )
+    ends = [s for s in (study.budget_s, left) if s is not None]
+    if spec.time_limit_s is None or not ends or measuring >= min(ends) + SLURM_STARTUP_S:
+        return line, None
+    run = "budget" if study.budget_s is not None and study.budget_s == min(ends) else "deadline"
+    warning = (
+        f"{study.path}: [slurm] time_limit = {duration_text(limit)} leaves each pilot "
+        f"{duration_text(measuring)} (Slurm stops it {duration_text(WARN_BEFORE_END_S)} before "
+        f"the limit), less than the {run}'s {duration_text(min(ends))} and the pilots' start: "
+        f"the job is cut at the time limit; set time_limit to at least "
+        f"{duration_text(min(ends) + TIME_MARGIN_S)} (or remove it: the {run} + 10 min)"
+    )
+    return line, warning
 
 
 def confirmation_plan(study: Study, report: PlanReport) -> str:
@@ -282,7 +341,8 @@ def confirmation_plan(study: Study, report: PlanReport) -> str:
     )
     return (
         f"then confirmation{where}: up to {launches} launches "
-        f"({duration_text(launches * report.per_trial_s)}) — {share} relaunching the contenders "
+        f"({duration_text(-(-launches // report.workers) * report.per_trial_s)}) — {share} "
+        "relaunching the contenders "
         f"(at most {c.max_replicates} launches each) until the winner is within "
         f"{c.tie_margin:.0%} of every rival with {c.confidence:.0%} confidence, up to "
         f"{answer.EXTENSION} more when they would decide{control}; ties go to the simplest "
@@ -292,18 +352,20 @@ def confirmation_plan(study: Study, report: PlanReport) -> str:
 
 def limits_plan(study: Study, report: PlanReport) -> str:
     """What ends the run, as the study file sets it (`sweep run`'s options can override):
-    trials, a budget (with the launches it fits at the plan's time per launch and the
-    confirmation's share of it), a deadline; or none."""
+    trials, a budget (with the launches it fits at the plan's time per launch — on every host,
+    each measuring its own baseline first — and the confirmation's share of it), a deadline;
+    or none."""
     limits = []
-    fit = None  # launches the budget fits
+    fit = None  # launches the budget fits on each host
     if study.n_trials:
         limits.append(f"{study.n_trials} trial{'s' if study.n_trials != 1 else ''}")
     if study.budget_s and report.per_trial_s > 0:
         fit = int(study.budget_s // report.per_trial_s)
+        each = f" on each of {report.workers} {report.workers_are}" if report.workers > 1 else ""
         limits.append(
             f"a budget of {duration_text(study.budget_s)} (about {fit} "
-            f"launch{'es' if fit != 1 else ''} at {'a guessed ' if report.guessed else ''}"
-            f"{report.per_trial_s:.0f} s each)"
+            f"launch{'es' if fit != 1 else ''}{each} at "
+            f"{'a guessed ' if report.guessed else ''}{report.per_trial_s:.0f} s each)"
         )
     if study.deadline:
         limits.append(f"the deadline {study.deadline}")
@@ -318,17 +380,27 @@ def limits_plan(study: Study, report: PlanReport) -> str:
     confirming = study.confirm.enabled and study.confirm.share > 0
     if (study.budget_s or study.deadline) and confirming:
         text += f"; {study.confirm.share:.0%} of the time is kept for the confirmation"
-    if fit is not None and fit < 2:  # the baseline, then one trial
-        text += (
-            f"; the budget fits {'no launch' if fit == 0 else 'only the baseline'}: the run "
-            "would measure no configuration (raise the budget)"
+    return text + _budget_fit(report, fit)
+
+
+def _budget_fit(report: PlanReport, fit: int | None) -> str:
+    """What a budget fitting ``fit`` launches per host leaves for the configurations."""
+    if fit is None:
+        return ""
+    where = f"each {report.workers_are[:-1]}'s " if report.workers > 1 else "the "
+    if fit < 2:  # the baseline, then one trial
+        return (
+            f"; the budget fits {'no launch' if fit == 0 else 'only ' + where + 'baseline'}: "
+            "the run would measure no configuration (raise the budget)"
         )
-    elif fit is not None and fit < len(report.valid) + 1:
-        text += (
-            f"; fewer launches than the {len(report.valid)} configurations and a baseline: the "
-            "search chooses which to launch"
+    trials = (fit - 1) * report.workers  # each host measures its baseline first
+    if trials < len(report.valid):
+        baselines = f"{report.workers} baselines" if report.workers > 1 else "a baseline"
+        return (
+            f"; fewer launches than the {len(report.valid)} configurations and {baselines}: "
+            "the search chooses which to launch"
         )
-    return text
+    return ""
 
 
 def plan_report(
@@ -368,9 +440,26 @@ def plan_report(
     warnings = unchecked(study, adapter.known_flags(), validated=validated) if gate else ()
     mix, thin = workload_plan(study, workload)
     return PlanReport(
-        result.valid, excluded, commands, per_trial, source, note, guessed, (*warnings, *thin),
-        mix,
+        result.valid, excluded, commands, per_trial, source, note, guessed,
+        (*_shared_local_ports(study), *warnings, *thin), mix, workers=_workers(study),
+        workers_are="pilots" if study.slurm is not None else "hosts",
     )  # fmt: skip
+
+
+def _shared_local_ports(study: Study) -> tuple[str, ...]:
+    """Local hosts with one server port: `sweep run` refuses them (it starts every worker on
+    this machine); each host's `sweep worker` on its own machine is fine."""
+    clashes = port_clashes(study.hosts, study.engine.port, local_here=True)
+    return tuple(
+        f"{clash_text(study.hosts, study.engine.port, pair)}. `sweep run` refuses this; "
+        "started each on its own machine (`sweep worker --host NAME`), they are fine"
+        for pair in clashes
+    )
+
+
+def _workers(study: Study) -> int:
+    """How many hosts measure at once: the Slurm pilots, else the hosts."""
+    return study.slurm.nodes if study.slurm is not None else len(study.hosts)
 
 
 def workload_plan(study: Study, built: Workload | None = None) -> tuple[str, tuple[str, ...]]:

@@ -3,13 +3,15 @@ and looking at a study never creates one.
 
 :func:`preflight` is what `sweep plan` shows and what `sweep run` (and every worker) checks
 before its first launch: the space has valid configurations, the workload's prompt file
-loads, the launcher can run on every host, and the storage URL can be used.
+loads, every host can be reached and its launcher can run there, and the storage URL can be
+used.
 :func:`require_results` is what `sweep status`, `report` and `export` check first: the study
 has run, and nothing is created to find out (nor is its folder required to be writable).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from sweep.engines import rules_for
 from sweep.exceptions import ConfigError, PromptFileError, StorageError, StudyFileError
 from sweep.redact import redact_url
 from sweep.store import check_storage_url, quiet_optuna, sqlite_file, stored_study_names
-from sweep.study.model import Study
+from sweep.study.model import HostSpec, Study
 
 if TYPE_CHECKING:  # `sweep report` imports this module: not the benchmark's
     from sweep.bench.workload import Workload
@@ -36,14 +38,18 @@ class Preflight:
     workload: Workload
 
 
-def preflight(study: Study, storage_url: str | None = None) -> Preflight:
-    """Check that ``study`` can run: valid configurations, prompts, storage. Creates nothing.
+def preflight(
+    study: Study, storage_url: str | None = None, *, hosts: Sequence[HostSpec] | None = None
+) -> Preflight:
+    """Check that ``study`` can run: valid configurations, prompts, hosts, storage. Creates
+    nothing. ``hosts``: the hosts to check (default: all the study's).
 
     Raises:
         ConfigError: no valid configuration (the first exclusion reasons are quoted).
         StudyFileError: the workload's prompt file is missing or invalid (``[workload]
             prompts``, relative to the study file's folder).
         StudyFileError: also when ``[engine] launcher`` is missing or not executable on a host.
+        ConfigError: an SSH host cannot be reached or logged into (one line per host).
         StorageError: the storage URL cannot be parsed, its driver is not installed, or an
             SQLite file's folder can neither be found nor created.
     """
@@ -53,7 +59,8 @@ def preflight(study: Study, storage_url: str | None = None) -> Preflight:
     workload = _check_workload(study)
     from sweep.loop import wiring  # here: `sweep report` reads results without the launch stack
 
-    wiring.check_launchers(study)  # a missing launcher would fail every launch the same way
+    # an unreachable host or a missing launcher would fail every launch the same way
+    wiring.check_hosts(study, study.hosts if hosts is None else hosts)
     url = storage_url or study.storage
     check_storage_url(url)
     return Preflight(result, url, workload)

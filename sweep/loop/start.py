@@ -6,6 +6,7 @@ import dataclasses
 import time
 
 from sweep.core.timing import deadline_from_clock, describe_deadline
+from sweep.exceptions import ConfigError
 from sweep.loop import wiring
 from sweep.loop.checks import create_sqlite_folder, preflight
 from sweep.loop.context import RunOptions, RunSummary
@@ -18,6 +19,7 @@ from sweep.loop.slurm_alloc import run_in_allocation
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server.interrupts import second_ctrl_c_exits
 from sweep.store import quiet_optuna, storage_errors
+from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import HostSpec, Study
 
 
@@ -35,6 +37,8 @@ def run_study(
         SweepError: the study cannot start (storage, host, engine, another live run).
     """
     options = options or RunOptions()
+    if len(study.hosts) > 1:
+        _refuse_shared_ports(study)
     _preflight(study, options)
     _say_deadline(study, options, display or Display())
     if is_slurm(study) and study.slurm is not None and in_allocation():
@@ -61,7 +65,7 @@ def run_worker(
         study = dataclasses.replace(study, hosts=(host,))
     else:
         host = find_host(study, host_name)
-    _preflight(study, options)
+    _preflight(study, options, host)  # its own host: another may be out of this machine's reach
     if shared_study:
         refuse_unsafe_storage(options.storage_url or study.storage, study, "several workers")
     shared = options.shared or SharedOptions()
@@ -97,11 +101,22 @@ def run_on_host(
         return summary
 
 
-def _preflight(study: Study, options: RunOptions) -> None:
+def _preflight(study: Study, options: RunOptions, host: HostSpec | None = None) -> None:
     """Refuse a study that cannot run before anything is created or launched (no valid
-    configuration, a missing prompt file, a bad storage URL)."""
-    url = preflight(study, options.storage_url).storage
+    configuration, a missing prompt file, a host out of reach, a bad storage URL); ``host``:
+    check only that one of its hosts."""
+    hosts = (host,) if host is not None else None
+    url = preflight(study, options.storage_url, hosts=hosts).storage
     create_sqlite_folder(url)
+
+
+def _refuse_shared_ports(study: Study) -> None:
+    """Local hosts are all this machine when `sweep run` starts their workers: two with one
+    server port would measure and stop each other's server."""
+    clashes = port_clashes(study.hosts, study.engine.port, local_here=True)
+    if clashes:
+        text = clash_text(study.hosts, study.engine.port, clashes[0])
+        raise ConfigError(f"{study.path}: {text}")
 
 
 def _say_deadline(study: Study, options: RunOptions, display: Display) -> None:

@@ -8,8 +8,10 @@ The one place where a study's keys meet the lifecycle's and the benchmark's type
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from sweep.core.timing import deadline_from_clock
 from sweep.engines import registry, rules_for
 from sweep.engines.base import Deployment, EngineAdapter
 from sweep.engines.flags import flag_words
-from sweep.exceptions import ExecutorError, StudyFileError
+from sweep.exceptions import ConfigError, ExecutorError, StudyFileError
 from sweep.loop.context import EngineCheckCall, RunContext, RunOptions, RunSummary, Stores
 from sweep.loop.measure import Measurer, Rig, measure
 from sweep.loop.notify import Notifier
@@ -41,13 +43,19 @@ from sweep.store import baseline_study_name, open_study
 from sweep.store.claims import Claims
 from sweep.study.model import HostSpec, NotifySpec, Study
 
+CHECK_SSH_ATTEMPTS = 1
+"""Connection attempts of the check before a run: a host that refuses, rejects the key or
+does not answer is reported at once, not after the run's back-off (its retries are for
+drops during a night)."""
 
-def open_host(host: HostSpec) -> Executor:
+
+def open_host(host: HostSpec, *, attempts: int | None = None) -> Executor:
     """The executor for a study host: this machine, or an SSH target (a Slurm study's commands
-    outside its pilots, e.g. `sweep plan`'s gate, run on this machine)."""
+    outside its pilots, e.g. `sweep plan`'s gate, run on this machine). ``attempts``: SSH
+    connection attempts per command (default: the executor's back-off)."""
     if host.kind != "ssh":
         return LocalExecutor()
-    from sweep.server.executor.ssh import SSHExecutor, SSHTarget
+    from sweep.server.executor.ssh import RetryPolicy, SSHExecutor, SSHTarget
 
     key = os.path.expanduser(host.key) if host.key else None
     target = SSHTarget(
@@ -57,7 +65,7 @@ def open_host(host: HostSpec) -> Executor:
         key_filename=key,
         check_host_key=host.strict_host_key,
     )
-    return SSHExecutor(target)
+    return SSHExecutor(target, retry=RetryPolicy(attempts=attempts) if attempts else None)
 
 
 def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
@@ -65,28 +73,52 @@ def launcher_words(study: Study, host: HostSpec) -> tuple[str, ...]:
     return registry.launcher_words(study, host)
 
 
-def check_launchers(study: Study) -> None:
-    """Refuse a launcher that cannot run on one of the study's hosts (before any launch).
-
-    A host that cannot be reached is left to the run, which says so when it connects.
+def check_hosts(study: Study, hosts: Sequence[HostSpec]) -> None:
+    """Refuse a host of ``hosts`` (the study's) that cannot be used, before any launch: an
+    SSH host that cannot be reached or logged into, or a launcher missing or not executable.
 
     Raises:
+        ConfigError: one line per SSH host that cannot be used (the study file, its
+            ``[[hosts]]`` entry, user, address, port and key, and why).
         StudyFileError: ``[engine] launcher`` is missing or not executable on a host.
     """
-    for host in study.hosts:
+    unusable: list[str] = []
+    launcher_problems: list[str] = []
+    for host in hosts:
         try:
-            with open_host(host) as executor:
+            with open_host(host, attempts=CHECK_SSH_ATTEMPTS) as executor:
                 problem = launcher_problem(
                     executor, launcher_words(study, host), dict(study.engine.env)
                 )
-        except ExecutorError:
+        except ExecutorError as exc:
+            if host.kind == "ssh":
+                unusable.append(unreachable_text(study, host, exc))
             continue
         if problem:
-            raise StudyFileError(
-                study.path,
-                "engine.launcher",
-                f"{problem}: every launch would fail the same way; fix the launcher and run again",
-            )
+            launcher_problems.append(problem)
+    if unusable:
+        raise ConfigError("\n".join(unusable))
+    if launcher_problems:
+        raise StudyFileError(
+            study.path,
+            "engine.launcher",
+            f"{launcher_problems[0]}: every launch would fail the same way; fix the launcher "
+            "and run again",
+        )
+
+
+def host_label(study: Study, host: HostSpec) -> str:
+    """How the study file names ``host``: ``[[hosts]] name = "gpu-2"`` or ``[host]``."""
+    return f"[[hosts]] name = {json.dumps(host.name)}" if len(study.hosts) > 1 else "[host]"
+
+
+def unreachable_text(study: Study, host: HostSpec, exc: ExecutorError) -> str:
+    """One line: the study file, the host's entry, how sweep logs in, and why it cannot."""
+    why = str(exc).removeprefix(f"{exc.host}: ").removeprefix("SSH failed: ")
+    with_key = f" with key {host.key}" if host.key and host.key not in why else ""
+    return (
+        f"{study.path}: {host_label(study, host)}: cannot use {exc.host} over SSH{with_key}: {why}"
+    )
 
 
 def adapter_for(study: Study, host: HostSpec) -> EngineAdapter:

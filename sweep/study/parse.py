@@ -19,6 +19,7 @@ from typing import Any
 
 from sweep.exceptions import StudyFileError
 from sweep.redact import learn_secrets
+from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import (
     CONSTRAINT_METRICS,
     DEFAULT_WORKDIR,
@@ -105,6 +106,7 @@ def parse_study(text: str, path: str = "<study>") -> Study:
     study_table = top.sub("study", required=True)
     engine = _engine(top.sub("engine", required=True))
     hosts = _hosts(top, path)
+    _refuse_shared_ports(hosts, engine.port, path)
     space = _space(top.sub("space", required=True), engine)
     workload = _workload(top.sub("workload"))
     objective = _objective(top.sub("objective"), workload)
@@ -316,6 +318,15 @@ def _hosts(top: TableReader, path: str) -> tuple[HostSpec, ...]:
             raise StudyFileError(path, "host", "give either [host] or [[hosts]], not both")
         return hosts
     return (_host(top.sub("host")),)
+
+
+def _refuse_shared_ports(hosts: tuple[HostSpec, ...], engine_port: int, path: str) -> None:
+    """Two SSH hosts on one machine with one server port would measure each other's server
+    (local hosts may be several machines, each running its `sweep worker`: `sweep run`
+    checks those)."""
+    clashes = port_clashes(hosts, engine_port, local_here=False)
+    if clashes:
+        raise StudyFileError(path, "", clash_text(hosts, engine_port, clashes[0]))
 
 
 def _slurm(top: TableReader, hosts: tuple[HostSpec, ...], path: str) -> SlurmSpec | None:

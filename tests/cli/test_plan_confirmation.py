@@ -8,6 +8,7 @@ from pathlib import Path
 from sweep.commands.status import PlanReport, confirmation_plan, limits_plan
 from sweep.core.space import TrialConfig
 from sweep.study import load_study
+from sweep.study.model import Study
 from tests.support.studies import write_study
 
 ENV = (("NCCL_PROTO", "LL"),)
@@ -194,3 +195,86 @@ def test_the_plan_warns_when_one_category_s_file_holds_several(tmp_path: Path) -
         "math_reasoning), all taken as 'code'; to measure them apart, name the file in "
         "[workload] categories_file",
     )
+
+
+def _fleet(tmp_path: Path, name: str, hosts: int, study: str = "") -> Study:
+    tables = "".join(
+        f'\n[[hosts]]\nname = "h{i}"\nserver_port = {31000 + i}\n' for i in range(hosts)
+    )
+    path = write_study(tmp_path, name=name, study=study)
+    text = path.read_text().replace(f'[host]\nworkdir = "{tmp_path / "servers"}"\n', "")
+    path.write_text(text + tables)
+    return load_study(path)
+
+
+def test_a_fleet_s_estimate_counts_its_hosts_in_parallel_each_with_its_baseline(
+    tmp_path: Path,
+) -> None:
+    """Three hosts share the configurations and each measures its own baseline first: 5
+    configurations are 2 launches and a baseline on each (was: 5 launches and a baseline,
+    and a budget of 3 launches called too short for more than 2 configurations)."""
+    from sweep.commands.status import estimate_text
+
+    plain = [TrialConfig(s, 1, s + 1, 8) for s in (1, 2, 3, 4, 5)]
+    study = _fleet(tmp_path, "f", 3, 'budget = "30m"')
+    fleet = PlanReport(tuple(plain), (), (), 600.0, "a guess", workers=3)
+    assert fleet.total_s == 3 * 600.0
+    assert estimate_text(fleet) == (
+        "estimated time: 30 min for 5 trials on 3 hosts in parallel, each measuring its own "
+        "baseline first (about 3 launches each; a guess)"
+    )
+    # 30 min of 600 s: 3 launches on each host, 6 trials after the 3 baselines: enough
+    assert limits_plan(study, fleet) == (
+        "limits: a budget of 30 min (about 3 launches on each of 3 hosts at a guessed 600 s each)"
+    )
+    short = _fleet(tmp_path, "s", 3, 'budget = "10m"')
+    assert limits_plan(short, fleet).endswith(
+        "; the budget fits only each host's baseline: the run would measure no "
+        "configuration (raise the budget)"
+    )
+    some = _fleet(tmp_path, "m", 3, 'budget = "20m"')  # 2 launches each: 3 trials of 5
+    assert limits_plan(some, fleet).endswith(
+        "; fewer launches than the 5 configurations and 3 baselines: the search chooses which "
+        "to launch"
+    )
+    from sweep.commands.status import plan_report
+
+    assert plan_report(study).workers == 3
+    one = PlanReport(tuple(plain), (), (), 600.0, "a guess")
+    assert estimate_text(one) == "estimated time: 1.0 h for 5 trials and a baseline (a guess)"
+
+
+def test_the_plan_shows_the_slurm_job_and_warns_when_its_time_limit_cuts_the_budget(
+    tmp_path: Path,
+) -> None:
+    """A `[slurm]` study's plan shows its pilots, the job's time limit and the time each
+    pilot measures (Slurm stops it 2 min before the limit); a time_limit that leaves less
+    than the budget is warned of, with what to set (was: nothing about [slurm])."""
+    from sweep.commands.status import plan_report, slurm_plan
+
+    def slurm_study(name: str, slurm: str) -> Study:
+        path = write_study(tmp_path, name=name, study='budget = "10m"')
+        text = path.read_text().replace("[host]\n", '[host]\nkind = "slurm"\n')
+        path.write_text(text + f"\n[slurm]\nnodes = 2\n{slurm}\n")
+        return load_study(path)
+
+    cut = slurm_study("cut", 'time_limit = "3m"')
+    line, warning = slurm_plan(cut, now=0.0)
+    assert line == (
+        "slurm: 2 pilots (one node each); time limit 3 min ([slurm] time_limit); Slurm asks each "
+        "pilot to stop 2 min before it, so each measures for at most 1 min"
+    )
+    assert warning == (
+        f"{cut.path}: [slurm] time_limit = 3 min leaves each pilot 1 min (Slurm stops it 2 min "
+        "before the limit), less than the budget's 10 min and the pilots' start: the job is cut "
+        "at the time limit; set time_limit to at least 20 min (or remove it: the budget + 10 min)"
+    )
+    default = slurm_study("default", 'partition = "gpu"')
+    line, warning = slurm_plan(default, now=0.0)
+    assert line == (
+        "slurm: 2 pilots (one node each, partition gpu); time limit 20 min (the run's time + 10 "
+        "min); Slurm asks each pilot to stop 2 min before it, so each measures for at most 18 min"
+    )
+    assert warning is None
+    assert plan_report(cut).workers_are == "pilots"
+    assert slurm_plan(load_study(write_study(tmp_path, name="plain")), now=0.0) == ("", None)

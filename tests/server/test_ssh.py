@@ -3,6 +3,7 @@ a remote `sweep sim` followed to ready and stopped, and a connection dropped mid
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -36,6 +37,10 @@ PARAMS = TrialConfig(num_steps=2, eagle_topk=1, num_draft_tokens=3)
 def target(sshd: Sshd, **options: Any) -> SSHTarget:
     options.setdefault("known_hosts", str(sshd.known_hosts))
     return SSHTarget.parse(sshd.url, key_filename=str(sshd.key), **options)
+
+
+def keyed(sshd: Sshd, key: Path) -> SSHTarget:
+    return SSHTarget.parse(sshd.url, key_filename=str(key), known_hosts=str(sshd.known_hosts))
 
 
 def test_target_parsing() -> None:
@@ -73,6 +78,36 @@ def test_connection_refused_is_retried_with_backoff_then_transient(sshd: Sshd) -
         executor.run(["true"])
     assert caught.value.attempts == 4
     assert sleeps == [0.5, 1.0, 2.0]
+
+    assert "connection refused (NoValidConnectionsError" in str(caught.value)
+
+
+def test_a_key_that_cannot_be_used_is_said_at_once_and_never_retried(
+    sshd: Sshd, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A missing or unreadable private key is not a dropped connection: one error naming the
+    key, no back-off (was: six "SSH attempt N failed" retries, then "transient"); a key the
+    host refuses names the user and the key."""
+    sleeps: list[float] = []
+    clock = Clock(sleep=sleeps.append)
+    for key, detail in ((tmp_path / "missing", "No such file or directory"),
+                        (tmp_path / "garbage", "not a valid")):  # fmt: skip
+        if key.name == "garbage":
+            key.write_text("garbage\n")
+        executor = SSHExecutor(keyed(sshd, key), clock=clock)
+        with pytest.raises(ExecutorError) as caught:
+            executor.run(["true"])
+        assert not isinstance(caught.value, TransientSSHError)
+        assert f"SSH cannot use the private key {key}: {detail}" in str(caught.value)
+    assert sleeps == [] and "SSH attempt" not in caplog.text
+    wrong = tmp_path / "wrong_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True)
+    with pytest.raises(ExecutorError) as caught:
+        SSHExecutor(keyed(sshd, wrong), clock=clock).run(["true"])
+    assert str(caught.value) == (
+        f"{sshd.user}@127.0.0.1:{sshd.port}: SSH authentication failed (user {sshd.user}, "
+        f"key {wrong}): Authentication failed."
+    )
 
 
 def dropping_factory(dropped: list[str]) -> Any:

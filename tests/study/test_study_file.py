@@ -184,3 +184,40 @@ def test_the_objective_is_described_as_it_is_maximised() -> None:
     assert "1 (weight 0.5), 8 (weight 0.3), 32 (weight 0.2)" in weighted
     mix = load_study(root / "workload-sim.toml").objective.describe()
     assert "averaged over the traffic mix" in mix and "categories code, math" in mix
+
+
+def _hosts(*tables: str) -> str:
+    return GOOD + "".join(f"\n[[hosts]]\n{table}\n" for table in tables)
+
+
+SSH_HOST = 'kind = "ssh"\naddress = "{address}"\nport = {port}\nname = "{name}"\n'
+
+
+def test_two_hosts_on_one_machine_with_one_server_port_are_refused() -> None:
+    """Two SSH hosts at one address and SSH port (the loopback names are one address) whose
+    servers would share a port measure and stop each other's server: the loader refuses
+    them, naming the file, both hosts, the machine, the port, and what to set."""
+    one = SSH_HOST.format(address="127.0.0.1", port=22801, name="gpu-1")
+    two = SSH_HOST.format(address="localhost", port=22801, name="gpu-2")
+    with pytest.raises(StudyFileError) as err:
+        parse_study(_hosts(one, two), "/s/fleet.toml")
+    assert str(err.value) == (
+        '/s/fleet.toml: [[hosts]] name = "gpu-1" and name = "gpu-2" are one machine '
+        "(127.0.0.1, SSH port 22801) and would both start their server on port 30000 "
+        "([engine] port, and the workdir /tmp/sweep-servers): each would measure and stop the "
+        'other\'s server; give each its own port, e.g. server_port = 30001 under name = "gpu-2"'
+    )
+    # the same explicit server_port, other workdirs: still one port
+    with pytest.raises(StudyFileError, match="on port 31000 \\(their server_port\\)"):
+        parse_study(
+            _hosts(one + "server_port = 31000\nworkdir = '/a'",
+                   two + "server_port = 31000\nworkdir = '/b'"),
+            "/s/fleet.toml",
+        )  # fmt: skip
+    # each its own server port; or another SSH port (another machine behind one address)
+    assert len(parse_study(_hosts(one, two + "server_port = 30001"), "/s/f.toml").hosts) == 2
+    other = SSH_HOST.format(address="127.0.0.1", port=22802, name="gpu-2")
+    assert len(parse_study(_hosts(one, other), "/s/f.toml").hosts) == 2
+    # local hosts may be machines of their own (each with its `sweep worker`): not refused here
+    local = parse_study(_hosts('name = "a"', 'name = "b"'), "/s/f.toml")
+    assert [h.name for h in local.hosts] == ["a", "b"]

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import logging
 import os
 import shlex
 import signal
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -375,32 +377,72 @@ class SSHExecutor(Executor):
             try:
                 return operation(self._connection)
             except (paramiko.AuthenticationException, paramiko.BadHostKeyException) as exc:
-                raise ExecutorError(self.host, f"SSH authentication failed: {exc}") from exc
+                raise ExecutorError(
+                    self.host, f"SSH authentication failed ({self._credentials()}): {exc}"
+                ) from exc
             except TRANSIENT_ERRORS as exc:
-                _raise_if_permanent(self.host, exc)
+                _raise_if_permanent(self.host, self.target, exc)
                 last = exc
                 self._reconnect_after(attempt, exc)
         raise TransientSSHError(self.host, f"SSH failed: {_describe(last)}", self.retry.attempts)
 
+    def _credentials(self) -> str:
+        """Who logged in and with which key, for an authentication failure."""
+        user = self._connection.user
+        if self.target.key_filename:
+            return f"user {user}, key {self.target.key_filename}"
+        return f"user {user}, keys from the SSH config, the agent and ~/.ssh"
+
     def _reconnect_after(self, attempt: int, exc: BaseException) -> None:
-        logger.warning("%s: SSH attempt %d failed (%s)", self.host, attempt, _describe(exc))
+        last = attempt >= self.retry.attempts
+        if not last:  # the last failure is the error raised: said once
+            logger.warning("%s: SSH attempt %d failed (%s)", self.host, attempt, _describe(exc))
         with contextlib.suppress(*TRANSIENT_ERRORS):
             self._connection.close()
-        if attempt < self.retry.attempts:
+        if not last:
             self.clock.sleep(self.retry.delay(attempt))
         self._connection = self._factory(self.target)
         self._owner = None  # a new connection has a new sshd process on the host
         self._owner_stale = bool(self._records)
 
 
-def _raise_if_permanent(host: str, exc: BaseException) -> None:
+def _raise_if_permanent(host: str, target: SSHTarget, exc: BaseException) -> None:
+    """A failure no retry can cure: an unknown host key, a private key that cannot be read."""
     if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
         raise ExecutorError(
             host,
             f"{exc}: the host key is unknown; add it (ssh-keyscan HOST >> ~/.ssh/known_hosts) "
             "or turn host-key checking off for a throwaway host",
         ) from exc
+    key = target.key_filename
+    unreadable = isinstance(exc, OSError) and exc.filename == key and exc.filename is not None
+    invalid = isinstance(exc, paramiko.SSHException) and "private key" in str(exc)
+    if key and (unreadable or invalid):
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ExecutorError(host, f"SSH cannot use the private key {key}: {detail}") from exc
 
 
 def _describe(exc: BaseException | None) -> str:
-    return f"{type(exc).__name__}: {exc}" if exc is not None else "no attempt made"
+    """The cause in words, then the exception: ``connection refused (NoValidConnectionsError:
+    …)``."""
+    if exc is None:
+        return "no attempt made"
+    raw = f"{type(exc).__name__}: {exc}"
+    cause = _cause(exc)
+    return f"{cause} ({raw})" if cause else raw
+
+
+def _cause(exc: BaseException) -> str:
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        errors = {getattr(e, "errno", None) for e in exc.errors.values()}
+        refused = errno.ECONNREFUSED in errors or "Unable to connect" in str(exc)
+        return "connection refused" if refused else ""
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "the host name cannot be resolved"
+    if isinstance(exc, TimeoutError | invoke.exceptions.CommandTimedOut):
+        return "timed out"
+    if isinstance(exc, paramiko.SSHException) and "banner" in str(exc):
+        return "no SSH server answered (timed out waiting for its banner)"
+    return ""
