@@ -9,6 +9,7 @@ and returned as a :class:`Launch` for :mod:`sweep.loop.attempt`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
@@ -80,9 +81,23 @@ def propose(run: RunContext, seen: History) -> Proposal:
     trials = run.stores.trials
     if run.idle_proposals >= MAX_IDLE_PROPOSALS:
         busy = run.sharing.busy_keys(trials, run.stores.claims) | set(ruled_out(run))
-        enqueue_unmeasured(trials, run.study, run.valid, seen.settled, run.picker, busy)
+        enqueue_unmeasured(trials, run.study, run.valid, seen.settled, _chooser(run), busy)
         run.idle_proposals = 0
     return _proposal(run, seen, run.ask(trials, proposal=True))
+
+
+def _chooser(run: RunContext) -> Callable[[list[str]], str]:
+    """How the fallback picks the unmeasured configuration it queues: the sampler's
+    preference when it proposes whole configurations (the physics sampler's most promising
+    by its model, not an arbitrary one), else a seeded random one."""
+    trials = run.stores.trials
+    sampler = trials.sampler
+
+    def choose(keys: list[str]) -> str:
+        pick = sampler.preferred(trials, keys) if isinstance(sampler, ConfigSampler) else None
+        return pick if pick is not None else run.picker.choice(keys)
+
+    return choose
 
 
 def abandon(run: RunContext, why: BaseException) -> None:

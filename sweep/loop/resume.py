@@ -25,6 +25,7 @@ from sweep.store.db import trial_handle
 from sweep.study.model import Study
 
 Once = Callable[[str], bool]  # True for exactly one caller per study and marker
+Choose = Callable[[list[str]], str]  # one of the keys given
 
 
 def requeue_unfinished(optuna_study: optuna.Study, study: Study, host: str,
@@ -91,13 +92,14 @@ def enqueue_grid(optuna_study: optuna.Study, study: Study, valid: Mapping[str, T
 
 
 def enqueue_unmeasured(optuna_study: optuna.Study, study: Study, valid: Mapping[str, TrialConfig],
-                       records: Mapping[str, TrialRecord], picker: random.Random,
+                       records: Mapping[str, TrialRecord], choose: Choose,
                        busy: Collection[str] = ()) -> None:  # fmt: skip
     """The sampler keeps proposing known points: queue an unmeasured one instead (not one
-    another worker is measuring right now, ``busy``)."""
-    todo = [c for k, c in valid.items() if k not in records and k not in busy]
+    another worker is measuring right now, ``busy``), the one ``choose`` picks from their
+    keys (sorted)."""
+    todo = sorted(k for k in valid if k not in records and k not in busy)
     if todo:
-        optuna_study.enqueue_trial(params_of(picker.choice(todo), study))
+        optuna_study.enqueue_trial(params_of(valid[choose(todo)], study))
 
 
 def _digest(keys: list[str]) -> str:

@@ -247,7 +247,7 @@ def run_context(
     rules = rules_for(study)  # the engine adapter's validity rules
     trials = open_study(
         study,
-        sampler_for(study, rules),
+        sampler_for(study, rules, relaunch=sharing.alone),  # a fleet's confirmation relaunches
         storage_url=options.storage_url,
         heartbeat=sharing.heartbeat(on_stale),
         record=False,  # recorded once the run holds the study's lease (phases.Prepare)

@@ -8,7 +8,7 @@ alone). Its samplers are in :mod:`sweep.search.samplers` and :mod:`sweep.search.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,13 @@ class ConfigSampler(BaseSampler):
         pick = self.uniform(pool or self.candidates)
         self.repeat = pick.key in history.measured
         return pick
+
+    def preferred(self, study: Study, keys: Collection[str]) -> str | None:
+        """Of ``keys`` (untried configurations), the one to queue when proposals keep
+        launching nothing (the loop's fallback): uniform here, a guided sampler's most
+        promising; None when none is a candidate."""
+        pool = sorted(k for k in keys if k in self.index)
+        return pool[int(self.rng.integers(len(pool)))] if pool else None
 
     def uniform(self, pool: Sequence[Candidate]) -> Candidate:
         return pool[int(self.rng.integers(len(pool)))]

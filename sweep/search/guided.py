@@ -11,7 +11,9 @@ Infeasible, running, queued and failed configurations are never proposed. When n
 configuration is plausible (:meth:`PhysicsSampler.exhausted`), it relaunches the leader or
 its strongest challenger, whichever is less certain, and marks the trial
 ``sweep.search.replicate`` so the loop launches it; once :func:`~sweep.search.confirm.decide`
-is confident, it explores the most promising untried configuration instead
+is confident, or when relaunches are not the search's to make (``relaunch=False``: a worker of
+a shared study, where the fleet's confirmation relaunches and the loop would only answer the
+pick from storage), it explores the most promising untried configuration instead
 (:mod:`sweep.search.stopping`).
 
 The first proposal is the configuration the priors alone predict best. While the fit cannot
@@ -28,7 +30,7 @@ See docs/search.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,6 +66,8 @@ class PhysicsSampler(ConfigSampler):
         accept_sd: relative sd of a measured accept length.
         accept_length_attr: the user attribute holding a trial's measured accept length.
         stderr_attr: the user attribute holding a launch's within-launch standard error.
+        relaunch: whether the search may relaunch a measured configuration (False for a
+            worker of a shared study: it then explores the most promising untried one).
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class PhysicsSampler(ConfigSampler):
         accept_sd: float = 0.01,
         accept_length_attr: str = ACCEPT_LENGTH_ATTR,
         stderr_attr: str = STDERR_ATTR,
+        relaunch: bool = True,
     ) -> None:
         super().__init__(candidates, seed=seed)
         self.kappa = kappa
@@ -87,6 +92,7 @@ class PhysicsSampler(ConfigSampler):
         self.accept_sd = accept_sd
         self.accept_length_attr = accept_length_attr
         self.stderr_attr = stderr_attr
+        self.relaunch = relaunch
         self.design = costmodel.design(self.candidates)
         self.last_theta: np.ndarray | None = None
         self.features = space_filling.features(self.candidates)
@@ -222,12 +228,30 @@ class PhysicsSampler(ConfigSampler):
 
     def _replicate(self, history: History, untried: list[Candidate]) -> Candidate:
         """Nothing untried can win: relaunch the leader or its strongest challenger
-        (:func:`sweep.search.stopping.relaunch`), or, when the winner is already clear,
-        explore the most promising untried configuration."""
+        (:func:`sweep.search.stopping.relaunch`), or, when the winner is already clear or
+        the search may not relaunch (a worker of a shared study, whose loop would answer a
+        measured pick from storage, again each time: a flood of duplicates), explore the
+        most promising untried configuration."""
+        if not self.relaunch and untried and self._last is not None:
+            return self._best(untried, *self._last)
         key, decided = stopping.relaunch(history, self._holdout(history))
         if decided and untried and self._last is not None:
             return self._best(untried, *self._last)
         return self.candidates[self.index[key]]
+
+    def preferred(self, study: Study, keys: Collection[str]) -> str | None:
+        """Of ``keys``, the one the model finds most promising (the highest ``μ + κσ``,
+        fitted to everything measured); None when none is a candidate."""
+        rows = sorted(self.index[k] for k in keys if k in self.index)
+        if not rows:
+            return None
+        history = self.history(study)
+        if not history.eligible():  # nothing to fit: the priors' order
+            mean = costmodel.log_throughput(self.fit(History()).theta, self.design)
+            return self.candidates[max(rows, key=lambda i: mean[i])].key
+        _, mean, sd = self.predict(history)
+        upper = mean + self.kappa * sd * self.surprise(study, history)
+        return self.candidates[max(rows, key=lambda i: upper[i])].key
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:
         super().annotate(study, trial, pick)

@@ -46,13 +46,14 @@ def asks_relaunch(study: Study, trial: Trial) -> bool:
     return bool(system_attrs(study, trial).get(REPLICATE_ATTR))
 
 
-def sampler_for(study: StudyFile, rules: Rules) -> BaseSampler:
+def sampler_for(study: StudyFile, rules: Rules, *, relaunch: bool = True) -> BaseSampler:
     """The study's sampler: the cost-model-guided one (``physics``, the default; see
     docs/search.md), TPE or random search over the configurations ``rules`` leave valid;
     grid and brute force enqueue every valid configuration and use a seeded random sampler
-    only to break ties (see :mod:`sweep.loop.runner`)."""
+    only to break ties (see :mod:`sweep.loop.runner`). ``relaunch``: whether the search
+    may relaunch a measured configuration (not on a shared study, whose confirmation does)."""
     if study.sampler == "tpe":
         return TPESampler(seed=study.seed, n_startup_trials=5)
     if study.sampler == "physics":
-        return PhysicsSampler(candidates_for(study, rules), seed=study.seed)
+        return PhysicsSampler(candidates_for(study, rules), seed=study.seed, relaunch=relaunch)
     return RandomSampler(seed=study.seed)

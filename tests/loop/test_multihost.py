@@ -33,6 +33,7 @@ from sweep.study import load_study
 from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
 from tests.support.procs import group_members, kill_group, server_groups, stop_fleet, wait_until
+from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.sshd import Sshd
 from tests.support.studies import flag
 
@@ -119,12 +120,16 @@ def test_three_hosts_measure_every_configuration_exactly_once(
     assert status.best is not None and status.best.host in ("a", "b", "c")
 
 
-def worker_process(path: Path, host: str, log: Path) -> subprocess.Popen[bytes]:
+def worker_process(
+    path: Path, host: str, log: Path, speed: str | None = None
+) -> subprocess.Popen[bytes]:
+    """``sweep worker`` for ``host``; ``speed``: its simulated servers' ``SWEEP_SIM_SPEED``."""
     argv = [sys.executable, "-m", "sweep", "worker", str(path), "--host", host,
             "--heartbeat", "1", "--grace", "3"]  # fmt: skip
+    env = {**os.environ, **({"SWEEP_SIM_SPEED": speed} if speed else {})}
     with log.open("wb") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, env=env)  # fmt: skip
 
 
 def running_trial(path: Path, host: str) -> optuna.trial.FrozenTrial | None:
@@ -205,6 +210,35 @@ def test_a_worker_killed_before_its_first_heartbeat_holds_up_no_configuration(
     assert measured_keys(path) == Counter({c.key(): 1 for c in plan(study, rules_for(study)).valid})
     assert summary.stop_reason != "out of time", board.getvalue()
     assert f"trial {orphan.number} on ?: its worker stopped" in board.getvalue()
+
+
+def test_a_physics_fleet_proposes_no_measured_configuration(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    # two workers, b 5 % slower, the physics sampler on steps 1–8 and a 2 s model load: a
+    # worker that finished while the other still measured asked for a relaunch, which a
+    # shared study answers from storage: 8–19 "duplicate" rows in a row (20 then forced a
+    # launch of an arbitrary configuration)
+    space = "num_steps = [1, 2, 3, 4, 5, 6, 7, 8]"
+    path = shared_study(tmp_path, postgres.new_database(), sampler="physics", space=space,
+                        names=("a", "b"))  # fmt: skip
+    profile = write_profile(tmp_path, "[startup]\nload_s = 2.0\n[noise]\nlaunch_cv = 0.02\n")
+    path.write_text(path.read_text().replace(FAST_PROFILE, profile))
+    quiet_optuna()
+    open_study(load_study(path), None)  # the schema once, as `sweep run` does
+    speeds = {"a": "1.0", "b": "0.95"}
+    procs = {h: worker_process(path, h, tmp_path / f"{h}.log", speeds[h]) for h in speeds}
+    try:
+        for host, proc in procs.items():
+            assert proc.wait(timeout=300) == 0, (tmp_path / f"{host}.log").read_text()
+    finally:
+        stop_fleet(procs, tmp_path)
+    kinds = Counter(t.user_attrs.get(ATTR.KIND) for t in all_trials(path))
+    assert kinds["duplicate"] == 0, kinds
+    assert kinds["in_flight"] <= kinds["trial"], kinds  # a race of two proposals, no flood
+    assert set(measured_keys(path).values()) == {1}  # each configuration measured once
+    logs = "".join((tmp_path / f"{h}.log").read_text() for h in speeds)
+    assert logs.count("the search converged") == 2, logs
 
 
 def test_sqlite_with_several_hosts_is_refused(tmp_path: Path) -> None:

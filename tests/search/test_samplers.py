@@ -196,3 +196,31 @@ def test_the_physics_sampler_is_the_default() -> None:
         sampler_for(unset, rules_for(unset)), PhysicsSampler
     )
     assert isinstance(sampler_for(small("tpe"), rules_for(unset)), optuna.samplers.TPESampler)
+
+
+def test_a_worker_of_a_shared_study_explores_instead_of_relaunching() -> None:
+    # on a shared study the loop answers a relaunch from storage (the fleet's confirmation
+    # relaunches), so a sampler that asked for one got "duplicate" twenty times in a row
+    spec = small()
+    candidates = valid_candidates(spec)
+    values = {c.key: truth("default", c) for c in candidates}
+    solo = optuna.create_study(direction="maximize", sampler=PhysicsSampler(candidates))
+    keys: list[str] = []
+    for _ in range(len(candidates)):
+        keys.append(measure_next(solo, spec, values))
+        if keys[-1] in keys[:-1]:
+            break
+    assert keys[-1] in keys[:-1], "the solo search relaunched a contender"
+    sampler = PhysicsSampler(candidates, relaunch=False)
+    shared = optuna.create_study(direction="maximize", sampler=sampler)
+    shared.add_trials(solo.trials[:-1])  # the launches before that relaunch
+    measured = set(keys[:-1])
+    untried = {c.key for c in candidates} - measured
+    first = shared.ask()  # the most promising untried: another worker measures it
+    elsewhere = rules_for(spec).resolve(suggest(first, spec)).key()
+    first.set_user_attr(ATTR.KIND, "trial")
+    first.set_user_attr(ATTR.KEY, elsewhere)
+    assert elsewhere in untried and elsewhere == sampler.preferred(shared, untried)
+    picks = [measure_next(shared, spec, values) for _ in range(3)]
+    assert not set(picks) & (measured | {elsewhere})  # never measured, never running
+    assert len(set(picks)) == 3

@@ -20,11 +20,12 @@ def run_context(
     tmp_path: Path,
     *,
     study: str = 'sampler = "grid"',
+    space: str = "num_steps = [1, 2, 3]",
     shared: SharedOptions | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> RunContext:
     """The context ``sweep run`` builds, with a measurement of 100 for every launch."""
-    loaded = load_study(write_study(tmp_path, study=study))
+    loaded = load_study(write_study(tmp_path, study=study, space=space))
     options = RunOptions(clock=clock, shared=shared)
     display = Display(io.StringIO(), live=False)
     return wiring.run_context(
