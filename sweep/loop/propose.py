@@ -116,7 +116,7 @@ def abandon(run: RunContext, why: BaseException) -> None:
         if asked.claim:
             run.stores.claims.release(asked.claim, trial.number)
     with contextlib.suppress(Exception):  # a told trial refuses the attribute: nothing done
-        text = "Ctrl-C" if isinstance(why, KeyboardInterrupt) else type(why).__name__
+        text = (str(why) or "Ctrl-C") if isinstance(why, KeyboardInterrupt) else type(why).__name__
         failure = Failure("interrupted", f"{text} before the launch")
         trial.set_user_attr(ATTR.FAILURE, failure.as_dict())
         owner.tell(trial, state=TrialState.FAIL)

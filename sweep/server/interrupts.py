@@ -40,12 +40,12 @@ def signals_deferred() -> Iterator[None]:
         yield
         return
     received: list[int] = []
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.getsignal(s) for s in (*_STOP_SIGNALS, signal.SIGTERM)}
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        if signum == signal.SIGINT and (received or _CTRL_C.count):
+        if signum in _STOP_SIGNALS and (received or _CTRL_C.count):
             _exit_now()  # a second Ctrl-C: the user wants out, now
-        _CTRL_C.count += signum == signal.SIGINT
+        _CTRL_C.count += signum in _STOP_SIGNALS
         received.append(signum)
 
     for s in previous:
@@ -56,7 +56,7 @@ def signals_deferred() -> Iterator[None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if received:
-        raise KeyboardInterrupt(f"signal {signal.Signals(received[0]).name} during stop")
+        raise KeyboardInterrupt(f"{why_stopped(received[0])} during stop")
 
 
 class _CtrlC:
@@ -66,6 +66,10 @@ class _CtrlC:
 
 
 _CTRL_C = _CtrlC()
+_STOP_SIGNALS = tuple(
+    s for s in (signal.SIGINT, getattr(signal, "SIGUSR1", None)) if isinstance(s, signal.Signals)
+)
+"""Signals that stop a run cleanly like Ctrl-C (SIGUSR1: a Slurm pilot's time limit)."""
 EXIT_NOW_MESSAGE = (
     "\nsecond Ctrl-C: exiting at once; a server may still run on the host: the next "
     "`sweep run` reaps it\n"
@@ -79,7 +83,10 @@ def _exit_now() -> None:
 
 @contextlib.contextmanager
 def second_ctrl_c_exits() -> Iterator[None]:
-    """The first Ctrl-C raises KeyboardInterrupt (a clean stop); the second exits at once."""
+    """The first Ctrl-C raises KeyboardInterrupt (a clean stop); the second exits at once.
+
+    SIGUSR1 (a Slurm pilot's time-limit warning, :func:`sweep.study.slurm.build_script`)
+    stops cleanly the same way, saying why."""
     if not _main_thread():
         yield
         return
@@ -88,14 +95,25 @@ def second_ctrl_c_exits() -> Iterator[None]:
         if _CTRL_C.count:
             _exit_now()
         _CTRL_C.count += 1
-        raise KeyboardInterrupt("Ctrl-C")
+        raise KeyboardInterrupt(why_stopped(signum))
 
-    previous = signal.signal(signal.SIGINT, interrupt)
+    previous = {s: signal.signal(s, interrupt) for s in _STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         _CTRL_C.count = 0
+
+
+def why_stopped(signum: int) -> str:
+    """What a stop signal means to the user: ``Ctrl-C``, or the Slurm job's time limit
+    (the pilot's batch script passes Slurm's warning on as SIGUSR1), or the signal's name."""
+    if signum == signal.SIGINT:
+        return "Ctrl-C"
+    if signum == getattr(signal, "SIGUSR1", None):
+        return "the Slurm job's time limit is near (SIGUSR1)"
+    return f"signal {signal.Signals(signum).name}"
 
 
 def _main_thread() -> bool:

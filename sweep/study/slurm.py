@@ -121,8 +121,9 @@ def build_script(
 
     ``worker_argv`` is ``sweep worker STUDY ...`` without ``--host`` and ``--summary-json``,
     which each task adds (its node's name; its own summary file). The worker runs in the
-    background so the script can forward Slurm's SIGINT (``scancel --batch --signal=INT``,
-    the time-limit warning) to it alone; the script then writes the worker's exit code,
+    background so the script can forward Slurm's signals to it alone — SIGINT
+    (``scancel --batch --signal=INT``: Ctrl-C on ``sweep run``) and SIGUSR1 (the time-limit
+    warning, so the worker can say which ended it); the script then writes the worker's exit code,
     which tells a finished task from a killed one without accounting.
     """
     directives = [
@@ -131,7 +132,7 @@ def build_script(
         "--nodes=1",
         "--ntasks=1",
         f"--output={task_file(folder, 'log')}",
-        f"--signal=B:INT@{WARN_BEFORE_END_S}",
+        f"--signal=B:USR1@{WARN_BEFORE_END_S}",
     ]
     for flag, value in (
         ("partition", spec.partition),
@@ -160,7 +161,8 @@ def build_script(
         "set -m  # the worker gets SIGINT (a background job of a script would ignore it)",
         f'{command} --host "$host" --summary-json "{summary}" &',
         "worker=$!",
-        "trap 'kill -INT $worker 2>/dev/null' INT  # Ctrl-C on `sweep run`, the time limit",
+        "trap 'kill -INT $worker 2>/dev/null' INT  # Ctrl-C on `sweep run`",
+        "trap 'kill -USR1 $worker 2>/dev/null' USR1  # the time limit is near",
         "trap ':' TERM  # scancel signals every process itself; just outlive the worker",
         "code=0",
         'while kill -0 "$worker" 2>/dev/null; do wait "$worker"; code=$?; done',

@@ -215,6 +215,44 @@ def test_ctrl_c_leaves_no_job_and_no_server(
 
 
 @pytest.mark.slow
+def test_the_time_limit_warning_stops_the_pilots_cleanly_and_says_so(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    """Slurm's warning before the time limit (`--signal=B:USR1@120`, sent to the batch
+    script as `scancel --batch` does) used to reach the worker as SIGINT: its trial said
+    "interrupted: Ctrl-C". It now stops the pilot as cleanly and names the time limit."""
+    path = with_schema(slurm_study(tmp_path, postgres.new_database(), output_len=400))
+    assert "#SBATCH --signal=B:USR1@120" in build_script(
+        SlurmSpec(), job_name="j", folder="/f", worker_argv=["w"], time_limit=None
+    )
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sweep", "run", str(path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: measuring(path, tmp_path), timeout=90, what="a trial measuring")
+        job = slurm.queue()[0].split()[0].split("_")[0]
+        slurm.run("scancel", "--batch", "--signal=USR1", job)  # what Slurm does at @120
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc.pid)
+            proc.wait()
+    assert slurm.queue() == []
+    assert servers_left(tmp_path) == []
+    failed = [t for t in trials(path) if t.state is TrialState.FAIL]
+    assert failed, log.read_text()
+    for t in failed:
+        failure = t.user_attrs[ATTR.FAILURE]
+        assert failure["kind"] == "interrupted", failure
+        assert "time limit" in failure["message"] and "Ctrl-C" not in failure["message"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["KILL", "cancel"])
 def test_a_cancelled_pilot_s_trial_is_measured_by_the_other(
     tmp_path: Path, postgres: Postgres, slurm: Slurm, how: str
