@@ -101,6 +101,13 @@ configuration. The run stops at once, without retries, and the configuration is 
 (the next run tries it again); ``sweep.core.policy.FATAL_KINDS`` holds their values."""
 
 
+HOST_FAULTS = STOPS_RUN | {FailureKind.GPU_BUSY}
+"""Kinds that are the host's fault, not the configuration's: a configuration failed by one is
+never settled (the search and the next run may try it again). ``gpu_busy`` does not stop the
+run at once — memory an earlier server left may still be freeing — but its retries count in
+the failure streak, which does."""
+
+
 def at_phase(kind: FailureKind, phase: Phase) -> FailureKind:
     """The kind a diagnosis means at the phase the server actually reached.
 

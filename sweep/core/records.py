@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from sweep.core.space import TrialConfig
-from sweep.failures import STOPS_RUN
+from sweep.failures import HOST_FAULTS
 from sweep.redact import redact_command, redact_data, redact_env, redact_text
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def parse_trial_label(label: str) -> tuple[bool, int] | None:
 
 # Failure kinds after which a configuration runs again (nothing wrong with it).
 REQUEUED_KINDS = frozenset({"interrupted", "orchestrator_died", "runner_died"})
-_STOPS_RUN = frozenset(str(kind) for kind in STOPS_RUN)  # the host's faults, not the config's
+_HOST_FAULTS = frozenset(str(kind) for kind in HOST_FAULTS)  # the host's, not the config's
 
 
 def feasible(constraints: Mapping[str, float] | Sequence[float] | None) -> bool:
@@ -372,11 +372,11 @@ class TrialRecord:
     @property
     def settles(self) -> bool:
         """The configuration needs no further search launch: measured, infeasible or failed
-        (not by a fault of the host that stops the run, :data:`sweep.failures.STOPS_RUN`:
-        the next run tries it again)."""
+        (not by a fault of the host, :data:`sweep.failures.HOST_FAULTS`: the next launch or
+        run tries it again)."""
         if self.kind is not Kind.TRIAL:
             return False
-        if self.failure is not None and self.failure.kind in _STOPS_RUN:
+        if self.failure is not None and self.failure.kind in _HOST_FAULTS:
             return False
         return self.state in (State.MEASURED, State.INFEASIBLE) or self.failed_for_good
 

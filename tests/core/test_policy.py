@@ -191,6 +191,18 @@ def test_a_port_held_by_a_foreign_process_stops_at_once_and_settles_nothing() ->
     assert not policy.started_no_server(dataclasses.replace(held, failure=bind))
 
 
+def test_gpus_held_by_another_process_are_retried_and_settle_nothing() -> None:
+    """Another process holding the GPUs is the host's fault too: the configuration was
+    marked failed for the night; it stays open (retried, and the streak stops the run)."""
+    busy = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL", key=C1.key(), config=C1,
+                       failure=Failure("gpu_busy", "GPU memory in use [70000] MiB",
+                                       phase="preflight"))  # fmt: skip
+    assert policy.should_retry(Failed(busy), attempt=1, transient_retries=3)
+    assert policy.settled([busy]) == {}
+    five = [attempts(1, dataclasses.replace(busy, started=float(i))) for i in range(5)]
+    assert "5 launches in a row failed" in policy.failure_streak_stop(five, 5)
+
+
 def test_a_port_owned_by_another_live_run_stops_at_once_without_retries() -> None:
     owned = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL",
                         failure=Failure("port_owned", "owned by live run pid 7"))  # fmt: skip
