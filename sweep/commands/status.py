@@ -31,6 +31,7 @@ from sweep.engines import rules_for
 from sweep.engines.flags import FlagTable
 from sweep.engines.sglang_rules import BUILT_IN_ALGORITHMS, NO_ALGORITHM
 from sweep.exceptions import StorageError, SweepError
+from sweep.failures import HOST_FAULTS
 from sweep.loop import wiring
 from sweep.search import answer
 from sweep.server.engine_check import gate_study, stderr_progress
@@ -133,6 +134,8 @@ def _row(r: TrialRecord, study: Study, earlier: bool = False) -> TrialRow:
     reason = (r.failure.kind if r.failure else "") or (r.excluded or "")
     if r.kind is Kind.DUPLICATE:
         reason = f"same as trial {r.duplicate_of}"
+    if r.kind is Kind.TRIAL and r.failure and r.failure.kind in HOST_FAULTS:
+        reason += " (the host's fault: tried again)"  # the configuration is not settled
     if any("the figure is imprecise" in w for w in r.warnings):  # stopped on a cap, far off
         reason = ", ".join(x for x in (reason, "imprecise") if x)
     if earlier:

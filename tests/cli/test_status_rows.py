@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.commands.status import _row
-from sweep.core.records import Kind, TrialRecord, launch_name, log_stem, parse_trial_label
+from sweep.core.records import Failure, Kind, TrialRecord, launch_name, log_stem, parse_trial_label
 from sweep.study import load_study
 from tests.support.frames import Synth, chain_configs
 from tests.support.frames import write_study as write_synth
@@ -65,3 +65,15 @@ def test_trials_from_several_nodes_get_a_host_column_and_the_baseline_its_host(
     assert "host" in header
     assert "vm-0" in result.output and "vm-1" in result.output
     assert re.search(r"baseline \(b\d+ on vm-[01]\):", result.output), result.output
+
+
+def test_a_trial_failed_by_the_host_says_it_will_be_tried_again(tmp_path: Path) -> None:
+    """A foreign process on the port (`port_held`) or on the GPUs (`gpu_busy`) settles
+    nothing: the row said only "failed" and the kind."""
+    study = load_study(write_study(tmp_path))
+    held = TrialRecord(number=5, kind=Kind.TRIAL, optuna_state="FAIL",
+                       failure=Failure("port_held", "held by pid 7"))  # fmt: skip
+    assert _row(held, study).failure == "port_held (the host's fault: tried again)"
+    oom = TrialRecord(number=6, kind=Kind.TRIAL, optuna_state="FAIL",
+                      failure=Failure("out_of_memory", "CUDA out of memory"))  # fmt: skip
+    assert _row(oom, study).failure == "out_of_memory"
