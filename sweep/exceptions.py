@@ -14,6 +14,7 @@ escaping is a bug. The tree::
     ├── ServerFailure          a launched server failed: kind, exit code, phase, log tail
     ├── BenchmarkError         a benchmark run went bad: reason, partial figures kept
     ├── StorageError           the study database cannot be opened or written
+    │   ├── StorageUnreachable the database stayed unreachable past [study] storage_retry
     │   └── StudyBusy          another live run holds the study (its lease)
     ├── WorkerFailed           a worker of a multi-host run ended with an error
     ├── ScheduleError          no per-concurrency schedule can be made from what was measured
@@ -246,6 +247,21 @@ class BenchmarkError(SweepError):
 
 class StorageError(SweepError):
     """The study database cannot be opened or written."""
+
+
+class StorageUnreachable(StorageError):
+    """The database stayed unreachable (connection refused or lost, shutting down, locked)
+    for as long as storage calls retry (``[study] storage_retry``).
+
+    Attributes:
+        problem: what the database (or its driver) last said, redacted.
+        waited_s: how long the call retried.
+    """
+
+    def __init__(self, message: str, *, problem: str, waited_s: float) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.waited_s = waited_s
 
 
 class StudyBusy(StorageError):

@@ -69,6 +69,19 @@ def postgres() -> Iterator[Postgres]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def restartable_postgres() -> Iterator[Postgres]:
+    """A second throwaway cluster, for the tests that stop and start it (a database restart
+    in the middle of a run) without disturbing the tests sharing :func:`postgres`."""
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-pg-restart-")))
+        try:
+            cluster = stack.enter_context(throwaway_postgres(folder))
+        except PostgresUnavailable as exc:
+            skip_or_fail(str(exc))
+        yield cluster
+
+
 # --- Slurm (issue 25) ----------------------------------------------------------------------------
 
 from tests.support.slurm import Slurm, SlurmUnavailable, throwaway_slurm  # noqa: E402

@@ -15,6 +15,7 @@ from optuna.trial import Trial
 
 from sweep import exceptions
 from sweep.bench.result import BenchmarkResult
+from sweep.bench.stored import result_figures
 from sweep.core import policy
 from sweep.core import speedup as speedups
 from sweep.core.policy import Failed, Interrupted, Outcome
@@ -25,7 +26,7 @@ from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.measure import Measurer, Rig, SaveSamples, failure_of, start_record
 from sweep.loop.propose import Launch
-from sweep.loop.tell import tell_launch, tell_skipped
+from sweep.loop.tell import tell_launch, tell_skipped, unstored
 from sweep.store import save_samples, write_record
 
 
@@ -51,7 +52,7 @@ def attempt(run: RunContext, launch: Launch, seen: History, *, retry: bool = Tru
         run.display.trial_started(_index(run, seen, launch), f"#{trial.number} {config.label()}")
         run.notifier.progress()
         baselines = speedups.baseline_values(seen.baselines, run.study.objective.metric)
-        save = saver(run.stores.url, owner.study_name, trial.number)
+        save = saver(run.stores.url, owner.study_name, trial.number, start)
 
         limit = run.limits().stop_after_failures
         try:
@@ -68,6 +69,8 @@ def attempt(run: RunContext, launch: Launch, seen: History, *, retry: bool = Tru
                 ),
                 max_attempts=policy.attempts_left(run.launches, limit) if retry else 1,
             )
+        except exceptions.StorageError:
+            raise  # the database stayed unreachable: recording the failure would wait again
         except exceptions.SweepError as error:
             failed = dataclasses.replace(
                 start, failure=failure_of(error), finished=run.clock.wall()
@@ -142,12 +145,20 @@ def with_retries(
         write_record(trial, start)
 
 
-def saver(storage: str, study_name: str, trial_number: int) -> SaveSamples:
-    """Store a benchmark's raw samples under the trial."""
+def saver(
+    storage: str, study_name: str, trial_number: int, start: TrialRecord | None = None
+) -> SaveSamples:
+    """Store a benchmark's raw samples under the trial (``start``: the trial's record, named
+    with its figures when they cannot be stored)."""
 
     def save(result: BenchmarkResult) -> None:
         rows = [(level.concurrency, r) for level in result.levels for r in level.requests]
-        save_samples(storage, study_name, trial_number, rows)
+        try:
+            save_samples(storage, study_name, trial_number, rows)
+        except exceptions.StorageError as exc:  # what was measured goes with the error
+            figures = tuple(result_figures(result))
+            measured = dataclasses.replace(start or TrialRecord(), levels=figures)
+            raise exceptions.StorageError(unstored(str(exc), trial_number, measured)) from exc
 
     return save
 

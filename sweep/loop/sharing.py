@@ -19,7 +19,7 @@ from sweep.clock import Clock
 from sweep.core.records import TrialRecord
 from sweep.loop.progress import Display
 from sweep.loop.worker import Orphans, SharedOptions, beating, heartbeat_for, reap_stale
-from sweep.store import Heartbeat, read_records
+from sweep.store import Heartbeat, read_records, recovering
 from sweep.store.claims import Claims, Lease
 
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
@@ -81,6 +81,8 @@ class Shared(Sharing):
         return beating(trial, self.options.heartbeat_s)
 
     def reap(self, *studies: optuna.Study) -> None:
+        if recovering(self.options.grace_s):  # no worker could record a heartbeat meanwhile
+            return
         for study in studies:
             reap_stale(study)
             self.orphans.reap(study)

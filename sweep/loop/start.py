@@ -18,7 +18,7 @@ from sweep.loop.slurm import in_allocation, is_slurm, pilot_host, run_slurm
 from sweep.loop.slurm_alloc import run_in_allocation
 from sweep.loop.worker import SharedOptions, find_host, for_host, refuse_unsafe_storage
 from sweep.server.interrupts import second_ctrl_c_exits
-from sweep.store import quiet_optuna, storage_errors
+from sweep.store import Patience, patience, quiet_optuna, storage_errors
 from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import HostSpec, Study
 
@@ -80,6 +80,7 @@ def run_on_host(
     quiet_optuna()
     url = options.storage_url or study.storage
     with (
+        patience(Patience(study.storage_retry_s, display.message)),
         storage_errors(
             url, f"{study.path}: the run stopped (what was stored is kept); cannot write"
         ),

@@ -10,6 +10,7 @@ around it: speedups, counts, the lines shown, proposals that launch nothing.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import optuna
 from optuna.trial import Trial, TrialState
@@ -17,6 +18,7 @@ from optuna.trial import Trial, TrialState
 from sweep.core import speedup as speedups
 from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Failure, Kind, TrialRecord
+from sweep.exceptions import StorageError
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.propose import Told
@@ -34,18 +36,34 @@ def tell(
     relaunched configuration's combined estimate).
     """
     record = outcome.record
-    write_record(trial, record)
-    if isinstance(outcome, Measured):
-        for constraint, violation in record.constraints.items():
-            trial.set_constraint(constraint, violation)
-        trial.set_constraint(FEASIBLE, 0.0)
-        owner.tell(trial, outcome.value if value is None else value)
-    elif isinstance(outcome, Infeasible):
-        trial.set_constraint(FEASIBLE, 1.0)
-        owner.tell(trial, 0.0)
-    else:
-        owner.tell(trial, state=TrialState.FAIL)
+    try:
+        write_record(trial, record)
+        if isinstance(outcome, Measured):
+            for constraint, violation in record.constraints.items():
+                trial.set_constraint(constraint, violation)
+            trial.set_constraint(FEASIBLE, 0.0)
+            owner.tell(trial, outcome.value if value is None else value)
+        elif isinstance(outcome, Infeasible):
+            trial.set_constraint(FEASIBLE, 1.0)
+            owner.tell(trial, 0.0)
+        else:
+            owner.tell(trial, state=TrialState.FAIL)
+    except StorageError as exc:  # waited as long as allowed: what was measured is in the error
+        measured = outcome.value if isinstance(outcome, Measured) else None
+        raise StorageError(unstored(str(exc), trial.number, record, measured)) from exc
     return dataclasses.replace(record, number=trial.number, optuna_state=state_name(outcome))
+
+
+def unstored(error: str, number: int, record: TrialRecord, value: float | None = None) -> str:
+    """The message of a storage error that keeps a finished launch's results: what was
+    measured, in the message itself, so that nothing measured is lost with the run."""
+    config = record.config.label() if record.config else record.key or "?"
+    head = f"{error}; {record.kind.value} #{number} ({config}) finished but was not stored"
+    if value is None and not record.levels:
+        failure = record.failure.kind if record.failure else "no result"
+        return f"{head}: {failure}"
+    shown = f"objective {value:.6g}, " if value is not None else ""
+    return f"{head}: {shown}figures per level {json.dumps(record.levels, default=str)}"
 
 
 def tell_launch(

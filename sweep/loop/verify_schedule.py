@@ -345,7 +345,7 @@ def _verify_one(
     write_record(trial, start)
     rig.display.trial_started(name, f"#{trial.number} {_label(name, schedule, config)}")
 
-    save = saver(storage, owner.study_name, trial.number)
+    save = saver(storage, owner.study_name, trial.number, start)
     outcome = with_retries(measure, rig, trial, config, start, baselines, save)
     record = tell(owner, trial, _checked(outcome, config))
     rig.display.trial_finished(_result_text(record))

@@ -12,7 +12,8 @@ error leaves it as a :class:`sweep.exceptions.StorageError`.
   run's lease (``sweep_claims``);
 * :mod:`~sweep.store.db` — connection settings, heartbeats, Optuna's private API;
 * :mod:`~sweep.store.urls` — storage URLs checked before anything runs;
-* :mod:`~sweep.store.errors` — database errors as one-line messages.
+* :mod:`~sweep.store.errors` — database errors as one-line messages;
+* :mod:`~sweep.store.retry` — a restarting database waited for (bounded), not a failed run.
 
 Importing the package registers both tables (``samples``, ``claims``) on
 :data:`~sweep.store.db.METADATA`, so :func:`~sweep.store.db.ensure_tables` creates both.
@@ -23,6 +24,7 @@ from __future__ import annotations
 from sweep.store.claims import Claims, Lease
 from sweep.store.db import Heartbeat, quiet_optuna
 from sweep.store.errors import STORAGE_PROBLEMS, storage_errors, storage_problem
+from sweep.store.retry import Patience, patience, recovering
 from sweep.store.samples import load_samples, save_samples
 from sweep.store.trials import (
     baseline_study_name,
@@ -51,6 +53,7 @@ __all__ = [
     "Claims",
     "Heartbeat",
     "Lease",
+    "Patience",
     "baseline_study_name",
     "check_storage_url",
     "confirmations",
@@ -59,10 +62,12 @@ __all__ = [
     "fresh_from",
     "load_samples",
     "open_study",
+    "patience",
     "quiet_optuna",
     "rdb_storage",
     "read_records",
     "record_study",
+    "recovering",
     "save_samples",
     "schedule_study_name",
     "sqlite_file",

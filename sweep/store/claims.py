@@ -24,13 +24,16 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import sqlalchemy as sa
 
 from sweep.clock import Clock
 from sweep.exceptions import StorageError, StudyBusy
-from sweep.store.db import METADATA, ensure_tables, sql_engine
+from sweep.store.db import METADATA, ensure_tables, on_connection, sql_engine
 from sweep.store.errors import storage_errors
+
+T = TypeVar("T")
 
 CLAIMS_TABLE = "sweep_claims"
 
@@ -71,6 +74,8 @@ class Claims:
         owner = self.owner(key)
         if owner is None:  # released between the INSERT and the SELECT
             return None if self._insert(key, host, trial_number) else self.owner(key)
+        if owner == trial_number:  # stored, though the answer was lost (and the INSERT retried)
+            return None
         if stale(owner) and self._take_over(key, owner, host, trial_number):
             return None
         return owner
@@ -82,16 +87,14 @@ class Claims:
     def owner(self, key: str) -> int | None:
         """The trial number holding ``key``, if any."""
         query = sa.select(claims_table.c.trial_number).where(self._row(key))
-        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
-            value = conn.execute(query).scalar()
+        value = self._read(lambda conn: conn.execute(query).scalar())
         return None if value is None else int(value)
 
     def held(self) -> dict[str, int]:
         """Every configuration key claimed in this study → its trial number."""
         c = claims_table.c
         query = sa.select(c.key, c.trial_number).where(c.study_name == self.study_name)
-        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
-            rows = conn.execute(query).all()
+        rows = self._read(lambda conn: conn.execute(query).all())
         return {
             str(k): int(n)
             for k, n in rows
@@ -101,8 +104,7 @@ class Claims:
     def age(self, key: str) -> float | None:
         """Seconds since ``key`` was claimed (or taken over); None: not claimed."""
         query = sa.select(claims_table.c.claimed_at).where(self._row(key))
-        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
-            value = conn.execute(query).scalar()
+        value = self._read(lambda conn: conn.execute(query).scalar())
         return None if value is None else max(0.0, time.time() - float(value))
 
     def retag(self, key: str, owner: int, trial_number: int) -> bool:
@@ -123,8 +125,7 @@ class Claims:
         query = sa.select(c.key, c.claimed_at).where(
             c.study_name == self.study_name, c.key.startswith(LEASE_PREFIX)
         )
-        with storage_errors(self.url, "cannot read"), sql_engine(self.url).connect() as conn:
-            rows = conn.execute(query).all()
+        rows = self._read(lambda conn: conn.execute(query).all())
         now = time.time()
         return {str(k)[len(LEASE_PREFIX) :] for k, at in rows if now - float(at) < grace_s}
 
@@ -163,10 +164,15 @@ class Claims:
     def _owned_by(self, trial_number: int) -> sa.ColumnElement[bool]:
         return claims_table.c.trial_number == trial_number
 
+    def _read(self, query: Callable[[sa.Connection], T]) -> T:
+        with storage_errors(self.url, "cannot read"):
+            return on_connection(self.url, query)
+
     def _execute(self, statement: sa.Executable) -> int:
         try:
-            with sql_engine(self.url).begin() as conn:
-                return int(conn.execute(statement).rowcount)
+            return on_connection(
+                self.url, lambda conn: int(conn.execute(statement).rowcount), write=True
+            )
         except sa.exc.IntegrityError:
             raise
         except sa.exc.SQLAlchemyError as exc:
@@ -264,9 +270,7 @@ class Lease:
     def _holder(self) -> tuple[str | None, float]:
         c = claims_table.c
         query = sa.select(c.host, c.claimed_at).where(self.claims._row(self.key))
-        url = self.claims.url
-        with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
-            row = conn.execute(query).first()
+        row = self.claims._read(lambda conn: conn.execute(query).first())
         if row is None:
             return None, 0.0
         return str(row[0]), max(0.0, time.time() - float(row[1]))

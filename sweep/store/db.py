@@ -10,7 +10,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy as sa
@@ -22,10 +22,12 @@ from optuna.trial import FrozenTrial, Trial
 from sweep.exceptions import StorageError
 from sweep.redact import redact_url
 from sweep.store.errors import DATABASE_ERRORS, storage_problem
+from sweep.store.retry import retried
 
 OPEN_ATTEMPTS = 3  # workers starting together may race to create the schema
 METADATA = sa.MetaData()  # sweep's own tables (samples.py, claims.py) beside Optuna's
 
+T = TypeVar("T")
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
 
 
@@ -58,13 +60,94 @@ def engine_kwargs(url: str) -> dict[str, Any]:
     return {"poolclass": sa.pool.NullPool}
 
 
+RETRIED_CALLS = (
+    "create_new_study",
+    "delete_study",
+    "set_study_user_attr",
+    "set_study_system_attr",
+    "get_study_id_from_name",
+    "get_study_name_from_id",
+    "get_study_directions",
+    "get_study_user_attrs",
+    "get_study_system_attrs",
+    "get_all_studies",
+    "_create_new_trial",
+    "_set_trial_param",
+    "get_trial_param",
+    "set_trial_intermediate_value",
+    "set_trial_user_attr",
+    "set_trial_system_attr",
+    "get_trial_user_attrs",
+    "get_trial_system_attrs",
+    "get_trial_id_from_study_id_trial_number",
+    "get_trial",
+    "_get_trials",
+    "_get_best_trial_id",
+    "record_heartbeat",
+    "_get_stale_trial_ids",
+)
+"""The RDBStorage calls that reach the database (Optuna's cache calls the private ones, which
+the public ``create_new_trial``, ``get_all_trials`` and ``set_trial_param`` call too)."""
+
+
+class RetryingStorage(optuna.storages.RDBStorage):
+    """Optuna's RDBStorage whose every database call waits out a restart of the database
+    (:func:`sweep.store.retry.retried`): a connection error is retried for a bounded time
+    instead of failing the run. Each call opens its own session (Optuna's
+    ``_create_scoped_session`` rolls back and closes it on an error) and, on PostgreSQL, its
+    own connection (``NullPool``), so nothing of a dropped connection is reused."""
+
+    def set_trial_state_values(
+        self, trial_id: int, state: optuna.trial.TrialState, values: Any = None
+    ) -> bool:
+        """As Optuna's; a write whose commit went through while its answer was lost (the
+        connection dropped at that moment) is found stored when it is tried again."""
+        tries = 0
+
+        def attempt() -> bool:
+            nonlocal tries
+            tries += 1
+            try:
+                return super(RetryingStorage, self).set_trial_state_values(trial_id, state, values)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                if tries > 1 and _stored_as(self.get_trial(trial_id), state, values):
+                    return True
+                raise
+
+        return retried(self.url, attempt)
+
+
+def _retrying(name: str) -> Callable[..., Any]:
+    call = getattr(optuna.storages.RDBStorage, name)
+
+    def method(self: RetryingStorage, *args: Any, **kwargs: Any) -> Any:
+        return retried(self.url, lambda: call(self, *args, **kwargs))
+
+    method.__name__ = name
+    method.__doc__ = call.__doc__
+    return method
+
+
+for _name in RETRIED_CALLS:
+    setattr(RetryingStorage, _name, _retrying(_name))
+
+
+def _stored_as(trial: FrozenTrial, state: optuna.trial.TrialState, values: Any) -> bool:
+    return trial.state == state and (values is None or list(trial.values or []) == list(values))
+
+
 def optuna_storage(url: str, heartbeat: Heartbeat | None = None) -> optuna.storages.RDBStorage:
-    """Optuna's storage for ``url`` with sweep's connection settings (errors untranslated)."""
+    """Optuna's storage for ``url`` with sweep's connection settings, waiting out a restart of
+    the database (:class:`RetryingStorage`; other errors untranslated)."""
+    return retried(url, lambda: _new_storage(url, heartbeat))
+
+
+def _new_storage(url: str, heartbeat: Heartbeat | None) -> optuna.storages.RDBStorage:
     if heartbeat is None:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs(url))
+        return RetryingStorage(url, engine_kwargs=engine_kwargs(url))
     with warnings.catch_warnings():  # heartbeats are still experimental in Optuna 5
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return optuna.storages.RDBStorage(
+        return RetryingStorage(
             url,
             engine_kwargs=engine_kwargs(url),
             heartbeat_interval=heartbeat.interval_s,
@@ -81,6 +164,25 @@ def sql_engine(url: str) -> sa.Engine:
     if url not in _engines:
         _engines[url] = sa.create_engine(url, **engine_kwargs(url))
     return _engines[url]
+
+
+def on_connection(url: str, body: Callable[[sa.Connection], T], *, write: bool = False) -> T:
+    """``body(connection)`` on a connection of its own to ``url`` (in one transaction when
+    ``write``), run again from the start while the database is restarting
+    (:func:`sweep.store.retry.retried`): a transaction cut by a dropped connection was rolled
+    back, so running it again stores it once.
+
+    Raises:
+        StorageUnreachable: the database stayed unreachable past the bound.
+        sqlalchemy.exc.SQLAlchemyError: any other database error, at once.
+    """
+
+    def attempt() -> T:
+        engine = sql_engine(url)
+        with engine.begin() if write else engine.connect() as conn:
+            return body(conn)
+
+    return retried(url, attempt)
 
 
 def _forget_connections() -> None:
@@ -105,7 +207,7 @@ def ensure_tables(url: str) -> None:
     """
     for attempt in range(OPEN_ATTEMPTS):
         try:
-            METADATA.create_all(sql_engine(url), checkfirst=True)
+            retried(url, lambda: METADATA.create_all(sql_engine(url), checkfirst=True))
             return
         except (sa.exc.IntegrityError, sa.exc.ProgrammingError) as exc:
             if attempt + 1 == OPEN_ATTEMPTS:  # another worker created them at the same time
@@ -169,16 +271,20 @@ def unbeaten_trials(study: optuna.Study) -> set[int]:
     backend = getattr(storage, "_backend", storage)
     if not isinstance(backend, optuna.storages.RDBStorage) or backend.heartbeat_interval is None:
         return set()
-    with _create_scoped_session(backend.scoped_session) as session:
-        rows = (
-            session.query(models.TrialModel.number)
-            .outerjoin(models.TrialHeartbeatModel)
-            .filter(models.TrialModel.study_id == study._study_id)
-            .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING)
-            .filter(models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
-            .all()
-        )
-    return {number for (number,) in rows}
+
+    def query() -> set[int]:
+        with _create_scoped_session(backend.scoped_session) as session:
+            rows = (
+                session.query(models.TrialModel.number)
+                .outerjoin(models.TrialHeartbeatModel)
+                .filter(models.TrialModel.study_id == study._study_id)
+                .filter(models.TrialModel.state == optuna.trial.TrialState.RUNNING)
+                .filter(models.TrialHeartbeatModel.trial_heartbeat_id.is_(None))
+                .all()
+            )
+        return {number for (number,) in rows}
+
+    return retried(backend.url, query)
 
 
 def fail_stale(study: optuna.Study, number: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from sweep.core.records import SAMPLE_COLUMNS
-from sweep.store.db import METADATA, sql_engine
+from sweep.store.db import METADATA, on_connection
 from sweep.store.errors import storage_errors
 
 SAMPLES_TABLE = "sweep_samples"
@@ -34,15 +34,17 @@ def save_samples(
         StorageError: the database cannot be written.
     """
     rows = [_row(study_name, trial_number, level, r) for level, r in samples]
-    with storage_errors(url), sql_engine(url).begin() as conn:
-        conn.execute(
-            samples_table.delete().where(
-                (samples_table.c.study_name == study_name)
-                & (samples_table.c.trial_number == trial_number)
-            )
-        )
+    mine = (samples_table.c.study_name == study_name) & (
+        samples_table.c.trial_number == trial_number
+    )
+
+    def replace(conn: sa.Connection) -> None:
+        conn.execute(samples_table.delete().where(mine))
         if rows:
             conn.execute(samples_table.insert(), rows)
+
+    with storage_errors(url):
+        on_connection(url, replace, write=True)  # one transaction: retried whole
     return len(rows)
 
 
@@ -57,8 +59,9 @@ def load_samples(
     query = sa.select(samples_table).where(samples_table.c.study_name == study_name)
     if trial_number is not None:
         query = query.where(samples_table.c.trial_number == trial_number)
-    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
-        return [dict(row._mapping) for row in conn.execute(query.order_by(samples_table.c.id))]
+    ordered = query.order_by(samples_table.c.id)
+    with storage_errors(url, "cannot read"):
+        return on_connection(url, lambda conn: [dict(r._mapping) for r in conn.execute(ordered)])
 
 
 def _row(study_name: str, trial_number: int, level: int, r: object) -> dict[str, Any]:

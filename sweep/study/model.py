@@ -24,6 +24,7 @@ CONSTRAINT_METRICS = (
     "accept_length",
 )
 NOTIFY_TIMEOUT_S = 10.0
+STORAGE_RETRY_S = 300.0  # how long storage calls wait for a restarting database (5 minutes)
 DEFAULT_WORKDIR = "/tmp/sweep-servers"
 """Where a host keeps server logs and process-group files unless ``[host] workdir`` says."""
 
@@ -289,6 +290,7 @@ class Study:
     deadline: str | None = None  # "HH:MM" local time
     budget_s: float | None = None
     transient_retries: int = 2
+    storage_retry_s: float = STORAGE_RETRY_S
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)

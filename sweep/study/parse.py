@@ -26,6 +26,7 @@ from sweep.study.model import (
     METRICS,
     NOTIFY_TIMEOUT_S,
     SAMPLERS,
+    STORAGE_RETRY_S,
     BaselineSpec,
     BenchmarkSpec,
     ConfirmSpec,
@@ -169,6 +170,7 @@ def _study(
         deadline=deadline,
         budget_s=budget_s,
         transient_retries=r.integer("transient_retries", 2, minimum=0),
+        storage_retry_s=_storage_retry(r),
         workload=workload,
         benchmark=benchmark,
         objective=objective,
@@ -176,6 +178,16 @@ def _study(
     )
     r.done()
     return study
+
+
+def _storage_retry(r: TableReader) -> float:
+    """``[study] storage_retry``: a duration, or 0 (a database error stops the run at once)."""
+    value = r.raw("storage_retry", None)
+    if value is None:
+        return STORAGE_RETRY_S
+    if value == 0 and not isinstance(value, bool):
+        return 0.0
+    return parse_duration(value, r, "storage_retry")
 
 
 def default_storage(study_path: str, name: str) -> str:

@@ -184,6 +184,64 @@ def test_a_killed_worker_s_trial_is_reaped_and_measured_by_another(
     assert f"trial {victim.number} on b: its worker stopped sending heartbeats" in logs
 
 
+def frozen_measuring(path: Path, procs: dict[str, subprocess.Popen[bytes]]
+                     ) -> dict[str, optuna.trial.FrozenTrial]:  # fmt: skip
+    """Every worker frozen (SIGSTOP) while it measures a trial; those trials."""
+    measuring: dict[str, optuna.trial.FrozenTrial] = {}
+    for host, proc in procs.items():
+        while host not in measuring:
+            wait_until(lambda h=host: running_trial(path, h) is not None, timeout=90,  # type: ignore[misc]
+                       what=f"{host} measuring")  # fmt: skip
+            os.kill(proc.pid, signal.SIGSTOP)
+            trial = running_trial(path, host)
+            if trial is not None:
+                measuring[host] = trial
+            else:
+                os.kill(proc.pid, signal.SIGCONT)  # it had just finished: wait for the next
+    return measuring
+
+
+def test_a_database_restart_stops_no_worker_and_loses_no_measurement(
+    tmp_path: Path, restartable_postgres: Postgres
+) -> None:
+    # a PostgreSQL restart of a few seconds stopped 2 of 3 workers for good ("cannot write
+    # storage …: Connection refused") and threw away the trials they had just measured
+    pg = restartable_postgres
+    path = shared_study(tmp_path, pg.new_database("restart"), names=("a", "b"))
+    quiet_optuna()
+    open_study(load_study(path), None)  # create the schema once, as `sweep run` does
+    logs = {h: tmp_path / f"{h}.log" for h in ("a", "b")}
+    procs = {h: worker_process(path, h, logs[h]) for h in ("a", "b")}
+    try:
+        measuring = frozen_measuring(path, procs)
+        pg.stop()
+        try:
+            for proc in procs.values():  # each finishes its trial while the database is down
+                os.kill(proc.pid, signal.SIGCONT)
+            for log in logs.values():
+                wait_until(lambda log=log: "unreachable" in log.read_text(), timeout=60,  # type: ignore[misc]
+                           what=f"{log.name} waiting for the database")  # fmt: skip
+        finally:
+            pg.start()
+        for host, proc in procs.items():
+            assert proc.wait(timeout=180) == 0, logs[host].read_text()
+    finally:
+        stop_fleet(procs, tmp_path)
+    by_number = {t.number: t for t in all_trials(path)}
+    for host, trial in measuring.items():  # measured while the database was down: stored
+        stored = by_number[trial.number]
+        assert stored.state is TrialState.COMPLETE, (stored.state, logs[host].read_text())
+        assert stored.user_attrs[ATTR.HOST] == host
+    assert measured_keys(path) == Counter(
+        {c.key(): 1 for c in plan(load_study(path), rules_for(load_study(path))).valid}
+    )
+    for log in logs.values():
+        text = log.read_text()
+        assert "): retrying for up to 300 s" in text, text  # refused, or a connection cut
+        assert "storage reachable again after" in text, text
+        assert "stopped sending heartbeats" not in text, text  # nobody's trial was reaped
+
+
 def test_a_worker_killed_before_its_first_heartbeat_holds_up_no_configuration(
     tmp_path: Path, postgres: Postgres
 ) -> None:

@@ -55,6 +55,10 @@ def test_ranges_durations_and_extras() -> None:
     for written, seconds in (('"30s"', 30), ("5400", 5400)):  # said in seconds: taken so
         again = parse_study(text.replace('budget = "1h30m"', f"budget = {written}"), "s.toml")
         assert again.budget_s == seconds
+    assert study.storage_retry_s == 300  # a database restart is waited for 5 minutes
+    for written, seconds in (('"90s"', 90), ("0", 0), ('"10m"', 600)):
+        again = parse_study(text.replace("[study]", f"[study]\nstorage_retry = {written}"), "s")
+        assert again.storage_retry_s == seconds
     assert study.space.env == (("NCCL_PROTO", ("LL", "Simple")),)
     assert study.space.flags == (("--attention-backend", ("fa3", "flashinfer")),)
 
@@ -71,6 +75,7 @@ MALFORMED = [
     ("n_trials = 5", 'deadline = "7am"', "study.deadline", "HH:MM"),
     ("n_trials = 5", 'budget = "eight hours"', "study.budget", "duration"),
     ("n_trials = 5", "budget = -3", "study.budget", "duration"),
+    ("n_trials = 5", 'storage_retry = "soon"', "study.storage_retry", "duration"),
     ("n_trials = 5", "budget = 12", "study.budget", 'n_trials = 12 for a count; "12s" if'),
     ("n_trials = 5", "tags = [1]", "study.tags", "expected a table"),
     ('model_path = "m"', "", "engine.model_path", "required"),

@@ -39,11 +39,23 @@ def _pg_bin() -> Path:
 
 @dataclass
 class Postgres:
-    """A running throwaway cluster; :meth:`new_database` gives each test its own database."""
+    """A running throwaway cluster; :meth:`new_database` gives each test its own database;
+    :meth:`stop` and :meth:`start` restart it as an administrator would (``pg_ctl``)."""
 
     directory: Path
     port: int
     _names: Iterator[int] = field(default_factory=itertools.count)
+
+    def stop(self) -> None:
+        """``pg_ctl stop -m fast``: open connections are cut, new ones refused."""
+        _run([_pg_ctl(), "-D", str(self.directory / "data"), "-m", "fast", "-w", "stop"],
+             self.directory)  # fmt: skip
+
+    def start(self) -> None:
+        """``pg_ctl start`` on the same port; returns once it accepts connections."""
+        _run([_pg_ctl(), "-D", str(self.directory / "data"), "-l",
+              str(self.directory / "server.log"), "-w", "-t", "30", "-o",
+              _options(self.directory, self.port), "start"], self.directory)  # fmt: skip
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -86,13 +98,19 @@ def throwaway_postgres(directory: Path) -> Iterator[Postgres]:
     port = free_port()
     _run([str(pg_bin / "initdb"), "-D", str(d / "data"), "-U", "postgres", "-A", "trust",
           "-E", "UTF8", "--no-locale"], d)  # fmt: skip
-    options = (f"-p {port} -c listen_addresses=127.0.0.1 -k {d} -c fsync=off -c "
-               "synchronous_commit=off -c full_page_writes=off -c max_connections=200")  # fmt: skip
-    pg_ctl = str(pg_bin / "pg_ctl")
-    _run([pg_ctl, "-D", str(d / "data"), "-l", str(d / "server.log"), "-w", "-t", "30",
-          "-o", options, "start"], d)  # fmt: skip
+    cluster = Postgres(d, port)
+    cluster.start()
     try:
-        yield Postgres(d, port)
+        yield cluster
     finally:
         with contextlib.suppress(PostgresUnavailable):
-            _run([pg_ctl, "-D", str(d / "data"), "-m", "fast", "-w", "stop"], d)
+            _run([_pg_ctl(), "-D", str(d / "data"), "-m", "fast", "-w", "stop"], d)
+
+
+def _pg_ctl() -> str:
+    return str(_pg_bin() / "pg_ctl")
+
+
+def _options(d: Path, port: int) -> str:
+    return (f"-p {port} -c listen_addresses=127.0.0.1 -k {d} -c fsync=off -c "
+            "synchronous_commit=off -c full_page_writes=off -c max_connections=200")  # fmt: skip
