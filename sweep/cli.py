@@ -332,6 +332,9 @@ def worker(
     heartbeat: int = typer.Option(10, help="Seconds between a running trial's heartbeats."),
     grace: int = typer.Option(60, help="Seconds without heartbeat before a trial is reaped."),
     summary_json: str = typer.Option("", hidden=True, help="Write the summary here (JSON)."),
+    parent: int = typer.Option(
+        0, hidden=True, help="Stop as on Ctrl-C once this process (`sweep run`) is gone."
+    ),
     fresh_answer: bool = typer.Option(
         False,
         "--fresh-answer",
@@ -347,6 +350,7 @@ def worker(
     import dataclasses
     import json
 
+    from sweep.loop.fleet import stop_when_parent_dies
     from sweep.loop.start import run_worker
     from sweep.loop.worker import SharedOptions
     from sweep.study import load_study
@@ -356,7 +360,10 @@ def worker(
         deadline, budget, n_trials, storage, shared=shared, fresh_answer=fresh_answer
     )
     study = load_study(study_file)
-    with _storage_errors(storage or study.storage):
+    with (
+        _storage_errors(storage or study.storage),
+        stop_when_parent_dies(parent or None, lambda text: out.print(text, markup=False)),
+    ):
         summary = run_worker(study, host, options)
     if summary_json:
         with open(summary_json, "w") as file:

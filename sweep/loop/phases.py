@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from sweep.core.policy import AllBusy, BaselineDue, GateReady, Plan, ProposeNext, Stop, next_step
-from sweep.loop import gate
+from sweep.loop import gate, wiring
 from sweep.loop.adopt import adopt_study
 from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
@@ -30,11 +30,15 @@ class Phase(Protocol):
 
 
 class Prepare:
-    """Check and record the study (:mod:`sweep.loop.adopt`), fail what a killed run left
-    running, re-queue it, start the parser gate."""
+    """Check and record the study (:mod:`sweep.loop.adopt`), stop the server a killed run
+    left on this host, fail what it left running, re-queue it, start the parser gate."""
 
     def run(self, run: RunContext) -> Phase | None:
         adopt_study(run)  # first: a changed study is refused before anything is written
+        rig = run.rig  # now, not at the next launch: a run may launch nothing (answered)
+        wiring.reap_server_left_on(
+            run.study, run.host, rig.executor, run.display.message, options=rig.lifecycle
+        )
         stores = run.stores
         run.sharing.reap(stores.trials, stores.baselines)
         requeue_unfinished(

@@ -139,6 +139,12 @@ class HostBoard:
             self.console.print(f"[{host:<{self.width}}] {redact_message(text)}", markup=False)
             self._refresh()
 
+    def note(self, text: str) -> None:
+        """A line of the run's own, not a host's."""
+        with self._lock:
+            self.console.print(redact_message(text), markup=False)
+            self._refresh()
+
     def state_lines(self) -> list[str]:
         """One line per host: its name and its latest state."""
         return [f"{host:<{self.width}}  {state}" for host, state in self.states.items()]

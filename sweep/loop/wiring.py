@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +32,12 @@ from sweep.loop.measure import Measurer, Rig, measure
 from sweep.loop.notify import Notifier
 from sweep.loop.progress import Display
 from sweep.loop.sharing import sharing_for
-from sweep.loop.worker import requeue_stale
+from sweep.loop.worker import for_host, requeue_stale
 from sweep.search.samplers import sampler_for
 from sweep.server.engine_check import EngineCheck, gate_study
 from sweep.server.executor import Executor, LocalExecutor
 from sweep.server.launcher_check import launcher_problem
-from sweep.server.lifecycle import LifecycleOptions
+from sweep.server.lifecycle import LifecycleOptions, reap_left_server
 from sweep.server.readiness import Event, EventKind, EventSink
 from sweep.store import baseline_study_name, open_study
 from sweep.store.claims import Claims
@@ -214,6 +214,38 @@ def rig_for(
         workload_for(study),
         benchmark_settings(study),
     )
+
+
+def reap_server_left_on(
+    study: Study,
+    host: HostSpec,
+    executor: Executor,
+    say: Callable[[str], None],
+    *,
+    options: LifecycleOptions | None = None,
+    owner_wait_s: float = 0.0,
+) -> int | None:
+    """Stop the server a run that ended left on ``host``'s port, saying so in one line
+    (:func:`~sweep.server.lifecycle.reap_left_server`); a host that cannot be asked is said
+    too, and left to the next launch's preflight.
+
+    Returns:
+        The process group reaped, or ``None``.
+    """
+    engine = for_host(study, host).engine
+    options = options or lifecycle_options(study, host)
+    try:
+        return reap_left_server(
+            executor,
+            engine.port,
+            engine.bind_host,
+            options,
+            lambda event: say(event.message),
+            owner_wait_s=owner_wait_s,
+        )
+    except ExecutorError as exc:
+        say(f"could not look for a server left on {host.name} ({exc}); its next launch will")
+        return None
 
 
 def check_engine(run: RunContext) -> EngineCheck | None:

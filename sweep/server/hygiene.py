@@ -169,9 +169,40 @@ class ServerHost:
         self.executor.remove(self.pgid_path)
         return reaped
 
+    def reap_orphan(self, owner_wait_s: float = 0.0) -> int | None:
+        """Stop the server recorded for this port if the run that started it has ended.
+
+        Unlike :meth:`reap_leftover`, a server a live run owns is left alone without
+        failing: after waiting up to ``owner_wait_s`` for that run to end (a worker just
+        killed over SSH: its session there ends a moment after its connection drops).
+
+        Returns:
+            The process group reaped, or ``None``.
+        """
+        text = self.executor.read_text(self.pgid_path)
+        group = RecordedGroup.parse(text) if text is not None else None
+        running = group is not None and _still_running(self.executor, group)
+        if running and group and not self._wait_for(self._owner_ended(group), owner_wait_s):
+            return None
+        try:
+            return self.reap_leftover()
+        except ServerFailure as exc:  # a live run recorded a server there meanwhile: leave it
+            if exc.kind is FailureKind.PORT_OWNED:
+                return None
+            raise
+
+    def _owned_by_live_run(self, group: RecordedGroup) -> bool:
+        """True when another run, still alive, started the recorded server (an older sweep's
+        record, our own leftover or a dead run's server are not)."""
+        owner = group.owner
+        return owner is not None and owner.token != run_token() and self.executor.owner_alive(owner)
+
+    def _owner_ended(self, group: RecordedGroup) -> Callable[[], bool]:
+        return lambda: not self._owned_by_live_run(group)
+
     def _refuse_if_owned(self, group: RecordedGroup) -> None:
         owner = group.owner
-        if owner is None or owner.token == run_token() or not self.executor.owner_alive(owner):
+        if owner is None or not self._owned_by_live_run(group):
             return  # an older sweep's record, our own leftover, or its run is dead: reap
         raise self._failure(
             FailureKind.PORT_OWNED,

@@ -434,6 +434,35 @@ def _stop_quietly(running: RunningServer) -> None:
         running._ctx.emit(Event(EventKind.NOTE, note))
 
 
+def reap_left_server(
+    executor: Executor,
+    port: int,
+    bind_host: str,
+    options: LifecycleOptions,
+    emit: EventSink,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    owner_wait_s: float = 0.0,
+) -> int | None:
+    """Stop the server a run that ended left on ``port`` (its PGID file in the workdir), at
+    once rather than at the port's next launch: a worker starting, a resumed run that
+    launches nothing, a fleet whose worker died. A live run's server is left alone.
+
+    Args:
+        owner_wait_s: how long the run that started it may take to be seen ended (see
+            :meth:`~sweep.server.hygiene.ServerHost.reap_orphan`).
+
+    Returns:
+        The process group reaped (said in one ``note`` event), or ``None``.
+
+    Raises:
+        ExecutorError: the host could not be asked.
+    """
+    files = ServerFiles.for_port(options.workdir, port)
+    host = ServerHost(executor, port, bind_host, files.pgid, (), options.limits, clock, emit)
+    return host.reap_orphan(owner_wait_s)
+
+
 def server_url(executor: Executor, deployment: Deployment) -> str:
     """The URL `sweep` reaches the server at.
 

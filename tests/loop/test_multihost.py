@@ -109,7 +109,10 @@ def test_three_hosts_measure_every_configuration_exactly_once(
             reference = baselines[t.user_attrs[ATTR.BASELINE]["trial"]]
             assert reference.user_attrs[ATTR.HOST] == t.user_attrs[ATTR.HOST]  # same host
             assert t.user_attrs[ATTR.SPEEDUP] == pytest.approx(t.value / reference.value)
-    lines = board.getvalue().splitlines()
+    logs, *lines = board.getvalue().splitlines()
+    assert logs.startswith("workers' logs: ") and logs.endswith(
+        "/HOST.log (removed when this run ends)"
+    )
     assert {line[:3] for line in lines} == {"[a]", "[b]", "[c]"}  # every host's progress
     # the SSH host measured (its baseline at least: which host takes which configuration is
     # a race between the workers)
