@@ -11,6 +11,11 @@ stored in the shared study so that any worker can plan, take or finish one:
   relaunches as :class:`~sweep.search.host_blocks.Job` values on the study;
 * **take**: each free worker claims the next job its host may take (a contender measured
   on one host only goes to another one) and launches it as a relaunch;
+* **a host's failure**: a relaunch that fails (after no retry: ``ssh``, a port held, NCCL at
+  init, a crash — the host's fault; a configuration's own fault is infeasible) leaves its job
+  open: the host marks it failed on itself (never taken there again in that round) and
+  another host takes it. A job every live host failed is dropped; the answer names it. A job
+  counts once against the budget (when the round is planned), however many hosts failed it;
 * **lost worker**: a job's claim names its trial; a trial whose worker stops sending
   heartbeats is failed by the reaping every worker does, which makes its claim stale, so
   the next free worker takes the job over (:meth:`Claims.claim`).
@@ -23,7 +28,7 @@ prints it in its summary.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +36,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from sweep.core import policy
-from sweep.core.records import ATTR, Kind, State, TrialRecord
+from sweep.core.records import ATTR, REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.core.timing import fits
 from sweep.loop.attempt import attempt
@@ -56,7 +61,8 @@ from sweep.store.claims import JOB_PREFIX
 PLAN_ATTR = "confirm_round"  # the study's user attribute of round r: "confirm_round:<setup>:<r>"
 PENDING = -2  # a job's (or plan's) claim before its trial exists
 LOST = ("orchestrator_died",)  # a restarted worker failed the trial its killed run left
-DONE_STATES = (State.MEASURED, State.INFEASIBLE, State.FAILED, State.SKIPPED)
+DONE_STATES = (State.MEASURED, State.INFEASIBLE, State.SKIPPED)
+FAILED_ON = "failed-on"  # a job's marker "<job>:failed-on:<host>": that host failed it
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class FleetConfirm:
     blocked_since: float | None = None
     said: set[int] = field(default_factory=set)
     lost: int | None = None  # the dead worker's trial whose job this worker just took over
+    failed: str | None = None  # how another host failed the job this worker just took over
 
     @property
     def setup(self) -> int:
@@ -95,8 +102,9 @@ class FleetConfirm:
     def key(self, what: str) -> str:
         return f"{JOB_PREFIX}{self.setup}:{self.round}:{what}"
 
-    def plan(self) -> Plan | None:
-        stored = self.run.stores.trials.user_attrs.get(f"{PLAN_ATTR}:{self.setup}:{self.round}")
+    def plan(self, round_: int | None = None) -> Plan | None:
+        r = self.round if round_ is None else round_
+        stored = self.run.stores.trials.user_attrs.get(f"{PLAN_ATTR}:{self.setup}:{r}")
         return None if stored is None else Plan.from_attr(stored)
 
     def go(self) -> None:
@@ -136,7 +144,7 @@ class FleetConfirm:
         mine = claims.claim(marker, self.run.host.name, PENDING, self.stale_plan(marker))
         if mine is not None:
             return None
-        plan = decide(self.run)
+        plan = decide(self.run, self.dropped())
         trials.set_user_attr(f"{PLAN_ATTR}:{self.setup}:{self.round}", plan.to_attr())
         return plan
 
@@ -161,20 +169,26 @@ class FleetConfirm:
         blocked = False
         for i, job in enumerate(plan.jobs):
             marker = self.key(str(i))
-            if not overdue and not job.allows(host, alive):
+            failed = self.failed_by(i, alive)
+            if host in failed:  # this host failed it in this round: another one takes it
+                continue
+            if not overdue and not job.allows(host, alive - failed):
                 blocked = blocked or claims.owner(marker) is None
                 continue
-            self.lost = None
+            self.lost = self.failed = None
             if claims.claim(marker, host, PENDING, self.stale_job(marker, job)) is not None:
                 continue
             if self.lost is not None:
                 run.display.message(
                     f"relaunch of {job.key} (trial {self.lost}): its worker stopped; taken over"
                 )
+            if self.failed is not None:
+                run.display.message(f"relaunch of {job.key}: {self.failed}; taken over")
             launch = relaunch(run, job.key)
             claims.retag(marker, PENDING, launch.trial.number)
             self.blocked_since = None
             attempt(run, launch, run.history(), retry=False)  # each job: one server start
+            self.mark_failed(i, job, launch.trial.number)
             return True
         # an open job has waited a grace period for the hosts it asked for (their time may be
         # up, or they may be stuck): any host takes it then
@@ -184,31 +198,71 @@ class FleetConfirm:
 
     def stale_job(self, marker: str, job: Job) -> Callable[[int], bool]:
         """A job's claim is stale when its trial stopped without a result (its worker died:
-        reaped, or was interrupted), or its trial was never created within the grace."""
+        reaped, or was interrupted; or its host failed it), or its trial was never created
+        within the grace."""
 
         def stale(owner: int) -> bool:
             if owner < 0:
                 age = self.run.stores.claims.age(marker)
                 return age is not None and age > self.options.grace_s
             record = self.record(job, owner)
-            lost = record is not None and record.state is not State.RUNNING and not done(record)
-            if lost:
+            if record is None or record.state is State.RUNNING or done(record):
+                return False
+            if host_failed(record):
+                self.failed = f"failed on {record.host} ({failure_kind(record)})"
+            else:
                 self.lost = owner
-            return lost
+            return True
 
         return stale
+
+    def failed_by(self, i: int, hosts: Iterable[str]) -> set[str]:
+        """Those of ``hosts`` that failed job ``i`` of this round."""
+        claims = self.run.stores.claims
+        return {h for h in hosts if claims.owner(self.key(f"{i}:{FAILED_ON}:{h}")) is not None}
+
+    def mark_failed(self, i: int, job: Job, number: int) -> None:
+        """When this host failed job ``i`` (its trial ``number``), say so in the study: the
+        job is left to another host."""
+        record = self.record(job, number)
+        if record is None or not host_failed(record):
+            return
+        host = self.run.host.name
+        self.run.stores.claims.claim(self.key(f"{i}:{FAILED_ON}:{host}"), host, number, _never)
+        self.run.display.message(
+            f"relaunch of {job.key} failed on {host} ({failure_kind(record)}): "
+            "not counted; left to another host"
+        )
 
     # --- the round's state ------------------------------------------------------------------
 
     def settled(self, plan: Plan) -> bool:
-        """Every job of the round was launched and its trial ended."""
+        """Every job of the round was launched and its trial ended (or every live host
+        failed it: dropped)."""
         claims = self.run.stores.claims
+        alive = claims.live_hosts() | {self.run.host.name}
         for i, job in enumerate(plan.jobs):
             owner = claims.owner(self.key(str(i)))
             record = None if owner is None or owner < 0 else self.record(job, owner)
-            if record is None or not done(record):
+            if record is not None and done(record):
+                continue
+            running = record is not None and record.state is State.RUNNING
+            if running or not alive <= self.failed_by(i, alive):
                 return False
         return True
+
+    def dropped(self) -> list[str]:
+        """The configuration keys of the earlier rounds' jobs that every live host failed."""
+        claims = self.run.stores.claims
+        out = []
+        for r in range(self.round):
+            plan = self.plan(r) or Plan()
+            for i, job in enumerate(plan.jobs):
+                owner = claims.owner(f"{JOB_PREFIX}{self.setup}:{r}:{i}")
+                record = None if owner is None or owner < 0 else self.record(job, owner)
+                if record is not None and host_failed(record):
+                    out.append(job.key)
+        return out
 
     def record(self, job: Job, number: int) -> TrialRecord | None:
         stores = self.run.stores
@@ -231,8 +285,9 @@ def searching(run: RunContext, grace_s: float) -> bool:
     return any(r.kind is Kind.TRIAL and (r.started or 0.0) > oldest for r in running)
 
 
-def decide(run: RunContext) -> Plan:
-    """Decide from every launch: the next round's relaunches, or the answer (stored)."""
+def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
+    """Decide from every launch: the next round's relaunches, or the answer (stored;
+    ``dropped``: the relaunches every live host failed, which it names)."""
     options = answer.options_of(run.study.confirm)
     objective = run.study.objective
     trials = run.stores.trials
@@ -282,6 +337,8 @@ def decide(run: RunContext) -> Plan:
     )
     stored["host_effects"] = effects
     stored["hosts"] = sorted(effects)
+    labels = answer.labels_of(seen.trials, run.valid)
+    stored["dropped"] = [labels.get(k, k) for k in dropped or ()]
     write_answer(trials, stored)
     return Plan(reason=str(stored["reason"]), decided=True)
 
@@ -301,7 +358,8 @@ def budget(
     )
     budget = answer.confirmation_budget(searched, options.share)
     budget += answer.controls_launched(baselines)
-    replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE)
+    # a relaunch its host failed is taken by another host: the job counts once, when planned
+    replicated = sum(1 for t in trials if t.kind is Kind.REPLICATE and not host_failed(t))
     return max(spent["launches"], replicated), budget
 
 
@@ -351,7 +409,12 @@ def finish(run: RunContext, plan: Plan) -> None:
     effects = stored.get("host_effects") or {}
     text = answer.answer_text(stored)
     hosts = effects_text(effects)
-    run.summary.answer = f"{text}; {hosts}" if hosts else text
+    text = f"{text}; {hosts}" if hosts else text
+    dropped = stored.get("dropped") or []
+    if dropped:
+        text += (f"; {len(dropped)} relaunch{'es' if len(dropped) > 1 else ''} dropped, "
+                 f"failed on every host ({', '.join(dropped)})")  # fmt: skip
+    run.summary.answer = text
     run.summary.answer_heading = answer.answer_heading(stored)
     run.display.message(f"answer: {run.summary.answer}")
 
@@ -363,11 +426,27 @@ def confirm_shared(run: RunContext) -> None:
 
 
 def done(record: TrialRecord) -> bool:
-    """A job's trial ended with a result to keep (measured, infeasible, failed for a reason of
-    its own, skipped for time); reaped or interrupted: not done, it is taken again."""
-    if record.state is State.FAILED and (record.failure is None or record.failure.kind in LOST):
-        return False  # failed by reaping (no heartbeats), or by its own worker's restart
+    """A job's trial ended with a result to keep (measured, infeasible: the configuration's
+    own failure, skipped for time); failed (by its host, reaped or interrupted): not done, it
+    is taken again."""
     return record.state in DONE_STATES
+
+
+def host_failed(record: TrialRecord) -> bool:
+    """A launch failed by a fault of its host, not of the configuration (``ssh``, a port
+    held, NCCL at init, a crash: a deterministic failure is recorded as infeasible); not
+    reaped nor interrupted (its worker stopped: it is taken over as such)."""
+    f = record.failure
+    lost = f is None or f.kind in LOST or f.kind in REQUEUED_KINDS
+    return record.state is State.FAILED and not lost
+
+
+def failure_kind(record: TrialRecord) -> str:
+    return record.failure.kind if record.failure is not None else "failed"
+
+
+def _never(owner: int) -> bool:
+    return False
 
 
 def host_launches(

@@ -1,7 +1,7 @@
 """The confirmation on a shared PostgreSQL study: three `sweep worker` processes on simulated
 hosts whose speeds differ (``SWEEP_SIM_SPEED``; one host over real SSH) end with one stored
 answer that every worker prints; a worker killed during a relaunch has that relaunch taken by
-another."""
+another; a host whose relaunches fail leaves them to the other hosts."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweep.core.records import ATTR, Kind, State, TrialRecord
+from sweep.core.space import TrialConfig
 from sweep.loop.fleet_confirm import PLAN_ATTR
 from sweep.store import open_study, quiet_optuna, rdb_storage, read_records
 from sweep.study import load_study
@@ -161,3 +162,51 @@ def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
     assert any("taken over" in log for log in logs.values())
     assert all(len(answer_lines(log)) == 1 for log in logs.values())
     assert trials_of(path).user_attrs[ATTR.ANSWER]["winner"]
+
+
+def fail_on_host(path: Path, profile: Path, host: str) -> None:
+    """From now on every server ``host`` starts fails at init (NCCL), as a host gone bad: a
+    fault matched to its server port, written into the study's profile (read at each start)."""
+    port = next(h.server_port for h in load_study(path).hosts if h.name == host)
+    text = profile.read_text() + f'\n[[failure]]\nkind = "nccl_init"\nmatch = {{ port = {port} }}\n'
+    tmp = profile.with_suffix(".new")
+    tmp.write_text(text)
+    os.replace(tmp, profile)  # a server starting now reads the old file or the new one
+
+
+def planned(path: Path) -> list[dict[str, object]]:
+    attrs = trials_of(path).user_attrs
+    return [v for k, v in attrs.items() if k.startswith(PLAN_ATTR) and not v["decided"]]
+
+
+def test_a_host_failing_its_relaunches_leaves_them_to_the_others(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    path = confirming_study(tmp_path, postgres.new_database())
+    profile = tmp_path / "profile-test.toml"
+    with started(tmp_path, path) as (path, procs):
+        wait_until(lambda: any(p["jobs"] for p in planned(path)), timeout=300, what="a round")
+        fail_on_host(path, profile, "b")
+        logs = ended(tmp_path, procs, "ac")
+        procs["b"].wait(timeout=400)  # it printed the answer, or stopped: 5 failures in a row
+        logs["b"] = (tmp_path / "b.log").read_text()
+    assert answer_lines(logs["b"]) or "launches in a row failed" in logs["b"], logs["b"]
+    stored = trials_of(path).user_attrs[ATTR.ANSWER]
+    records = read_records(trials_of(path))
+    failed = [r for r in records if r.kind is Kind.REPLICATE and r.state is State.FAILED]
+    assert failed and {r.host for r in failed} == {"b"}, failed
+    assert all(r.failure is not None and r.failure.kind == "nccl_init" for r in failed)
+    for bad in failed:  # each taken by another host, which measured it
+        assert any(
+            r.key == bad.key and r.number > bad.number and r.host != "b" and r.measured
+            for r in records
+        ), f"relaunch {bad.number} of {bad.key} failed on b and was not taken by another host"
+    assert "failed on b (nccl_init)" in logs["b"]
+    assert "taken over" in logs["a"] + logs["c"]
+    # the failed launches did not count: each planned relaunch was measured, and counts once
+    jobs = [j for p in planned(path) for j in p["jobs"]]  # type: ignore[attr-defined]
+    assert stored["confirmation_launches"] == len(jobs) and not stored.get("dropped")
+    measured = [r for r in records if r.kind is Kind.REPLICATE and r.measured]
+    assert len(measured) == sum(1 for j in jobs if TrialConfig.speculates(j["key"]))
+    assert all(len(answer_lines(logs[h])) == 1 for h in "ac")
+    assert all("dropped" not in line for log in logs.values() for line in answer_lines(log))

@@ -12,7 +12,7 @@ from sweep.core.records import ATTR, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import wiring
 from sweep.loop.context import RunOptions
-from sweep.loop.fleet_confirm import PLAN_ATTR, Plan, done
+from sweep.loop.fleet_confirm import PLAN_ATTR, Plan, done, host_failed
 from sweep.loop.offline import Measurement, measurer_of
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
@@ -71,7 +71,7 @@ def test_a_plan_is_stored_as_plain_values() -> None:
     assert Plan.from_attr(plan.to_attr()) == plan
 
 
-def test_a_relaunch_reaped_or_failed_by_a_restart_is_taken_again() -> None:
+def test_a_relaunch_reaped_failed_by_a_restart_or_by_its_host_is_taken_again() -> None:
     def record(state: str, failure: Failure | None = None) -> TrialRecord:
         return TrialRecord(kind=Kind.REPLICATE, optuna_state=state, failure=failure)
 
@@ -80,7 +80,13 @@ def test_a_relaunch_reaped_or_failed_by_a_restart_is_taken_again() -> None:
     assert not done(record("FAIL"))  # reaped: no failure recorded
     assert not done(record("FAIL", Failure("interrupted")))
     assert not done(record("FAIL", Failure("orchestrator_died")))
-    assert done(record("FAIL", Failure("crash")))
+    # the host's fault (a deterministic failure is infeasible): another host takes it
+    for kind in ("ssh", "port_held", "nccl_init", "crashed_while_serving"):
+        assert not done(record("FAIL", Failure(kind))) and host_failed(
+            record("FAIL", Failure(kind))
+        )
+    assert not host_failed(record("FAIL", Failure("interrupted")))
+    assert not host_failed(record("FAIL"))
 
 
 def test_claims_age_retag_and_live_hosts(tmp_path: Path) -> None:
