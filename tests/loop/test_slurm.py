@@ -186,12 +186,8 @@ def measuring(path: Path, folder: Path) -> bool:
     return bool(launched) and running_trial(path) is not None
 
 
-@pytest.mark.slow
-def test_ctrl_c_leaves_no_job_and_no_server(
-    tmp_path: Path, postgres: Postgres, slurm: Slurm
-) -> None:
-    path = with_schema(slurm_study(tmp_path, postgres.new_database(), output_len=400))
-    log = tmp_path / "run.log"
+def run_until_measuring(path: Path, folder: Path, log: Path) -> subprocess.Popen[bytes]:
+    """`sweep run` in its own session, once a pilot measures a trial (killed on a timeout)."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "sweep", "run", str(path)],
@@ -200,7 +196,22 @@ def test_ctrl_c_leaves_no_job_and_no_server(
             start_new_session=True,
         )
     try:
-        wait_until(lambda: measuring(path, tmp_path), timeout=90, what="a trial measuring")
+        wait_until(lambda: measuring(path, folder), timeout=90, what="a trial measuring")
+    except BaseException:
+        kill_group(proc.pid)
+        proc.wait()
+        raise
+    return proc
+
+
+@pytest.mark.slow
+def test_ctrl_c_leaves_no_job_and_no_server(
+    tmp_path: Path, postgres: Postgres, slurm: Slurm
+) -> None:
+    path = with_schema(slurm_study(tmp_path, postgres.new_database(), output_len=400))
+    log = tmp_path / "run.log"
+    proc = run_until_measuring(path, tmp_path, log)
+    try:
         os.kill(proc.pid, signal.SIGINT)  # Ctrl-C: to `sweep run` only
         assert proc.wait(timeout=90) == 130, log.read_text()
     finally:
@@ -226,15 +237,8 @@ def test_the_time_limit_warning_stops_the_pilots_cleanly_and_says_so(
         SlurmSpec(), job_name="j", folder="/f", worker_argv=["w"], time_limit=None
     )
     log = tmp_path / "run.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sweep", "run", str(path)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = run_until_measuring(path, tmp_path, log)
     try:
-        wait_until(lambda: measuring(path, tmp_path), timeout=90, what="a trial measuring")
         job = slurm.queue()[0].split()[0].split("_")[0]
         slurm.run("scancel", "--batch", "--signal=USR1", job)  # what Slurm does at @120
         proc.wait(timeout=120)
