@@ -211,8 +211,8 @@ def outcome(study: Study, url: str, workers: list[Worker], interrupted: bool) ->
     """
     codes = {w.host: w.exit_code for w in workers}
     if interrupted or INTERRUPTED_EXIT in codes.values():
-        raise Interrupted("interrupted: every host's worker stopped its server and recorded "
-                          "its trial; `sweep run` resumes")  # fmt: skip
+        raise Interrupted("every host's worker stopped its server and recorded its trial; "
+                          "`sweep run` resumes")  # fmt: skip
     failed = {host: code for host, code in codes.items() if code != 0}
     listed = ", ".join(f"{host} (exit code {code})" for host, code in failed.items())
     ended = {w.host: w.summary_path for w in workers if w.summary_path.exists()}

@@ -365,22 +365,25 @@ def _show(task: Task, board: HostBoard, *, final: bool) -> None:
 def _outcome(study: Study, url: str, tasks: list[Task], interrupted: bool) -> RunSummary:
     if interrupted:
         raise Interrupted(
-            "interrupted: every pilot stopped its server and recorded its trial, "
+            "every pilot stopped its server and recorded its trial, "
             "the job is cancelled; `sweep run` resumes"
         )
     codes = {t.label: t.exit_code() for t in tasks}
     failed = {label: code for label, code in codes.items() if code not in (0, None, *SIGNALLED)}
-    if failed:
-        listed = ", ".join(f"{label} (exit code {code})" for label, code in failed.items())
-        raise WorkerFailed(f"pilot(s) failed: {listed}; their output above says why")
-    ended = [label for label, code in codes.items() if code != 0]
+    listed = ", ".join(f"{label} (exit code {code})" for label, code in failed.items())
+    ended = [label for label, code in codes.items() if code != 0 and label not in failed]
     done = {t.label: t.summary for t in tasks if codes[t.label] == 0 and t.summary.exists()}
     if not done:
+        if failed:
+            raise WorkerFailed(f"pilot(s) failed: {listed}; their output above says why")
         raise WorkerFailed(
             f"no pilot finished: {', '.join(ended)} ended by Slurm (cancelled, "
             "preempted, time limit or node failure); their logs say more"
         )
-    summary = merge_summary_files(study, url, done)
+    summary = merge_summary_files(study, url, done)  # the others' answer is still the study's
+    if failed:
+        summary.stopped(f"pilot(s) failed: {listed}; {summary.stop_reason}", failed=True)
+        summary.warnings.append(f"pilot(s) failed: {listed}; their output above says why")
     for label in ended:
         summary.warnings.append(
             f"pilot {label} was ended by Slurm (cancelled, preempted, time "

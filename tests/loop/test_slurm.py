@@ -7,6 +7,7 @@ confirmation runs across the pilots."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -22,10 +23,10 @@ from optuna.trial import TrialState
 from sweep.core.records import ATTR
 from sweep.core.space import plan
 from sweep.engines import rules_for
-from sweep.exceptions import StudyFileError
+from sweep.exceptions import StudyFileError, WorkerFailed
 from sweep.loop.context import RunOptions
 from sweep.loop.progress import HostBoard
-from sweep.loop.slurm import SlurmError, in_allocation, pilot_host, run_slurm
+from sweep.loop.slurm import SlurmError, Task, _outcome, in_allocation, pilot_host, run_slurm
 from sweep.loop.slurm_alloc import pilots, step_argv
 from sweep.loop.worker import SharedOptions
 from sweep.store import open_study, quiet_optuna, rdb_storage
@@ -91,6 +92,27 @@ def test_pilots_sharing_a_node_get_their_own_name_port_and_workdir(tmp_path: Pat
     assert host.kind == "local" and host.name == "node7-1"
     assert host.server_port == study.engine.port + 1
     assert host.workdir.endswith("/node7-1")
+
+
+def test_a_failed_pilot_does_not_hide_the_others_answer(tmp_path: Path) -> None:
+    """One pilot exiting 1 raised "pilot(s) failed" and dropped the summary and the answer
+    the other pilot stored (the fleet's path already kept them)."""
+    study = load_study(slurm_study(tmp_path, "postgresql+psycopg://u@db/s"))
+
+    def task(i: int, code: int, answer: str = "") -> Task:
+        t = Task(i, f"7_{i}", tmp_path / f"{i}.log", tmp_path / f"{i}.exit", tmp_path / f"{i}.json")
+        t.exit.write_text(f"{code}\n")
+        if code == 0:
+            data = {"stop_reason": "converged", "best": "steps=2: 94.0", "answer": answer}
+            t.summary.write_text(json.dumps({**data, "measured": 3}))
+        return t
+
+    summary = _outcome(study, "u", [task(0, 0, "confirmed answer: steps=2"), task(1, 1)], False)
+    assert summary.answer == "confirmed answer: steps=2" and summary.measured == 3
+    assert summary.failed_run and "pilot(s) failed: 7_1 (exit code 1)" in summary.stop_reason
+    assert any("7_1 (exit code 1)" in w for w in summary.warnings)
+    with pytest.raises(WorkerFailed, match="7_1"):
+        _outcome(study, "u", [task(1, 1)], False)
 
 
 def test_the_time_limit_comes_from_the_budget_or_deadline() -> None:
