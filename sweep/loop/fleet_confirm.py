@@ -180,10 +180,11 @@ class FleetConfirm:
                 continue
             if self.lost is not None:
                 run.display.message(
-                    f"relaunch of {job.key} (trial {self.lost}): its worker stopped; taken over"
+                    f"relaunch of {self.label(job.key)} (trial {self.lost}): its worker "
+                    "stopped; taken over"
                 )
             if self.failed is not None:
-                run.display.message(f"relaunch of {job.key}: {self.failed}; taken over")
+                run.display.message(f"relaunch of {self.label(job.key)}: {self.failed}; taken over")
             launch = relaunch(run, job.key)
             claims.retag(marker, PENDING, launch.trial.number)
             self.blocked_since = None
@@ -195,6 +196,12 @@ class FleetConfirm:
         if blocked and self.blocked_since is None:
             self.blocked_since = now
         return False
+
+    def label(self, key: str) -> str:
+        """A configuration as users write it (``steps=2 …``), not its key."""
+        return answer.labels_of((), self.run.valid).get(key) or (
+            self.run.valid[key].label() if key in self.run.valid else key
+        )
 
     def stale_job(self, marker: str, job: Job) -> Callable[[int], bool]:
         """A job's claim is stale when its trial stopped without a result (its worker died:
@@ -230,7 +237,7 @@ class FleetConfirm:
         host = self.run.host.name
         self.run.stores.claims.claim(self.key(f"{i}:{FAILED_ON}:{host}"), host, number, _never)
         self.run.display.message(
-            f"relaunch of {job.key} failed on {host} ({failure_kind(record)}): "
+            f"relaunch of {self.label(job.key)} failed on {host} ({failure_kind(record)}): "
             "not counted; left to another host"
         )
 

@@ -202,6 +202,7 @@ def test_a_host_failing_its_relaunches_leaves_them_to_the_others(
             for r in records
         ), f"relaunch {bad.number} of {bad.key} failed on b and was not taken by another host"
     assert "failed on b (nccl_init)" in logs["b"]
+    assert "relaunch of steps=" in logs["b"]  # as users write it, not s2-k1-d3-tp8[]
     assert "taken over" in logs["a"] + logs["c"]
     # the failed launches did not count: each planned relaunch was measured, and counts once
     jobs = [j for p in planned(path) for j in p["jobs"]]  # type: ignore[attr-defined]
