@@ -60,21 +60,19 @@ def postgres() -> Iterator[Postgres]:
     Its folder is directly under /tmp: pytest's own temp folders are not readable by the
     ``postgres`` user the cluster runs as.
     """
-    with contextlib.ExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-pg-")))
-        try:
-            cluster = stack.enter_context(throwaway_postgres(folder))
-        except PostgresUnavailable as exc:
-            skip_or_fail(str(exc))
-        yield cluster
+    yield from _cluster("sweep-pg-")
 
 
 @pytest.fixture(scope="session")
 def restartable_postgres() -> Iterator[Postgres]:
     """A second throwaway cluster, for the tests that stop and start it (a database restart
     in the middle of a run) without disturbing the tests sharing :func:`postgres`."""
+    yield from _cluster("sweep-pg-restart-")
+
+
+def _cluster(prefix: str) -> Iterator[Postgres]:
     with contextlib.ExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sweep-pg-restart-")))
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
         try:
             cluster = stack.enter_context(throwaway_postgres(folder))
         except PostgresUnavailable as exc:

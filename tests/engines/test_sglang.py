@@ -301,11 +301,11 @@ def test_spec_params_parse() -> None:
 SGLANG_NCCL_TRACEBACK = """\
 [2026-01-12 02:13:05 TP3] Init torch distributed begin.
 [2026-01-12 02:13:07 TP3] Scheduler hit an exception: Traceback (most recent call last):
-  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 2890, in run_scheduler_process
+  File "sglang-venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 2890, in run_scheduler_process
     scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
-  File "/opt/sglang/python/sglang/srt/model_executor/model_runner.py", line 615, in init_torch_distributed
+  File "sglang-venv/lib/python3.11/site-packages/sglang/srt/model_executor/model_runner.py", line 615, in init_torch_distributed
     raise DistBackendError(f"NCCL error during init: {exc}") from exc
-  File "/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", line 4159, in barrier
+  File "sglang-venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 4159, in barrier
     work = group.barrier(opts=opts)
 torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, internal error - please report this issue to the NCCL developers, NCCL version 2.21.5
 ncclInternalError: Internal check failed.
