@@ -71,10 +71,13 @@ class Claims:
         """
         if self._insert(key, host, trial_number):
             return None
-        owner = self.owner(key)
-        if owner is None:  # released between the INSERT and the SELECT
+        holder = self._holder(key)
+        if holder is None:  # released between the INSERT and the SELECT
             return None if self._insert(key, host, trial_number) else self.owner(key)
-        if owner == trial_number:  # stored, though the answer was lost (and the INSERT retried)
+        owner, by = holder
+        # stored, though the answer was lost (and the INSERT retried); a placeholder number
+        # (negative: no trial yet) is every claimer's, so it never proves the claim is ours
+        if owner == trial_number and by == host and trial_number >= 0:
             return None
         if stale(owner) and self._take_over(key, owner, host, trial_number):
             return None
@@ -89,6 +92,13 @@ class Claims:
         query = sa.select(claims_table.c.trial_number).where(self._row(key))
         value = self._read(lambda conn: conn.execute(query).scalar())
         return None if value is None else int(value)
+
+    def _holder(self, key: str) -> tuple[int, str] | None:
+        """(trial number, host) of ``key``'s claim, if any."""
+        c = claims_table.c
+        query = sa.select(c.trial_number, c.host).where(self._row(key))
+        row = self._read(lambda conn: conn.execute(query).first())
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def held(self) -> dict[str, int]:
         """Every configuration key claimed in this study → its trial number."""

@@ -6,6 +6,7 @@ another; a host whose relaunches fail leaves them to the other hosts."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -164,14 +165,18 @@ def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
     assert trials_of(path).user_attrs[ATTR.ANSWER]["winner"]
 
 
-def fail_on_host(path: Path, profile: Path, host: str) -> None:
-    """From now on every server ``host`` starts fails at init (NCCL), as a host gone bad: a
-    fault matched to its server port, written into the study's profile (read at each start)."""
-    port = next(h.server_port for h in load_study(path).hosts if h.name == host)
-    text = profile.read_text() + f'\n[[failure]]\nkind = "nccl_init"\nmatch = {{ port = {port} }}\n'
-    tmp = profile.with_suffix(".new")
-    tmp.write_text(text)
-    os.replace(tmp, profile)  # a server starting now reads the old file or the new one
+BAD_HOST = Path(__file__).parents[1] / "programs" / "bad_host_launch.py"
+
+
+def going_bad(path: Path, marker: Path) -> None:
+    """The first host to start a relaunch fails that one and every later relaunch at init
+    (NCCL), as a host gone bad (see tests/programs/bad_host_launch.py); its port goes to
+    ``marker``."""
+    text = path.read_text()
+    recorder = str(Path(__file__).parents[1] / "programs" / "record_launch.py")
+    assert json.dumps(recorder) in text
+    path.write_text(text.replace(json.dumps(recorder), f"{json.dumps(str(BAD_HOST))}, "
+                                 f"{json.dumps(str(marker))}"))  # fmt: skip
 
 
 def planned(path: Path) -> list[dict[str, object]]:
@@ -183,31 +188,34 @@ def test_a_host_failing_its_relaunches_leaves_them_to_the_others(
     tmp_path: Path, postgres: Postgres
 ) -> None:
     path = confirming_study(tmp_path, postgres.new_database())
-    profile = tmp_path / "profile-test.toml"
+    marker = tmp_path / "bad-port"
+    going_bad(path, marker)
     with started(tmp_path, path) as (path, procs):
-        wait_until(lambda: any(p["jobs"] for p in planned(path)), timeout=300, what="a round")
-        fail_on_host(path, profile, "b")
-        logs = ended(tmp_path, procs, "ac")
-        procs["b"].wait(timeout=400)  # it printed the answer, or stopped: 5 failures in a row
-        logs["b"] = (tmp_path / "b.log").read_text()
-    assert answer_lines(logs["b"]) or "launches in a row failed" in logs["b"], logs["b"]
+        wait_until(marker.exists, timeout=300, what="a first relaunch")
+        port = int(marker.read_text())
+        bad = next(h.name for h in load_study(path).hosts if h.server_port == port)
+        good = "".join(h for h in SPEEDS if h != bad)
+        logs = ended(tmp_path, procs, good)
+        procs[bad].wait(timeout=400)  # it printed the answer, or stopped: 5 failures in a row
+        logs[bad] = (tmp_path / f"{bad}.log").read_text()
+    assert answer_lines(logs[bad]) or "launches in a row failed" in logs[bad], logs[bad]
     stored = trials_of(path).user_attrs[ATTR.ANSWER]
     records = read_records(trials_of(path))
     failed = [r for r in records if r.kind is Kind.REPLICATE and r.state is State.FAILED]
-    assert failed and {r.host for r in failed} == {"b"}, failed
+    assert failed and {r.host for r in failed} == {bad}, failed
     assert all(r.failure is not None and r.failure.kind == "nccl_init" for r in failed)
-    for bad in failed:  # each taken by another host, which measured it
+    for lost in failed:  # each taken by another host, which measured it
         assert any(
-            r.key == bad.key and r.number > bad.number and r.host != "b" and r.measured
+            r.key == lost.key and r.number > lost.number and r.host != bad and r.measured
             for r in records
-        ), f"relaunch {bad.number} of {bad.key} failed on b and was not taken by another host"
-    assert "failed on b (nccl_init)" in logs["b"]
-    assert "relaunch of steps=" in logs["b"]  # as users write it, not s2-k1-d3-tp8[]
-    assert "taken over" in logs["a"] + logs["c"]
+        ), f"relaunch {lost.number} of {lost.key} failed on {bad} and was not taken by another"
+    assert f"failed on {bad} (nccl_init)" in logs[bad]
+    assert "relaunch of steps=" in logs[bad]  # as users write it, not s2-k1-d3-tp8[]
+    assert "taken over" in "".join(logs[h] for h in good)
     # the failed launches did not count: each planned relaunch was measured, and counts once
     jobs = [j for p in planned(path) for j in p["jobs"]]  # type: ignore[attr-defined]
     assert stored["confirmation_launches"] == len(jobs) and not stored.get("dropped")
     measured = [r for r in records if r.kind is Kind.REPLICATE and r.measured]
     assert len(measured) == sum(1 for j in jobs if TrialConfig.speculates(j["key"]))
-    assert all(len(answer_lines(logs[h])) == 1 for h in "ac")
+    assert all(len(answer_lines(logs[h])) == 1 for h in good)
     assert all("dropped" not in line for log in logs.values() for line in answer_lines(log))

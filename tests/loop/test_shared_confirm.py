@@ -89,6 +89,21 @@ def test_a_relaunch_reaped_failed_by_a_restart_or_by_its_host_is_taken_again() -
     assert not host_failed(record("FAIL"))
 
 
+def test_a_placeholder_claim_is_held_by_one_worker_only(tmp_path: Path) -> None:
+    """Every worker claims a job (or a round's plan) with the same placeholder trial number
+    before its trial exists: a second worker's claim must not be taken for its own (two
+    workers would plan one round twice, counting its relaunches twice, or launch one job
+    twice)."""
+    claims = Claims(f"sqlite:///{tmp_path / 'c.db'}", "s")
+    assert claims.claim("confirm:0:0:plan", "a", -2, lambda owner: False) is None
+    assert claims.claim("confirm:0:0:plan", "b", -2, lambda owner: False) == -2
+    assert claims.claim("confirm:0:0:plan", "a", -2, lambda owner: False) == -2  # not proof
+    # a trial's own claim, its answer lost and the INSERT retried, is still its own
+    assert claims.claim("s1-k1-d2-tp8[]", "a", 4, lambda owner: False) is None
+    assert claims.claim("s1-k1-d2-tp8[]", "a", 4, lambda owner: False) is None
+    assert claims.claim("s1-k1-d2-tp8[]", "b", 4, lambda owner: False) == 4
+
+
 def test_claims_age_retag_and_live_hosts(tmp_path: Path) -> None:
     claims = Claims(f"sqlite:///{tmp_path / 'c.db'}", "s")
     assert claims.age("job") is None
