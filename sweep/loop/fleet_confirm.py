@@ -278,9 +278,12 @@ class FleetConfirm:
         return None if frozen is None else TrialRecord.from_frozen(frozen)
 
     def say(self, plan: Plan) -> None:
+        """Say the round once; not a round that was over before this worker came to it (a
+        resumed worker passing the rounds of an earlier run)."""
         if self.round not in self.said:
             self.said.add(self.round)
-            self.run.display.message(f"confirming (round {self.round + 1}): {plan.reason}")
+            if not self.settled(plan):
+                self.run.display.message(f"confirming (round {self.round + 1}): {plan.reason}")
 
 
 def searching(run: RunContext, grace_s: float) -> bool:

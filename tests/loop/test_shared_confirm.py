@@ -27,8 +27,9 @@ from tests.support.studies import write_study
 TRUE = {1: 100.0, 2: 104.0, 3: 103.5}  # steps → throughput; 2 and 3 are close
 
 
-def shared_run(tmp_path: Path, seed: int) -> Runner:
-    """A worker of a shared study (SQLite is fine for one process) with noisy launches."""
+def shared_run(tmp_path: Path, seed: int, out: io.StringIO | None = None) -> Runner:
+    """A worker of a shared study (SQLite is fine for one process) with noisy launches; what
+    it prints goes to ``out``."""
     path = write_study(tmp_path, study='sampler = "grid"', confirm=True)
     rng = random.Random(seed)
 
@@ -36,7 +37,7 @@ def shared_run(tmp_path: Path, seed: int) -> Runner:
         return Measurement(TRUE.get(config.num_steps, 80.0) * rng.gauss(1.0, 0.02))
 
     options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01))
-    display = Display(io.StringIO(), live=False)
+    display = Display(io.StringIO() if out is None else out, live=False)
     ctx = wiring.run_context(
         load_study(path),
         options,
@@ -49,8 +50,10 @@ def shared_run(tmp_path: Path, seed: int) -> Runner:
 
 
 def test_one_worker_of_a_shared_study_confirms_and_stores_one_answer(tmp_path: Path) -> None:
-    runner = shared_run(tmp_path, seed=1)
+    first = io.StringIO()
+    runner = shared_run(tmp_path, seed=1, out=first)
     summary = runner.run()
+    assert "confirming (round 1)" in first.getvalue()
     trials = runner.ctx.stores.trials
     stored = trials.user_attrs[ATTR.ANSWER]
     assert summary.answer.startswith(stored["label"])
@@ -61,9 +64,11 @@ def test_one_worker_of_a_shared_study_confirms_and_stores_one_answer(tmp_path: P
     relaunched = [r for r in read_records(trials) if r.kind is Kind.REPLICATE]
     jobs = sum(len(p.jobs) for p in plans.values())
     assert relaunched and stored["confirmation_launches"] == jobs  # each counted once
-    # the same study run again: the stored answer, nothing launched
-    again = shared_run(tmp_path, seed=2).run()
+    # the same study run again: the stored answer, nothing launched, no round replayed
+    out = io.StringIO()
+    again = shared_run(tmp_path, seed=2, out=out).run()
     assert again.answer == summary.answer and again.replicates == 0 and again.measured == 0
+    assert "confirming" not in out.getvalue(), out.getvalue()
 
 
 def test_a_plan_is_stored_as_plain_values() -> None:
