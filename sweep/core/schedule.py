@@ -14,7 +14,8 @@ topk 1, as both engines' schedules are chains), the steps to run at each level:
 * among the eligible ones, every configuration the best one does not beat with confidence is
   tied with it, and the tie goes to the fewest steps.
 
-The family whose schedule comes closest to the best measured figure at every level wins.
+The family whose best measured mean comes closest to the best measured figure at every level
+wins (its best, not the tie rule's choice: fewer steps run only once a tie is established).
 :func:`beats` is the one place the confidence rule lives (per-level 95 % CIs plus a
 launch-to-launch allowance); a confirmation module can replace it.
 """
@@ -404,8 +405,13 @@ def _reference(table: Table, levels: Sequence[int]) -> dict[int, float]:
 
 
 def _closeness(schedule: Schedule, reference: Mapping[int, float]) -> float:
-    """Σ over levels of the chosen mean / the best mean there (levels count alike)."""
-    return sum(c.chosen.mean / reference[c.concurrency] for c in schedule.levels if
+    """Σ over levels of the family's best mean / the best mean there (levels count alike).
+
+    The family's best, not the tie rule's choice: a slot runs fewer steps only once the
+    per-level confirmation establishes the tie (:mod:`sweep.search.level_confirm`), else the
+    level's best measured, so a family whose best steps are many is judged by what it runs,
+    not by a tie to fewer steps within the launch allowance (2 %) that is never exported."""
+    return sum(c.best.mean / reference[c.concurrency] for c in schedule.levels if
                reference.get(c.concurrency))  # fmt: skip
 
 

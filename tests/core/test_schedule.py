@@ -36,6 +36,7 @@ from sweep.engines.vllm_spec import check_per_batch_size_ranges, per_batch_size_
 from sweep.exceptions import EngineConfigError, ScheduleError, StudyFileError
 from sweep.loop import wiring
 from sweep.loop.schedule_export import export
+from sweep.search import level_confirm
 from sweep.sim import adaptive as sim_adaptive
 from sweep.study.model import Constraint, Study
 from sweep.study.parse import parse_study
@@ -165,6 +166,19 @@ def test_trees_and_failures_are_ignored_and_the_best_family_is_chosen() -> None:
     tp1 = [trial(2, {1: 190, 16: 1300, 64: 1300}, number=7, draft_tp=1)]
     s = decide_schedule([*TRIALS, tree, failed, *tp1], BASELINES, metric=METRIC, levels=[1, 16])
     assert s.family == Family(1) and s.steps_by_batch == ((1, 2), (16, 2))
+
+
+def test_the_family_is_judged_by_its_best_measured_not_by_a_tie_to_fewer_steps() -> None:
+    # draft TP 8: 4 steps best at concurrency 1 (200), 1 step within the launch allowance of it
+    # (196, so the tie rule picks 1 step); draft TP 1: 198 there. A tie to fewer steps is run
+    # only once the per-level confirmation establishes it, else the level's best measured:
+    # draft TP 8 runs 200 at concurrency 1, draft TP 1 198 (they tie at 16)
+    tp8 = [trial(1, {1: 196, 16: 1300}, number=1), trial(4, {1: 200, 16: 1000}, number=2)]
+    tp1 = [trial(2, {1: 198, 16: 1300}, number=3, draft_tp=1)]
+    off = [baseline({1: 100, 16: 1000})]
+    s = decide_schedule([*tp8, *tp1], off, metric=METRIC, levels=[1, 16])
+    assert s.family == Family(8)
+    assert level_confirm.confirmed(s).steps_by_batch == ((1, 4), (16, 1))
 
 
 def test_repeated_launches_are_pooled_per_level() -> None:

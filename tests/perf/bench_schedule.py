@@ -12,10 +12,15 @@ compares it with SGLang's built-in schedule the same way.
 
 ``verify_wrong_sign_rate``, ``schedule_vs_optimum_pct``, ``schedule_vs_builtin_pct``: a
 statistical bench against the simulator's noise-free truth (:func:`verify_figures`).
+
+Not in ``make perf``: ``python -m tests.perf.bench_schedule [--landscapes NAME,...] [--seeds N]``
+runs the same statistical bench on other landscape shapes (:func:`extra_landscapes`,
+``tests/perf/schedule_landscapes/``) and prints ``schedule_<landscape>_*`` figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import io
 import json
@@ -24,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +151,35 @@ V_OUTPUT_LEN = 64
 
 
 @dataclass(frozen=True)
+class Landscape:
+    """A batch-dependent landscape for the statistical bench: a profile (a shipped name or a
+    TOML path) and the draft TPs searched (one family each)."""
+
+    name: str
+    profile: str
+    draft_tps: tuple[int, ...] = (8,)
+
+
+DEFAULT = Landscape("batch-dependent", "batch-dependent")
+LANDSCAPE_DIR = Path(__file__).parent / "schedule_landscapes"
+
+
+def extra_landscapes() -> list[Landscape]:
+    """Other shapes than the default's (``tests/perf/schedule_landscapes/``, each file says
+    what it stands for): best steps rising then falling with concurrency, speculation worth it
+    only at the lowest levels, a flat top (steps tied at a host ceiling), and a draft TP whose
+    best value changes with concurrency."""
+
+    def at(name: str, *tps: int) -> Landscape:
+        return Landscape(name, str(LANDSCAPE_DIR / f"{name}.toml"), tps or (8,))
+
+    return [at("rise-fall"), at("c1-only"), at("flat-top"), at("draft-tp", 1, 8)]
+
+
+Truth = dict[TrialConfig, dict[int, float]]  # per configuration, per level
+
+
+@dataclass(frozen=True)
 class SeedResult:
     vs_optimum_pct: float
     vs_builtin_pct: float
@@ -154,12 +188,15 @@ class SeedResult:
     confident: int
     wrong: int
     confident_slots: int
+    vs_static_pct: float = 0.0  # the true summed figure vs the truly best static configuration
+    contradicted_slots: int = 0  # confident slots the truth puts > the tie margin below the best
+    vs_optimum_alike_pct: float = 0.0  # the same as vs_optimum_pct with levels counting alike
+    worst_level_pct: float = 0.0  # the worst level vs the levels-alike optimum's there
 
 
 def verify_figures() -> Iterator[Figure]:
-    truth = {steps: _truth(steps) for steps in (0, *V_STEPS)}
-    builtin = _truth(3, adaptive=True)
-    runs = [_one_seed(seed, truth, builtin) for seed in range(V_SEEDS_SIGN)]
+    truth, builtin = truths(DEFAULT)
+    runs = [_one_seed(seed, truth, builtin, DEFAULT) for seed in range(V_SEEDS_SIGN)]
     first = runs[:V_SEEDS]
     vs_opt = [r.vs_optimum_pct for r in first]
     vs_builtin = [r.vs_builtin_pct for r in first]
@@ -228,25 +265,31 @@ def verify_figures() -> Iterator[Figure]:
     )
 
 
+def truths(land: Landscape) -> tuple[Truth, dict[int, float]]:
+    """The noise-free figures of no speculation and of every searched chain, then of SGLang's
+    built-in adaptive mode (at the target's draft TP), from `sweep sim --predict`."""
+    configs = [TrialConfig.baseline()]
+    configs += [TrialConfig(s, 1, s + 1, tp) for tp in land.draft_tps for s in V_STEPS]
+    truth = {c: _truth(land, c) for c in configs}
+    return truth, _truth(land, TrialConfig(3, 1, 4, 8), adaptive=True)
+
+
 def _one_seed(
-    seed: int, truth: dict[int, dict[int, float]], builtin: dict[int, float]
+    seed: int, truth: Truth, builtin: dict[int, float], land: Landscape = DEFAULT
 ) -> SeedResult:
     rng = random.Random(seed)
     optimum = _optimum(truth)
-    trials = [_record(rng, truth[s], s, n) for n, s in enumerate(V_STEPS)]
-    bases = [_record(rng, truth[0], 0, len(V_STEPS))]
+    searched = [c for c in truth if c.speculative]
+    trials = [_record(rng, truth[c], c, n) for n, c in enumerate(searched)]
+    bases = [_record(rng, truth[TrialConfig.baseline()], TrialConfig.baseline(), len(searched))]
     schedule, confirming = _confirm_levels(rng, truth, trials, bases)
     steps = dict(schedule.steps_by_batch)
-    mine = {lv: truth[steps.get(lv, 0)][lv] for lv in V_LEVELS}
+    mine = {lv: truth[schedule.family.config(steps.get(lv, 0))][lv] for lv in V_LEVELS}
     static = best_static([*trials, *bases], METRIC, V_LEVELS)
     assert static is not None and static.config is not None
-    arms_truth = {
-        SCHEDULE: mine,
-        STATIC: truth[static.config.num_steps if static.config.speculative else 0],
-        BUILTIN: builtin,
-    }
+    arms_truth = {SCHEDULE: mine, STATIC: truth[static.config], BUILTIN: builtin}
     if static.config.speculative:
-        arms_truth[NONE] = truth[0]
+        arms_truth[NONE] = truth[TrialConfig.baseline()]
     result, launched = _side_by_side(rng, arms_truth)
     true_mine = sum(mine.values())
     confident = wrong = 0
@@ -256,6 +299,7 @@ def _one_seed(
         confident += 1
         true_diff = true_mine / sum(arms_truth[d.versus].values()) - 1
         wrong += (d.sign > 0) != (true_diff > 0) or abs(true_diff) < 1e-9
+    best_static_truth = max(sum(figures.values()) for figures in truth.values())
     return SeedResult(
         100 * (true_mine / optimum - 1),
         100 * (true_mine / sum(builtin.values()) - 1),
@@ -264,48 +308,96 @@ def _one_seed(
         confident,
         wrong,
         sum(1 for c in schedule.levels if c.confident),
+        100 * (true_mine / best_static_truth - 1),
+        _contradicted(schedule, truth),
+        *_alike(mine, truth),
     )
 
 
-def _optimum(truth: dict[int, dict[int, float]]) -> float:
-    """The noise-free best per-level schedule's summed figure."""
-    return sum(max(truth[s][lv] for s in truth) for lv in V_LEVELS)
+def _alike(mine: dict[int, float], truth: Truth) -> tuple[float, float]:
+    """The schedule's true figure with levels counting alike (the mean over levels of its
+    share of the best there) vs the best family's per-level optimum's, and its worst level vs
+    that optimum's there (what the summed figure, dominated by the high levels, hides)."""
+    top = {lv: max(figures[lv] for figures in truth.values()) for lv in V_LEVELS}
+    off = truth[TrialConfig.baseline()]
+    optima = [
+        {lv: max(off[lv], *(f[lv] for c, f in truth.items() if c.speculative and c.draft_tp == tp))
+         for lv in V_LEVELS}
+        for tp in {c.draft_tp for c in truth if c.speculative}
+    ]  # fmt: skip
+    optimum = max(optima, key=lambda o: sum(o[lv] / top[lv] for lv in V_LEVELS))
+    share = sum(mine[lv] / top[lv] for lv in V_LEVELS) / sum(
+        optimum[lv] / top[lv] for lv in V_LEVELS
+    )
+    worst = min(mine[lv] / optimum[lv] for lv in V_LEVELS)
+    return 100 * (share - 1), 100 * (worst - 1)
+
+
+def _contradicted(schedule: Schedule, truth: Truth) -> int:
+    """Confident slots whose configuration the truth puts more than the tie margin below the
+    best of the level's candidates (the family's steps and no speculation)."""
+    wrong = 0
+    for choice in schedule.levels:
+        if not choice.confident:
+            continue
+        lv = choice.concurrency
+        rivals = [schedule.family.config(c.steps)
+                  for c in level_confirm.candidates_of(choice).values()]  # fmt: skip
+        best = max(truth[c][lv] for c in rivals)
+        mine = truth[schedule.family.config(choice.steps)][lv]
+        wrong += mine < best * (1 - level_confirm.OPTIONS.tie_margin)
+    return wrong
+
+
+def _optimum(truth: Truth) -> float:
+    """The noise-free best per-level schedule's summed figure, of the best family (an engine's
+    schedule changes only the steps: one draft TP)."""
+    off = truth[TrialConfig.baseline()]
+    tps = {c.draft_tp for c in truth if c.speculative}
+    return max(
+        sum(max(off[lv], *(truth[c][lv] for c in truth if c.speculative and c.draft_tp == tp))
+            for lv in V_LEVELS)
+        for tp in tps
+    )  # fmt: skip
 
 
 def _confirm_levels(
     rng: random.Random,
-    truth: dict[int, dict[int, float]],
+    truth: Truth,
     trials: list[TrialRecord],
     bases: list[TrialRecord],
 ) -> tuple[Schedule, int]:
     """The per-level confirmation of `sweep run` on synthetic relaunches: rounds of
     :func:`level_confirm.next_round` until every slot is decided or the budget is spent."""
     budget, spent = ScheduleSpec().confirm_launches, 0
-    steps_of = {r.key: r.config.num_steps for r in trials if r.config is not None}
+    config_of = {r.key: r.config for r in trials if r.config is not None}
     while True:
         schedule = decide_schedule(trials, bases, metric=METRIC, levels=V_LEVELS)
         order = level_confirm.next_round(schedule, remaining=budget - spent)
         if not order:
             return level_confirm.confirmed(schedule), spent
         for key in order:
-            steps = steps_of.get(key, 0)
-            record = _record(rng, truth[steps], steps, len(trials) + len(bases))
-            if steps:
+            config = config_of.get(key, TrialConfig.baseline())
+            record = _record(rng, truth[config], config, len(trials) + len(bases))
+            if config.speculative:
                 trials.append(dataclasses.replace(record, kind=Kind.REPLICATE))
             else:
                 bases.append(record)
             spent += 1
 
 
-def _truth(steps: int, *, adaptive: bool = False) -> dict[int, float]:
+def _truth(land: Landscape, config: TrialConfig, *, adaptive: bool = False) -> dict[int, float]:
     argv = [sys.executable, "-m", "sweep", "sim", "--model-path", "m", "--tp-size", "8",
-            "--sim-profile", "batch-dependent", "--max-running-requests", str(max(V_LEVELS)),
+            "--sim-profile", land.profile, "--max-running-requests", str(max(V_LEVELS)),
             "--predict", "--predict-concurrency", ",".join(map(str, V_LEVELS)),
             "--predict-output-len", str(V_OUTPUT_LEN)]  # fmt: skip
-    if steps:
+    if config.speculative:
+        steps = config.num_steps
         argv += ["--speculative-algorithm", "EAGLE3", "--speculative-num-steps", str(steps),
                  "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens",
                  str(steps + 1)]  # fmt: skip
+        if len(land.draft_tps) > 1:
+            argv += ["--speculative-draft-tp-size", str(config.draft_tp)]
     if adaptive:
         argv.append("--speculative-adaptive")
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
@@ -324,9 +416,10 @@ def _levels(rng: random.Random, truth: dict[int, float]) -> tuple[dict[str, Any]
     return tuple(out)
 
 
-def _record(rng: random.Random, truth: dict[int, float], steps: int, number: int) -> TrialRecord:
-    config = TrialConfig(steps, 1, steps + 1, 8) if steps else TrialConfig.baseline()
-    kind = Kind.TRIAL if steps else Kind.BASELINE
+def _record(
+    rng: random.Random, truth: dict[int, float], config: TrialConfig, number: int
+) -> TrialRecord:
+    kind = Kind.TRIAL if config.speculative else Kind.BASELINE
     return TrialRecord(number=number, kind=kind, optuna_state="COMPLETE", config=config,
                        key=config.key(), levels=_levels(rng, truth))  # fmt: skip
 
@@ -348,3 +441,74 @@ def _side_by_side(rng: random.Random, arms: dict[str, dict[int, float]]) -> tupl
             assert launch is not None
             launches[arm].append(launch)
             spent += 1
+
+
+# --- other landscapes (not in the default run) ------------------------------------------------
+
+
+def landscape_figures(lands: Sequence[Landscape], seeds: int = V_SEEDS) -> Iterator[Figure]:
+    """The statistical bench on each of ``lands``: ``schedule_<name>_*`` figures."""
+    for land in lands:
+        truth, builtin = truths(land)
+        runs = [_one_seed(seed, truth, builtin, land) for seed in range(seeds)]
+        yield from _land_figures(land, runs)
+
+
+def _land_figures(land: Landscape, runs: Sequence[SeedResult]) -> Iterator[Figure]:
+    tag, n = land.name.replace("-", "_"), len(runs)
+    what = f"{n} seeds, {land.name} landscape, {LAUNCH_CV:.0%} launch noise, statistical"
+    vs_opt = [r.vs_optimum_pct for r in runs]
+    vs_static = [r.vs_static_pct for r in runs]
+    yield Figure(f"schedule_{tag}_vs_optimum_pct", statistics.median(vs_opt), "%",
+                 f"true summed {METRIC} of the exported schedule vs the noise-free best "
+                 f"per-level schedule of one family, median (worst {min(vs_opt):+.2f} %); {what}",
+                 ">= -1")  # fmt: skip
+    yield Figure(f"schedule_{tag}_vs_optimum_pct_worst", min(vs_opt), "%",
+                 f"the same, worst seed; {what}", ">= -2")  # fmt: skip
+    yield Figure(f"schedule_{tag}_vs_static_pct", statistics.median(vs_static), "%",
+                 f"the same vs the truly best static configuration, median (worst "
+                 f"{min(vs_static):+.2f} %); {what}", ">= 0")  # fmt: skip
+    alike, worst = [r.vs_optimum_alike_pct for r in runs], [r.worst_level_pct for r in runs]
+    yield Figure(f"schedule_{tag}_vs_optimum_alike_pct", statistics.median(alike), "%",
+                 f"the same vs the optimum with levels counting alike (each level's share of the "
+                 f"best there), median (worst {min(alike):+.2f} %); {what}", ">= -1")  # fmt: skip
+    yield Figure(f"schedule_{tag}_worst_level_pct", statistics.median(worst), "%",
+                 f"the schedule's worst level vs the levels-alike optimum there, median over "
+                 f"seeds (worst {min(worst):+.2f} %); {what}", ">= -2")  # fmt: skip
+    slots = sum(r.confident_slots for r in runs)
+    yield Figure(f"schedule_{tag}_confident_slots_share", slots / (len(V_LEVELS) * n), "ratio",
+                 f"slots established after the per-level confirmation; {what}")  # fmt: skip
+    yield Figure(f"schedule_{tag}_contradicted_slots", sum(r.contradicted_slots for r in runs),
+                 "slots", f"established slots the truth puts more than the tie margin (1 %) "
+                 f"below the level's best candidate, of {slots}; {what}", "0")  # fmt: skip
+    confident = sum(r.confident for r in runs)
+    yield Figure(f"schedule_{tag}_wrong_sign", sum(r.wrong for r in runs), "verdicts",
+                 f"confident side-by-side verdicts whose sign the truth contradicts, of "
+                 f"{confident}; {what}", "0")  # fmt: skip
+    searched = len(land.draft_tps) * len(V_STEPS) + 1
+    yield Figure(f"schedule_{tag}_launches", statistics.mean(r.confirming + r.launches
+                 for r in runs), "launches", f"per-level confirmation + verification launches "
+                 f"per seed (search: {searched}); {what}")  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--landscapes",
+        default="all",
+        help="comma-separated names of tests/perf/schedule_landscapes/ or 'all'",
+    )
+    parser.add_argument("--seeds", type=int, default=V_SEEDS)  # fmt: skip
+    args = parser.parse_args(argv)
+    known = {land.name: land for land in extra_landscapes()}
+    names = list(known) if args.landscapes == "all" else args.landscapes.split(",")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"--landscapes: unknown {unknown}; expected {sorted(known)} or 'all'")
+    for figure in landscape_figures([known[n] for n in names], args.seeds):
+        print(figure.line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
