@@ -494,11 +494,11 @@ def plan(
 
     Example: sweep plan studies/kimi-k2.5-eagle3.toml --commands
     """
-    from sweep.commands.status import (
+    from sweep.commands.plan import plan_report
+    from sweep.commands.plan_time import (
         confirmation_plan,
         estimate_text,
         limits_plan,
-        plan_report,
         slurm_plan,
     )
     from sweep.loop.checks import preflight, setup_change, setup_changed_error
@@ -552,8 +552,9 @@ def status(
     """
     from rich.table import Table
 
-    from sweep.commands.status import load_status, load_trial, trial_detail
-    from sweep.core.records import parse_trial_label
+    from sweep.commands.status import load_status
+    from sweep.commands.trial_detail import load_trial, trial_detail
+    from sweep.core.labels import parse_trial_label
     from sweep.loop.checks import require_results, setup_change, setup_changed_error
     from sweep.store.claims import live_run
     from sweep.study import load_study

@@ -22,5 +22,15 @@ class Clock:
     sleep: Callable[[float], None] = time.sleep
     wall: Callable[[], float] = time.time
 
+    def wait_until(self, condition: Callable[[], bool], timeout: float, poll_s: float) -> bool:
+        """Check ``condition`` every ``poll_s`` until it holds (True) or ``timeout`` seconds
+        have passed (False)."""
+        deadline = self.now() + timeout
+        while not condition():
+            if self.now() >= deadline:
+                return False
+            self.sleep(poll_s)
+        return True
+
 
 SYSTEM_CLOCK = Clock()

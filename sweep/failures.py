@@ -98,7 +98,7 @@ _STARTUP_ONLY = frozenset(
 STOPS_RUN = frozenset({FailureKind.PORT_OWNED, FailureKind.PORT_HELD, FailureKind.DEPLOYMENT})
 """Kinds every later launch would meet too: faults of the host or the deployment, not of the
 configuration. The run stops at once, without retries, and the configuration is not settled
-(the next run tries it again); ``sweep.core.policy.FATAL_KINDS`` holds their values."""
+(the next run tries it again); ``sweep.core.outcome.FATAL_KINDS`` holds their values."""
 
 
 HOST_FAULTS = STOPS_RUN | {FailureKind.GPU_BUSY}

@@ -1,15 +1,13 @@
-"""The loop's decisions, as pure functions of the stored history and one outcome.
+"""The loop's decisions, as pure functions of the stored history.
 
-Measuring a configuration returns an :data:`Outcome` (``Measured``,
-``Infeasible``, ``Failed`` or ``Interrupted``, each carrying the record to
-store). What happens next — retry, give up, measure the baseline, stop the
-run — is decided here from literal records, so every rule is unit-tested
-without a server or a database.
+What happens next — measure the baseline, propose a configuration, wait, stop
+the run — is decided here from literal records, so every rule is unit-tested
+without a server or a database. One launch's outcome and the rules that follow
+a failure (retry, the failure streak, the fatal stop) are in
+:mod:`sweep.core.outcome`.
 
 The rules, in the words of docs/running.md:
 
-* a transient failure is retried up to ``transient_retries`` times within one
-  trial; a deterministic one (rejected flags, OOM, an illegal tree) never;
 * the baseline is due first, then every K trials or H hours; a baseline that
   fails (after its retries) is never relaunched in a loop: when no baseline
   was ever measured on the host the run stops with a one-line reason (the
@@ -17,13 +15,9 @@ The rules, in the words of docs/running.md:
   when one was, the run goes on, its trials compared with the last good
   baseline (flagged ``baseline stale``), and the baseline is tried again only
   after another K trials;
-* ``stop_after_failures`` launch attempts in a row that fail transiently (a trial's
-  retries each count) stop the run (the host is unhealthy); nothing measured is lost, and
-  the next run resumes;
-* a failure every launch would meet (another live run owns the port, a foreign process
-  holds it, the launcher cannot run) stops the run at once, without retries; it is the
-  host's fault, not the configuration's, so the configuration is not settled and the next
-  run tries it again.
+* the search stops on ``n_trials``, when every valid configuration is settled,
+  when the next trial does not fit in the time left, or when it converged; first
+  of all, on a failure streak (:func:`sweep.core.outcome.failure_streak_stop`).
 """
 
 from __future__ import annotations
@@ -33,77 +27,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sweep.core.outcome import STOP_AFTER_FAILURES, failure_streak_stop, failure_text
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
-from sweep.failures import STOPS_RUN
 from sweep.study.model import BaselineSpec
-
-STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
-# Failures every later launch would meet too: the run stops at once, without retries.
-FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """The server started and was benchmarked; ``record`` holds the figures."""
-
-    record: TrialRecord
-    value: float
-
-
-@dataclass(frozen=True)
-class Infeasible:
-    """The configuration cannot work on this deployment (deterministic failure)."""
-
-    record: TrialRecord
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The attempt failed; ``transient`` failures may succeed when tried again."""
-
-    record: TrialRecord
-    transient: bool = True
-
-
-@dataclass(frozen=True)
-class Interrupted:
-    """Ctrl-C (or SIGTERM) during the attempt; the configuration runs again next time."""
-
-    record: TrialRecord
-
-
-Outcome = Measured | Infeasible | Failed | Interrupted
-
-
-def should_retry(outcome: Outcome, attempt: int, transient_retries: int) -> bool:
-    """Whether attempt number ``attempt`` (1-based) is followed by another one."""
-    return (
-        isinstance(outcome, Failed)
-        and outcome.transient
-        and attempt <= transient_retries
-        and not fatal_reason(outcome.record)
-    )
-
-
-def fatal_reason(record: TrialRecord) -> str:
-    """Why no launch on this host can work now (another live run owns the port, a foreign
-    process holds it, the launcher cannot run), or ``""``."""
-    f = record.failure
-    if f is None or f.kind not in FATAL_KINDS:
-        return ""
-    return (
-        f"{_failure_text(record)} — the run stops: every launch would meet it; what was "
-        "measured is stored, `sweep run` resumes"
-    )
-
-
-def started_no_server(record: TrialRecord) -> bool:
-    """The launch failed before a server was started (the preflight refused the host)."""
-    f = record.failure
-    return record.state is State.FAILED and f is not None and f.phase == "preflight"
-
 
 # --- the baseline ------------------------------------------------------------------------
 
@@ -146,7 +74,7 @@ def baseline_decision(
     if failed and not good:
         return BaselineDecision(
             BaselineAction.STOP,
-            f"the no-speculation baseline failed ({_failure_text(failed[-1])}); "
+            f"the no-speculation baseline failed ({failure_text(failed[-1])}); "
             "every trial would start the same server, so the run stops — fix the deployment "
             "and run again",
         )
@@ -180,55 +108,6 @@ def replicates(trials: Iterable[TrialRecord], metric: str, concurrency: int
         if t.key and t.measured and t.metric(metric, concurrency) is not None:
             out.setdefault(t.key, []).append(t)
     return out
-
-
-def failed_attempts(launches: Sequence[TrialRecord]) -> int:
-    """How many launch attempts in a row failed at the end of ``launches``: a failed record
-    counts each of its attempts (its retries failed too); a launch that measured (even after
-    failed attempts), was infeasible or interrupted ends the count."""
-    n = 0
-    for t in reversed(launches):
-        if not t.kind.launches:  # skipped: nothing was started
-            continue
-        if t.state is not State.FAILED:
-            break
-        n += max(1, t.attempt or 1)
-    return n
-
-
-def failure_streak_stop(launches: Sequence[TrialRecord], limit: int) -> str:
-    """A stop reason when the last ``limit`` launch attempts of this run all failed
-    transiently (retries included), or the last launch met a fatal failure."""
-    if launches and fatal_reason(launches[-1]):
-        return fatal_reason(launches[-1])
-    n = failed_attempts(launches)
-    if limit <= 0 or n < limit:
-        return ""
-    return (
-        f"{n} launches in a row failed, retries included (last: {_failure_text(launches[-1])}); "
-        "the host looks unhealthy — what was measured is stored, `sweep run` resumes"
-    )
-
-
-def attempts_left(launches: Sequence[TrialRecord], limit: int) -> int | None:
-    """How many attempts the next launch may make before the failure streak reaches
-    ``limit`` (``None``: no limit)."""
-    return None if limit <= 0 else max(1, limit - failed_attempts(launches))
-
-
-def requeue_needed(trial: TrialRecord, host: str, shared: bool) -> str | None:
-    """Why a stored trial's configuration must run again (``None``: it need not).
-
-    A RUNNING trial of this host was left by a killed run; an interrupted one by Ctrl-C.
-    ``shared``: other workers run trials right now, so only trials marked with this host
-    are this host's.
-    """
-    mine = trial.host == host or (not shared and trial.host is None)
-    if trial.state is State.RUNNING and mine:
-        return "orchestrator_died"
-    if trial.state is State.INTERRUPTED:
-        return "interrupted"
-    return None
 
 
 def best_measured(trials: Mapping[str, TrialRecord]) -> TrialRecord | None:
@@ -420,7 +299,7 @@ def _stop(seen: Seen, plan: Plan, limits: Limits, now: float) -> Stop | None:
             last = max(tried, key=lambda r: r.started or 0.0)
             return Stop(
                 f"n_trials = {limits.n_trials} reached and none of the {len(tried)} "
-                f"configurations tried could be measured (last: {_failure_text(last)}); "
+                f"configurations tried could be measured (last: {failure_text(last)}); "
                 "see `sweep status`",
                 failed=True,
             )
@@ -460,53 +339,34 @@ def all_settled(records: Sequence[TrialRecord], ruled_out: int = 0) -> Stop:
     last = max(records, key=lambda r: r.started or 0.0)
     return Stop(
         f"every valid configuration ({n}) was {tried} and none could be measured "
-        f"({', '.join(others)}; last: {_failure_text(last)}); see `sweep status`",
+        f"({', '.join(others)}; last: {failure_text(last)}); see `sweep status`",
         failed=True,
     )
 
 
-def _failure_text(record: TrialRecord) -> str:
-    f = record.failure
-    if f is None:
-        return "no reason recorded"
-    first = (f.message.splitlines() or [""])[0]
-    return f"{f.kind}: {first}" if first else f.kind
-
-
 __all__ = [
     "REQUEUED_KINDS",
-    "STOP_AFTER_FAILURES",
     "AllBusy",
     "BaselineAction",
     "BaselineDecision",
     "BaselineDue",
     "ConfigMean",
-    "Failed",
     "GateReady",
-    "Infeasible",
-    "Interrupted",
     "Kind",
     "Limits",
-    "Measured",
     "Now",
-    "Outcome",
     "Plan",
     "ProposeNext",
     "Seen",
     "Step",
     "Stop",
-    "attempts_left",
     "baseline_decision",
     "best_by_mean",
     "best_measured",
-    "failed_attempts",
     "failure_streak_stop",
     "next_step",
     "replicates",
-    "requeue_needed",
     "run_end",
     "search_end",
     "settled",
-    "should_retry",
-    "started_no_server",
 ]

@@ -1,8 +1,8 @@
 """One launch: its start record, whether it fits, the measurement with retries, the tell.
 
 Measuring returns an outcome (:mod:`sweep.loop.measure`); a transient failure is tried
-again while :func:`sweep.core.policy.should_retry` says so, and never past the run's failure
-streak (:func:`sweep.core.policy.attempts_left`: the attempts of a trial count one by one);
+again while :func:`sweep.core.outcome.should_retry` says so, and never past the run's failure
+streak (:func:`sweep.core.outcome.attempts_left`: the attempts of a trial count one by one);
 the last outcome is told once (:mod:`sweep.loop.tell`).
 """
 
@@ -16,10 +16,10 @@ from optuna.trial import Trial
 from sweep import exceptions
 from sweep.bench.result import BenchmarkResult
 from sweep.bench.stored import result_figures
-from sweep.core import policy
 from sweep.core import speedup as speedups
-from sweep.core.policy import Failed, Interrupted, Outcome
-from sweep.core.records import Kind, TrialRecord, launch_name, log_stem
+from sweep.core.labels import launch_name, log_stem
+from sweep.core.outcome import Failed, Interrupted, Outcome, attempts_left, should_retry
+from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import fits, startup_limit
 from sweep.loop.context import RunContext
@@ -67,7 +67,7 @@ def attempt(run: RunContext, launch: Launch, seen: History, *, retry: bool = Tru
                 on_retry=lambda n, why: run.display.message(
                     f"  attempt {n} failed (transient): {why}"
                 ),
-                max_attempts=policy.attempts_left(run.launches, limit) if retry else 1,
+                max_attempts=attempts_left(run.launches, limit) if retry else 1,
             )
         except exceptions.StorageError:
             raise  # the database stayed unreachable: recording the failure would wait again
@@ -87,7 +87,7 @@ def attempt(run: RunContext, launch: Launch, seen: History, *, retry: bool = Tru
 
 def log_name(study: str, kind: Kind, number: int, attempt: int | None) -> str:
     """The stem of one launch's server log in the host's workdir, named as `sweep status`
-    numbers the launch (:func:`~sweep.core.records.log_stem`) in a folder per study:
+    numbers the launch (:func:`~sweep.core.labels.log_stem`) in a folder per study:
     ``demo/trial-7``, ``demo/baseline-b0``, ``demo/trial-7.attempt-2``. Every launch of the
     night keeps its own log."""
     return f"{study}/{log_stem(kind, number, attempt)}"
@@ -133,7 +133,7 @@ def with_retries(
     while True:
         launched = with_log(rig, start.kind, trial.number, attempt)
         outcome = measurer(launched, config, start, baselines, save)
-        if not policy.should_retry(outcome, attempt, rig.study.transient_retries):
+        if not should_retry(outcome, attempt, rig.study.transient_retries):
             return outcome
         if max_attempts is not None and attempt >= max_attempts:
             return outcome

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 
-from sweep.core import policy
+from sweep.core import outcome
 from sweep.core.prediction import Prediction
 from sweep.core.records import Kind, State
 from sweep.core.space import TrialConfig, params_of
@@ -57,7 +57,7 @@ def confirm(run: RunContext) -> None:
     share = answer.confirmation_budget(search, options.share)
     # a database from before the count was kept: its stored relaunches count
     replicated = sum(
-        1 for t in seen.trials if t.kind is Kind.REPLICATE and not policy.started_no_server(t)
+        1 for t in seen.trials if t.kind is Kind.REPLICATE and not outcome.started_no_server(t)
     )
     used = max(spent["launches"], replicated)
     controls = answer.controls_of(run.valid)
@@ -116,10 +116,10 @@ def stop_for_host(run: RunContext, key: str) -> bool:
     """After a confirmation relaunch: stop the run when every launch would fail (a fatal
     failure, or ``stop_after_failures`` in a row). A relaunch that started no server is
     given back to the budget (the host refused it, not the configuration)."""
-    stop = policy.failure_streak_stop(run.launches, run.limits().stop_after_failures)
+    stop = outcome.failure_streak_stop(run.launches, run.limits().stop_after_failures)
     if not stop:
         return False
-    if policy.started_no_server(run.launches[-1]):
+    if outcome.started_no_server(run.launches[-1]):
         uncount_confirmation(run.stores.trials, baseline=key == answer.BASELINE_KEY)
     run.summary.stopped(stop, True)
     return True

@@ -10,7 +10,7 @@ decided, ``[schedule] confirm_launches`` is spent or the time is up.
 
 from __future__ import annotations
 
-from sweep.core import policy
+from sweep.core import outcome
 from sweep.core.schedule import Schedule
 from sweep.core.space import TrialConfig
 from sweep.core.timing import fits
@@ -62,7 +62,7 @@ def confirm_levels(run: RunContext) -> None:
             key = off.key() if key == answer.BASELINE_KEY else key
             attempt(run, relaunch(run, seen, key, {off.key(): off}), seen, retry=False)
             # a fault every launch would meet, or too many failures in a row: stop
-            stop = policy.failure_streak_stop(run.launches, run.limits().stop_after_failures)
+            stop = outcome.failure_streak_stop(run.launches, run.limits().stop_after_failures)
             if stop:
                 run.summary.stopped(stop, True)
                 return

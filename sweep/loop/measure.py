@@ -1,9 +1,9 @@
 """Measure one configuration once: start its server, benchmark it, stop it — an outcome.
 
 :func:`measure` never tells Optuna and never decides what happens next: it
-returns an :data:`~sweep.core.policy.Outcome` carrying the
+returns an :data:`~sweep.core.outcome.Outcome` carrying the
 :class:`~sweep.core.records.TrialRecord` to store. The runner decides (see
-:mod:`sweep.core.policy`). A bug propagates; a :class:`SweepError` from the
+:mod:`sweep.core.outcome`). A bug propagates; a :class:`SweepError` from the
 server or the benchmark becomes a ``Failed`` or ``Infeasible`` outcome; Ctrl-C
 becomes ``Interrupted`` after the server was stopped.
 """
@@ -24,7 +24,7 @@ from sweep.bench.stored import result_figures
 from sweep.bench.workload import Workload
 from sweep.clock import Clock
 from sweep.core.objective import Figures, Score, by_level, metric_value, score
-from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
+from sweep.core.outcome import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.prediction import Z95
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig

@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sweep.core.policy import Failed, Infeasible, Interrupted, Measured, Outcome
+from sweep.core.outcome import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.failures import FailureKind

@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 import optuna
 from optuna.trial import TrialState
 
-from sweep.core.policy import requeue_needed
+from sweep.core.outcome import requeue_needed
 from sweep.core.records import REQUEUED_STUDY, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.store import write_record

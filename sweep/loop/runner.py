@@ -21,12 +21,12 @@ in their strategy (:mod:`sweep.loop.sharing`).
 
 from __future__ import annotations
 
-from sweep.core.policy import Failed
+from sweep.core.outcome import Failed
 from sweep.exceptions import ExecutorError
 from sweep.loop.context import RunContext, RunSummary
 from sweep.loop.phases import Phase, Prepare
 from sweep.loop.propose import abandon
-from sweep.server.hygiene import port_held_by
+from sweep.server.port_holders import port_held_by
 
 
 class Runner:
@@ -80,7 +80,7 @@ def left_held(ctx: RunContext) -> list[str]:
         held = port_held_by(ctx.rig.executor, port, ctx.rig.deployment.bind_host)
     except ExecutorError:  # the host cannot be asked: what the last stop saw stands
         return [f"after the last stop: {w}" for w in ctx.stop_warnings]
-    # the port as it is now, rather than as the last stop saw it (our own wording: hygiene's)
+    # the port as it is now, rather than as the last stop saw it (our own wording: port_holders')
     stop = [w for w in ctx.stop_warnings if not w.startswith(f"port {port} ")]
     out = [f"after the last stop: {w}" for w in stop]
     if held:

@@ -16,7 +16,7 @@ import optuna
 from optuna.trial import Trial, TrialState
 
 from sweep.core import speedup as speedups
-from sweep.core.policy import Infeasible, Interrupted, Measured, Outcome
+from sweep.core.outcome import Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import FEASIBLE, Failure, Kind, TrialRecord
 from sweep.exceptions import StorageError
 from sweep.loop.context import RunContext

@@ -25,7 +25,7 @@ import optuna
 from sweep import exceptions
 from sweep.clock import SYSTEM_CLOCK
 from sweep.core import speedup as speedups
-from sweep.core.policy import Failed, Interrupted, Measured, Outcome
+from sweep.core.outcome import Failed, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.schedule import NOT_APPLIED, Schedule
 from sweep.core.schedule_table import band_text, context_problem

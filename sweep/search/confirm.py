@@ -39,7 +39,6 @@ from sweep.search.comparisons import (
     advantage,
     beats,
     contenders,
-    equivalent,
     informed_estimates,
     launches_to_beat,
     launches_to_decide,
@@ -47,17 +46,15 @@ from sweep.search.comparisons import (
     within_margin_probability,
 )
 from sweep.search.controls import Control, Controls, Simplicity, baseline_first
-from sweep.search.guards import WINNER_LAUNCHES, Guards
+from sweep.search.guards import Guards
 from sweep.search.launches import (
     Estimate,
-    Launch,
     LaunchLike,
     LaunchVariance,
     Prior,
     as_launch,
     combine,
     estimate,
-    estimates,
     robust_launches,
 )
 from sweep.search.reasons import (
@@ -66,9 +63,8 @@ from sweep.search.reasons import (
     relaunch_reason,
     unshown_reason,
 )
+from sweep.search.rounds import Verdict, judge, next_round
 
-ROUND = 3  # configurations relaunched per confirmation round, the leader first
-CERTAIN = 0.2  # a rival costing the leader less than this share of 1 − confidence needs no launch
 DEFAULT_OPTIONS = ConfirmOptions()
 
 
@@ -126,17 +122,6 @@ class Decision:
     model_mean: float | None = None
     ignored: tuple[tuple[str, float], ...] = ()
     informed: float | None = None
-
-
-@dataclass(frozen=True)
-class _Verdict:
-    """What the launches say: the estimates, each eligible configuration's within-margin
-    probability, and the confident winner with its tie (``winner`` None: none yet)."""
-
-    est: dict[str, Estimate]
-    chance: dict[str, float]
-    winner: str | None
-    tie: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -214,7 +199,7 @@ def decide(
     configs, ignored, doubtful = robust_launches(raw, variance)
     controls = Controls(control, launches, baseline)
     simple = baseline_first(simplicity or _itself, baseline, controls.keys)
-    verdict = _verdict(configs, variance, options, simple, excluded)
+    verdict = judge(configs, variance, options, simple, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior, controls)
     looks = (
         second_looks(
@@ -236,7 +221,7 @@ def decide(
         return _undecided(verdict, excluded, inputs, guards.withheld, unmeasured=pending)
     if held is not None and held[1]:  # the launches say so; the model or their order not
         looks = tuple(contenders(informed_estimates(verdict.est, prior), options))
-    order = _round(verdict, launches, options, remaining, baseline, looks, controls)
+    order = next_round(verdict, launches, options, remaining, baseline, looks, controls)
     if order:
         rivals = tuple(k for k in order if k != baseline)
         why = (winner, held[0]) if winner is not None and held is not None else None
@@ -245,7 +230,7 @@ def decide(
 
 
 def _against_no_speculation(
-    winner: str, verdict: _Verdict, inputs: _Inputs, remaining: int | None
+    winner: str, verdict: Verdict, inputs: _Inputs, remaining: int | None
 ) -> Relaunch | Decision:
     """A winner that stood every check: confident when it is no speculation (the baseline or
     a control) or shown to beat no speculation — its interval over the baseline (its control,
@@ -294,72 +279,6 @@ def _itself(key: str) -> str:
     return key
 
 
-def _verdict(
-    configs: Mapping[str, Sequence[Launch]],
-    variance: LaunchVariance,
-    options: ConfirmOptions,
-    simple: Simplicity,
-    excluded: Collection[str],
-) -> _Verdict:
-    """Estimates, within-margin probabilities, and the confident winner with its tie (or
-    None) from these launches."""
-    est = estimates(configs, variance)
-    eligible = [k for k in est if k not in excluded] or list(est)
-    chance = {k: within_margin_probability(k, est, options.tie_margin) for k in eligible}
-    tie = sorted((k for k in eligible if chance[k] >= options.confidence), key=simple)
-    if tie:
-        return _Verdict(est, chance, tie[0], tuple(tie))
-    rivals = contenders(est, options)
-    if len(rivals) > 1 and equivalent([est[k] for k in rivals], options):
-        tied = sorted((k for k in rivals if k not in excluded), key=simple)
-        if tied:
-            return _Verdict(est, chance, tied[0], tuple(tied))
-    return _Verdict(est, chance, None, ())
-
-
-def _round(
-    verdict: _Verdict,
-    launches: Mapping[str, Sequence[LaunchLike]],
-    options: ConfirmOptions,
-    remaining: int | None,
-    baseline: str | None,
-    looks: Sequence[str] = (),
-    controls: Controls | None = None,
-) -> tuple[str, ...]:
-    """One interleaved round, where launches can change the answer: the verdict's winner or
-    else the configuration most likely to be within the margin (the leader), then the
-    configurations needing a second look (:func:`~.comparisons.second_looks`), then the
-    rivals whose comparison with it is least certain (the likeliest to be better than it by
-    more than the margin), up to ``ROUND``, each below the replicate cap; then the baseline
-    and the leader's control if they have no launch yet (one launch gives its comparison;
-    the budget goes to the contenders)."""
-    est, chance = verdict.est, verdict.chance
-    lead = verdict.winner or max(chance, key=lambda k: (chance[k], est[k].mean, k))
-    doubt = {
-        k: within_margin_probability(lead, {lead: est[lead], k: e}, options.tie_margin)
-        for k, e in est.items()
-        if k != lead
-    }
-    close = set(contenders(est, options))
-    certain = 1 - CERTAIN * (1 - options.confidence)
-    rivals = sorted((k for k in doubt if doubt[k] < certain or k in close),
-                    key=lambda k: (doubt[k], k))  # fmt: skip
-    ranked = dict.fromkeys([lead, *looks, *rivals])
-    order = [k for k in ranked if est[k].n < options.max_replicates][:ROUND]
-    settled = not rivals and not looks
-    if not order or (settled and est[lead].n >= min(WINNER_LAUNCHES, options.max_replicates)):
-        return ()
-    fill = {baseline} if baseline is not None and not launches.get(baseline) else set()
-    pending = controls.pending(lead, est) if controls is not None else None
-    fill |= {pending} if pending is not None else set()
-    order += [k for k in (baseline, pending) if k in fill and k not in order]
-    if remaining is not None:
-        order = order[: max(0, remaining)]
-        if all(k in fill for k in order) and lead not in fill:
-            return ()
-    return tuple(order)
-
-
 def _near(
     winner: str, est: Mapping[str, Estimate], eligible: Sequence[str], options: ConfirmOptions
 ) -> list[str]:
@@ -370,7 +289,7 @@ def _near(
 
 
 def _undecided(
-    verdict: _Verdict,
+    verdict: Verdict,
     excluded: Collection[str],
     inputs: _Inputs,
     withheld: Callable[[str], str] = lambda _: "",
@@ -411,7 +330,7 @@ def _undecided(
 def _decision(
     winner: str,
     tie: Sequence[str],
-    verdict: _Verdict,
+    verdict: Verdict,
     inputs: _Inputs,
     *,
     confident: bool,

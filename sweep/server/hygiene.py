@@ -5,7 +5,8 @@ left on the port (found through its PGID file, and said so) — unless the run
 that started it is still alive (another `sweep run` using the port): then it
 fails at once with ``port_owned`` and touches nothing. Then it requires the
 port to be free (a holder is waited for, bounded, then named in a ``port_held`` failure,
-which stops the run) and the GPUs idle (where ``nvidia-smi`` exists). After,
+which stops the run: :mod:`sweep.server.port_holders`) and the GPUs idle (where
+``nvidia-smi`` exists). After,
 :meth:`ServerHost.stop` sends SIGTERM to the process group, waits
 :data:`STOP_GRACE_S`, sends SIGKILL, and waits until the group is gone, the
 port is free and GPU memory is idle, each bounded, with the time recorded.
@@ -22,6 +23,7 @@ from sweep.clock import Clock
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase
 from sweep.server.executor.base import Executor, RecordedGroup, run_token
+from sweep.server.port_holders import PortWatch
 from sweep.server.readiness import Event, EventKind, EventSink
 
 STOP_GRACE_S = 20.0
@@ -222,35 +224,15 @@ class ServerHost:
         started = self.clock.now()
         sent, gone = self.terminate(pgid)
         release = self.limits.release_timeout_s
-        port_free = self._port_free() or (
-            not (gone and _held_by_others(self.executor, self.port, pgid))
-            and self._wait_for_release(pgid, release)
-        )
+        port_free = self._port_watch.released(pgid, gone, release)
         gpus_idle = None
         if self.gpu_memory() is not None:
             gpus_idle = self._wait_for(lambda: self._idle(self.gpu_memory()), release)
         if gone:
             self.executor.remove(self.pgid_path)
-        holders = "" if port_free else _holders(self.executor, self.port, pgid)
+        holders = "" if port_free else self._port_watch.holders_after_stop(pgid)
         duration = self.clock.now() - started
         return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders)
-
-    def _wait_for_release(self, pgid: int, timeout: float) -> bool:
-        """Wait for the port; say so when a child of our server that left its group holds it."""
-        listeners = self.executor.listening_processes(self.port)
-        detached = sorted(
-            {h.pid for h in listeners.foreign(pgid) if _ours(self.executor, h.pid, h.pgid, pgid)}
-        )
-        if detached:
-            pids = ", ".join(map(str, detached))
-            self.emit(
-                Event(
-                    EventKind.NOTE,
-                    f"port {self.port} on {self.executor.host} is held by pid {pids}, a child of "
-                    f"the server that left its process group; waiting up to {timeout:g} s",
-                )
-            )
-        return self._wait_for(self._port_free, timeout)
 
     def terminate(self, pgid: int) -> tuple[str, bool]:
         """SIGTERM, grace period, SIGKILL.
@@ -276,53 +258,18 @@ class ServerHost:
 
     def _require_port_free(self) -> None:
         """Wait (bounded) for the port; a holder that stays is named in a PORT_HELD failure."""
-        if self._wait_for(self._port_free, self.limits.port_wait_s):
-            return
-        waited = self.limits.port_wait_s
-        if _left_by_our_server(self.executor, self.port):
-            if self._wait_for_left_port():
-                return
-            waited += self.limits.release_timeout_s
-            whose = "a child of a server sweep started, which left its process group"
-        else:
-            whose = "a process sweep did not start"
-            if self._wait_for_holder(whose):
-                return
-            waited += self.limits.holder_wait_s
-        raise self._failure(
-            FailureKind.PORT_HELD,
-            f"port {self.port} is held by {self._holders()}, {whose} (waited {waited:g} s): "
-            "the host's fault, not the configuration's; stop that process or give the study "
-            "another [engine] port",
+        limits = self.limits
+        held = self._port_watch.held_before_launch(
+            limits.port_wait_s, limits.holder_wait_s, limits.release_timeout_s
         )
+        if held:
+            raise self._failure(FailureKind.PORT_HELD, held)
 
-    def _holders(self) -> str:
-        """Who holds the port, for a message (``"a process"`` when no holder can be seen)."""
-        return self.executor.listening_processes(self.port).describe_others(0) or "a process"
-
-    def _wait_for_holder(self, whose: str) -> bool:
-        timeout = self.limits.holder_wait_s
-        if timeout <= 0:
-            return False
-        self.emit(
-            Event(
-                EventKind.NOTE,
-                f"port {self.port} on {self.executor.host} is held by {self._holders()}, "
-                f"{whose}; waiting up to {timeout:g} s before the run stops",
-            )
+    @property
+    def _port_watch(self) -> PortWatch:
+        return PortWatch(
+            self.executor, self.port, self.bind_host, self.clock, self.emit, self.limits.poll_s
         )
-        return self._wait_for(self._port_free, timeout)
-
-    def _wait_for_left_port(self) -> bool:
-        timeout = self.limits.release_timeout_s
-        self.emit(
-            Event(
-                EventKind.NOTE,
-                f"port {self.port} on {self.executor.host} is held by a child of an earlier "
-                f"server of sweep's that left its process group; waiting up to {timeout:g} s",
-            )
-        )
-        return self._wait_for(self._port_free, timeout)
 
     def _require_gpus_idle(self) -> tuple[int, ...] | None:
         used = self.gpu_memory()
@@ -338,19 +285,11 @@ class ServerHost:
             f"{self.limits.gpu_idle_mib} MiB: another process holds the GPUs",
         )
 
-    def _port_free(self) -> bool:
-        return self.executor.is_port_free(self.port, self.bind_host)
-
     def _idle(self, used: tuple[int, ...] | None) -> bool:
         return used is None or all(mib <= self.limits.gpu_idle_mib for mib in used)
 
     def _wait_for(self, condition: Callable[[], bool], timeout: float) -> bool:
-        deadline = self.clock.now() + timeout
-        while not condition():
-            if self.clock.now() >= deadline:
-                return False
-            self.clock.sleep(self.limits.poll_s)
-        return True
+        return self.clock.wait_until(condition, timeout, self.limits.poll_s)
 
     def _failure(self, kind: FailureKind, summary: str) -> ServerFailure:
         return ServerFailure(
@@ -358,54 +297,7 @@ class ServerHost:
         )
 
 
-# --- who holds the port, and whether a recorded group still runs (for ServerHost) -----------
-
-
-def _held_by_others(executor: Executor, port: int, pgid: int) -> bool:
-    """True when live processes unrelated to our server hold the port: waiting would not
-    free it. A holder in ``pgid``, or one descending from it (a detached child), is ours."""
-    listeners = executor.listening_processes(port)
-    return (
-        bool(listeners.holders)
-        and not listeners.unseen()
-        and not any(_ours(executor, h.pid, h.pgid, pgid) for h in listeners.holders)
-    )
-
-
-def _ours(executor: Executor, pid: int, holder_pgid: int, pgid: int) -> bool:
-    return holder_pgid == pgid or executor.server_group_of(pid) == pgid
-
-
-def _holders(executor: Executor, port: int, pgid: int) -> str:
-    """Who holds the port, for a message: our group and/or others."""
-    listeners = executor.listening_processes(port)
-    ours = sorted({h.pid for h in listeners.holders if h.pgid == pgid})
-    parts = [f"this server's pid {', '.join(map(str, ours))}"] if ours else []
-    others = listeners.describe_others(pgid)
-    return "; ".join([*parts, others] if others else parts)
-
-
-def port_held_by(executor: Executor, port: int, bind_host: str = "127.0.0.1") -> str:
-    """Who holds ``port`` right now, for a message; ``""`` when it is free.
-
-    Raises:
-        ExecutorError: the host could not be asked.
-    """
-    if executor.is_port_free(port, bind_host):
-        return ""
-    holders = executor.listening_processes(port).describe_others(0) or "a process"
-    if _left_by_our_server(executor, port):
-        return f"{holders}, a child of a server sweep started, which left its process group"
-    return f"{holders}, a process sweep did not start"
-
-
-def _left_by_our_server(executor: Executor, port: int) -> bool:
-    """True when every holder of the port descends from a server sweep started (a child
-    that left its group, still letting go): it is waited for, not blamed on a stranger."""
-    listeners = executor.listening_processes(port)
-    if not listeners.holders or listeners.unseen():
-        return False
-    return all(executor.server_group_of(h.pid) is not None for h in listeners.holders)
+# --- whether a recorded group still runs (for ServerHost) ------------------------------------
 
 
 def _still_running(executor: Executor, group: RecordedGroup) -> bool:

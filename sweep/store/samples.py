@@ -7,11 +7,24 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from sweep.core.records import SAMPLE_COLUMNS
 from sweep.store.db import METADATA, on_connection
 from sweep.store.errors import storage_errors
 
 SAMPLES_TABLE = "sweep_samples"
+
+# the raw-samples schema: one row per request
+SAMPLE_COLUMNS: tuple[tuple[str, type], ...] = (
+    ("round", int),
+    ("slot", int),
+    ("prompt_index", int),
+    ("sent_s", float),
+    ("ttft_s", float),
+    ("e2e_s", float),
+    ("completion_tokens", int),
+    ("spec_verify_ct", int),
+    ("decode_speed", float),
+    ("server_e2e_s", float),
+)
 
 samples_table = sa.Table(
     SAMPLES_TABLE,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweep.commands.status import PlanReport, confirmation_plan, limits_plan
+from sweep.commands.plan import PlanReport
+from sweep.commands.plan_time import confirmation_plan, limits_plan
 from sweep.core.space import TrialConfig
 from sweep.study import load_study
 from sweep.study.model import Study
@@ -83,7 +84,7 @@ def test_the_plan_warns_of_what_would_fail_every_launch_that_nothing_here_could_
     """SGLang's parser has no choices for the algorithm (an unknown one fails each launch at
     argument resolution), and where its parser cannot be run a flag outside sweep's list
     goes unchecked: `sweep plan` says both, and nothing for a known flag or algorithm."""
-    from sweep.commands.status import plan_report
+    from sweep.commands.plan import plan_report
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -110,7 +111,7 @@ def test_the_plan_says_what_each_round_sends_and_warns_of_thin_categories(tmp_pa
     """With workload axes `sweep plan` shows each category's share and prompts, the context
     and concurrency levels; a category with fewer distinct prompts than prompts_per_category
     (its intervals rest on them) or with weight 0 is warned of."""
-    from sweep.commands.status import workload_plan
+    from sweep.commands.plan_workload import workload_plan
 
     (tmp_path / "one.jsonl").write_text('{"prompt": "Only this."}\n')
     (tmp_path / "dups.jsonl").write_text('{"prompt": "Again."}\n' * 6)
@@ -143,7 +144,7 @@ def test_prompts_per_round_widens_what_a_low_concurrency_round_replays(tmp_path:
     describes its content. `[workload] prompts_per_round` makes every round hold at least that
     many distinct prompts (the slots cycle through them), and is part of the fingerprint
     only when set (an older study's is unchanged)."""
-    from sweep.commands.status import workload_plan
+    from sweep.commands.plan_workload import workload_plan
     from sweep.loop import wiring
     from sweep.study.fingerprint import fingerprint
 
@@ -163,7 +164,7 @@ def test_prompts_per_round_widens_what_a_low_concurrency_round_replays(tmp_path:
 
 
 def test_the_plan_warns_of_a_context_level_longer_than_the_server_takes(tmp_path: Path) -> None:
-    from sweep.commands.status import workload_plan
+    from sweep.commands.plan_workload import workload_plan
 
     engine = '[engine.flags]\n"--context-length" = 2048'
     workload = "output_len = 48\ninput_len = [256, 1600, 8192]"
@@ -179,7 +180,7 @@ def test_the_plan_warns_of_a_context_level_longer_than_the_server_takes(tmp_path
 def test_the_plan_warns_when_one_category_s_file_holds_several(tmp_path: Path) -> None:
     """A Spec-Bench file named as one category's prompts takes all its categories as that
     one: `sweep plan` says so and how to split them."""
-    from sweep.commands.status import workload_plan
+    from sweep.commands.plan_workload import workload_plan
 
     (tmp_path / "question.jsonl").write_text(
         '{"category": "writing", "turns": ["Write a haiku."]}\n'
@@ -213,7 +214,7 @@ def test_a_fleet_s_estimate_counts_its_hosts_in_parallel_each_with_its_baseline(
     """Three hosts share the configurations and each measures its own baseline first: 5
     configurations are 2 launches and a baseline on each (was: 5 launches and a baseline,
     and a budget of 3 launches called too short for more than 2 configurations)."""
-    from sweep.commands.status import estimate_text
+    from sweep.commands.plan_time import estimate_text
 
     plain = [TrialConfig(s, 1, s + 1, 8) for s in (1, 2, 3, 4, 5)]
     study = _fleet(tmp_path, "f", 3, 'budget = "30m"')
@@ -237,7 +238,7 @@ def test_a_fleet_s_estimate_counts_its_hosts_in_parallel_each_with_its_baseline(
         "; fewer launches than the 5 configurations and 3 baselines: the search chooses which "
         "to launch"
     )
-    from sweep.commands.status import plan_report
+    from sweep.commands.plan import plan_report
 
     assert plan_report(study).workers == 3
     one = PlanReport(tuple(plain), (), (), 600.0, "a guess")
@@ -250,7 +251,8 @@ def test_the_plan_shows_the_slurm_job_and_warns_when_its_time_limit_cuts_the_bud
     """A `[slurm]` study's plan shows its pilots, the job's time limit and the time each
     pilot measures (Slurm stops it 2 min before the limit); a time_limit that leaves less
     than the budget is warned of, with what to set (was: nothing about [slurm])."""
-    from sweep.commands.status import plan_report, slurm_plan
+    from sweep.commands.plan import plan_report
+    from sweep.commands.plan_time import slurm_plan
 
     def slurm_study(name: str, slurm: str) -> Study:
         path = write_study(tmp_path, name=name, study='budget = "10m"')

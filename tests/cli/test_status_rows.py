@@ -9,7 +9,8 @@ from typer.testing import CliRunner
 
 from sweep.cli import app
 from sweep.commands.status import _row
-from sweep.core.records import Failure, Kind, TrialRecord, launch_name, log_stem, parse_trial_label
+from sweep.core.labels import launch_name, log_stem, parse_trial_label
+from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.study import load_study
 from tests.support.frames import Synth, chain_configs
 from tests.support.frames import write_study as write_synth

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from sweep.core import policy
+from sweep.core import outcome, policy
 from sweep.core import speedup as speedups
-from sweep.core.policy import BaselineAction, Failed, Infeasible, Interrupted, Measured
+from sweep.core.outcome import Failed, Infeasible, Interrupted, Measured
+from sweep.core.policy import BaselineAction
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.study.model import BaselineSpec
@@ -52,15 +53,15 @@ def decide(baselines: list[TrialRecord], trials: list[TrialRecord], now: float =
 
 def test_a_transient_failure_is_retried_within_the_budget_only() -> None:
     failed = Failed(TrialRecord(), transient=True)
-    assert policy.should_retry(failed, attempt=1, transient_retries=2)
-    assert policy.should_retry(failed, attempt=2, transient_retries=2)
-    assert not policy.should_retry(failed, attempt=3, transient_retries=2)
+    assert outcome.should_retry(failed, attempt=1, transient_retries=2)
+    assert outcome.should_retry(failed, attempt=2, transient_retries=2)
+    assert not outcome.should_retry(failed, attempt=3, transient_retries=2)
 
 
 def test_deterministic_measured_and_interrupted_outcomes_are_never_retried() -> None:
     r = TrialRecord()
-    for outcome in (Infeasible(r), Measured(r, 1.0), Interrupted(r), Failed(r, transient=False)):
-        assert not policy.should_retry(outcome, attempt=1, transient_retries=5)
+    for result in (Infeasible(r), Measured(r, 1.0), Interrupted(r), Failed(r, transient=False)):
+        assert not outcome.should_retry(result, attempt=1, transient_retries=5)
 
 
 # --- the baseline ------------------------------------------------------------------------------
@@ -137,9 +138,9 @@ def test_settled_counts_measured_infeasible_and_failed_for_good_but_not_interrup
 
 def test_failure_streak_stops_only_after_n_failures_in_a_row() -> None:
     failed = [trial(float(i), C2, value=None) for i in range(5)]
-    assert policy.failure_streak_stop(failed[:4], 5) == ""
-    assert "5 launches in a row failed" in policy.failure_streak_stop(failed, 5)
-    assert policy.failure_streak_stop([*failed[:4], trial(9.0)], 5) == ""
+    assert outcome.failure_streak_stop(failed[:4], 5) == ""
+    assert "5 launches in a row failed" in outcome.failure_streak_stop(failed, 5)
+    assert outcome.failure_streak_stop([*failed[:4], trial(9.0)], 5) == ""
 
 
 def attempts(n: int, record: TrialRecord) -> TrialRecord:
@@ -149,26 +150,26 @@ def attempts(n: int, record: TrialRecord) -> TrialRecord:
 def test_the_failure_streak_counts_every_attempt_of_a_trial() -> None:
     """Round 3: five trials of three attempts each (15 failed starts) before the stop."""
     first, second = attempts(3, trial(1.0, value=None)), attempts(2, trial(2.0, C2, value=None))
-    assert policy.failed_attempts([first]) == 3
-    assert policy.failure_streak_stop([first], 5) == ""
-    assert policy.attempts_left([first], 5) == 2  # the next launch stops retrying there
-    assert "5 launches in a row failed" in policy.failure_streak_stop([first, second], 5)
+    assert outcome.failed_attempts([first]) == 3
+    assert outcome.failure_streak_stop([first], 5) == ""
+    assert outcome.attempts_left([first], 5) == 2  # the next launch stops retrying there
+    assert "5 launches in a row failed" in outcome.failure_streak_stop([first, second], 5)
     # a launch measured after failed attempts ends the streak: its retries succeeded
-    assert policy.failed_attempts([first, attempts(3, trial(3.0))]) == 0
+    assert outcome.failed_attempts([first, attempts(3, trial(3.0))]) == 0
     skipped = TrialRecord(kind=Kind.SKIPPED, optuna_state="FAIL")
-    assert policy.failed_attempts([first, skipped]) == 3  # a skip starts nothing
-    assert policy.attempts_left([first, second], 5) == 1 and policy.attempts_left([], 0) is None
+    assert outcome.failed_attempts([first, skipped]) == 3  # a skip starts nothing
+    assert outcome.attempts_left([first, second], 5) == 1 and outcome.attempts_left([], 0) is None
 
 
 def test_requeue_needed_for_killed_and_interrupted_trials_of_this_host() -> None:
     running = TrialRecord(kind=Kind.TRIAL, optuna_state="RUNNING", host="h")
-    assert policy.requeue_needed(running, "h", shared=False) == "orchestrator_died"
-    assert policy.requeue_needed(running, "other", shared=True) is None
+    assert outcome.requeue_needed(running, "h", shared=False) == "orchestrator_died"
+    assert outcome.requeue_needed(running, "other", shared=True) is None
     unmarked = TrialRecord(kind=Kind.TRIAL, optuna_state="RUNNING", host=None)
-    assert policy.requeue_needed(unmarked, "h", shared=False) == "orchestrator_died"
-    assert policy.requeue_needed(unmarked, "h", shared=True) is None
+    assert outcome.requeue_needed(unmarked, "h", shared=False) == "orchestrator_died"
+    assert outcome.requeue_needed(unmarked, "h", shared=True) is None
     measured = trial(1.0)
-    assert policy.requeue_needed(measured, "h", shared=False) is None
+    assert outcome.requeue_needed(measured, "h", shared=False) is None
 
 
 def test_best_measured_ignores_infeasible_and_failed() -> None:
@@ -184,11 +185,11 @@ def test_a_port_held_by_a_foreign_process_stops_at_once_and_settles_nothing() ->
     held = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL", key=C1.key(), config=C1,
                        failure=Failure("port_held", "port 30000 is held by pid 7",
                                        phase="preflight"))  # fmt: skip
-    assert not policy.should_retry(Failed(held), attempt=1, transient_retries=3)
-    assert "pid 7" in policy.failure_streak_stop([held], 5)
-    assert policy.settled([held]) == {} and policy.started_no_server(held)
+    assert not outcome.should_retry(Failed(held), attempt=1, transient_retries=3)
+    assert "pid 7" in outcome.failure_streak_stop([held], 5)
+    assert policy.settled([held]) == {} and outcome.started_no_server(held)
     bind = Failure("port_in_use", "address already in use", phase="warming up")
-    assert not policy.started_no_server(dataclasses.replace(held, failure=bind))
+    assert not outcome.started_no_server(dataclasses.replace(held, failure=bind))
 
 
 def test_gpus_held_by_another_process_are_retried_and_settle_nothing() -> None:
@@ -197,14 +198,14 @@ def test_gpus_held_by_another_process_are_retried_and_settle_nothing() -> None:
     busy = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL", key=C1.key(), config=C1,
                        failure=Failure("gpu_busy", "GPU memory in use [70000] MiB",
                                        phase="preflight"))  # fmt: skip
-    assert policy.should_retry(Failed(busy), attempt=1, transient_retries=3)
+    assert outcome.should_retry(Failed(busy), attempt=1, transient_retries=3)
     assert policy.settled([busy]) == {}
     five = [attempts(1, dataclasses.replace(busy, started=float(i))) for i in range(5)]
-    assert "5 launches in a row failed" in policy.failure_streak_stop(five, 5)
+    assert "5 launches in a row failed" in outcome.failure_streak_stop(five, 5)
 
 
 def test_a_port_owned_by_another_live_run_stops_at_once_without_retries() -> None:
     owned = TrialRecord(kind=Kind.TRIAL, optuna_state="FAIL",
                         failure=Failure("port_owned", "owned by live run pid 7"))  # fmt: skip
-    assert not policy.should_retry(Failed(owned), attempt=1, transient_retries=3)
-    assert "pid 7" in policy.failure_streak_stop([owned], 5)
+    assert not outcome.should_retry(Failed(owned), attempt=1, transient_retries=3)
+    assert "pid 7" in outcome.failure_streak_stop([owned], 5)

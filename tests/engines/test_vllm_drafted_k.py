@@ -28,7 +28,7 @@ from sweep.bench.openai import (
 )
 from sweep.bench.result import LevelResult
 from sweep.bench.runner import benchmark
-from sweep.core.policy import Failed, Measured
+from sweep.core.outcome import Failed, Measured
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.schedule import NOT_APPLIED
 from sweep.core.space import Adaptive, TrialConfig

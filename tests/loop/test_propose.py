@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from sweep.core.policy import Infeasible, Measured
+from sweep.core.outcome import Infeasible, Measured
 from sweep.core.records import ATTR, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig, params_of
 from sweep.loop.context import RunContext

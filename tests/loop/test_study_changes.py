@@ -19,7 +19,7 @@ import pytest
 
 from analysis.report.write import write_report
 from sweep.commands.status import load_status
-from sweep.core.policy import FATAL_KINDS
+from sweep.core.outcome import FATAL_KINDS
 from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import ConfigError, Interrupted, StudyBusy

@@ -8,17 +8,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweep.core.policy import (
-    Failed,
-    Infeasible,
-    Interrupted,
-    Limits,
-    Measured,
-    Now,
-    Plan,
-    Stop,
-    next_step,
-)
+from sweep.core.outcome import Failed, Infeasible, Interrupted, Measured
+from sweep.core.policy import Limits, Now, Plan, Stop, next_step
 from sweep.core.records import FEASIBLE, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop.measure import start_record

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from sweep.clock import Clock
-from sweep.core.policy import Measured
+from sweep.core.outcome import Measured
 from sweep.core.records import Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import StorageError, StorageUnreachable

@@ -8,7 +8,7 @@ import io
 import random
 from collections.abc import Mapping
 
-from sweep.core.policy import Infeasible, Measured, Outcome
+from sweep.core.outcome import Infeasible, Measured, Outcome
 from sweep.core.records import Failure, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import wiring

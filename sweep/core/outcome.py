@@ -1,0 +1,152 @@
+"""One launch's outcome, and the rules that follow a failure: retry, the failure streak, the
+fatal stop, the re-queue.
+
+Measuring a configuration returns an :data:`Outcome` (``Measured``,
+``Infeasible``, ``Failed`` or ``Interrupted``, each carrying the record to
+store). Whether it is tried again, and whether the host can launch at all any
+more, is decided here from literal records (the rest of the loop's decisions:
+:mod:`sweep.core.policy`).
+
+The rules, in the words of docs/running.md:
+
+* a transient failure is retried up to ``transient_retries`` times within one
+  trial; a deterministic one (rejected flags, OOM, an illegal tree) never;
+* ``stop_after_failures`` launch attempts in a row that fail transiently (a trial's
+  retries each count) stop the run (the host is unhealthy); nothing measured is lost, and
+  the next run resumes;
+* a failure every launch would meet (another live run owns the port, a foreign process
+  holds it, the launcher cannot run) stops the run at once, without retries; it is the
+  host's fault, not the configuration's, so the configuration is not settled and the next
+  run tries it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sweep.core.records import State, TrialRecord
+from sweep.failures import STOPS_RUN
+
+STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
+# Failures every later launch would meet too: the run stops at once, without retries.
+FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The server started and was benchmarked; ``record`` holds the figures."""
+
+    record: TrialRecord
+    value: float
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """The configuration cannot work on this deployment (deterministic failure)."""
+
+    record: TrialRecord
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The attempt failed; ``transient`` failures may succeed when tried again."""
+
+    record: TrialRecord
+    transient: bool = True
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Ctrl-C (or SIGTERM) during the attempt; the configuration runs again next time."""
+
+    record: TrialRecord
+
+
+Outcome = Measured | Infeasible | Failed | Interrupted
+
+
+def should_retry(outcome: Outcome, attempt: int, transient_retries: int) -> bool:
+    """Whether attempt number ``attempt`` (1-based) is followed by another one."""
+    return (
+        isinstance(outcome, Failed)
+        and outcome.transient
+        and attempt <= transient_retries
+        and not fatal_reason(outcome.record)
+    )
+
+
+def fatal_reason(record: TrialRecord) -> str:
+    """Why no launch on this host can work now (another live run owns the port, a foreign
+    process holds it, the launcher cannot run), or ``""``."""
+    f = record.failure
+    if f is None or f.kind not in FATAL_KINDS:
+        return ""
+    return (
+        f"{failure_text(record)} — the run stops: every launch would meet it; what was "
+        "measured is stored, `sweep run` resumes"
+    )
+
+
+def started_no_server(record: TrialRecord) -> bool:
+    """The launch failed before a server was started (the preflight refused the host)."""
+    f = record.failure
+    return record.state is State.FAILED and f is not None and f.phase == "preflight"
+
+
+def failed_attempts(launches: Sequence[TrialRecord]) -> int:
+    """How many launch attempts in a row failed at the end of ``launches``: a failed record
+    counts each of its attempts (its retries failed too); a launch that measured (even after
+    failed attempts), was infeasible or interrupted ends the count."""
+    n = 0
+    for t in reversed(launches):
+        if not t.kind.launches:  # skipped: nothing was started
+            continue
+        if t.state is not State.FAILED:
+            break
+        n += max(1, t.attempt or 1)
+    return n
+
+
+def failure_streak_stop(launches: Sequence[TrialRecord], limit: int) -> str:
+    """A stop reason when the last ``limit`` launch attempts of this run all failed
+    transiently (retries included), or the last launch met a fatal failure."""
+    if launches and fatal_reason(launches[-1]):
+        return fatal_reason(launches[-1])
+    n = failed_attempts(launches)
+    if limit <= 0 or n < limit:
+        return ""
+    return (
+        f"{n} launches in a row failed, retries included (last: {failure_text(launches[-1])}); "
+        "the host looks unhealthy — what was measured is stored, `sweep run` resumes"
+    )
+
+
+def attempts_left(launches: Sequence[TrialRecord], limit: int) -> int | None:
+    """How many attempts the next launch may make before the failure streak reaches
+    ``limit`` (``None``: no limit)."""
+    return None if limit <= 0 else max(1, limit - failed_attempts(launches))
+
+
+def requeue_needed(trial: TrialRecord, host: str, shared: bool) -> str | None:
+    """Why a stored trial's configuration must run again (``None``: it need not).
+
+    A RUNNING trial of this host was left by a killed run; an interrupted one by Ctrl-C.
+    ``shared``: other workers run trials right now, so only trials marked with this host
+    are this host's.
+    """
+    mine = trial.host == host or (not shared and trial.host is None)
+    if trial.state is State.RUNNING and mine:
+        return "orchestrator_died"
+    if trial.state is State.INTERRUPTED:
+        return "interrupted"
+    return None
+
+
+def failure_text(record: TrialRecord) -> str:
+    """A failure in one line: its kind and its message's first line."""
+    f = record.failure
+    if f is None:
+        return "no reason recorded"
+    first = (f.message.splitlines() or [""])[0]
+    return f"{f.kind}: {first}" if first else f.kind
