@@ -2,9 +2,9 @@
 
 :func:`sweep.search.memory.ruled_out` keeps two kinds of configuration from launch: those
 that certainly need at least the memory of one that ran out (inferred infeasible) and those
-only wider than the middle of a gap the search had not closed yet (never measured, not known
-infeasible). The run's summary names each kind in one line, with the trials whose
-out-of-memory failure ruled them out.
+below one that ran out, waiting past the middle of the open ones the search had not settled
+yet (never measured, not known infeasible). The run's summary names each kind in one line,
+with the trials whose out-of-memory failure ruled them out.
 """
 
 from __future__ import annotations
@@ -44,9 +44,10 @@ def not_launched_for_memory(run: RunContext) -> list[str]:
     if bisected:
         lines.append(
             f"{_count(bisected)} configuration(s) not launched and never measured (not known "
-            "infeasible: wider, in draft tokens + steps x topk, than the middle of the gap "
-            "below an out-of-memory launch at the same draft TP, which the search did not "
-            f"close): {_by_cause(run, settled, bisected, 'wider than the gap below')}; {DOCS}"
+            "infeasible: at most the steps, topk and draft tokens of an out-of-memory launch "
+            "at the same draft TP, and wider, in draft tokens + steps x topk, than the middle "
+            "of those below it the search had not settled): "
+            f"{_by_cause(run, settled, bisected, 'below and past the middle under')}; {DOCS}"
         )
     return lines
 

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.sim import adaptive
-from sweep.sim.profile import FailureRule, Profile
+from sweep.sim.profile import FailureRule, MemorySection, Profile
 
 # Prompt multipliers are integrated on this many points of the uniform spread.
 _SPREAD_POINTS = 201
@@ -378,17 +378,20 @@ def memory_plan(
     graph = sum(
         m.graph_gb_per_token
         * bs
-        * _graph_width(config.at_steps(steps) if config.speculative else config)
+        * _graph_width(config.at_steps(steps) if config.speculative else config, m)
         for steps, bs in graphs
     )
     budget = m.gpu_gb * (1 - config.mem_fraction_static) - m.activation_gb
     return MemoryPlan(weights, kv + m.min_kv_gb, graph, budget)
 
 
-def _graph_width(config: SimConfig) -> int:
+def _graph_width(config: SimConfig, memory: MemorySection) -> float:
+    """Tokens per batch slot the CUDA graphs hold: the verify graph's draft tokens and the
+    draft graphs' steps × topk, weighted by ``draft_graph_weight``."""
     if not config.speculative:
         return 1
-    return config.num_draft_tokens + config.num_steps * config.eagle_topk
+    draft = config.num_steps * config.eagle_topk
+    return config.num_draft_tokens + memory.draft_graph_weight * draft
 
 
 def memory_need_gb(profile: Profile, plan: MemoryPlan) -> float:

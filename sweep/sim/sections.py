@@ -147,6 +147,10 @@ class MemorySection:
     draft_weights_gb: float = 3.0
     activation_gb: float = 2.0
     graph_gb_per_token: float = 0.005
+    # The draft graphs' memory per token of steps × topk, as a multiple of the verify graph's
+    # per draft token (graph_gb_per_token): the draft is a smaller model than the target, so
+    # its graphs may hold less per token. 1: memory follows draft tokens + steps × topk.
+    draft_graph_weight: float = 1.0
     min_kv_gb: float = 4.0
     kv_gb_per_token: float = 0.0001
 

@@ -142,6 +142,22 @@ def test_on_a_memory_cliff_below_two_steps_one_step_is_launched_and_becomes_the_
     assert f"inferred from trial {oom.number}'s OOM: {TrialConfig(2, 1, 3, 8).label()}" in line
 
 
+def test_a_tree_with_fewer_draft_tokens_than_one_that_ran_out_is_launched(tmp_path: Path) -> None:
+    # 7 draft tokens run out of memory (the verify graphs), whatever the steps and topk. The
+    # out-of-memory launch at topk 2 (graph width 11) ruled out topk 4 with 6 draft tokens
+    # (width 14) as wider, though it holds fewer verify tokens and fits: never launched
+    rule = '[[failure]]\nkind = "oom_capture"\nmatch = { speculative_num_draft_tokens = 7 }\n'
+    space = "num_steps = [2]\neagle_topk = [2, 4]\nnum_draft_tokens = [6, 7]"
+    path = write_study(tmp_path, space=space, profile=write_profile(tmp_path, rule))
+    summary = run_study(load_study(path), display=QUIET)
+    launched = {
+        (flag(a, "--speculative-eagle-topk"), flag(a, "--speculative-num-draft-tokens"))
+        for a in spec_launches(tmp_path)
+    }
+    assert ("4", "6") in launched and ("2", "7") in launched
+    assert summary.measured == 2 and summary.infeasible == 2
+
+
 def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     profile = write_profile(
         tmp_path,

@@ -74,6 +74,7 @@ from sweep.study import parse_study
 from tests.perf.figures import Figure
 from tests.perf.search_play import (
     heldout_landscapes,
+    memory_landscapes,
     misfit_landscapes,
     random_misfit_landscapes,
 )
@@ -118,7 +119,7 @@ def landscapes() -> dict[str, Profile]:
 
 def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
-    return landscapes() | heldout_landscapes() | random_misfit_landscapes()
+    return landscapes() | memory_landscapes() | heldout_landscapes() | random_misfit_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:

@@ -155,6 +155,16 @@ def misfit_landscapes() -> dict[str, Profile]:
     }
 
 
+def memory_landscapes() -> dict[str, Profile]:
+    """A memory cliff that graph width does not describe (not in the default run;
+    ``--landscapes misfit-memory-tree``): the tree profile whose verify graphs hold 39 MB per
+    draft token and batch slot and whose draft graphs hold next to nothing (the draft is a
+    small model), so only draft tokens <= 6 fit, whatever the steps and topk — s2-k2-d7 (width
+    11) runs out, s2-k4-d6 (width 14) fits."""
+    memory = {"graph_gb_per_token": 0.039, "draft_graph_weight": 0.0}
+    return {"misfit-memory-tree": _perturb(load_profile("tree"), memory=memory)}
+
+
 def heldout_landscapes() -> dict[str, Profile]:
     """Five landscapes of shapes the search was not tuned against (issue 21's held-out set;
     ``python -m tests.perf.search_play --truth heldout`` prints their optima):

@@ -15,7 +15,7 @@ from sweep.search.climb import Climb
 from sweep.search.config_sampler import PICK_ATTR, REPLICATE_ATTR, ConfigSampler
 from sweep.search.guided import PhysicsSampler
 from sweep.search.history import History, Measurement
-from sweep.search.memory import needs_at_least, ruled_out, widest_launchable, width
+from sweep.search.memory import middle, needs_at_least, ruled_out, width
 from sweep.search.samplers import ValidRandomSampler
 from sweep.sim.profile import load_profile
 from sweep.study import parse_study
@@ -59,28 +59,61 @@ def test_the_untried_configurations_past_an_out_of_memory_one_are_ruled_out() ->
     assert ruled_out(TREES, set(), set()) == {}
 
 
-def test_the_graph_width_where_memory_runs_out_is_bisected() -> None:
+def test_the_configurations_below_an_out_of_memory_one_are_bisected() -> None:
     c = by_key(TREES)
     oom, fits = "s4-k2-d6-tp1[NCCL_PROTO=LL]", "s2-k1-d3-tp1[NCCL_PROTO=Simple]"
     assert (width(c[oom]), width(c[fits])) == (14, 5)
-    assert widest_launchable(5, 14, range(6, 14)) == 9 and widest_launchable(13, 14) == 13
-    assert widest_launchable(14, 14) is None and widest_launchable(0, 14, [3, 4, 14]) == 3
-    assert widest_launchable(5, 14, [3, 4, 15]) == 13  # nothing open in the gap
+    assert middle(range(6, 14)) == 9 and middle([13]) == 13 and middle([3, 4, 14]) == 4
+    assert middle([]) is None
     out = ruled_out(TREES, {oom}, {oom, fits}, {fits})
-    # every untried draft TP 1 configuration wider than the middle (9), any environment
-    expected = {
-        x.key for x in TREES if x.draft_tp == 1 and width(x) > 9 and x.key not in (oom, fits)
-    }
-    assert set(out) == expected
-    assert "s2-k2-d6-tp1[NCCL_PROTO=Simple]" in out and "s2-k2-d5-tp1[NCCL_PROTO=LL]" not in out
+    # below the failure (every draft TP 1 configuration here, any environment) and not below
+    # the one measured: widths 4 ... 14 (the failure in the other environment), middle 9
+    settled = {k for k in c if k.startswith(("s1-k1-d2-tp1", "s2-k1-d3-tp1"))}
+    open_below = {x.key for x in TREES if x.draft_tp == 1} - settled - {oom}
+    assert middle(width(c[k]) for k in open_below) == 9
+    assert set(out) == {k for k in open_below if width(c[k]) > 9}
+    assert "s2-k2-d6-tp1[NCCL_PROTO=Simple]" in out and "s2-k2-d4-tp1[NCCL_PROTO=LL]" not in out
     assert not any(c[k].draft_tp == 8 for k in out)
-    # a launch in the gap moves its side: 9 fits, so the middle moves to 11
+    # a launch below the failure settles what it holds: 9 fits, so the middle moves up
     nine = "s2-k2-d5-tp1[NCCL_PROTO=LL]"
     assert width(c[nine]) == 9
     moved = ruled_out(TREES, {oom}, {oom, fits, nine}, {fits, nine})
-    assert {k for k in moved if width(c[k]) <= 11} == {
-        k for k in moved if needs_at_least(c[k], c[oom])
-    }
+    assert min(width(c[k]) for k in moved) > min(width(c[k]) for k in out)
+    assert not any(c[k].steps <= 2 and c[k].draft_tokens <= 5 for k in moved)
+
+
+WIDE = """
+[study]
+name = "wide"
+[engine]
+model_path = "m"
+tp_size = 8
+[space]
+num_steps = { low = 1, high = 3 }
+eagle_topk = [1, 2, 4]
+num_draft_tokens = { low = 2, high = 9 }
+"""  # every legal tree of up to 3 steps, topk 4 and 9 draft tokens
+WIDE_TREES = by_key(valid_candidates(parse_study(WIDE, "t.toml")))
+
+
+def test_an_out_of_memory_launch_keeps_out_only_what_needs_at_least_its_memory_in_every_part() -> (
+    None
+):
+    # 7 draft tokens ran out at 2 steps topk 2 (width 11); 2 steps topk 4 with 6 draft tokens
+    # (width 14) holds fewer verify tokens and fits: the width rule kept it out, and the
+    # night ended 2.7 % below it
+    c, oom, fits = WIDE_TREES, "s2-k2-d7-tp8[]", "s1-k2-d3-tp8[]"
+    out = ruled_out(list(c.values()), {oom}, {oom, fits}, {fits})
+    assert "s2-k4-d6-tp8[]" not in out and "s3-k4-d6-tp8[]" not in out
+    assert out["s3-k2-d8-tp8[]"] == oom and out["s2-k4-d9-tp8[]"] == oom
+    # below the failure and open (2 steps topk 1, topk 2 with 2-6 draft tokens: widths 5-10),
+    # those past the middle (7) wait for a launch below them
+    bisected = {k for k in out if not needs_at_least(c[k], c[oom])}
+    assert bisected == {"s2-k2-d4-tp8[]", "s2-k2-d5-tp8[]", "s2-k2-d6-tp8[]"}
+    # once nothing below the failure is open, only what needs at least its memory stays out
+    below = "s2-k2-d6-tp8[]"
+    settled = ruled_out(list(c.values()), {oom}, {oom, fits, below}, {fits, below})
+    assert settled and all(needs_at_least(c[k], c[oom]) for k in settled)
 
 
 def test_the_narrowest_configuration_below_a_failure_stays_launchable_with_nothing_measured() -> (

@@ -98,6 +98,17 @@ def test_memory_plan_oom_for_wide_trees_only() -> None:
     assert model.memory_plan(profile, SimConfig(tp_size=1, mem_fraction_static=0.9)).kv_too_small
 
 
+def test_the_draft_graphs_memory_can_weigh_less_than_the_verify_graphs() -> None:
+    # verify graphs 39 MB per draft token and batch slot, draft graphs nothing: 7 draft
+    # tokens run out at any tree, 6 fit at topk 4 (wider in draft tokens + steps x topk)
+    memory = {"graph_gb_per_token": 0.039, "draft_graph_weight": 0.0}
+    profile = knobs("tree", memory=memory)
+    assert model.memory_plan(profile, SimConfig("EAGLE3", 2, 2, 7, 8, 8)).graph_oom
+    assert not model.memory_plan(profile, SimConfig("EAGLE3", 2, 4, 6, 8, 8)).graph_oom
+    both = knobs("tree", memory={"graph_gb_per_token": 0.039})  # the default weight, 1
+    assert model.memory_plan(both, SimConfig("EAGLE3", 2, 4, 6, 8, 8)).graph_oom
+
+
 def best_steps(profile_name: str, concurrency: int) -> int:
     """The best chain depth (0 = no speculation) at a concurrency, noise-free."""
     profile = load_profile(profile_name)
