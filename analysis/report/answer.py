@@ -11,7 +11,7 @@ import pandas as pd
 from analysis.report.data import StudyData
 from analysis.report.document import Block, Section, table
 from sweep.core.space import TrialConfig
-from sweep.search.answer import answer_text, not_shown_to_beat
+from sweep.search.answer import answer_text, dropped_text, not_shown_to_beat
 from sweep.search.host_blocks import effects_text
 
 
@@ -126,6 +126,9 @@ def _answer_rows(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
     if ignored:
         shown = "; ".join(f"{i['label']}: {float(i['value']):.2f}" for i in ignored)
         rows.append(("launches set aside as outliers", shown))
+    dropped = dropped_text(answer)
+    if dropped:  # decided without them: a fault that followed the relaunch to every host
+        rows.append(("relaunches dropped", dropped))
     rows.append(("confirmation launches", str(answer.get("confirmation_launches", 0))))
     return rows
 

@@ -80,7 +80,7 @@ def load_status(study: Study, storage_url: str | None = None) -> StatusReport:
         best,
         baselines[-1] if baselines else None,
         drift,
-        answer.answer_text(stored),
+        "; ".join(x for x in (answer.answer_text(stored), answer.dropped_text(stored)) if x),
         answer.answer_heading(stored) if stored else "",
         _workload_line(study, records, stored),
         best_mean,

@@ -28,7 +28,7 @@ prints it in its summary.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,6 +271,15 @@ class FleetConfirm:
                     out.append(job.key)
         return out
 
+    @staticmethod
+    def replanned(step: Round, dropped: Collection[str]) -> Round | None:
+        """``step`` less the relaunches of configurations every live host already failed to
+        relaunch (the fault follows the configuration: planned again, it would fail on every
+        host again until each worker stopped for failures in a row); None: nothing left, the
+        answer is decided on what was measured."""
+        jobs = tuple(j for j in step.jobs if j.key not in dropped)
+        return Round(jobs, step.reason) if jobs else None
+
     def record(self, job: Job, number: int) -> TrialRecord | None:
         stores = self.run.stores
         owner = stores.trials if TrialConfig.speculates(job.key) else stores.baselines
@@ -334,6 +343,8 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     if isinstance(step, Decision) and answer.within_reach(step, max(0, left) + reserve):
         left = max(0, left) + reserve
         step = step_with(left)
+    if isinstance(step, Round) and dropped:  # dropped relaunches are not planned again
+        step = FleetConfirm.replanned(step, dropped) or step_with(0)
     if step is None:
         return Plan(reason="nothing measured to confirm")
     if isinstance(step, Round):
@@ -420,10 +431,8 @@ def finish(run: RunContext, plan: Plan) -> None:
     text = answer.answer_text(stored)
     hosts = effects_text(effects)
     text = f"{text}; {hosts}" if hosts else text
-    dropped = stored.get("dropped") or []
-    if dropped:
-        text += (f"; {len(dropped)} relaunch{'es' if len(dropped) > 1 else ''} dropped, "
-                 f"failed on every host ({', '.join(dropped)})")  # fmt: skip
+    dropped = answer.dropped_text(stored)
+    text = f"{text}; {dropped}" if dropped else text
     run.summary.answer = text
     run.summary.answer_heading = answer.answer_heading(stored)
     run.display.message(f"answer: {run.summary.answer}")

@@ -26,6 +26,7 @@ from sweep.exceptions import ExecutorError
 from sweep.loop.context import RunContext, RunSummary
 from sweep.loop.phases import Phase, Prepare
 from sweep.loop.propose import abandon
+from sweep.loop.sharing import server_place
 from sweep.server.port_holders import port_held_by
 
 
@@ -40,11 +41,13 @@ class Runner:
         """Run until done, out of time, or interrupted.
 
         Raises:
-            StudyBusy: another live run holds this study (and host).
+            StudyBusy: another live run holds this study (and host), or another host's
+                run of it starts its servers on this host's port of the same machine.
             Interrupted: Ctrl-C (or SIGTERM); the interrupted trial is recorded first.
         """
         ctx = self.ctx
-        with ctx.sharing.lease(ctx.stores.claims, ctx.host.name, ctx.clock):
+        server = server_place(ctx.host, ctx.rig.deployment.port)
+        with ctx.sharing.lease(ctx.stores.claims, ctx.host.name, ctx.clock, server):
             phase: Phase | None = Prepare().run(ctx)
             try:
                 while phase is not None:

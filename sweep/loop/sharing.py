@@ -10,6 +10,7 @@ never branches on which one it has. Both hold the study's lease for the whole ru
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Callable, Iterator, Mapping
 
 import optuna
@@ -21,6 +22,8 @@ from sweep.loop.progress import Display
 from sweep.loop.worker import Orphans, SharedOptions, beating, heartbeat_for, reap_stale
 from sweep.store import Heartbeat, read_records, recovering
 from sweep.store.claims import Claims, Lease
+from sweep.study.host_ports import LOCAL, LOOPBACK, SSH_PORT, machine_of
+from sweep.study.model import HostSpec
 
 StaleCallback = Callable[[optuna.Study, FrozenTrial], None]
 
@@ -31,9 +34,10 @@ class Sharing:
     alone = True  # confirmation, relaunch-on-ask and schedule verification: one host only
 
     @contextlib.contextmanager
-    def lease(self, claims: Claims, host: str, clock: Clock) -> Iterator[None]:
-        """One live run per study and host (:class:`~sweep.store.claims.Lease`)."""
-        held = Lease(claims, host, clock)
+    def lease(self, claims: Claims, host: str, clock: Clock, server: str = "") -> Iterator[None]:
+        """One live run per study and host, and per server port on a machine (``server``,
+        :func:`server_place`; :class:`~sweep.store.claims.Lease`)."""
+        held = Lease(claims, host, clock, server=server)
         held.acquire()
         try:
             yield
@@ -99,6 +103,23 @@ class Shared(Sharing):
 
     def proposing(self) -> None:
         self.waiting = False
+
+
+def server_place(host: HostSpec, port: int) -> str:
+    """Where ``host``'s servers listen, as the lease on that port names it: ``port 30000 on
+    gpu-1`` (a local host: this machine's name; an SSH host: its address, as the study
+    file's check of two hosts on one port compares them, :func:`machine_of`, a loopback one
+    being this machine); "" when the machine is not known."""
+    machine = machine_of(host, local_here=True)
+    if machine is None:
+        return ""
+    if machine == LOCAL:
+        return f"port {port} on {socket.gethostname()}"
+    address, ssh_port = machine
+    if address in LOOPBACK:  # each worker's own machine, not one machine for all
+        address = socket.gethostname()
+    via = "" if ssh_port == SSH_PORT else f" (SSH port {ssh_port})"
+    return f"port {port} on {address}{via}"
 
 
 def sharing_for(options: SharedOptions | None) -> Sharing:

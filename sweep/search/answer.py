@@ -355,6 +355,19 @@ def answer_text(answer: Mapping[str, Any]) -> str:
     return text
 
 
+def dropped_text(answer: Mapping[str, Any]) -> str:
+    """The fleet confirmation's relaunches that every live host failed, which the answer was
+    decided without: ``2 relaunches dropped, failed on every host (steps=2 … ×2)``; "" for
+    none. A configuration dropped in several rounds is named once, with its count."""
+    dropped = [str(label) for label in answer.get("dropped") or ()]
+    if not dropped:
+        return ""
+    counts = {label: dropped.count(label) for label in dropped}
+    named = ", ".join(f"{label} ×{n}" if n > 1 else label for label, n in counts.items())
+    many = "es" if len(dropped) > 1 else ""
+    return f"{len(dropped)} relaunch{many} dropped, failed on every host ({named})"
+
+
 def not_shown_to_beat(answer: Mapping[str, Any]) -> str:
     """What a speculative answer is not shown to beat — ``"no speculation"`` or ``"no
     speculation with <flags>"`` (its control) — when the interval of its gain over it reaches

@@ -13,7 +13,8 @@ The shared confirmation's relaunches are claimed here too (keys ``confirm:…``,
 :mod:`sweep.loop.fleet_confirm`); they are not configurations and :meth:`Claims.held`
 leaves them out. The same table holds one-off markers (:meth:`Claims.once`): "the grid was
 enqueued", "trial 7 was re-queued", so that happens once per study however
-many workers start together.
+many workers start together, and the leases (:class:`Lease`): one live run per host, and per
+server port on a machine.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class Claims:
         return {
             str(k): int(n)
             for k, n in rows
-            if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX, JOB_PREFIX))
+            if not str(k).startswith((ONCE_PREFIX, LEASE_PREFIX, SERVER_PREFIX, JOB_PREFIX))
         }
 
     def age(self, key: str) -> float | None:
@@ -190,6 +191,7 @@ class Claims:
 
 
 LEASE_PREFIX = "lease:"
+SERVER_PREFIX = "server:"  # a run's server port on its machine (see Lease)
 LEASE_BEAT_S = 10.0  # how often a running sweep renews its lease
 LEASE_GRACE_S = 45.0  # a lease not renewed for this long belongs to a dead run
 
@@ -231,39 +233,52 @@ def holder_alive(holder: str, beat_age_s: float, grace_s: float = LEASE_GRACE_S)
 
 
 class Lease:
-    """One live run per study and host: a row in the claims table, renewed by a heartbeat.
+    """One live run per study and host, and per server port on a machine: rows in the claims
+    table, renewed by a heartbeat.
 
-    A second ``sweep run`` of the same study (and host) refuses with a one-line message
-    naming the holder; a lease whose holder died (its PID is gone on this machine, or it was
-    not renewed for :data:`LEASE_GRACE_S` elsewhere) is taken over.
+    A second ``sweep run`` or ``sweep worker`` of the same study and host refuses with a
+    one-line message naming the holder; so does one for another host whose server would
+    listen on the same port of the same machine (``server``: two hosts on one machine with
+    one port would stop and measure each other's servers). A lease whose holder died (its
+    PID is gone on this machine, or it was not renewed for :data:`LEASE_GRACE_S` elsewhere)
+    is taken over, by one run only.
     """
 
     def __init__(
-        self, claims: Claims, host: str, clock: Clock | None = None, beat_s: float = LEASE_BEAT_S
+        self,
+        claims: Claims,
+        host: str,
+        clock: Clock | None = None,
+        beat_s: float = LEASE_BEAT_S,
+        server: str = "",
     ) -> None:
+        """``server``: where this run's servers listen (``port 30000 on gpu-1``); "" for
+        none."""
         self.claims = claims
         self.key = f"{LEASE_PREFIX}{host}"
         self.host = host
+        self.server = server
+        self.keys: tuple[str, ...] = (
+            (self.key, f"{SERVER_PREFIX}{server}") if server else (self.key,)
+        )
         self.me = holder_id()
         self.beat_s = beat_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
-        """Take the lease and start renewing it.
+        """Take the lease (the host's, then its server port's) and start renewing it.
 
         Raises:
             StudyBusy: another live run holds it.
         """
-        if not self.claims._insert(self.key, self.me, os.getpid()):
-            holder, beat = self._holder()
-            if holder is not None and holder != self.me and holder_alive(holder, beat):
-                raise StudyBusy(
-                    f"study {self.claims.study_name!r} (host {self.host}) is already being run "
-                    f"by {holder.replace(':', ' pid ')} (lease renewed {beat:.0f} s ago); "
-                    "wait for it to finish or stop it first"
-                )
-            self._take()
+        self._hold(self.key, self._host_busy)
+        if self.server:
+            try:
+                self._hold(self.keys[1], self._server_busy)
+            except BaseException:
+                self._delete(self.key)
+                raise
         self._thread = threading.Thread(target=self._renew, name="sweep-lease", daemon=True)
         self._thread.start()
 
@@ -271,32 +286,78 @@ class Lease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        c = claims_table.c
-        with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
-            self.claims._execute(
-                claims_table.delete().where(self.claims._row(self.key), c.host == self.me)
-            )
+        for key in self.keys:
+            self._delete(key)
 
-    def _holder(self) -> tuple[str | None, float]:
+    def _hold(self, key: str, busy: Callable[[str, float], str]) -> None:
+        """Insert ``key``'s row, or take it over from a dead holder (one taker wins)."""
+        if self.claims._insert(key, self.me, os.getpid()):
+            return
+        holder, beat = self._holder(key)
+        if holder is not None and holder != self.me and holder_alive(holder, beat):
+            raise StudyBusy(busy(holder, beat))
+        if self._take(key, holder):
+            return
+        holder, beat = self._holder(key)  # another run took it over first
+        raise StudyBusy(busy(holder or "?", beat))
+
+    def _host_busy(self, holder: str, beat: float) -> str:
+        return (
+            f"study {self.claims.study_name!r} (host {self.host}) is already being run "
+            f"by {holder.replace(':', ' pid ')} (lease renewed {beat:.0f} s ago); "
+            "wait for it to finish or stop it first"
+        )
+
+    def _server_busy(self, holder: str, beat: float) -> str:
+        other = self._host_of(holder)
+        return (
+            f"study {self.claims.study_name!r}: host {self.host}'s server would listen on "
+            f"{self.server}, where host {other}'s run ({holder.replace(':', ' pid ')}, lease "
+            f"renewed {beat:.0f} s ago) starts its servers: two hosts on one machine with one "
+            "server port would stop and measure each other's servers. Give one of them a "
+            "server_port of its own in [[hosts]], or wait for that run to finish or stop it "
+            "first"
+        )
+
+    def _holder(self, key: str) -> tuple[str | None, float]:
         c = claims_table.c
-        query = sa.select(c.host, c.claimed_at).where(self.claims._row(self.key))
+        query = sa.select(c.host, c.claimed_at).where(self.claims._row(key))
         row = self.claims._read(lambda conn: conn.execute(query).first())
         if row is None:
             return None, 0.0
         return str(row[0]), max(0.0, time.time() - float(row[1]))
 
-    def _take(self) -> None:
+    def _host_of(self, holder: str) -> str:
+        """The host whose lease ``holder`` holds (``?``: none any more)."""
+        c = claims_table.c
+        query = sa.select(c.key).where(
+            c.study_name == self.claims.study_name, c.key.startswith(LEASE_PREFIX), c.host == holder
+        )
+        key = self.claims._read(lambda conn: conn.execute(query).scalar())
+        return "?" if key is None else str(key)[len(LEASE_PREFIX) :]
+
+    def _take(self, key: str, holder: str | None) -> bool:
+        """Take ``key`` over from ``holder`` (dead); False: another run took it first."""
+        if holder is None:  # released between the INSERT and the SELECT
+            return self.claims._insert(key, self.me, os.getpid())
         update = (
             claims_table.update()
-            .where(self.claims._row(self.key))
+            .where(self.claims._row(key), claims_table.c.host == holder)
             .values(host=self.me, trial_number=os.getpid(), claimed_at=time.time())
         )
-        if self.claims._execute(update) != 1:
-            self.claims._insert(self.key, self.me, os.getpid())
+        return self.claims._execute(update) == 1
+
+    def _delete(self, key: str) -> None:
+        c = claims_table.c
+        with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
+            self.claims._execute(
+                claims_table.delete().where(self.claims._row(key), c.host == self.me)
+            )
 
     def _renew(self) -> None:
         c = claims_table.c
         while not self._stop.wait(self.beat_s):
-            update = claims_table.update().where(self.claims._row(self.key), c.host == self.me)
-            with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
-                self.claims._execute(update.values(claimed_at=time.time()))
+            for key in self.keys:
+                update = claims_table.update().where(self.claims._row(key), c.host == self.me)
+                with contextlib.suppress(StorageError, sa.exc.SQLAlchemyError):
+                    self.claims._execute(update.values(claimed_at=time.time()))

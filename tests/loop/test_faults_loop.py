@@ -543,3 +543,30 @@ def test_every_launch_keeps_its_own_log_and_a_failure_names_it(tmp_path: Path) -
     assert f"server log: {logs / 'baseline-b0.log'}" in baseline.output.splitlines()
     missing = CliRunner().invoke(app, ["status", str(path), "--trial", "b7"])
     assert "no trial b7 in study 't.baselines' (stored: b0)" in str(missing.exception)
+
+
+def test_a_study_run_again_from_a_fresh_database_keeps_the_earlier_logs(tmp_path: Path) -> None:
+    # a fresh database numbers the launches from 0 again: its baseline-b0.log and trial-0.log
+    # overwrote the first night's, whose trials' `sweep.log` then named the wrong server's log
+    from typer.testing import CliRunner
+
+    from sweep.cli import app
+
+    path = write_study(tmp_path, space="num_steps = [1, 2]")
+    logs = tmp_path / "servers" / "t"
+    nights = []
+    for storage in ("", "fresh", "fresher"):
+        url = f"sqlite:///{tmp_path / f'{storage}.db'}" if storage else None
+        run_study(load_study(path), RunOptions(n_trials=1, storage_url=url), display=Recording())
+        nights.append({p.name: p.read_bytes() for p in logs.glob("*.log")})
+        assert set(nights[-1]) == {"baseline-b0.log", "trial-0.log"}
+        for kept, earlier in enumerate(nights[:-1], start=1):  # kept, in the order they ran
+            assert {n: (logs / f"{n}.{kept}").read_bytes() for n in earlier} == earlier
+        assert all(nights[-1][n] not in e.values() for e in nights[:-1] for n in nights[-1])
+    assert sorted(p.name for p in logs.iterdir() if ".log" in p.name) == sorted(
+        f"{stem}.log{suffix}" for stem in ("baseline-b0", "trial-0") for suffix in ("", ".1", ".2")
+    )
+    fresher = f"sqlite:///{tmp_path / 'fresher.db'}"
+    shown = CliRunner().invoke(app, ["status", str(path), "--trial", "0", "--storage", fresher])
+    assert shown.exit_code == 0, shown.output
+    assert f"server log: {logs / 'trial-0.log'}" in shown.output.splitlines()  # this night's

@@ -171,14 +171,14 @@ def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
 BAD_HOST = Path(__file__).parents[1] / "programs" / "bad_host_launch.py"
 
 
-def going_bad(path: Path, marker: Path) -> None:
+def going_bad(path: Path, marker: Path, launcher: Path = BAD_HOST) -> None:
     """The first host to start a relaunch fails that one and every later relaunch at init
     (NCCL), as a host gone bad (see tests/programs/bad_host_launch.py); its port goes to
-    ``marker``."""
+    ``marker``. ``launcher``: another test launcher taking the same arguments."""
     text = path.read_text()
     recorder = str(Path(__file__).parents[1] / "programs" / "record_launch.py")
     assert json.dumps(recorder) in text
-    path.write_text(text.replace(json.dumps(recorder), f"{json.dumps(str(BAD_HOST))}, "
+    path.write_text(text.replace(json.dumps(recorder), f"{json.dumps(str(launcher))}, "
                                  f"{json.dumps(str(marker))}"))  # fmt: skip
 
 
@@ -222,3 +222,44 @@ def test_a_host_failing_its_relaunches_leaves_them_to_the_others(
     assert len(measured) == sum(1 for j in jobs if TrialConfig.speculates(j["key"]))
     assert all(len(answer_lines(logs[h])) == 1 for h in good)
     assert all("dropped" not in line for log in logs.values() for line in answer_lines(log))
+
+
+BAD_CONFIG = Path(__file__).parents[1] / "programs" / "bad_config_launch.py"
+
+
+def sweep_cli(*args: str) -> str:
+    """``sweep ARGS`` as a user runs it (its own process: no connection outlives it here)."""
+    argv = [sys.executable, "-m", "sweep", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_a_relaunch_every_host_fails_is_dropped_and_named_everywhere(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    # a relaunch every live host failed was dropped and named in the workers' answer line
+    # only: `sweep status` and the report showed the answer as if it had been measured
+    path = confirming_study(tmp_path, postgres.new_database())
+    marker = tmp_path / "bad-steps"
+    going_bad(path, marker, BAD_CONFIG)  # the first relaunched configuration, on every host
+    with started(tmp_path, path) as (path, procs):
+        logs = ended(tmp_path, procs, "abc")
+    stored = trials_of(path).user_attrs[ATTR.ANSWER]
+    steps = int(marker.read_text())
+    failed = [r for r in relaunches(path) if r.state is State.FAILED]
+    assert {r.host for r in failed} == set(SPEEDS), failed  # every host failed it
+    assert all(r.config and r.config.num_steps == steps for r in failed), failed
+    # dropped once, not planned again (it was, round after round, until every worker had
+    # stopped for 5 failed launches in a row and no answer was stored)
+    (label,) = stored["dropped"]
+    assert label.startswith(f"steps={steps} ") and len(failed) == len(SPEEDS)
+    expected = f"1 relaunch dropped, failed on every host ({label})"
+    for log in logs.values():
+        (line,) = answer_lines(log)
+        assert line.endswith(f"; {expected}"), line
+    shown = sweep_cli("status", str(path))
+    assert f"; {expected}" in " ".join(shown.split()), shown
+    sweep_cli("report", str(path), "--out", str(tmp_path / "report"))
+    (markdown,) = (tmp_path / "report").glob("*.md")
+    assert f"| relaunches dropped | {expected} |" in markdown.read_text()

@@ -7,7 +7,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -300,6 +302,73 @@ def test_a_physics_fleet_proposes_no_measured_configuration(
     assert set(measured_keys(path).values()) == {1}  # each configuration measured once
     logs = "".join((tmp_path / f"{h}.log").read_text() for h in speeds)
     assert logs.count("the search converged") == 2, logs
+
+
+def frozen_serving(path: Path, folder: Path, proc: subprocess.Popen[bytes]) -> list[int]:
+    """Host a's worker frozen (SIGSTOP) while it measures a trial, its server up; the
+    server's process groups."""
+    for _ in range(50):
+        wait_until(lambda: running_trial(path, "a") is not None and bool(serving(folder)),
+                   timeout=90, what="a measuring")  # fmt: skip
+        os.kill(proc.pid, signal.SIGSTOP)
+        servers = serving(folder)
+        if running_trial(path, "a") is not None and servers:
+            return servers
+        os.kill(proc.pid, signal.SIGCONT)  # it had just finished: wait for its next trial
+    raise AssertionError("host a never measured with its server up")
+
+
+def serving(folder: Path) -> list[int]:
+    return [g for g in server_groups(folder) if group_members(g)]
+
+
+def one_port(path: Path) -> None:
+    """Hosts a and b on this machine with one server port (as started by hand with `sweep
+    worker`; `sweep run` refuses them)."""
+    text = path.read_text()
+    first, second = re.findall(r"server_port = (\d+)", text)[:2]
+    path.write_text(text.replace(f"server_port = {second}", f"server_port = {first}"))
+
+
+def test_a_second_worker_for_a_host_or_its_port_refuses_and_stops_nothing(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    # two hosts on one machine with one server port, each started by hand with `sweep
+    # worker`: each met the other's server on its port ("its listening socket is held by
+    # … not by the server sweep launched"), failed attempts and interleaved their launches
+    path = shared_study(tmp_path, postgres.new_database(), names=("a", "b"))
+    one_port(path)
+    study = load_study(path)
+    quiet_optuna()
+    open_study(study, None)  # the schema once, as `sweep run` does
+    first = worker_process(path, "a", tmp_path / "a.log")
+    try:
+        servers = frozen_serving(path, tmp_path, first)
+        me = socket.gethostname()
+        for host in ("b", "a"):
+            argv = [sys.executable, "-m", "sweep", "worker", str(path), "--host", host]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+            assert done.returncode == 1, done.stdout + done.stderr
+            said = " ".join((done.stdout + done.stderr).split())
+            assert f"{me} pid {first.pid}" in said and "lease renewed" in said, said  # holder
+            assert "to finish or stop it first" in said, said  # what to do
+            if host == "b":
+                port = study.hosts[0].server_port
+                assert f"host b's server would listen on port {port} on {me}, where host a'" in said
+                assert "a server_port of its own" in said, said
+            else:
+                assert "(host a) is already being run by" in said, said
+        assert all(group_members(g) for g in servers), "a refused worker stopped a's server"
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(timeout=120) == 0, (tmp_path / "a.log").read_text()
+    finally:
+        stop_fleet({"a": first}, tmp_path)
+    log = (tmp_path / "a.log").read_text()
+    for met in ("is held by", "STILL HELD", "reaping", "stopped sending heartbeats"):
+        assert met not in log, log  # nobody else's server on its port, nothing reaped
+    assert {t.user_attrs.get(ATTR.HOST) for t in all_trials(path)} == {"a"}  # b: nothing
+    assert measured_keys(path) == Counter({c.key(): 1 for c in plan(study, rules_for(study)).valid})
+    assert Claims(study.storage, study.name).live_hosts() == set()  # every lease released
 
 
 def test_sqlite_with_several_hosts_is_refused(tmp_path: Path) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import socket
 from pathlib import Path
 
 from sweep.clock import Clock
 from sweep.loop.progress import Display
-from sweep.loop.sharing import Shared, Solo, sharing_for, stale_claim
+from sweep.loop.sharing import Shared, Solo, server_place, sharing_for, stale_claim
 from sweep.loop.worker import SharedOptions, ask
 from sweep.store.claims import LEASE_PREFIX, Claims
+from sweep.study.model import HostSpec
 from tests.support.runs import run_context
 
 
@@ -75,3 +77,13 @@ def test_both_strategies_hold_the_lease_for_the_run(tmp_path: Path) -> None:
         with sharing.lease(claims, "h", run.clock):
             assert claims.owner(f"{LEASE_PREFIX}h") == os.getpid()
         assert claims.owner(f"{LEASE_PREFIX}h") is None
+
+
+def test_a_server_port_is_leased_on_the_machine_it_is_on() -> None:
+    here = socket.gethostname()
+    assert server_place(HostSpec("a"), 30000) == f"port 30000 on {here}"
+    ssh = HostSpec("b", kind="ssh", address="GPU-1")
+    assert server_place(ssh, 30001) == "port 30001 on gpu-1"
+    local_ssh = HostSpec("c", kind="ssh", address="localhost", port=2222)
+    assert server_place(local_ssh, 30000) == f"port 30000 on {here} (SSH port 2222)"
+    assert server_place(HostSpec("d", kind="slurm"), 30000) == ""  # not known: no lease

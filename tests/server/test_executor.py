@@ -96,6 +96,20 @@ def test_start_is_detached_in_its_own_group_with_env_log_and_pgid_file(
     assert process.start_ticks == executor.start_ticks(process.pid)
 
 
+def test_a_named_log_is_kept_never_overwritten(
+    executor: Executor, started: Callable[..., ServerProcess]
+) -> None:
+    # a study run again from a fresh database starts its launches at trial 0 again: each
+    # start truncated the log of the same name, the earlier night's included
+    for night in ("first", "second", "third"):
+        process = started(f"print({night!r}, flush=True)", name="t/trial-0")
+        assert executor.wait_exit(process, 30)
+        assert log_of(executor, process) == f"{night}\n"  # the new one, where it is recorded
+    log = process.files.log
+    assert [executor.read_text(f"{log}.{n}") for n in (1, 2)] == ["first\n", "second\n"]
+    assert executor.read_text(f"{log}.3") is None
+
+
 def test_log_is_read_incrementally_and_exit_code_reported(
     executor: Executor, started: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:

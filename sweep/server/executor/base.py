@@ -51,21 +51,27 @@ class ServerFiles:
         log: the server's stdout and stderr.
         pgid: the recorded process group: ``"<pgid> <start ticks>"``.
         exit: the server's exit code, written when it exits (SSH only).
+        keep_log: an existing ``log`` is kept, renamed ``LOG.1`` (the first free ``LOG.N``),
+            rather than overwritten (a launch's own log: a study run again from a fresh
+            database numbers its launches from 0 again).
     """
 
     log: str
     pgid: str
     exit: str
+    keep_log: bool = False
 
     @classmethod
     def for_port(cls, workdir: str, port: int, name: str = "") -> ServerFiles:
-        """The files of the server on ``port``; the PGID file is per port, the log per name."""
+        """The files of the server on ``port``; the PGID file is per port, the log per name
+        (a named log is kept, never overwritten: ``keep_log``)."""
         base = PurePosixPath(workdir)
         stem = name or f"server-{port}"
         return cls(
             log=str(base / f"{stem}.log"),
             pgid=str(base / f"port-{port}.pgid"),
             exit=str(base / f"{stem}.exit"),
+            keep_log=bool(name),
         )
 
 

@@ -31,6 +31,8 @@ from sweep.server.executor.base import (
     exit_code_from_shell,
 )
 
+KEPT_LOGS = 1000
+"""At most this many earlier logs of one name are kept beside it (``LOG.1`` … ``LOG.1000``)."""
 START_RECORD_WAIT_S = 10.0
 """How long the start script waits for the detached shell to record its group."""
 
@@ -50,10 +52,22 @@ def lock_dir(files: ServerFiles) -> str:
 
 
 def prepare_script(files: ServerFiles) -> str:
-    """Shell: create the folders, remove a previous record, lock and exit file."""
+    """Shell: create the folders, remove a previous record, lock and exit file; keep an
+    earlier log of the same name (``files.keep_log``: :func:`keep_log_script`)."""
     dirs = sorted({str(PurePosixPath(p).parent) for p in (files.log, files.pgid, files.exit)})
     stale = [files.pgid, lock_dir(files), files.exit]
-    return f"mkdir -p {_words(dirs)} && rm -rf {_words(stale)}"
+    keep = f" && {keep_log_script(files.log)}" if files.keep_log else ""
+    return f"mkdir -p {_words(dirs)} && rm -rf {_words(stale)}{keep}"
+
+
+def keep_log_script(log: str) -> str:
+    """Shell: rename an existing ``log`` to the first free ``LOG.1``, ``LOG.2`` … (the last
+    of :data:`KEPT_LOGS` is reused), so the new server's log never overwrites it."""
+    q = shlex.quote(log)
+    return (
+        f"if [ -e {q} ]; then n=1; while [ -e {q}.$n ] && [ $n -lt {KEPT_LOGS} ]; "
+        f"do n=$((n+1)); done; mv -f {q} {q}.$n; fi"
+    )
 
 
 def start_script(
