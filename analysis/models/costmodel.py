@@ -189,7 +189,8 @@ class CostModel:
             return Constant(name, value - base, math.hypot(std, base_std), _meaning(name))
         if name == VERIFY_STEP:
             value, std = self._ms(costmodel.STEP)
-            return Constant(name, value, std, _meaning(name, self.fit.step_at))
+            meaning = _meaning(name, self.fit.step_at, self.fit.step_on_tree)
+            return Constant(name, value, std, meaning)
         index = {VERIFY_SLOPE: costmodel.TOKEN, BRANCH: costmodel.BRANCH}.get(name)
         if index is None:
             which = costmodel.GROWTH if name.startswith("draft_growth@") else costmodel.DRAFT
@@ -231,7 +232,8 @@ class CostModel:
         draft = steps * (c[draft_name(tp)] + (config.eagle_topk - 1) * c[BRANCH])
         draft += steps * (steps - 1) / 2 * c[growth_name(tp)]
         verify = c.get(VERIFY_BASE, 0.0) + (config.num_draft_tokens - 1) * c[VERIFY_SLOPE]
-        if self.fit.step_at and config.num_draft_tokens >= self.fit.step_at:
+        width = config.num_draft_tokens * (config.eagle_topk if self.fit.step_on_tree else 1)
+        if self.fit.step_at and width >= self.fit.step_at:
             verify += c[VERIFY_STEP]
         return CycleBreakdown(draft, verify, c[overhead_name(tp)])
 
@@ -244,7 +246,7 @@ class CostModel:
         return 1.0 - float(np.sum((measured - predicted) ** 2)) / total if total else 1.0
 
 
-def _meaning(name: str, step_at: int = 0) -> str:
+def _meaning(name: str, step_at: int = 0, on_tree: bool = False) -> str:
     if name.startswith("draft_step@tp"):
         return f"one draft step at draft TP {name.removeprefix('draft_step@tp')}"
     if name.startswith("draft_growth@tp"):
@@ -256,7 +258,8 @@ def _meaning(name: str, step_at: int = 0) -> str:
         VERIFY_BASE: "target verify pass over one token (≈ one decode step)",
         VERIFY_SLOPE: "each extra draft token in the verify pass",
         BRANCH: "each extra topk branch, per draft step",
-        VERIFY_STEP: f"the verify pass's step up from {step_at} draft tokens on",
+        VERIFY_STEP: f"the verify pass's step up from {step_at} "
+        f"{'topk × draft tokens' if on_tree else 'draft tokens'} on",
     }[name]
 
 

@@ -6,7 +6,7 @@ One verify cycle of a configuration (steps ``s``, topk ``k``, draft tokens ``d``
 in family ``f`` (its draft TP and extra flags/environment)::
 
     cycle = overhead[f] + s · draft_step[f] + s(s − 1)/2 · growth[f]
-            + s · (k − 1) · branch + (d − 1) · verify_token + [d ≥ d*] · verify_step
+            + s · (k − 1) · branch + (d − 1) · verify_token + [w ≥ w*] · verify_step
     throughput = accept_length(s, k, d) / cycle
 
 ``growth[f]`` is what each draft step pays more per earlier step (draft-TP communication
@@ -18,8 +18,10 @@ the verify tree keeps ``d − 1`` nodes, one per depth along the chain first (up
 then extra siblings at the shallowest depths (up to ``k − 1`` per depth), each catching a
 share ``g`` of the remaining misses; accept length = 1 + Σ_i Π_{j≤i} P(depth j accepted).
 
-``verify_step`` is a verify pass that steps up from ``d*`` draft tokens on (CUDA graphs
-captured only that wide, a memory limit); where ``d*`` goes is :mod:`sweep.core.verify_step`.
+``verify_step`` is a verify pass that steps up from a width ``w*`` on (CUDA graphs
+captured only that wide, a memory limit): ``w`` is the draft tokens ``d``, or the verify
+tree's ``k · d`` (a tree-attention mask sized for narrower trees: chains, ``k = 1``, alike);
+where ``w*`` goes, and on which of the two, is :mod:`sweep.core.verify_step`.
 
 The constants are fitted by nonlinear least squares on log throughput (and log
 accept length when measured), with weak priors that keep the fit defined from
@@ -50,6 +52,7 @@ from sweep.core import verify_step
 Array = NDArray[np.float64]
 
 CAP = 0.99  # a depth is never accepted for sure
+TREE_AFTER = 10_000  # ranks draft-token places above tree-width ones when fits tie
 # Priors: (centre, sd) on the logit of p, r, g and on log ratios to the mean overhead.
 PRIOR_P = (math.log(0.65 / 0.35), 1.5)
 PRIOR_R = (math.log(0.85 / 0.15), 1.5)
@@ -109,7 +112,8 @@ class Design:
     family: NDArray[np.int64]
     widths: Array  # (N, depth): nodes kept at each depth of the verify tree, 0 beyond it
     families: tuple[tuple[int, str], ...]
-    past_step: Array | None = None  # 1 where d ≥ d* (the verify step paid), else 0
+    past_step: Array | None = None  # 1 where w ≥ w* (the verify step paid), else 0
+    tree_tokens: Array | None = None  # k · d: the verify tree's width (a step's other axis)
 
     @property
     def n_params(self) -> int:
@@ -126,12 +130,20 @@ class Design:
             self.widths[index],
             self.families,
             None if self.past_step is None else self.past_step[index],
+            None if self.tree_tokens is None else self.tree_tokens[index],
         )
 
-    def stepped(self, at: int) -> Design:
-        """The same rows, paying the verify step from ``at`` draft tokens on (0: nowhere)."""
-        past = (self.extra_tokens + 1 >= at).astype(float) if at else None
+    def stepped(self, at: int, tree: bool = False) -> Design:
+        """The same rows, paying the verify step from ``at`` draft tokens on (0: nowhere),
+        or with ``tree`` from ``at`` topk × draft tokens on."""
+        past = (self.step_axis(tree) >= at).astype(float) if at else None
         return dataclasses.replace(self, past_step=past)
+
+    def step_axis(self, tree: bool = False) -> Array:
+        """What a verify step is placed on: draft tokens, or with ``tree`` topk × draft
+        tokens (the draft tokens where the tree widths are unknown)."""
+        tokens = self.extra_tokens + 1
+        return self.tree_tokens if tree and self.tree_tokens is not None else tokens
 
 
 def design(candidates: Sequence[Features], families: Sequence[tuple[int, str]] = ()) -> Design:
@@ -152,6 +164,7 @@ def design(candidates: Sequence[Features], families: Sequence[tuple[int, str]] =
         np.array([order[(c.draft_tp, c.extras)] for c in candidates], dtype=np.int64),
         widths.reshape(len(candidates), depth).astype(float),
         tuple(order),
+        tree_tokens=np.array([c.topk * c.draft_tokens for c in candidates], dtype=float),
     )
 
 
@@ -324,6 +337,7 @@ class Fit:
         residuals: the standardised residuals at ``theta``.
         owners: the candidate row of each data residual (-1 for priors).
         step_at: the draft-token count from which the verify step is paid (0: no step).
+        step_on_tree: the step is paid from ``step_at`` topk × draft tokens on instead.
     """
 
     theta: Array
@@ -334,6 +348,7 @@ class Fit:
     residuals: Array
     owners: NDArray[np.int64]
     step_at: int = 0
+    step_on_tree: bool = False
 
     def gradient(self, d: Design) -> tuple[Array, Array]:
         """log throughput of every row of ``d`` and its gradient in ``theta``."""
@@ -342,7 +357,7 @@ class Fit:
 
     def on(self, d: Design) -> Design:
         """``d`` with this fit's verify step."""
-        return d.stepped(self.step_at)
+        return d.stepped(self.step_at, self.step_on_tree)
 
     def predict(self, d: Design, model_sd: float = 0.0) -> tuple[Array, Array]:
         """Mean and sd of log throughput for every row of ``d`` (``model_sd`` adds a floor
@@ -381,25 +396,50 @@ def _fit(d: Design, data: Data, start: Array | None) -> Fit:
     """The fit without a verify step, or with one where the launches show it clearly."""
     plain = _fit_at(d, data, start, 0)
     n = len(data.rows)
-    tokens = d.extra_tokens[data.rows] + 1
-    where = verify_step.places(tokens, data.rows, plain.residuals[:n])
+    residuals = plain.residuals[:n]
+    tokens, tree = d.step_axis()[data.rows], d.step_axis(tree=True)[data.rows]
+    on_tokens = verify_step.places(tokens, data.rows, residuals)
+    seen = {_split(tokens, at) for at in on_tokens}  # chains alone split both axes alike
+    on_tree = [
+        at for at in verify_step.places(tree, data.rows, residuals) if _split(tree, at) not in seen
+    ]
+    tries = [(at, False) for at in on_tokens[: verify_step.TRIES]]
+    tries += [(at, True) for at in on_tree[: verify_step.TRIES]]
     # from the plain fit only: its fresh starts already looked for other optima
-    fits = [_fit_at(d, data, plain.theta, at, fresh=False) for at in where[: verify_step.TRIES]]
-    kept = verify_step.pick(_cost(plain), [(_cost(f), f.step_at) for f in fits], len(where))
+    fits = [_fit_at(d, data, plain.theta, at, fresh=False, tree=on) for at, on in tries]
+    # of fits that explain the launches alike, the draft-token axis first, then the later
+    # place (verify_step.pick keeps the largest)
+    order = [(_cost(f), f.step_at + (0 if f.step_on_tree else TREE_AFTER)) for f in fits]
+    kept = verify_step.pick(_cost(plain), order, len(on_tokens) + len(on_tree))
     return plain if kept is None else fits[kept]
+
+
+def _split(axis: Array, at: int) -> bytes:
+    """Which launches a step at ``at`` on ``axis`` puts past it (to skip a place that splits
+    the launches as one already tried does)."""
+    return (axis >= at).tobytes()
 
 
 def _cost(result: Fit) -> float:
     return 0.5 * float(result.residuals @ result.residuals)
 
 
-def _fit_at(d: Design, data: Data, start: Array | None, step_at: int, *, fresh: bool = True) -> Fit:
-    """The fit with a verify step from ``step_at`` draft tokens (0: none); ``fresh``: also
-    from the fixed starting points when ``start`` does not explain the data."""
+def _fit_at(
+    d: Design,
+    data: Data,
+    start: Array | None,
+    step_at: int,
+    *,
+    fresh: bool = True,
+    tree: bool = False,
+) -> Fit:
+    """The fit with a verify step from ``step_at`` draft tokens (0: none; with ``tree``,
+    topk × draft tokens); ``fresh``: also from the fixed starting points when ``start``
+    does not explain the data."""
     # imported here: scipy.optimize costs ~0.3 s at start-up, and only the fit needs it
     from scipy.optimize import least_squares
 
-    sub = d.rows(data.rows).stepped(step_at)
+    sub = d.rows(data.rows).stepped(step_at, tree)
     accept_guess = 2.0
     scale = float(np.median(math.log(accept_guess) - data.log_value)) if len(data.rows) else 0.0
     best = None
@@ -425,7 +465,7 @@ def _fit_at(d: Design, data: Data, start: Array | None, step_at: int, *, fresh: 
     owners = np.concatenate(
         [data.rows, data.rows[known], np.full(len(residuals) - n - int(known.sum()), -1)]
     ).astype(np.int64)
-    return Fit(np.asarray(best.x), covariance, rms, n, jac, residuals, owners, step_at)
+    return Fit(np.asarray(best.x), covariance, rms, n, jac, residuals, owners, step_at, tree)
 
 
 def _starts(n_families: int, scale: float, start: Array | None) -> list[Array]:

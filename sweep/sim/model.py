@@ -159,12 +159,16 @@ def verify_ms(
     profile: Profile, config: SimConfig, batch: int, nccl: float = 1.0, context: float = 0.0
 ) -> float:
     """The target's verify pass over ``batch · draft_tokens`` tokens, with the profile's
-    verify cliff (eager mode from ``timing.verify_cliff_tokens`` draft tokens on)."""
+    verify cliff (eager mode from ``timing.verify_cliff_tokens`` draft tokens on) and tree
+    cliff (a tree whose topk × draft tokens reaches ``timing.tree_cliff_width``)."""
     t = profile.timing
     tokens = batch * config.num_draft_tokens
     verify = forward_ms(profile, tokens, batch, config.tp_size, nccl, context)
     if t.verify_cliff_tokens and config.num_draft_tokens >= t.verify_cliff_tokens:
         verify *= 1 + t.verify_cliff_factor
+    width = config.eagle_topk * config.num_draft_tokens
+    if t.tree_cliff_width and config.eagle_topk > 1 and width >= t.tree_cliff_width:
+        verify *= 1 + t.tree_cliff_factor
     return verify
 
 
@@ -228,6 +232,8 @@ def depth_probabilities(
     probs = []
     for d, width in enumerate(widths):
         base = min(cap, first * decay**d * multiplier)
+        if a.horizon and d >= a.horizon:  # past the depth the draft was trained for
+            base *= a.horizon_factor
         miss = (1 - base) * (1 - a.sibling_gain) ** (width - 1)
         probs.append(1 - miss)
     return probs

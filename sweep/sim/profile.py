@@ -303,11 +303,15 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
         ("timing.base_ms", profile.timing.base_ms > 0, "> 0"),
         ("timing.verify_cliff_tokens", profile.timing.verify_cliff_tokens >= 0, ">= 0"),
         ("timing.verify_cliff_factor", profile.timing.verify_cliff_factor >= 0, ">= 0"),
+        ("timing.tree_cliff_width", profile.timing.tree_cliff_width >= 0, ">= 0"),
+        ("timing.tree_cliff_factor", profile.timing.tree_cliff_factor >= 0, ">= 0"),
         ("timing.min_token_ms", profile.timing.min_token_ms >= 0, ">= 0"),
         ("draft.allreduce_growth", profile.draft.allreduce_growth >= 0, ">= 0"),
         ("draft.cliff_factor", profile.draft.cliff_factor >= 0, ">= 0"),
         ("acceptance.fall_after", profile.acceptance.fall_after >= 0, ">= 0"),
         ("acceptance.fall_per_step", 0 <= profile.acceptance.fall_per_step < 1, "in [0, 1)"),
+        ("acceptance.horizon", profile.acceptance.horizon >= 0, ">= 0"),
+        ("acceptance.horizon_factor", 0 <= profile.acceptance.horizon_factor <= 1, "in [0, 1]"),
         ("startup.load_s", profile.startup.load_s >= 0, ">= 0"),
         ("memory.gpu_gb", profile.memory.gpu_gb > 0, "> 0"),
     ]
@@ -318,6 +322,7 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
             raise ProfileError(source, key, f"expected {expected}, got {found!r}")
     _check_categories(profile.acceptance, source)
     _check_draft_cliff(profile.draft.cliff_steps, source)
+    _check_launch_cvs(profile.noise.launch_cv_by_draft_tp, source)
 
 
 def _check_draft_cliff(cliff_steps: dict[str, int], source: str | None) -> None:
@@ -327,6 +332,15 @@ def _check_draft_cliff(cliff_steps: dict[str, int], source: str | None) -> None:
             raise ProfileError(source, key, "expected a draft TP size (a positive integer) as key")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
             raise ProfileError(source, key, f"expected a step count >= 1, got {steps!r}")
+
+
+def _check_launch_cvs(by_draft_tp: dict[str, float], source: str | None) -> None:
+    for tp, cv in by_draft_tp.items():
+        key = f"noise.launch_cv_by_draft_tp.{tp}"
+        if not tp.isdigit() or int(tp) < 1:
+            raise ProfileError(source, key, "expected a draft TP size (a positive integer) as key")
+        if not isinstance(cv, int | float) or isinstance(cv, bool) or not 0 <= cv < 0.2:
+            raise ProfileError(source, key, f"expected a cv in [0, 0.2), got {cv!r}")
 
 
 def _check_categories(acceptance: AcceptanceSection, source: str | None) -> None:

@@ -47,6 +47,11 @@ class TimingSection:
     # (1 + verify_cliff_factor) times slower (CUDA graphs not captured that wide: eager mode).
     verify_cliff_tokens: int = 0  # 0: no cliff
     verify_cliff_factor: float = 0.0
+    # A tree cliff: a verify pass over a tree (topk > 1) whose topk × draft tokens is at least
+    # tree_cliff_width runs (1 + tree_cliff_factor) times slower (the tree-attention kernel's
+    # custom mask outgrows what was captured: eager mode). Chains never reach it.
+    tree_cliff_width: int = 0  # 0: no cliff
+    tree_cliff_factor: float = 0.0
     # A ceiling: each emitted token costs the host at least this long (sampling,
     # detokenisation, streaming not overlapped with the GPU), so throughput is flat above it.
     min_token_ms: float = 0.0  # 0: no ceiling
@@ -94,6 +99,11 @@ class AcceptanceSection:
     # steps, every depth's acceptance is multiplied by (1 − fall_per_step)^(steps − fall_after).
     fall_after: int = 0  # 0: no fall
     fall_per_step: float = 0.0
+    # A training horizon: depths past it (1-based) are accepted horizon_factor times as
+    # often (the draft was trained to predict that far ahead), so the accept length
+    # saturates there instead of decaying smoothly.
+    horizon: int = 0  # 0: no horizon
+    horizon_factor: float = 1.0
     # Per content category (sweep.sim.content: code, math, chat, summarization), overrides
     # of first / decay / cap: [acceptance.category.code] first = 0.83. A category without
     # a table (and every request when there are none) uses the values above.
@@ -122,6 +132,15 @@ class NoiseSection:
     drift_period_s: float = 1.0
     # One speed factor N(1, launch_cv) drawn per process start (launch-to-launch variation).
     launch_cv: float = 0.0
+    # Per draft TP size, a launch_cv that replaces the one above for speculative launches at
+    # that draft TP (some configurations are noisier: an all-reduce across more GPUs).
+    launch_cv_by_draft_tp: dict[str, float] = field(default_factory=dict)
+
+    def launch_cv_for(self, draft_tp: int | None) -> float:
+        """The launch-to-launch cv of a launch at ``draft_tp`` (None: no speculation)."""
+        if draft_tp is None:
+            return self.launch_cv
+        return self.launch_cv_by_draft_tp.get(str(draft_tp), self.launch_cv)
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,9 @@ def _serve(
     plan = FaultPlan.of(profile, resolved.args)
     adaptive = _adaptive_steps(resolved)
     startup = startup_plan(profile, resolved, plan, adaptive)
-    launch_seed, speed = faults.launch_speed(profile.noise.launch_cv, seed)
+    config = resolved.sim_config()
+    cv = profile.noise.launch_cv_for(config.draft_tp_size if config.speculative else None)
+    launch_seed, speed = faults.launch_speed(cv, seed)
     speed *= host_speed
     second_pid = 0
     if plan.second_server_pid_file:

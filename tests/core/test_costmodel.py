@@ -223,3 +223,18 @@ def test_a_depth_accepted_with_probability_zero_leaves_the_gradient_finite() -> 
     assert (accepted[d.widths > 0] == 0).any()
     _, _, grad_accept, grad_cycle = costmodel.derivatives(theta, d)
     assert np.isfinite(grad_accept).all() and np.isfinite(grad_cycle).all()
+
+
+def test_a_step_that_only_wide_trees_pay_is_placed_on_the_tree_s_width() -> None:
+    # a tree-attention mask sized for 32 topk × draft tokens: topk 4 steps up at 8 draft
+    # tokens, topk 2 only at 16 (not in this space), chains never; a step on the draft
+    # tokens alone cannot draw it (topk 2 and chains at 8 and 12 stay fast)
+    tree = load_profile("tree")
+    cliff = _with(tree, "timing", tree_cliff_width=32, tree_cliff_factor=0.3)
+    rows = list(range(0, 68, 3))
+    fitted, predicted, true = noise_free_fit(cliff, rows)
+    assert (fitted.step_at, fitted.step_on_tree) == (32, True)
+    assert np.abs(predicted / true - 1).max() < 0.02  # both sides of the step, every config
+    steps = _with(tree, "timing", verify_cliff_tokens=8, verify_cliff_factor=0.3)
+    on_tokens, _, _ = noise_free_fit(steps, rows)
+    assert (on_tokens.step_at, on_tokens.step_on_tree) == (8, False)  # the same place as before

@@ -33,6 +33,12 @@ them), ``*_heldout`` (``winner_within_1pct_rate_heldout``,
 ``confident_wrong_count_heldout``, ``worst_miss_pct_heldout``, ``launches_median_heldout_*``,
 ``prediction_error_pct_heldout``).
 
+Unseen landscapes (:func:`tests.perf.search_play.unseen_landscapes`: a draft horizon, a
+ridge of chains and trees, a draft-TP cross-over, a tree cliff at topk × draft tokens, launch
+noise by draft TP) are not in the default run either; ``--landscapes unseen`` prints their
+figures (``*_unseen``) and one line per landscape (``within_1pct_rate_<name>``: worst miss,
+confident and confident-wrong answers, launches median/max per space).
+
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
 answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
@@ -77,6 +83,7 @@ from tests.perf.search_play import (
     memory_landscapes,
     misfit_landscapes,
     random_misfit_landscapes,
+    unseen_landscapes,
 )
 
 LAUNCH_SD = 0.02
@@ -110,6 +117,7 @@ SPACES = {
 
 HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
 RANDOM = "random"  # --landscapes random: random landscapes with random misfit shapes
+UNSEEN = "unseen"  # --landscapes unseen: shapes no other set has (search_play.unseen_landscapes)
 
 
 def landscapes() -> dict[str, Profile]:
@@ -119,7 +127,8 @@ def landscapes() -> dict[str, Profile]:
 
 def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
-    return landscapes() | memory_landscapes() | heldout_landscapes() | random_misfit_landscapes()
+    every = landscapes() | memory_landscapes() | heldout_landscapes()
+    return every | random_misfit_landscapes() | unseen_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -134,11 +143,15 @@ def chosen(names: Sequence[str]) -> list[str]:
     known = every_landscape()
     out: list[str] = []
     for name in names:
-        groups = {HELDOUT: list(heldout_landscapes()), RANDOM: list(random_misfit_landscapes())}
+        groups = {
+            HELDOUT: list(heldout_landscapes()),
+            RANDOM: list(random_misfit_landscapes()),
+            UNSEEN: list(unseen_landscapes()),
+        }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                expected = f"{HELDOUT}, {RANDOM} or one of {sorted(known)}"
+                expected = f"{HELDOUT}, {RANDOM}, {UNSEEN} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
                 out.append(one)
@@ -202,6 +215,10 @@ class Run:
     def heldout(self) -> bool:
         return self.landscape.startswith("heldout-")
 
+    @property
+    def unseen(self) -> bool:
+        return self.landscape.startswith("unseen-")
+
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
@@ -234,7 +251,7 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         if out_of_memory(profile, config):
             return MeasurementFailure("oom", "CUDA out of memory (capturing CUDA graphs)")
         value, accept = truth(profile, config, name)
-        value *= rng.gauss(1.0, launch_sd(config, seed)) * rng.gauss(1.0, WITHIN_SD)
+        value *= rng.gauss(1.0, launch_sd(config, seed, profile)) * rng.gauss(1.0, WITHIN_SD)
         value *= 1 - DRIFT * (starts[0] - 1) / DRIFT_STARTS
         if BAD_SHARE and bad.random() < BAD_SHARE:
             value *= 1 - BAD_DROP
@@ -265,10 +282,14 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
 
 
-def launch_sd(config: TrialConfig, seed: int) -> float:
-    """A configuration's launch-to-launch sd: LAUNCH_SD, or with ``--hetero`` its own (some
-    configurations are noisier than others: NCCL across more GPUs, a draft TP that spans
-    PCIe switches), drawn once per configuration and seed."""
+def launch_sd(config: TrialConfig, seed: int, profile: Profile) -> float:
+    """A configuration's launch-to-launch sd: LAUNCH_SD, the landscape's own for its draft
+    TP (``noise.launch_cv_by_draft_tp``), or with ``--hetero`` its own (some configurations
+    are noisier than others: NCCL across more GPUs, a draft TP that spans PCIe switches),
+    drawn once per configuration and seed."""
+    by_draft_tp = profile.noise.launch_cv_by_draft_tp
+    if config.speculative and str(config.draft_tp) in by_draft_tp:
+        return by_draft_tp[str(config.draft_tp)]
     if not HETERO:
         return LAUNCH_SD
     draw = random.Random(f"{seed}:{config.key()}").gauss(0.0, HETERO)
@@ -363,13 +384,18 @@ def errors(rs: Sequence[Run], informed: int = 0) -> float:
 
 def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     """The default run's figures (shipped and misfit landscapes), then the held-out
-    landscapes' own (``*_heldout``), each only when it has runs."""
+    landscapes' own (``*_heldout``) and the unseen ones' (``*_unseen``, with a line per
+    landscape), each only when it has runs."""
     held = [r for r in all_runs if r.heldout]
-    default = [r for r in all_runs if not r.heldout]
+    unseen = [r for r in all_runs if r.unseen]
+    default = [r for r in all_runs if not (r.heldout or r.unseen)]
     if default:
         yield from _default_figures(default)
     if held:
         yield from heldout_figures(held)
+    if unseen:
+        yield from heldout_figures(unseen, "unseen")
+        yield from per_landscape(unseen)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
@@ -457,12 +483,13 @@ def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
     )
 
 
-def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
-    """The held-out landscapes' figures (issue 21), apart from the default run's."""
+def heldout_figures(held: Sequence[Run], group: str = HELDOUT) -> Iterator[Figure]:
+    """The held-out (or unseen) landscapes' figures (issue 21), apart from the default run's."""
     seeds = len({r.seed for r in held})
-    where = f"{len({r.landscape for r in held})} held-out landscapes, the loop seam, {seeds} seeds"
+    what = "held-out" if group == HELDOUT else group
+    where = f"{len({r.landscape for r in held})} {what} landscapes, the loop seam, {seeds} seeds"
     yield Figure(
-        "winner_within_1pct_rate_heldout",
+        f"winner_within_1pct_rate_{group}",
         within(held),
         "rate",
         f"answer truly within 1 % of the optimum, {where}",
@@ -470,7 +497,7 @@ def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
     )
     wrong = [r for r in held if r.confident and r.ratio < 0.99]
     yield Figure(
-        "confident_wrong_count_heldout",
+        f"confident_wrong_count_{group}",
         len(wrong),
         "runs",
         f"answers marked confident that are truly more than 1 % off, of {len(held)}: "
@@ -479,7 +506,7 @@ def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
     )
     worst = min(held, key=lambda r: r.ratio)
     yield Figure(
-        "worst_miss_pct_heldout",
+        f"worst_miss_pct_{group}",
         100 * (1 - worst.ratio),
         "%",
         f"largest true shortfall below the optimum ({worst.landscape}, {worst.space}, "
@@ -487,7 +514,7 @@ def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
         "≤ 2",
     )
     yield Figure(
-        "confident_rate_heldout",
+        f"confident_rate_{group}",
         sum(r.confident for r in held) / len(held),
         "rate",
         f"answers marked confident; per run set: {per_set(held)}",
@@ -496,19 +523,40 @@ def heldout_figures(held: Sequence[Run]) -> Iterator[Figure]:
         counts = [r.launches for r in held if r.space == space]
         if counts:
             yield Figure(
-                f"launches_median_heldout_{space}",
+                f"launches_median_{group}_{space}",
                 statistics.median(counts),
                 "launches",
-                f"every server start of a run, {space} space, held-out landscapes; "
-                f"max {max(counts)}",
+                f"every server start of a run, {space} space, {what} landscapes; max {max(counts)}",
             )
     yield Figure(
-        "prediction_error_pct_heldout",
+        f"prediction_error_pct_{group}",
         errors(held),
         "%",
         f"median |predicted − measured| / measured of each first launch, predicted before it, "
-        f"held-out landscapes; fitted to {INFORMED}+ launches: {errors(held, INFORMED):.2f} %",
+        f"{what} landscapes; fitted to {INFORMED}+ launches: {errors(held, INFORMED):.2f} %",
     )
+
+
+def per_landscape(all_runs: Sequence[Run]) -> Iterator[Figure]:
+    """Per landscape (both spaces): the runs within 1 %, the worst miss, the confident and
+    confident-wrong answers, and the launches (median and max) per space."""
+    names = sorted({r.landscape for r in all_runs})
+    for name in names:
+        rs = [r for r in all_runs if r.landscape == name]
+        wrong = sum(r.confident and r.ratio < 0.99 for r in rs)
+        launches = ", ".join(
+            f"{space} {statistics.median(counts):g}/{max(counts)}"
+            for space in SPACES
+            if (counts := [r.launches for r in rs if r.space == space])
+        )
+        yield Figure(
+            f"within_1pct_rate_{name}",
+            within(rs),
+            "rate",
+            f"worst miss {100 * (1 - min(r.ratio for r in rs)):.2f} %, confident "
+            f"{sum(r.confident for r in rs)}/{len(rs)}, confident and > 1 % off {wrong}, "
+            f"launches median/max {launches}",
+        )
 
 
 def per_set(all_runs: Sequence[Run]) -> str:

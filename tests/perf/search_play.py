@@ -243,6 +243,54 @@ def heldout_landscapes() -> dict[str, Profile]:
     }
 
 
+def unseen_landscapes() -> dict[str, Profile]:
+    """Five landscapes of shapes none of the sets above has (``--landscapes unseen`` in
+    bench_answer; ``python -m tests.perf.search_play --truth unseen`` prints their optima):
+
+    - ``unseen-horizon``: ``high-acceptance`` with a draft trained 3 positions deep
+      (``acceptance.horizon``): depths past 3 accept half as often, so the accept length
+      saturates instead of decaying smoothly; chains peak sharply at 4 steps (5: −1.9 %,
+      3: −2.7 %);
+    - ``unseen-chain-or-tree``: dear verify tokens (0.6 ms) and branches (0.3 ms) with
+      siblings that catch 42 % of the misses: a ridge across topk — topk 2 at 2-3 steps,
+      chains at 2 and topk 4 at 3-4 within a few % of each other; chains only on the
+      small space (2 steps);
+    - ``unseen-tp1-late``: a cross-over: draft TP 8's all-reduce is cheap (0.25 ms a step)
+      and draft TP 1 pays 1.5 ms a cycle to broadcast, so draft TP 8 wins below 6 steps and
+      draft TP 1 above (the small space's optimum, 7 steps; draft TP 8's best is 1 % behind);
+    - ``unseen-tree-cliff``: ``tree`` whose tree verify runs eager once topk × draft tokens
+      reaches 32 (``timing.tree_cliff_width``, × 1.25): topk 4 falls off at 8 draft tokens,
+      topk 2 at 16, chains never; the optimum (2 steps, topk 4, 7 tokens) sits just below;
+    - ``unseen-noisy-tp8``: heteroscedastic launch noise (``noise.launch_cv_by_draft_tp``):
+      draft TP 8 launches vary 4 %, draft TP 1 launches 1 % (bench_answer uses them in place
+      of its 2 %); draft TP 1 wins the small space by 2.5 %, draft TP 8 the large by 4 %.
+    """
+    high, tree = load_profile("high-acceptance"), load_profile("tree")
+    return {
+        "unseen-horizon": _perturb(high, acceptance={"horizon": 3, "horizon_factor": 0.5}),
+        "unseen-chain-or-tree": _perturb(
+            tree,
+            acceptance={"first": 0.7, "decay": 0.7, "sibling_gain": 0.42},
+            timing={"token_ms": 0.6},
+            draft={"topk_ms": 0.3, "compute_ms": 0.5},
+        ),
+        "unseen-tp1-late": _perturb(
+            high,
+            draft={"allreduce_ms": {"1": 0.0, "2": 0.15, "4": 0.2, "8": 0.25}},
+            timing={"draft_tp_mismatch_ms": 1.5},
+        ),
+        "unseen-tree-cliff": _perturb(
+            tree, timing={"tree_cliff_width": 32, "tree_cliff_factor": 0.25}
+        ),
+        "unseen-noisy-tp8": _perturb(
+            high,
+            draft={"allreduce_ms": {"1": 0.0, "2": 0.1, "4": 0.15, "8": 0.2}},
+            timing={"draft_tp_mismatch_ms": 0.9},
+            noise={"launch_cv_by_draft_tp": {"1": 0.01, "8": 0.04}},
+        ),
+    }
+
+
 def truth_lines(name: str, profile: Profile, space: Space, top: int = 2) -> list[str]:
     """The ``top`` best configurations of ``space`` on a landscape, noise-free, each with
     its ratio to the optimum, and how many are within 1 % of it."""
@@ -568,7 +616,9 @@ def main() -> None:
     parser.add_argument("--no-accept-length", action="store_true")
     parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
-    parser.add_argument("--truth", default="", help="print optima: heldout, misfit or names")
+    parser.add_argument(
+        "--truth", default="", help="print optima: heldout, misfit, unseen or names"
+    )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     chosen = landscapes() | misfit_landscapes()
@@ -600,7 +650,12 @@ def main() -> None:
 
 def _print_truths(which: str, space_names: str) -> None:
     every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
-    sets = {"heldout": heldout_landscapes(), "misfit": misfit_landscapes()}
+    every |= unseen_landscapes()
+    sets = {
+        "heldout": heldout_landscapes(),
+        "misfit": misfit_landscapes(),
+        "unseen": unseen_landscapes(),
+    }
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
     for space in spaces():
         if not space_names or space.name in space_names.split(","):

@@ -8,7 +8,7 @@ import pytest
 from sweep.core.space import TrialConfig
 from sweep.search.candidates import Candidate
 from tests.perf import bench_answer
-from tests.perf.search_play import heldout_landscapes, spaces, truth
+from tests.perf.search_play import heldout_landscapes, spaces, truth, unseen_landscapes
 from tests.support.search_helpers import valid_candidates
 
 SPACES = {space.name: space for space in spaces()}
@@ -87,7 +87,7 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen(["heldout"]) == list(heldout_landscapes())
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
-    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout, random or one of"):
+    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout, random, unseen or"):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
     assert len(random) == 30 and all(name.startswith("heldout-random-") for name in random)
@@ -97,3 +97,37 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert all(i.endswith("_heldout") or "_heldout_" in i for i in ids)
     wrong = next(f for f in bench_answer.figures_of([run]) if "wrong" in f.figure_id)
     assert wrong.value == 1 and "small heldout-flag-tp8 seed 0" in wrong.what
+
+
+def test_the_unseen_landscapes_are_a_group_of_their_own() -> None:
+    unseen = bench_answer.chosen(["unseen"])
+    assert unseen == list(unseen_landscapes()) and len(unseen) == 5
+    assert not set(unseen) & set(bench_answer.landscapes())  # the default run is unchanged
+    run = bench_answer.Run("unseen-horizon", "large", 0.98, True, 30, ((0.02, 4),))
+    figures = list(bench_answer.figures_of([run]))
+    ids = [f.figure_id for f in figures]
+    assert ids[:2] == ["winner_within_1pct_rate_unseen", "confident_wrong_count_unseen"]
+    line = figures[-1]
+    assert line.figure_id == "within_1pct_rate_unseen-horizon" and line.value == 0.0
+    assert "confident 1/1, confident and > 1 % off 1" in line.what
+    assert "large 30/30" in line.what
+
+
+def test_the_unseen_landscapes_have_the_shapes_they_are_named_for() -> None:
+    def best(name: str, space: str, keep: object = None) -> str:
+        profile = unseen_landscapes()[name]
+        values = [
+            (truth(profile, c)[0], c.key)
+            for c in valid_candidates(SPACES[space].study)
+            if keep is None or keep(c)  # type: ignore[operator]
+        ]
+        return max(values)[1]
+
+    assert best("unseen-horizon", "small") == "s4-k1-d5-tp1[]"  # 7 steps without the horizon
+    assert best("unseen-tp1-late", "small") == "s7-k1-d8-tp1[]"
+    assert best("unseen-tp1-late", "small", lambda c: c.steps <= 5).endswith("tp8[]")
+    assert best("unseen-tree-cliff", "large").startswith("s2-k4-d7-")  # just below 32
+    noisy = unseen_landscapes()["unseen-noisy-tp8"].noise
+    assert (noisy.launch_cv_for(8), noisy.launch_cv_for(1)) == (0.04, 0.01)
+    config = TrialConfig(6, 1, 7, 8)
+    assert bench_answer.launch_sd(config, 0, unseen_landscapes()["unseen-noisy-tp8"]) == 0.04

@@ -67,6 +67,33 @@ def test_an_estimate_adds_launch_and_within_launch_variance() -> None:
         estimate("c", [], TWO_PERCENT)
 
 
+def test_a_configuration_noisier_than_the_pool_gets_its_own_wider_variance() -> None:
+    quiet = {f"q{i}": [300.0, 303.0, 297.0, 300.0] for i in range(4)}  # 1 % launches
+    noisy = [308.4, 311.1, 337.4, 315.4]  # 4 % launches: its own spread, not the pool's
+    pooled = launch_variance([*quiet.values(), noisy])
+    mine, theirs = estimate("noisy", noisy, pooled), estimate("quiet", quiet["q0"], pooled)
+    assert mine.stderr / mine.mean > 1.4 * theirs.stderr / theirs.mean
+    assert mine.dof == 4 + 3  # the prior's and its own, fewer than the pool's
+    assert theirs.dof == pooled.dof and theirs.stderr == pytest.approx(0.02 * 300 / 2, rel=0.01)
+
+
+def test_a_lucky_noisy_configuration_is_not_confidently_ahead_of_the_quiet_ones() -> None:
+    # bench_answer unseen-noisy-tp8, large space, seed 5: draft TP 8 launches vary 4 %,
+    # draft TP 1 launches 1 %; the winner (truly 1.4 % below s6/tp8) had four lucky launches
+    launches = {
+        "s5-tp8": [308.36, 311.12, 337.39, 315.42],
+        "s6-tp8": [305.93, 291.42],
+        "s4-tp8": [319.95, 308.21, 299.62, 312.86],
+        "s7-tp1": [304.52, 306.13, 295.08],
+        "s6-tp1": [302.07, 303.93, 298.01],
+        "s8-tp1": [302.58, 295.34],
+        "base": [89.0],
+    }
+    variance = launch_variance(launches.values())
+    result = decide(launches, variance, baseline="base", remaining=0)
+    assert isinstance(result, Decision) and not result.confident
+
+
 def test_a_prior_is_combined_by_precision() -> None:
     own = Estimate("a", 100.0, 2.0, 1, 4.0)
     both = combine(own, Prediction(104.0, 2.0, 100.0, 108.0))

@@ -326,6 +326,18 @@ def test_each_launch_draws_one_speed_factor(tmp_path: Path) -> None:
     assert decode["time_ms"] == pytest.approx(decode["cost_ms"] / factor)
 
 
+def test_a_draft_tp_can_have_its_own_launch_noise(tmp_path: Path) -> None:
+    noisy = '[noise]\ncv = 0.0\ndrift_cv = 0.0\nlaunch_cv_by_draft_tp = { "8" = 0.04 }\n'
+    profile = write_profile(tmp_path, noisy)
+    seeded = ["--sim-launch-seed", "11"]
+    with running_sim([*spec_flags(2), *seeded], tmp_path, profile=profile) as sim:
+        speculative = sim_info(sim.url)  # the default profile's draft TP is the target's, 8
+    with running_sim(seeded, tmp_path, profile=profile) as sim:
+        plain = sim_info(sim.url)
+    assert speculative["launch_speed_factor"] == faults.launch_speed(0.04, 11)[1] != 1.0
+    assert plain["launch_speed_factor"] == 1.0  # no speculation: launch_cv (0)
+
+
 def test_default_launch_factor_is_one(tmp_path: Path) -> None:
     with running_sim([], tmp_path) as sim:
         assert sim_info(sim.url)["launch_speed_factor"] == 1.0

@@ -214,3 +214,36 @@ def test_an_nccl_rule_of_draft_scope_leaves_the_target_alone() -> None:
         model.cycle_ms(profile, chain(3), 1) - model.predict(profile, chain(3), env=env).cycle_ms
     )
     assert saved == pytest.approx(3 * 2.07 * 0.75, rel=1e-3)
+
+
+def test_a_tree_cliff_slows_wide_trees_only() -> None:
+    profile = knobs("tree", timing={"tree_cliff_width": 32, "tree_cliff_factor": 0.25})
+    plain = load_profile("tree")
+
+    def verify(p: Profile, steps: int, topk: int, tokens: int) -> float:
+        return model.verify_ms(p, SimConfig("EAGLE3", steps, topk, tokens, 8, 8), 1)
+
+    assert verify(profile, 2, 4, 7) == pytest.approx(verify(plain, 2, 4, 7))  # 28 < 32
+    assert verify(profile, 2, 4, 8) == pytest.approx(verify(plain, 2, 4, 8) * 1.25)  # 32
+    assert verify(profile, 4, 2, 15) == pytest.approx(verify(plain, 4, 2, 15))  # 30
+    assert verify(profile, 4, 2, 16) == pytest.approx(verify(plain, 4, 2, 16) * 1.25)
+    assert verify(profile, 10, 1, 11) == pytest.approx(verify(plain, 10, 1, 11))  # a chain
+
+
+def test_acceptance_past_the_draft_horizon_saturates() -> None:
+    profile = knobs("high-acceptance", acceptance={"horizon": 3, "horizon_factor": 0.5})
+    plain = load_profile("high-acceptance")
+    probs, before = (
+        model.depth_probabilities(profile, chain(5)),
+        model.depth_probabilities(plain, chain(5)),
+    )
+    assert probs[:3] == pytest.approx(before[:3])
+    assert probs[3:] == pytest.approx([p * 0.5 for p in before[3:]])
+    gains = [
+        model.accept_length(profile, chain(s + 1)) - model.accept_length(profile, chain(s))
+        for s in range(1, 6)
+    ]
+    assert min(gains[:2]) > 0.5 > 0.3 > max(gains[3:])  # the accept length flattens past 3
+    best = max(range(1, 11), key=lambda s: model.predict(profile, chain(s, 1)).decode_tok_s)
+    assert best == 4  # without the horizon: 7 steps
+    assert max(range(1, 11), key=lambda s: model.predict(plain, chain(s, 1)).decode_tok_s) == 7

@@ -83,6 +83,27 @@ def test_the_misfit_knobs_are_read_and_checked() -> None:
         parse_profile("[draft]\nallreduce_growth = -1.0\n", source="p.toml")
 
 
+def test_the_unseen_shape_knobs_are_read_and_checked() -> None:
+    text = (
+        "[timing]\ntree_cliff_width = 32\ntree_cliff_factor = 0.25\n"
+        "[acceptance]\nhorizon = 3\nhorizon_factor = 0.5\n"
+        '[noise]\nlaunch_cv = 0.02\nlaunch_cv_by_draft_tp = { "8" = 0.04, "1" = 0.01 }\n'
+    )
+    p = parse_profile(text, source="p.toml")
+    assert (p.timing.tree_cliff_width, p.timing.tree_cliff_factor) == (32, 0.25)
+    assert (p.acceptance.horizon, p.acceptance.horizon_factor) == (3, 0.5)
+    assert [p.noise.launch_cv_for(tp) for tp in (8, 1, 2, None)] == [0.04, 0.01, 0.02, 0.02]
+    off = load_profile("default")
+    assert (off.timing.tree_cliff_width, off.acceptance.horizon) == (0, 0)
+    assert off.noise.launch_cv_for(8) == 0.0
+    with pytest.raises(ProfileError, match=r"acceptance.horizon_factor.*in \[0, 1\]"):
+        parse_profile("[acceptance]\nhorizon_factor = 1.5\n", source="p.toml")
+    with pytest.raises(ProfileError, match=r"noise.launch_cv_by_draft_tp.8.*\[0, 0.2\)"):
+        parse_profile('[noise]\nlaunch_cv_by_draft_tp = { "8" = 0.3 }\n', source="p.toml")
+    with pytest.raises(ProfileError, match=r"noise.launch_cv_by_draft_tp.x.*draft TP size"):
+        parse_profile('[noise]\nlaunch_cv_by_draft_tp = { "x" = 0.01 }\n', source="p.toml")
+
+
 def test_the_draft_cliff_and_a_draft_scoped_nccl_rule_are_read_and_checked() -> None:
     text = (
         '[draft]\ncliff_steps = { "1" = 5 }\ncliff_factor = 0.5\n'
