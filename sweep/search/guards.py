@@ -5,7 +5,8 @@ contenders are equivalent and it is the simplest); it stands when no contender h
 launches too far apart to tell which is bad, no second look is due
 (:func:`~sweep.search.comparisons.second_looks`), it has more than one launch (unless
 ``max_replicates`` is 1), no single launch decides the order
-(:func:`~sweep.search.comparisons.survives`), nor its first launch
+(:func:`~sweep.search.comparisons.survives`), nor a contender's own launch noise
+(:func:`noise_agrees`), nor its first launch
 (:func:`~sweep.search.comparisons.selection_agrees`), and the cost model does not disagree
 (:func:`~sweep.search.comparisons.model_agrees`). :mod:`sweep.search.confirm` asks
 :meth:`Guards.check` whether its winner stands, and :meth:`Guards.withheld` what to say of a
@@ -20,11 +21,13 @@ from dataclasses import dataclass
 from sweep.search.comparisons import (
     ConfirmOptions,
     contenders,
+    equivalent,
     model_agrees,
     selection_agrees,
     survives,
+    within_margin_probability,
 )
-from sweep.search.launches import Estimate, Launch, LaunchVariance, Prior
+from sweep.search.launches import Estimate, Launch, LaunchVariance, Prior, estimate, own_variance
 
 WINNER_LAUNCHES = 2  # a confident winner has this many launches (one launch must not decide)
 
@@ -59,6 +62,8 @@ class Guards:
             return "it has one launch, and one launch must not decide", False
         if not survives(configs, options.tie_margin, key):
             return "leaving out one launch would change the order", False
+        if not noise_agrees(key, est, configs, self.variance, options):
+            return "with each contender's own launch noise (some scatter more) it is not", False
         if not selection_agrees(key, configs, self.variance, self.chance, options):
             return "without its first launch (high by selection) it is not", True
         if not model_agrees(key, est, self.chance, options, self.prior):
@@ -72,3 +77,28 @@ class Guards:
             return held[0] if held is not None else ""
         why = self.check(simplest)
         return f"{simplest}, the simplest within the margin, did not stand: {why[0] if why else ''}"
+
+
+def noise_agrees(
+    key: str,
+    est: Mapping[str, Estimate],
+    configs: Mapping[str, Sequence[Launch]],
+    variance: LaunchVariance,
+    options: ConfirmOptions,
+) -> bool:
+    """``key`` is still within the margin with the confidence when each configuration's
+    interval uses its own launch noise where that is larger than the pool's
+    (:func:`~sweep.search.launches.own_variance`): a configuration noisier than the others
+    (more GPUs in its all-reduce) must not win, nor lose, confidently on lucky launches.
+    The values and the winner are the pool's; this only withholds confidence."""
+    noisier = {k for k in est if configs.get(k) and own_variance(configs[k], variance) != variance}
+    if not noisier:
+        return True
+    own = {
+        k: estimate(k, configs[k], own_variance(configs[k], variance)) if k in noisier else e
+        for k, e in est.items()
+    }
+    if within_margin_probability(key, est, options.tie_margin) >= options.confidence:
+        return within_margin_probability(key, own, options.tie_margin) >= options.confidence
+    # confident by the equivalence test: its contenders stay equivalent with their own noise
+    return equivalent([own[k] for k in contenders(est, options)], options)

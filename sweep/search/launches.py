@@ -118,12 +118,6 @@ def estimate(key: str, launches: Sequence[LaunchLike], variance: LaunchVariance)
     """Mean of ``launches`` and its standard error: each launch varies by the launch
     variance (relative, times the mean squared) plus its own within-launch variance.
 
-    The pooled variance assumes every configuration is as noisy as the others; some are
-    noisier (an all-reduce across more GPUs). So when a configuration's own replicates
-    scatter more than the pool says, its own variance — shrunk toward the pool's with
-    the prior's weight (:func:`own_variance`) — is used instead, with its fewer degrees of
-    freedom: a configuration's noise only ever widens its interval, never narrows it.
-
     Raises:
         ValueError: no launches.
     """
@@ -132,18 +126,22 @@ def estimate(key: str, launches: Sequence[LaunchLike], variance: LaunchVariance)
         raise ValueError(f"{key}: no launches to estimate from")
     n = len(values)
     mean = sum(x.value for x in values) / n
-    variance = max(variance, own_variance(values, variance), key=lambda v: v.relative_var)
     var = sum(variance.relative_var * mean**2 + x.stderr**2 for x in values) / n**2
     return Estimate(key, mean, math.sqrt(var), n, variance.dof)
 
 
-def own_variance(launches: Sequence[Launch], pooled: LaunchVariance) -> LaunchVariance:
-    """A configuration's own relative launch variance: its replicates' spread with the
-    pooled variance as a prior worth ``PRIOR_DOF`` degrees of freedom (the pool alone with
-    fewer than 2 launches)."""
-    if len(launches) < 2:
+def own_variance(launches: Sequence[LaunchLike], pooled: LaunchVariance) -> LaunchVariance:
+    """A configuration's own relative launch variance, never below the pool's: its
+    replicates' spread with the pooled variance as a prior worth ``PRIOR_DOF`` degrees of
+    freedom, with its fewer degrees of freedom (the pool alone with fewer than 2 launches,
+    or when it scatters less). The pool assumes every configuration is as noisy as the
+    others; some are noisier (an all-reduce across more GPUs)."""
+    values = [as_launch(x) for x in launches]
+    if len(values) < 2:
         return pooled
-    own = launch_variance([launches], prior_sd=pooled.relative_sd, prior_dof=PRIOR_DOF)
+    own = launch_variance([values], prior_sd=pooled.relative_sd, prior_dof=PRIOR_DOF)
+    if own.relative_var <= pooled.relative_var:
+        return pooled
     return LaunchVariance(own.relative_var, min(own.dof, pooled.dof))
 
 

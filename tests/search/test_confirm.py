@@ -24,6 +24,7 @@ from sweep.search.launches import (
     estimate,
     estimates,
     launch_variance,
+    own_variance,
     robust_launches,
 )
 
@@ -71,7 +72,8 @@ def test_a_configuration_noisier_than_the_pool_gets_its_own_wider_variance() -> 
     quiet = {f"q{i}": [300.0, 303.0, 297.0, 300.0] for i in range(4)}  # 1 % launches
     noisy = [308.4, 311.1, 337.4, 315.4]  # 4 % launches: its own spread, not the pool's
     pooled = launch_variance([*quiet.values(), noisy])
-    mine, theirs = estimate("noisy", noisy, pooled), estimate("quiet", quiet["q0"], pooled)
+    mine = estimate("noisy", noisy, own_variance(noisy, pooled))
+    theirs = estimate("quiet", quiet["q0"], own_variance(quiet["q0"], pooled))  # the pool's
     assert mine.stderr / mine.mean > 1.4 * theirs.stderr / theirs.mean
     assert mine.dof == 4 + 3  # the prior's and its own, fewer than the pool's
     assert theirs.dof == pooled.dof and theirs.stderr == pytest.approx(0.02 * 300 / 2, rel=0.01)
