@@ -173,7 +173,10 @@ def _schedule_steps(record: TrialRecord, level: Mapping[str, Any]) -> Row:
         return {}
     counted = not any(w.startswith(NOT_APPLIED) for w in record.warnings)
     steps = record.schedule.get("steps_by_batch")
-    band = {"schedule_input_len": record.schedule.get("input_len")}  # judged at (None: first)
+    band = {
+        "schedule_input_len": record.schedule.get("input_len"),  # judged at (None: first)
+        "schedule_family_doubt": record.schedule.get("family_doubt") or None,
+    }
     if not isinstance(steps, Mapping):
         return {"schedule_counted": counted, **band}
     slots: Sequence[Mapping[str, Any]] = record.schedule.get("levels") or ()

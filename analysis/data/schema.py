@@ -112,6 +112,7 @@ OUTCOME = {
     "schedule_doubt": STR,  # not confident: what would decide it
     "schedule_counted": BOOL,  # False: the server did not run the schedule (not in the verdict)
     "schedule_input_len": INT,  # the context band a verification launch is judged at
+    "schedule_family_doubt": STR,  # the schedule's family not established against the runner-up
     "workload_cells": OBJECT,  # per category × context × level figures (analysis.data.workload)
 }
 BASELINE = {

@@ -67,6 +67,7 @@ class ScheduleComparison:
     side: SideBySide | None = None  # the side-by-side over every stored launch of the arms
     slots: Mapping[int, str] = field(default_factory=dict)  # level → "yes" / "no: …" / ""
     context: int | None = None  # the context band (input_len) it was judged at; None: the first
+    family_doubt: str = ""  # the schedule's family not established against the runner-up's
 
     def wide(self) -> pd.DataFrame:
         """One row per level, one column per series (its value)."""
@@ -147,7 +148,8 @@ def compare_schedule(
     label = None if single is None else str(pooled[pooled["key"] == single]["config"].iloc[0])
     result = _verdict(pooled_mine, launches, builtin, single, label, metric)
     return ScheduleComparison(metric, table.reset_index(drop=True), result, mine.iloc[0], label,
-                              side_by_side(schedules, metric), _slots(mine), band)  # fmt: skip
+                              side_by_side(schedules, metric), _slots(mine), band,
+                              _family_doubt(mine))  # fmt: skip
 
 
 def arm_launches(schedules: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -222,6 +224,14 @@ def _slots(mine: pd.DataFrame) -> dict[int, str]:
             text = f"no: {doubt}"
         out[int(r["concurrency"])] = text
     return out
+
+
+def _family_doubt(mine: pd.DataFrame) -> str:
+    """Why the verified schedule's family (draft TP, flags) was not established, as exported."""
+    if "schedule_family_doubt" not in mine:
+        return ""
+    doubts = [d for d in mine["schedule_family_doubt"] if not fmt_missing(d)]
+    return str(doubts[0]) if doubts else ""
 
 
 def fmt_missing(value: object) -> bool:

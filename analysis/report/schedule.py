@@ -69,6 +69,8 @@ def _verified(comparison: ScheduleComparison, figures: FigureSet) -> list[Block]
         "own server starts, so launch-to-launch differences are part of what is compared."
     )
     blocks.append(_table(comparison))
+    if comparison.family_doubt:
+        blocks.append(f"**Family not established:** {comparison.family_doubt}.")
     row = comparison.schedule
     if row is not None:
         command = _command(row)

@@ -407,6 +407,7 @@ def _json_schedule(comparison: ScheduleComparison) -> dict[str, object] | None:
         "single_best_static": comparison.single_best,
         "side_by_side": _json_side(comparison),
         "slots": {str(level): text for level, text in comparison.slots.items()},
+        "family_doubt": comparison.family_doubt or None,  # None: established or one family
         "levels": [
             {
                 k: _plain(r[k])

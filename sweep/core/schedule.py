@@ -15,7 +15,9 @@ topk 1, as both engines' schedules are chains), the steps to run at each level:
   tied with it, and the tie goes to the fewest steps.
 
 The family whose best measured mean comes closest to the best measured figure at every level
-wins (its best, not the tie rule's choice: fewer steps run only once a tie is established).
+wins (its best, not the tie rule's choice: fewer steps run only once a tie is established); the
+runner-up is kept as the schedule's ``rival``, so the choice can be judged on its launches
+(:mod:`sweep.search.family_confirm`).
 :func:`beats` is the one place the confidence rule lives (per-level 95 % CIs plus a
 launch-to-launch allowance); a confirmation module can replace it.
 """
@@ -158,6 +160,10 @@ class Schedule:
     allowance: float = LAUNCH_ALLOWANCE
     keys: tuple[tuple[int, int], ...] = ()  # level → the engine's batch-size key (padding)
     context: int | None = None  # the context level (input_len) decided at; None: the first
+    # the runner-up family's schedule as measured (None: one family); its launches are what
+    # the family choice is judged against (sweep.search.family_confirm)
+    rival: Schedule | None = None
+    family_doubt: str = ""  # the family choice is not established: what the launches say
 
     @property
     def steps_by_batch(self) -> tuple[tuple[int, int], ...]:
@@ -202,6 +208,8 @@ class Schedule:
                 for c in self.levels
             ],
             "notes": list(self.notes),
+            "rival_family": None if self.rival is None else self.rival.family.label(),
+            "family_doubt": self.family_doubt,
         }  # fmt: skip
 
 
@@ -242,11 +250,15 @@ def decide_schedule(
         )
     schedules = [_schedule(f, table, metric, levels, allowance) for f in families]
     reference = _reference(table, levels)
-    best = max(schedules, key=lambda s: (_closeness(s, reference), -s.max_steps))
+    ranked = sorted(
+        schedules, key=lambda s: (_closeness(s, reference), -s.max_steps), reverse=True
+    )  # stable: on a tie the first family, as before
+    best = ranked[0]
     if not best.levels:
         at = "" if context is None else f" at context level {context}"
         raise ScheduleError(study, f"no level of {list(levels)} has a measured {metric}{at}")
-    return replace(best, context=context)
+    rival = next((replace(s, context=context) for s in ranked[1:] if s.levels), None)
+    return replace(best, context=context, rival=rival)
 
 
 Table = Mapping[tuple[Family | None, int], Mapping[str, Candidate]]  # (family, level) → by key

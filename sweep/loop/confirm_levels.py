@@ -2,7 +2,9 @@
 schedule slot is established (docs/schedule.md, "Per-level confirmation").
 
 :mod:`sweep.search.level_confirm` decides what to relaunch (one launch measures every level);
-this module launches it — as the answer's confirmation does (:func:`sweep.loop.confirm.relaunch`,
+this module launches it (first, while the schedule's family is not established against the
+runner-up family, what decides that: :mod:`sweep.search.family_confirm`) — as the answer's
+confirmation does (:func:`sweep.loop.confirm.relaunch`,
 replicates of the study's configurations, no speculation as a baseline or, for a family with
 searched flags, as its control) — until every slot is
 decided, ``[schedule] confirm_launches`` is spent or the time is up.
@@ -20,7 +22,7 @@ from sweep.loop.confirm import relaunch
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.schedule_export import default_band, measured_schedule
-from sweep.search import answer, level_confirm
+from sweep.search import answer, family_confirm, level_confirm
 
 
 def confirm_levels(run: RunContext) -> None:
@@ -96,3 +98,7 @@ def _summarize(run: RunContext, schedule: Schedule, used: int) -> None:
     if doubtful:
         undecided = "; ".join(f"concurrency {s.concurrency}: {s.doubt}" for s in doubtful)
         run.summary.warnings.append(f"{text}; not confident at {undecided}")
+    family = family_confirm.judge(schedule)
+    if family is not None and family.doubt:  # the slots above are of a family not established
+        run.display.message(f"schedule: {family.doubt}")
+        run.summary.warnings.append(f"schedule: {family.doubt}")

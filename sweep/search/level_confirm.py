@@ -11,9 +11,13 @@ speculation simplest of all. A slot that runs fewer steps than the level's best 
 needs besides :data:`FLOOR` launches of itself and of that best.
 
 :func:`next_round` gathers, over the levels not yet decided, the configurations their
-confirmations ask for, interleaved (each once per round, the most wanted first);
+confirmations ask for, interleaved (each once per round, the most wanted first) — and first,
+while the family choice (draft TP, flags) is not established against the runner-up family's
+(:mod:`sweep.search.family_confirm`), the configurations weighing most on it, from the same
+budget;
 :func:`confirmed` applies every level's decision to the schedule: the slot's steps, whether it
-is confident and, when it is not, what would decide it ("2 more launches of A and B"); a slot
+is confident and, when it is not, what would decide it ("2 more launches of A and B"), and a
+note when the family is not established; a slot
 that is not confident runs the level's best measured mean (never fewer steps on a tie that is
 not established).
 """
@@ -25,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sweep.core.schedule import Candidate, LevelChoice, Schedule
+from sweep.search import family_confirm
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
 from sweep.search.launches import Launch, launch_variance
@@ -153,23 +158,29 @@ def slots(schedule: Schedule, options: ConfirmOptions = OPTIONS, remaining: int 
 def next_round(
     schedule: Schedule, options: ConfirmOptions = OPTIONS, remaining: int = 0
 ) -> tuple[str, ...]:
-    """The next interleaved round: every configuration some undecided level asks for, once,
-    the most wanted first (then the lower level's); at most ``remaining``; empty: every slot is
-    decided or nothing more can be launched."""
+    """The next interleaved round: while the family choice is not established
+    (:func:`sweep.search.family_confirm.judge`), the rival family's and then the exported
+    family's configuration weighing most on it first; then every configuration some undecided
+    level asks for, once, the most wanted first (then the lower level's); each once, at most
+    ``remaining``; empty: every slot and the family are decided, or nothing more can be
+    launched."""
     if remaining <= 0:
         return ()
+    family = family_confirm.judge(schedule, options)
+    first = family.wanted if family is not None else ()  # the family choice comes first
     wanted: dict[str, list[int]] = {}
     # every level's whole wish (its contenders), then the union cut to what is left
     for index, slot in enumerate(slots(schedule, options, UNLIMITED)):
         for key in slot.wanted:
             wanted.setdefault(key, []).append(index)
     order = sorted(wanted, key=lambda k: (-len(wanted[k]), wanted[k][0], k))
-    return tuple(order[:remaining])
+    return tuple(dict.fromkeys((*first, *order)))[:remaining]
 
 
 def candidate(schedule: Schedule, key: str) -> Candidate | None:
-    """The candidate with ``key`` at any level (its label and steps), or None."""
-    for choice in schedule.levels:
+    """The candidate with ``key`` at any level (its label and steps), the rival family's
+    included, or None."""
+    for choice in (*schedule.levels, *(schedule.rival.levels if schedule.rival else ())):
         found = candidates_of(choice).get(key)
         if found is not None:
             return found
@@ -198,4 +209,7 @@ def confirmed(schedule: Schedule, options: ConfirmOptions = OPTIONS) -> Schedule
             f"{doubtful} of {len(judged)} slots not established: `sweep run` (with [confirm] "
             "on) relaunches each level's contenders, up to [schedule] confirm_launches per run",
         )
-    return dataclasses.replace(schedule, levels=tuple(levels), notes=notes)
+    family = family_confirm.judge(schedule, options)
+    doubt = family.doubt if family is not None else ""
+    notes += (doubt,) if doubt else ()
+    return dataclasses.replace(schedule, levels=tuple(levels), notes=notes, family_doubt=doubt)

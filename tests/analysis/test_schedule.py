@@ -174,6 +174,9 @@ def test_report_without_schedules_says_how_to_verify_one(tmp_path: Path) -> None
 SLOTS = [{"concurrency": 1, "confident": True}, {"concurrency": 16, "confident": False,
          "doubt": "about 2 more launches of steps 2 and steps 3"},
          {"concurrency": 64, "confident": True}]  # fmt: skip
+FAMILY_DOUBT = (
+    "draft TP 8 vs 1 not established at concurrency 1 (…): more launches of … would decide"
+)
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +217,7 @@ def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
             levels=levels(steps, factor), command=f"python -m sglang.launch_server --{name}",
             warnings=warnings,
             schedule={"name": name, "steps_by_batch": {str(k): v for k, v in steps.items()},
-                      "levels": SLOTS},
+                      "levels": SLOTS, "family_doubt": FAMILY_DOUBT},
         )  # fmt: skip
         owner.add_trial(create_trial(value=1.0, user_attrs=record.to_attrs(),
                                      constraints={"sweep_feasible": 0.0}))  # fmt: skip
@@ -239,6 +242,7 @@ def test_the_side_by_side_counts_every_applied_launch_of_each_arm(verified: Path
     c = compare_schedule(trials, baselines, schedules, "output_tok_s")
     assert c.side is not None and c.side.differences == side.differences
     assert c.slots == {1: "yes", 16: "no: about 2 more launches of steps 2 and steps 3", 64: "yes"}
+    assert c.family_doubt == FAMILY_DOUBT
 
 
 def test_the_report_states_each_difference_with_its_interval_and_each_slot(
@@ -250,12 +254,14 @@ def test_the_report_states_each_difference_with_its_interval_and_each_slot(
     assert "3 vs 3" in section and "| better |" in section
     assert "slot established" in section
     assert "no: about 2 more launches of steps 2 and steps 3" in section
+    assert f"**Family not established:** {FAMILY_DOUBT}." in section
     assert "Point estimates (single figures, not the verdict" in section
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())["schedule"]
     assert [d["versus"] for d in summary["side_by_side"]] == ["static", "builtin", "none"]
     assert summary["side_by_side"][0]["verdict"] == "better"
     assert summary["side_by_side"][0]["launches"] == [3, 3]
     assert summary["slots"]["16"].startswith("no: about 2 more launches")
+    assert summary["family_doubt"] == FAMILY_DOUBT
 
 
 def test_an_inconclusive_difference_says_so() -> None:

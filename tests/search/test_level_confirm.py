@@ -3,8 +3,17 @@ verdict and its doubt."""
 
 from __future__ import annotations
 
-from sweep.core.schedule import Candidate, Estimate, Family, LevelChoice, Schedule
+from sweep.core.records import Kind, TrialRecord
+from sweep.core.schedule import (
+    Candidate,
+    Estimate,
+    Family,
+    LevelChoice,
+    Schedule,
+    decide_schedule,
+)
 from sweep.core.schedule_table import render_table
+from sweep.core.space import TrialConfig
 from sweep.search import level_confirm
 
 
@@ -100,3 +109,28 @@ def test_the_stored_schedule_carries_the_doubt() -> None:
     close = schedule_of(level(16, candidate(2, 1000), candidate(3, 1008)))
     [stored] = level_confirm.confirmed(close).as_dict()["levels"]
     assert stored["confident"] is False and "more launch" in stored["doubt"]
+
+
+def launched(steps: int, draft_tp: int, c1: float, c16: float) -> TrialRecord:
+    config = TrialConfig(steps, 1, steps + 1, draft_tp) if steps else TrialConfig.baseline()
+    figures = tuple({"concurrency": c, "output_tok_s": {"mean": v, "ci_low": v - 1,
+                     "ci_high": v + 1}} for c, v in ((1, c1), (16, c16)))  # fmt: skip
+    kind = Kind.TRIAL if steps else Kind.BASELINE
+    return TrialRecord(number=0, kind=kind, optuna_state="COMPLETE", config=config,
+                       key=config.key(), levels=figures)  # fmt: skip
+
+
+def test_a_family_won_on_single_launches_has_its_rival_relaunched_and_says_so() -> None:
+    # draft TP 8 at 5 steps is best at concurrency 1, but one unlucky launch of it and of draft
+    # TP 8 at 2 steps make draft TP 1 come closest: the round relaunches draft TP 8's (the
+    # rival's), not only draft TP 1's contenders, and the schedule says the choice is open
+    trials = [launched(5, 8, 214, 1020), launched(2, 8, 173, 1300),
+              launched(3, 1, 211, 1262), launched(2, 1, 180, 1345)]  # fmt: skip
+    schedule = decide_schedule(
+        trials, [launched(0, 0, 90, 870)], metric="output_tok_s", levels=(1, 16)
+    )
+    assert schedule.family.draft_tp == 1
+    order = level_confirm.next_round(schedule, remaining=12)
+    assert order[0] in {trials[0].key, trials[1].key}
+    notes = level_confirm.confirmed(schedule).notes
+    assert any(n.startswith("draft TP 1 vs 8 not established at concurrency 16") for n in notes)

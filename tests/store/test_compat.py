@@ -164,9 +164,15 @@ def test_the_report_and_the_export_are_byte_identical(folder: Path) -> None:
 # rule of sweep/core/speedup.py pairs it with the baseline the run stored with the trial.
 PAIRING = ("baseline_", "speedup")
 # Columns added since (69815a3: a schedule launch's rows say whether its slot was established
-# and whether the server applied the schedule; later the context band it was judged at); the
-# fixture's CSV predates them.
-ADDED = ("schedule_confident", "schedule_doubt", "schedule_counted", "schedule_input_len")
+# and whether the server applied the schedule; later the context band it was judged at, and
+# whether its family was established); the fixture's CSV predates them.
+ADDED = (
+    "schedule_confident",
+    "schedule_doubt",
+    "schedule_counted",
+    "schedule_input_len",
+    "schedule_family_doubt",
+)
 
 
 def assert_same_but_the_speedup_pairing(text: str, expected: str, folder: Path) -> None:
