@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from sweep.core.records import ATTR, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.loop.fleet_confirm import PLAN_ATTR
+from sweep.loop.fleet_rounds import PLAN_ATTR
 from sweep.store import open_study, quiet_optuna, rdb_storage, read_records
 from sweep.study import load_study
 from tests.support.hosts import shared_study

@@ -12,7 +12,7 @@ from sweep.core.records import ATTR, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import wiring
 from sweep.loop.context import RunOptions
-from sweep.loop.fleet_confirm import PLAN_ATTR, Plan, done, host_failed
+from sweep.loop.fleet_rounds import PLAN_ATTR, Plan, done, host_failed
 from sweep.loop.offline import Measurement, measurer_of
 from sweep.loop.progress import Display
 from sweep.loop.runner import Runner
