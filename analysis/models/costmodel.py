@@ -30,7 +30,7 @@ import pandas as pd
 from analysis.data.schema import SPEC_PARAMS
 from analysis.data.transform import default_level, measured
 from analysis.errors import CostModelError
-from sweep.core import costmodel
+from sweep.core import costmodel, costprior
 from sweep.core.costmodel import Shape
 from sweep.core.prediction import Prediction, predict
 from sweep.core.space import TrialConfig
@@ -184,16 +184,16 @@ class CostModel:
         if name == VERIFY_BASE:
             return Constant(name, self.decode_ms, self.decode_std_ms, _meaning(name))
         if name.startswith("overhead@tp"):
-            value, std = self._ms(self._family_param(name, costmodel.OVERHEAD))
+            value, std = self._ms(self._family_param(name, costprior.OVERHEAD))
             base, base_std = (self.decode_ms, self.decode_std_ms) if self.has_baseline else (0, 0)
             return Constant(name, value - base, math.hypot(std, base_std), _meaning(name))
         if name == VERIFY_STEP:
-            value, std = self._ms(costmodel.STEP)
+            value, std = self._ms(costprior.STEP)
             meaning = _meaning(name, self.fit.step_at, self.fit.step_on_tree)
             return Constant(name, value, std, meaning)
-        index = {VERIFY_SLOPE: costmodel.TOKEN, BRANCH: costmodel.BRANCH}.get(name)
+        index = {VERIFY_SLOPE: costprior.TOKEN, BRANCH: costprior.BRANCH}.get(name)
         if index is None:
-            which = costmodel.GROWTH if name.startswith("draft_growth@") else costmodel.DRAFT
+            which = costprior.GROWTH if name.startswith("draft_growth@") else costprior.DRAFT
             index = self._family_param(name, which)
         value, std = self._ms(index)
         return Constant(name, value, std, _meaning(name))
@@ -206,7 +206,7 @@ class CostModel:
     def _family_param(self, name: str, which: int) -> int:
         tp = int(name.rpartition("@tp")[2])
         family = self.families.index((tp, self.extras))
-        return costmodel.SHARED + costmodel.PER_FAMILY * family + which
+        return costprior.SHARED + costprior.PER_FAMILY * family + which
 
     def reaches(self, config: TrialConfig) -> bool:
         """Whether ``config``'s family (draft TP with :attr:`extras`) was fitted."""

@@ -20,7 +20,7 @@ from analysis.data.schema import SPEC_PARAMS
 from analysis.data.transform import measured
 from analysis.errors import CostModelError
 from analysis.models.costmodel import CostModel, fit_cost_model, observations
-from sweep.core import costmodel
+from sweep.core import costmodel, costprior
 from sweep.core.prediction import Prediction
 from sweep.core.space import TrialConfig
 
@@ -152,7 +152,7 @@ def _curve(model: CostModel, topk: int, rule: str, top: int) -> AcceptCurve:
     shapes = [costmodel.Shape(s, topk, s + 1 if rule == CHAIN else int(rule), 1) for s in steps]
     theta = model.fit.theta
     lengths = costmodel.accept_length(theta, costmodel.design(shapes))
-    p, r = (float(costmodel.sigmoid(theta[i])) for i in (costmodel.P, costmodel.R))
+    p, r = (float(costmodel.sigmoid(theta[i])) for i in (costprior.P, costprior.R))
     return AcceptCurve(steps, tuple(float(v) for v in lengths), p, r)
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep.core.records import StudyInfo, TrialRecord
-from sweep.core.schedule import Schedule, decide_schedule, keyed_by_graph
+from sweep.core.schedule import Schedule, decide_schedule
+from sweep.core.schedule_keys import keyed_by_graph
 from sweep.core.schedule_table import Band, bands_of, default_context, render_table
 from sweep.core.schedule_table import table as schedule_table
 from sweep.core.space import Adaptive, TrialConfig
@@ -141,7 +142,7 @@ def measured_schedule(
     context: int | None = None,
 ) -> Schedule:
     """The schedule as measured (:func:`~sweep.core.schedule.decide_schedule`), keyed where the
-    engine pads each level (:func:`~sweep.core.schedule.keyed_by_graph`); slots not judged."""
+    engine pads each level (:func:`~sweep.core.schedule_keys.keyed_by_graph`); slots not judged."""
     sizes = wiring.adapter_for(study, study.host).graph_batch_sizes(wiring.deployment_for(study))
     return keyed_by_graph(decide_schedule(
         trials,

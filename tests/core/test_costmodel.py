@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from sweep.core import costmodel
+from sweep.core import costmodel, costprior
 from sweep.search.candidates import Candidate
 from sweep.sim import model
 from sweep.sim.model import SimConfig
@@ -52,8 +52,8 @@ def test_the_closed_form_gradients_are_the_model_s(seed: int) -> None:
     d = costmodel.design(valid_candidates(parse_study(STUDY, "t.toml")))
     rng = np.random.default_rng(seed)
     theta = rng.normal(0.0, 0.7, d.n_params)
-    theta[costmodel.P] = 5.0 if seed == 2 else 1.0  # seed 2: the first depth capped
-    theta[costmodel.R] = 2.0
+    theta[costprior.P] = 5.0 if seed == 2 else 1.0  # seed 2: the first depth capped
+    theta[costprior.R] = 2.0
     log_accept, log_cycle, grad_accept, grad_cycle = costmodel.derivatives(theta, d)
     assert log_accept == pytest.approx(np.log(costmodel.accept_length(theta, d)), rel=1e-12)
     assert log_cycle == pytest.approx(np.log(costmodel.cycle(theta, d)), rel=1e-12)
@@ -75,8 +75,8 @@ def test_accept_length_is_the_eagle_rule() -> None:
     d = costmodel.design(candidates)
     a = flat.acceptance
     theta = np.zeros(d.n_params)
-    theta[costmodel.FALL] = -50.0  # no fall
-    theta[[costmodel.P, costmodel.R, costmodel.G]] = (
+    theta[costprior.FALL] = -50.0  # no fall
+    theta[[costprior.P, costprior.R, costprior.G]] = (
         logit(a.first),
         logit(a.decay),
         logit(a.sibling_gain),
@@ -217,8 +217,8 @@ def test_a_depth_accepted_with_probability_zero_leaves_the_gradient_finite() -> 
     # catch the misses): their log-derivative is undefined, and the fit once stopped on NaN
     d = costmodel.design(valid_candidates(parse_study(CHAINS, "chains.toml")))
     theta = np.zeros(d.n_params)
-    theta[costmodel.FALL] = 7.0  # acceptance × e^(−e^7 · (steps − 1))
-    theta[costmodel.G] = -50.0
+    theta[costprior.FALL] = 7.0  # acceptance × e^(−e^7 · (steps − 1))
+    theta[costprior.G] = -50.0
     accepted = costmodel._rule(theta, d)[2]
     assert (accepted[d.widths > 0] == 0).any()
     _, _, grad_accept, grad_cycle = costmodel.derivatives(theta, d)

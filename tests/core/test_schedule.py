@@ -19,8 +19,8 @@ from sweep.core.schedule import (
     beats,
     choose,
     decide_schedule,
-    keyed_by_graph,
 )
+from sweep.core.schedule_keys import keyed_by_graph
 from sweep.core.schedule_table import render_table
 from sweep.core.space import Adaptive, TrialConfig
 from sweep.core.verdict import best_static, verdict
