@@ -1,10 +1,11 @@
 """What the search never launched because of memory, in the words the run ends with.
 
-:func:`sweep.search.memory.ruled_out` keeps two kinds of configuration from launch: those
-that certainly need at least the memory of one that ran out (inferred infeasible) and those
-below one that ran out, waiting past the middle of the open ones the search had not settled
-yet (never measured, not known infeasible). The run's summary names each kind in one line,
-with the trials whose out-of-memory failure ruled them out.
+:func:`sweep.search.memory.ruled_out` keeps three kinds of configuration from launch: those
+that certainly need at least the memory of one that ran out, those over the limit under
+every split of memory the launches allow (both inferred infeasible), and those below one
+that ran out, waiting past the middle of the open ones the search had not settled yet
+(never measured, not known infeasible). The run's summary names each kind in one line, with
+the trials whose out-of-memory failure ruled them out.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Mapping
 
 from sweep.core.records import TrialRecord
 from sweep.loop.context import RunContext
-from sweep.loop.propose import ruled_out
 from sweep.search import memory
 from sweep.search.config_sampler import ConfigSampler
 
@@ -24,15 +24,24 @@ DOCS = "docs/search.md, 'A memory cliff'"
 def not_launched_for_memory(run: RunContext) -> list[str]:
     """One line for each rule that kept configurations from launch (see the module)."""
     sampler = run.stores.trials.sampler
-    skipped = ruled_out(run)
-    if not skipped or not isinstance(sampler, ConfigSampler):
+    if not isinstance(sampler, ConfigSampler):
         return []
+    history = sampler.history(run.stores.trials)
+    skipped = history.ruled_out
     of = {c.key: c for c in sampler.candidates}
+    inferred = memory.inferred_infeasible(
+        [of[k] for k in skipped],
+        [of[k] for k in sorted(history.out_of_memory) if k in of],
+        [of[k] for k in history.measured if k in of],
+    )
     certain: dict[str, list[str]] = {}
+    split: dict[str, list[str]] = {}
     bisected: dict[str, list[str]] = {}
     for key, cause in sorted(skipped.items(), key=lambda kv: (memory.width(of[kv[0]]), kv[0])):
-        rule = certain if memory.needs_at_least(of[key], of[cause]) else bisected
-        rule.setdefault(cause, []).append(key)
+        if memory.needs_at_least(of[key], of[cause]):
+            certain.setdefault(cause, []).append(key)
+        else:
+            (split if key in inferred else bisected).setdefault(cause, []).append(key)
     settled = run.history().settled
     lines = []
     if certain:
@@ -40,6 +49,15 @@ def not_launched_for_memory(run: RunContext) -> list[str]:
             f"{_count(certain)} configuration(s) not launched, inferred infeasible (each has "
             "at least the steps, topk and draft tokens of one that ran out of memory, same "
             f"draft TP and extras): {_by_cause(run, settled, certain, 'inferred from')}; {DOCS}"
+        )
+    if split:
+        lines.append(
+            f"{_count(split)} configuration(s) not launched, inferred infeasible (memory "
+            "taken as a x draft tokens + b x steps x topk + c x steps + d x topk, weights "
+            ">= 0 unknown: every split that fits the launches that fit and overflows those "
+            "that ran out, same draft TP and extras, overflows each): "
+            f"{_by_cause(run, settled, split, 'inferred with the launches that fit from')}; "
+            f"{DOCS}"
         )
     if bisected:
         lines.append(

@@ -6,7 +6,7 @@ slots of the draft tree with steps × topk, the tree's candidate buffers with to
 weights no one knows in advance (the verify graphs run the target, the draft graphs a much
 smaller model). So memory is no function of one width: an out-of-memory launch at 2 steps,
 topk 2 and 7 draft tokens says nothing about 2 steps, topk 4 and 6 draft tokens, which holds
-fewer verify tokens. Two rules follow, both within one draft TP (a smaller one holds more
+fewer verify tokens. Three rules follow, all within one draft TP (a smaller one holds more
 draft weights on one GPU, a larger one more communication buffers on every GPU; which weighs
 more depends on the deployment, so draft TPs are never compared):
 
@@ -14,18 +14,24 @@ more depends on the deployment, so draft TPs are never compared):
   ran out of memory, with the same extra flags and environment (which may change memory:
   NCCL buffers, ``--mem-fraction-static``, ``--cuda-graph-max-bs``), needs at least as much
   memory in every part and would fail the same way.
-- **Bisected**: below a configuration that ran out — at most its steps, topk and draft
-  tokens, any extras — the boundary is unknown for those not below a measured one (a
-  configuration with at most the steps, topk and draft tokens of one that was measured
-  fits too). Those *open* below the failure and wider (draft tokens + steps × topk, an
-  order, not a measure of memory) than the middle of their widths are not launched until a
-  launch there settles which side it is on; the middle is one of those widths, so the
-  narrowest configuration below a failure is never kept out before it was launched. Once
-  nothing is open below a failure, it keeps nothing out by this rule, and only the certain
-  rule holds. A cliff is then found in about log₂(open widths) failed launches, where
-  walking down from the widest (the model's favourite: more draft tokens accept more) costs
-  one failed launch per width. A configuration not below any failure and not needing at
-  least the memory of one is never kept out: it may fit, whatever its width.
+- **Every split**: memory as a linear function of draft tokens, steps × topk, steps and
+  topk with unknown weights ≥ 0 (same draft TP and extras): a configuration that every split
+  consistent with the launches that fit and those that ran out puts over the limit is not
+  launched either (:mod:`sweep.search.memory_need`). With one failure and nothing that fit,
+  this is the certain rule; launches that fit pin the weights. Launches no split explains
+  (a transient OOM, say) leave the family to the certain rule.
+- **Bisected** (an order, not an inference): below a configuration that ran out — at most
+  its steps, topk and draft tokens, any extras — the boundary is unknown for those not below
+  a measured one (a configuration with at most the steps, topk and draft tokens of one that
+  was measured fits too). Those *open* below the failure and wider (draft tokens + steps ×
+  topk, an order, not a measure of memory) than the middle of their widths are not launched
+  until a launch there settles which side it is on; the middle is one of those widths, so
+  the narrowest configuration below a failure is never kept out before it was launched. Once
+  nothing is open below a failure, it keeps nothing out by this rule, and only the two above
+  hold. A cliff is then found in about log₂(open widths) failed launches, where walking down
+  from the widest (the model's favourite: more draft tokens accept more) costs one failed
+  launch per width. A configuration not below any failure and not ruled out by the two rules
+  above is never kept out: it may fit, whatever its width.
 
 On a memory cliff every launch past it costs a full server start (weights loaded, graphs
 captured) and measures nothing. Pure: reads candidates and what was measured.
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from sweep.search import memory_need as need
 from sweep.search.candidates import Candidate
 
 
@@ -78,14 +85,49 @@ def ruled_out(
         return {}
     done = set(tried)
     untried = [c for c in candidates if c.key not in done]
-    out = {c.key: f.key for c in untried if (f := _certain_cause(c, failed)) is not None}
     fits = [by_key[k] for k in measured if k in by_key]
+    out = inferred_infeasible(untried, failed, fits)
     unsettled = [c for c in untried if c.key not in out and not any(_below(c, m) for m in fits)]
     for f in sorted(failed, key=lambda f: (width(f), f.key)):
         below = [c for c in unsettled if _below(c, f)]
         top = middle(width(c) for c in below)
         out.update({c.key: f.key for c in below if top is not None and width(c) > top})
     return out
+
+
+def inferred_infeasible(
+    candidates: Iterable[Candidate], failed: Sequence[Candidate], fits: Sequence[Candidate]
+) -> dict[str, str]:
+    """Each of ``candidates`` certainly out of memory, given the configurations that ran
+    out (``failed``) and those that fit: at least the steps, topk and draft tokens of one
+    that ran out, or over the limit under every split of memory the launches allow
+    (:mod:`sweep.search.memory_need`); with the key of the one that ran out to name."""
+    out = {}
+    for c in candidates:
+        cause = _certain_cause(c, failed) or _split_cause(c, failed, fits)
+        if cause is not None:
+            out[c.key] = cause.key
+    return out
+
+
+def _split_cause(
+    c: Candidate, failed: Sequence[Candidate], fits: Sequence[Candidate]
+) -> Candidate | None:
+    """The configuration that ran out that, with the other launches in ``c``'s family,
+    puts ``c`` over the limit under every split of memory; None when some split fits it."""
+    out = [f for f in failed if need.family(f) == need.family(c)]
+    known = [m for m in fits if need.family(m) == need.family(c)]
+    if not out or (len(out) == 1 and not known) or any(_below(c, m) for m in known):
+        return None  # nothing beyond the componentwise rule, or it fits for certain
+    out_parts, fit_parts = [need.parts(f) for f in out], [need.parts(m) for m in known]
+    # Launches no split explains (one that fit needs at least the memory of one that ran
+    # out, say: a transient OOM, or memory the model does not hold) say nothing certain
+    # about the weights: this family keeps to the componentwise rule.
+    if not need.consistent(fit_parts, out_parts):
+        return None
+    if not need.over_for_every_split(need.parts(c), fit_parts, out_parts):
+        return None
+    return out[need.deciding(need.parts(c), fit_parts, out_parts)]
 
 
 def _below(c: Candidate, f: Candidate) -> bool:

@@ -158,6 +158,39 @@ def test_a_tree_with_fewer_draft_tokens_than_one_that_ran_out_is_launched(tmp_pa
     assert summary.measured == 2 and summary.infeasible == 2
 
 
+def test_a_tree_the_launches_put_over_memory_under_every_split_is_not_launched(
+    tmp_path: Path,
+) -> None:
+    # memory grows as draft tokens + 4 x steps here (topk 4): past 11, out. 1 step with 5
+    # draft tokens fit and 2 steps with 4 ran out: 3 steps with 3 is that step once more,
+    # over the limit whatever the weights of draft tokens, steps x topk, steps and topk. It
+    # has fewer draft tokens than the failure: the componentwise rule launched it
+    bad = [(2, 4), (2, 5), (3, 3), (3, 4), (3, 5)]
+    rules = "".join(
+        '[[failure]]\nkind = "oom_capture"\n'
+        f"match = {{ speculative_num_steps = {s}, speculative_num_draft_tokens = {d} }}\n"
+        for s, d in bad
+    )
+    space = "num_steps = [1, 2, 3]\neagle_topk = [4]\nnum_draft_tokens = [3, 4, 5]"
+    path = write_study(tmp_path, space=space, profile=write_profile(tmp_path, rules))
+    summary = run_study(load_study(path), display=QUIET)
+    launched = {
+        (flag(a, "--speculative-num-steps"), flag(a, "--speculative-num-draft-tokens"))
+        for a in spec_launches(tmp_path)
+    }
+    assert ("3", "3") not in launched and {("1", "5"), ("2", "4")} <= launched
+    (line,) = [w for w in summary.warnings if "not launched" in w and "every split" in w]
+    oom = next(
+        t
+        for t in trials(path)
+        if (t.user_attrs[ATTR.CONFIG]["num_steps"], t.user_attrs[ATTR.CONFIG]["num_draft_tokens"])
+        == (2, 4)
+    )
+    named = TrialConfig(3, 4, 3, 8).label()
+    assert line.startswith("1 configuration(s) not launched, inferred infeasible") and named in line
+    assert f"from trial {oom.number}'s OOM: {TrialConfig(2, 4, 4, 8).label()}" in line
+
+
 def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     profile = write_profile(
         tmp_path,

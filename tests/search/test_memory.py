@@ -15,7 +15,7 @@ from sweep.search.climb import Climb
 from sweep.search.config_sampler import PICK_ATTR, REPLICATE_ATTR, ConfigSampler
 from sweep.search.guided import PhysicsSampler
 from sweep.search.history import History, Measurement
-from sweep.search.memory import middle, needs_at_least, ruled_out, width
+from sweep.search.memory import inferred_infeasible, middle, needs_at_least, ruled_out, width
 from sweep.search.samplers import ValidRandomSampler
 from sweep.sim.profile import load_profile
 from sweep.study import parse_study
@@ -114,6 +114,51 @@ def test_an_out_of_memory_launch_keeps_out_only_what_needs_at_least_its_memory_i
     below = "s2-k2-d6-tp8[]"
     settled = ruled_out(list(c.values()), {oom}, {oom, fits, below}, {fits, below})
     assert settled and all(needs_at_least(c[k], c[oom]) for k in settled)
+
+
+def test_a_step_from_a_launch_that_fit_to_one_that_ran_out_taken_once_more_runs_out() -> None:
+    # memory = a x draft tokens + b x steps x topk + c x steps + d x topk, weights >= 0
+    # unknown. 1 step topk 4 with 5 draft tokens fit, 2 steps with 4 draft tokens ran out:
+    # one step more at topk 4 and one draft token fewer needs more than the limit less what
+    # fit. 3 steps with 3 draft tokens is that step again: it needs 2 x (over the limit) -
+    # (within it), over the limit under every split. The componentwise rule kept it open
+    # (fewer draft tokens than the failure) and the search launched it, one more server start
+    c, oom = WIDE_TREES, "s2-k4-d4-tp8[]"
+    fits = ["s1-k4-d5-tp8[]", "s2-k2-d3-tp8[]"]
+    out = ruled_out(list(c.values()), {oom}, {oom, *fits}, fits)
+    assert out["s3-k4-d3-tp8[]"] == oom and not needs_at_least(c["s3-k4-d3-tp8[]"], c[oom])
+    assert "s3-k4-d3-tp8[]" not in ruled_out(list(c.values()), {oom}, {oom, *fits[1:]}, fits[1:])
+    # and it keeps what fits: these launches are those of a server whose memory is draft
+    # tokens + steps x topk <= 11 (so are others: nothing more is certain), and nothing
+    # inferred infeasible fits there; 2 steps topk 4 with 3 draft tokens (11) is not
+    untried = [x for x in c.values() if x.key not in {oom, *fits}]
+    inferred = inferred_infeasible(untried, [c[oom]], [c[k] for k in fits])
+    assert "s3-k4-d3-tp8[]" in inferred and "s2-k4-d3-tp8[]" not in inferred
+    assert all(c[k].draft_tokens + c[k].steps * c[k].topk > 11 for k in inferred)
+
+
+def test_launches_no_split_of_memory_explains_keep_to_the_componentwise_rule() -> None:
+    # 1 step topk 2 with 3 draft tokens ran out (a transient OOM, say) after 2 steps topk 4
+    # with 5, which needs at least its memory, fit: no weights explain both, so the launches
+    # say nothing about the weights, and only what needs at least the failure's memory is out
+    c, oom, fits = WIDE_TREES, "s1-k2-d3-tp8[]", ["s2-k4-d5-tp8[]", "s1-k4-d2-tp8[]"]
+    out = ruled_out(list(c.values()), {oom}, {oom, *fits}, fits)
+    assert out and all(needs_at_least(c[k], c[oom]) for k in out)
+
+
+def test_launches_at_other_extras_say_nothing_of_the_weights() -> None:
+    # the step of the test above measured with NCCL_PROTO=Simple (it fit before it, ran out
+    # after it), and ran out once with LL: the environment may change how memory grows
+    # (NCCL buffers; flags such as --cuda-graph-max-bs scale the graphs, not the KV slots),
+    # so LL's failure alone rules out only what has at least its steps, topk and draft tokens
+    text = f'{WIDE}[space.env]\nNCCL_PROTO = ["Simple", "LL"]\n'
+    trees = by_key(valid_candidates(parse_study(text, "t.toml")))
+    fit, oom = "s1-k4-d5-tp8[NCCL_PROTO=Simple]", "s2-k4-d4-tp8[NCCL_PROTO=Simple]"
+    oom_ll = "s2-k4-d4-tp8[NCCL_PROTO=LL]"
+    inferred = inferred_infeasible(trees.values(), [trees[oom], trees[oom_ll]], [trees[fit]])
+    assert inferred["s3-k4-d3-tp8[NCCL_PROTO=Simple]"] == oom
+    assert "s3-k4-d3-tp8[NCCL_PROTO=LL]" not in inferred
+    assert all(needs_at_least(trees[k], trees[oom_ll]) for k in inferred if "LL" in k)
 
 
 def test_the_narrowest_configuration_below_a_failure_stays_launchable_with_nothing_measured() -> (
