@@ -89,15 +89,12 @@ class PhysicsSampler(ConfigSampler):
         self.plausible_z = plausible_z
         self.n_startup = n_startup
         self.misfit = misfit
-        self.accept_sd = accept_sd
         self.accept_length_attr = accept_length_attr
         self.stderr_attr = stderr_attr
         self.relaunch = relaunch
-        self.design = costmodel.design(self.candidates)
-        self.last_theta: np.ndarray | None = None
+        self.model = FittedModel(self.candidates, self.index, accept_sd)
         self.features = space_filling.features(self.candidates)
         self._last: tuple[np.ndarray, np.ndarray] | None = None
-        self._fitted: tuple[tuple[Any, ...], costmodel.Fit] | None = None
         self.climb = Climb(self.candidates, self.index)
         self.neighbours = self.climb.neighbours
         self.min_launches = stopping.MIN_SEARCH_LAUNCHES
@@ -115,21 +112,9 @@ class PhysicsSampler(ConfigSampler):
 
     # --- the model --------------------------------------------------------------------------
 
-    def fit(self, history: History) -> costmodel.Fit:
-        """Fit the cost model to ``history``'s launches (kept while they do not change)."""
-        data, signature = fit_data(history, self.index, self.accept_sd)
-        if self._fitted is not None and self._fitted[0] == signature:
-            return self._fitted[1]
-        result = costmodel.fit(self.design, data, self.last_theta)
-        self.last_theta = result.theta
-        self._fitted = (signature, result)
-        return result
-
     def predict(self, history: History) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
         """The fit, and the mean and sd of every candidate's log objective value."""
-        result = self.fit(history)
-        mean, sd = result.predict(self.design, model_sd=physics_floor(result))
-        return result, mean, sd
+        return self.model.predict(history)
 
     def predictions(self, study: Study) -> dict[str, Prediction]:
         """The cost model's prediction for every valid configuration (measured ones too),
@@ -143,14 +128,7 @@ class PhysicsSampler(ConfigSampler):
         """For each measured configuration (or ``keys``), the cost model's prediction from
         every *other* launch: a prior for :func:`sweep.search.confirm.decide` independent of
         the configuration's own launches (:func:`sweep.search.predictions.holdout`)."""
-        return self._holdout(self.history(study), keys)
-
-    def _holdout(
-        self, history: History, keys: Sequence[str] | None = None
-    ) -> dict[str, Prediction]:
-        if not history.measured:
-            return {}
-        return holdout(self.fit(history), self.design, self.index, history, keys)
+        return self.model.holdout(self.history(study), keys)
 
     def surprise(self, study: Study, history: History | None = None) -> float:
         """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
@@ -234,7 +212,7 @@ class PhysicsSampler(ConfigSampler):
         most promising untried configuration."""
         if not self.relaunch and untried and self._last is not None:
             return self._best(untried, *self._last)
-        key, decided = stopping.relaunch(history, self._holdout(history))
+        key, decided = stopping.relaunch(history, self.model.holdout(history))
         if decided and untried and self._last is not None:
             return self._best(untried, *self._last)
         return self.candidates[self.index[key]]
@@ -247,7 +225,7 @@ class PhysicsSampler(ConfigSampler):
             return None
         history = self.history(study)
         if not history.eligible():  # nothing to fit: the priors' order
-            mean = costmodel.log_throughput(self.fit(History()).theta, self.design)
+            mean = self.model.prior_mean()
             return self.candidates[max(rows, key=lambda i: mean[i])].key
         _, mean, sd = self.predict(history)
         upper = mean + self.kappa * sd * self.surprise(study, history)
@@ -267,7 +245,46 @@ class PhysicsSampler(ConfigSampler):
             return self.nothing_untried(history)
         tried = [self.index[k] for k in history.tried() if k in self.index]
         if not tried:  # before any launch: what the priors alone predict best
-            mean = costmodel.log_throughput(self.fit(History()).theta, self.design)
+            mean = self.model.prior_mean()
             return space_filling.prior_best(untried, self.index, mean)
         pool = np.array([self.index[c.key] for c in untried])
         return self.candidates[space_filling.farthest(self.features, pool, tried, self.rng)]
+
+
+class FittedModel:
+    """The cost model of a search's candidates fitted to its launches: refitted only when
+    they change, each fit started from the last one's constants."""
+
+    def __init__(self, candidates: Sequence[Candidate], index: dict[str, int], accept_sd: float):
+        self.design = costmodel.design(candidates)
+        self.index = index
+        self.accept_sd = accept_sd  # relative sd of a measured accept length
+        self.last_theta: np.ndarray | None = None
+        self._fitted: tuple[tuple[Any, ...], costmodel.Fit] | None = None
+
+    def fit(self, history: History) -> costmodel.Fit:
+        """Fit the cost model to ``history``'s launches (kept while they do not change)."""
+        data, signature = fit_data(history, self.index, self.accept_sd)
+        if self._fitted is not None and self._fitted[0] == signature:
+            return self._fitted[1]
+        result = costmodel.fit(self.design, data, self.last_theta)
+        self.last_theta = result.theta
+        self._fitted = (signature, result)
+        return result
+
+    def predict(self, history: History) -> tuple[costmodel.Fit, np.ndarray, np.ndarray]:
+        """The fit, and the mean and sd of every candidate's log objective value."""
+        result = self.fit(history)
+        mean, sd = result.predict(self.design, model_sd=physics_floor(result))
+        return result, mean, sd
+
+    def prior_mean(self) -> np.ndarray:
+        """Every candidate's log value as the priors alone predict it (nothing measured)."""
+        return costmodel.log_throughput(self.fit(History()).theta, self.design)
+
+    def holdout(self, history: History, keys: Sequence[str] | None = None) -> dict[str, Prediction]:
+        """Each measured configuration's (or ``keys``') prediction from every other launch
+        (:func:`sweep.search.predictions.holdout`)."""
+        if not history.measured:
+            return {}
+        return holdout(self.fit(history), self.design, self.index, history, keys)
