@@ -168,18 +168,19 @@ def test_a_worker_killed_during_a_relaunch_has_it_taken_by_another(
     assert trials_of(path).user_attrs[ATTR.ANSWER]["winner"]
 
 
-BAD_HOST = Path(__file__).parents[1] / "programs" / "bad_host_launch.py"
+BAD_RELAUNCH = Path(__file__).parents[1] / "programs" / "bad_relaunch.py"
 
 
-def going_bad(path: Path, marker: Path, launcher: Path = BAD_HOST) -> None:
-    """The first host to start a relaunch fails that one and every later relaunch at init
-    (NCCL), as a host gone bad (see tests/programs/bad_host_launch.py); its port goes to
-    ``marker``. ``launcher``: another test launcher taking the same arguments."""
+def going_bad(path: Path, marker: Path, what: str = "host") -> None:
+    """The first relaunch fails at init (NCCL), and from then on every relaunch on its host
+    (``what = "host"``: a host gone bad; its port goes to ``marker``) or of its configuration
+    on every host (``"config"``: its steps go to ``marker``); see
+    tests/programs/bad_relaunch.py."""
     text = path.read_text()
     recorder = str(Path(__file__).parents[1] / "programs" / "record_launch.py")
     assert json.dumps(recorder) in text
-    path.write_text(text.replace(json.dumps(recorder), f"{json.dumps(str(launcher))}, "
-                                 f"{json.dumps(str(marker))}"))  # fmt: skip
+    launcher = ", ".join(json.dumps(x) for x in (str(BAD_RELAUNCH), what, str(marker)))
+    path.write_text(text.replace(json.dumps(recorder), launcher))
 
 
 def planned(path: Path) -> list[dict[str, object]]:
@@ -224,9 +225,6 @@ def test_a_host_failing_its_relaunches_leaves_them_to_the_others(
     assert all("dropped" not in line for log in logs.values() for line in answer_lines(log))
 
 
-BAD_CONFIG = Path(__file__).parents[1] / "programs" / "bad_config_launch.py"
-
-
 def sweep_cli(*args: str) -> str:
     """``sweep ARGS`` as a user runs it (its own process: no connection outlives it here)."""
     argv = [sys.executable, "-m", "sweep", *args]
@@ -242,7 +240,7 @@ def test_a_relaunch_every_host_fails_is_dropped_and_named_everywhere(
     # only: `sweep status` and the report showed the answer as if it had been measured
     path = confirming_study(tmp_path, postgres.new_database())
     marker = tmp_path / "bad-steps"
-    going_bad(path, marker, BAD_CONFIG)  # the first relaunched configuration, on every host
+    going_bad(path, marker, "config")  # the first relaunched configuration, on every host
     with started(tmp_path, path) as (path, procs):
         logs = ended(tmp_path, procs, "abc")
     stored = trials_of(path).user_attrs[ATTR.ANSWER]
