@@ -124,8 +124,12 @@ class Family:
         return TrialConfig(steps, 1, steps + 1, self.draft_tp, self.flags, self.env)
 
     def label(self) -> str:
+        return f"topk 1, {self.draft()}"
+
+    def draft(self) -> str:
+        """What tells families apart: ``draft TP 8`` and the extra flags and environment."""
         extras = " ".join(f"{k}={v}" for k, v in self.flags + self.env)
-        return f"topk 1, draft TP {self.draft_tp} {extras}".strip()
+        return f"draft TP {self.draft_tp} {extras}".strip()
 
 
 @dataclass(frozen=True)

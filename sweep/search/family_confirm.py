@@ -146,10 +146,10 @@ def _doubt(
     mine = [(lv, g) for lv, g in gains if g > options.tie_margin]
     theirs = [(lv, -g) for lv, g in gains if g < -options.tie_margin]
     where = f" at concurrency {_span([lv for lv, _ in mine], order)}" if mine else ""
-    ahead = [f"{_label(schedule.family)} measured ahead there by up to "
+    ahead = [f"{schedule.family.draft()} measured ahead there by up to "
              f"{max(g for _, g in mine):+.1%}"] if mine else []  # fmt: skip
     if theirs:
-        ahead.append(f"{_label(rival)} at {_span([lv for lv, _ in theirs], order)} by up to "
+        ahead.append(f"{rival.draft()} at {_span([lv for lv, _ in theirs], order)} by up to "
                      f"{max(g for _, g in theirs):+.1%}")  # fmt: skip
     closeness = (f"the families' Σ of each level's share of the better differ by "
                  f"{difference:+.3f} ± {half:.3f} at {options.confidence:.0%}, within launch "
@@ -167,11 +167,6 @@ def _names(exported: Family, rival: Family) -> str:
     if (exported.flags, exported.env) == (rival.flags, rival.env):
         return f"draft TP {exported.draft_tp} vs {rival.draft_tp}"
     return f"{exported.label()} vs {rival.label()}"
-
-
-def _label(family: Family) -> str:
-    extras = " ".join(f"{k}={v}" for k, v in family.flags + family.env)
-    return f"draft TP {family.draft_tp} {extras}".strip()
 
 
 def _span(levels: Sequence[int], order: Sequence[int]) -> str:

@@ -91,13 +91,11 @@ def noise_agrees(
     (:func:`~sweep.search.launches.own_variance`): a configuration noisier than the others
     (more GPUs in its all-reduce) must not win, nor lose, confidently on lucky launches.
     The values and the winner are the pool's; this only withholds confidence."""
-    noisier = {k for k in est if configs.get(k) and own_variance(configs[k], variance) != variance}
+    mine = {k: own_variance(configs[k], variance) for k in est if configs.get(k)}
+    noisier = {k: v for k, v in mine.items() if v != variance}
     if not noisier:
         return True
-    own = {
-        k: estimate(k, configs[k], own_variance(configs[k], variance)) if k in noisier else e
-        for k, e in est.items()
-    }
+    own = {k: estimate(k, configs[k], noisier[k]) if k in noisier else e for k, e in est.items()}
     if within_margin_probability(key, est, options.tie_margin) >= options.confidence:
         return within_margin_probability(key, own, options.tie_margin) >= options.confidence
     # confident by the equivalence test: its contenders stay equivalent with their own noise

@@ -90,9 +90,8 @@ class Claims:
 
     def owner(self, key: str) -> int | None:
         """The trial number holding ``key``, if any."""
-        query = sa.select(claims_table.c.trial_number).where(self._row(key))
-        value = self._read(lambda conn: conn.execute(query).scalar())
-        return None if value is None else int(value)
+        holder = self._holder(key)
+        return None if holder is None else holder[0]
 
     def _holder(self, key: str) -> tuple[int, str] | None:
         """(trial number, host) of ``key``'s claim, if any."""

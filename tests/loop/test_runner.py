@@ -40,6 +40,11 @@ def spec_launches(folder: Path) -> list[list[str]]:
     return [argv for argv in launches(folder) if "--speculative-algorithm" in argv]
 
 
+def launched(folder: Path, *names: str) -> set[tuple[str | None, ...]]:
+    """The values of the flags ``names`` in each speculative launch."""
+    return {tuple(flag(a, n) for n in names) for a in spec_launches(folder)}
+
+
 def test_baseline_first_then_every_valid_configuration_once(tmp_path: Path) -> None:
     path = write_study(tmp_path, study='sampler = "grid"')
     summary = run_study(load_study(path), display=QUIET)
@@ -150,11 +155,8 @@ def test_a_tree_with_fewer_draft_tokens_than_one_that_ran_out_is_launched(tmp_pa
     space = "num_steps = [2]\neagle_topk = [2, 4]\nnum_draft_tokens = [6, 7]"
     path = write_study(tmp_path, space=space, profile=write_profile(tmp_path, rule))
     summary = run_study(load_study(path), display=QUIET)
-    launched = {
-        (flag(a, "--speculative-eagle-topk"), flag(a, "--speculative-num-draft-tokens"))
-        for a in spec_launches(tmp_path)
-    }
-    assert ("4", "6") in launched and ("2", "7") in launched
+    pairs = launched(tmp_path, "--speculative-eagle-topk", "--speculative-num-draft-tokens")
+    assert ("4", "6") in pairs and ("2", "7") in pairs
     assert summary.measured == 2 and summary.infeasible == 2
 
 
@@ -174,11 +176,8 @@ def test_a_tree_the_launches_put_over_memory_under_every_split_is_not_launched(
     space = "num_steps = [1, 2, 3]\neagle_topk = [4]\nnum_draft_tokens = [3, 4, 5]"
     path = write_study(tmp_path, space=space, profile=write_profile(tmp_path, rules))
     summary = run_study(load_study(path), display=QUIET)
-    launched = {
-        (flag(a, "--speculative-num-steps"), flag(a, "--speculative-num-draft-tokens"))
-        for a in spec_launches(tmp_path)
-    }
-    assert ("3", "3") not in launched and {("1", "5"), ("2", "4")} <= launched
+    pairs = launched(tmp_path, "--speculative-num-steps", "--speculative-num-draft-tokens")
+    assert ("3", "3") not in pairs and {("1", "5"), ("2", "4")} <= pairs
     (line,) = [w for w in summary.warnings if "not launched" in w and "every split" in w]
     oom = next(
         t

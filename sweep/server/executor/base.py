@@ -553,12 +553,7 @@ class Executor(abc.ABC):
         return self._wait_until(lambda: not self.group_alive(pgid), timeout)
 
     def _wait_until(self, condition: Callable[[], bool], timeout: float) -> bool:
-        deadline = self.clock.now() + timeout
-        while not condition():
-            if self.clock.now() >= deadline:
-                return False
-            self.clock.sleep(WAIT_POLL_S)
-        return True
+        return self.clock.wait_until(condition, timeout, WAIT_POLL_S)
 
     def __enter__(self) -> Executor:
         return self
