@@ -52,7 +52,7 @@ from sweep.loop.propose import Launch, baseline, control
 from sweep.loop.worker import SharedOptions
 from sweep.search import answer
 from sweep.search.host_blocks import Job, effects_text
-from sweep.store import read_records
+from sweep.store import read_records, write_record
 from sweep.store.claims import JOB_PREFIX
 
 PENDING = -2  # a job's (or plan's) claim before its trial exists
@@ -162,7 +162,11 @@ class FleetConfirm:
             if self.failed is not None:
                 run.display.message(f"relaunch of {self.label(job.key)}: {self.failed}; taken over")
             launch = relaunch(run, job.key)
-            claims.retag(marker, PENDING, launch.trial.number)
+            if not claims.retag(marker, PENDING, launch.trial.number, host):
+                # its trial took longer to create than the grace: another worker took the job
+                # over meanwhile and launches it; this one must not launch it too
+                gave_up(run, launch)
+                continue
             self.blocked_since = None
             attempt(run, launch, run.history(), retry=False)  # each job: one server start
             self.mark_failed(i, job, launch.trial.number)
@@ -269,6 +273,16 @@ def searching(run: RunContext, grace_s: float) -> bool:
     running = read_records(run.stores.trials, states=(TrialState.RUNNING,))
     oldest = run.clock.wall() - 2 * run.history().estimate(None) - grace_s
     return any(r.kind is Kind.TRIAL and (r.started or 0.0) > oldest for r in running)
+
+
+def gave_up(run: RunContext, launch: Launch) -> None:
+    """A relaunch created but not started (another worker holds its job): stored as in
+    flight elsewhere, told FAIL, so it is neither a launch nor a host's failure."""
+    config = launch.config
+    record = TrialRecord(kind=Kind.IN_FLIGHT, config=config, key=config.key(), host=run.host.name)
+    write_record(launch.trial, record)
+    launch.owner.tell(launch.trial, state=TrialState.FAIL)
+    run.asked = None
 
 
 def relaunch(run: RunContext, key: str) -> Launch:

@@ -83,8 +83,11 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     if isinstance(step, Decision) and answer.within_reach(step, max(0, left) + reserve):
         left = max(0, left) + reserve
         step = step_with(left)
+    forced = False  # decided because the relaunches that would decide were all dropped
     if isinstance(step, Round) and dropped:  # dropped relaunches are not planned again
-        step = without_dropped(step, dropped) or step_with(0)
+        kept = without_dropped(step, dropped)
+        forced = kept is None
+        step = kept or step_with(0)
     if step is None:
         return Plan(reason="nothing measured to confirm")
     if isinstance(step, Round):
@@ -100,6 +103,11 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     stored["hosts"] = sorted(effects)
     labels = answer.labels_of(seen.trials, run.valid)
     stored["dropped"] = [labels.get(k, k) for k in dropped or ()]
+    if forced and not stored.get("confident"):
+        stored["stopped_by"] = answer.DROPPED
+        stored["reason"] = str(stored["reason"]).replace(
+            "budget spent:", "the relaunches that would decide failed on every host:", 1
+        )
     write_answer(trials, stored)
     return Plan(reason=str(stored["reason"]), decided=True)
 

@@ -21,6 +21,7 @@ from sweep.search.neighbours import Neighbours
 from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()
+DROPPED = "dropped"  # an answer's stopped_by: decided because every host failed its relaunches
 
 
 def options_of(spec: ConfirmSpec) -> ConfirmOptions:
@@ -347,7 +348,10 @@ def answer_text(answer: Mapping[str, Any]) -> str:
             text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
         return text
     # an answer stored confident before the comparison with no speculation was required
-    text += "; NOT confident (budget spent)" if not answer.get("confident") else "; NOT confirmed"
+    why = (
+        "relaunches failed on every host" if answer.get("stopped_by") == DROPPED else "budget spent"
+    )
+    text += f"; NOT confident ({why})" if not answer.get("confident") else "; NOT confirmed"
     decide = f"{answer['to_decide']} would decide" if answer.get("to_decide") else ""
     details = [d for d in (f"not shown to beat {unshown}" if unshown else "", decide) if d]
     if details:

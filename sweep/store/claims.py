@@ -117,12 +117,13 @@ class Claims:
         value = self._read(lambda conn: conn.execute(query).scalar())
         return None if value is None else max(0.0, time.time() - float(value))
 
-    def retag(self, key: str, owner: int, trial_number: int) -> bool:
-        """Hand ``owner``'s claim on ``key`` to ``trial_number`` (same host); False: it is no
-        longer ``owner``'s."""
+    def retag(self, key: str, owner: int, trial_number: int, host: str) -> bool:
+        """Hand ``host``'s claim on ``key`` under ``owner`` to ``trial_number``; False: it is no
+        longer theirs (another host took it over: a placeholder ``owner`` is every claimer's,
+        so the host tells whose it is)."""
         update = (
             claims_table.update()
-            .where(self._row(key), self._owned_by(owner))
+            .where(self._row(key), self._owned_by(owner), claims_table.c.host == host)
             .values(trial_number=trial_number, claimed_at=time.time())
         )
         return self._execute(update) == 1

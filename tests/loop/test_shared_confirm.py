@@ -8,19 +8,23 @@ import io
 import random
 from pathlib import Path
 
+import pytest
+import sqlalchemy as sa
+
 from sweep.core.records import ATTR, Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.loop import wiring
-from sweep.loop.context import RunOptions
+from sweep.loop import fleet_confirm, wiring
+from sweep.loop.context import RunContext, RunOptions
 from sweep.loop.fleet_rounds import PLAN_ATTR, Plan, done, host_failed
 from sweep.loop.offline import Measurement, measurer_of
 from sweep.loop.progress import Display
+from sweep.loop.propose import Launch
 from sweep.loop.runner import Runner
 from sweep.loop.worker import SharedOptions
 from sweep.search.host_blocks import Job
 from sweep.server.executor.fake import FakeExecutor
 from sweep.store import read_records
-from sweep.store.claims import Claims, Lease
+from sweep.store.claims import Claims, Lease, claims_table
 from sweep.study import load_study
 from tests.support.studies import write_study
 
@@ -115,8 +119,9 @@ def test_claims_age_retag_and_live_hosts(tmp_path: Path) -> None:
     assert claims.claim("job", "a", -2, lambda owner: False) is None
     age = claims.age("job")
     assert age is not None and age < 60
-    assert claims.retag("job", -2, 7) and claims.owner("job") == 7
-    assert not claims.retag("job", -2, 8)  # no longer the placeholder's
+    assert not claims.retag("job", -2, 7, "b")  # a placeholder: the host tells whose it is
+    assert claims.retag("job", -2, 7, "a") and claims.owner("job") == 7
+    assert not claims.retag("job", -2, 8, "a")  # no longer the placeholder's
     lease = Lease(claims, "a")
     lease.acquire()
     try:
@@ -128,3 +133,34 @@ def test_claims_age_retag_and_live_hosts(tmp_path: Path) -> None:
     assert "job" in claims.held() and "confirm:0:0:0" not in claims.held()
     claims.claim("confirm:0:0:0", "a", 3, lambda owner: False)
     assert "confirm:0:0:0" not in claims.held()  # a relaunch is not a configuration
+
+
+def test_a_job_taken_over_while_its_trial_was_created_is_not_launched_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose relaunch trial took longer to create than the grace finds the job's
+    claim taken over by another worker (stale placeholder): it must not launch it too."""
+    runner = shared_run(tmp_path, seed=1)
+    claims = runner.ctx.stores.claims
+    real = fleet_confirm.relaunch
+    taken: list[str] = []
+
+    def slow_relaunch(run: RunContext, key: str) -> Launch:
+        launch = real(run, key)
+        if not taken:  # meanwhile worker "b" takes the job over (its claim a placeholder too)
+            c = claims_table.c
+            mine = (c.study_name == claims.study_name) & (c.trial_number == fleet_confirm.PENDING)
+            rows = claims._read(lambda conn: conn.execute(sa.select(c.key).where(mine)).all())
+            marker = next(str(k) for (k,) in rows if ":plan" not in str(k))
+            claims._execute(
+                claims_table.update().where(c.key == marker).values(host="b", claimed_at=0.0)
+            )
+            taken.append(key)
+        return launch
+
+    monkeypatch.setattr(fleet_confirm, "relaunch", slow_relaunch)
+    runner.run()
+    records = read_records(runner.ctx.stores.trials) + read_records(runner.ctx.stores.baselines)
+    given_up = [r for r in records if r.kind is Kind.IN_FLIGHT]
+    assert taken and [r.key for r in given_up] == [taken[0]]
+    assert given_up[0].host == "local"

@@ -7,6 +7,7 @@ from sweep.core.prediction import Prediction
 from sweep.core.records import Failure, Kind, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.answer import (
+    DROPPED,
     EXTENSION,
     answer_heading,
     answer_of,
@@ -42,6 +43,9 @@ def test_a_not_confident_answer_says_what_would_decide_and_prints_no_tie() -> No
     text = answer_text(stored)
     assert "tie of" not in text
     assert "NOT confident (budget spent): about " in text and text.endswith(" would decide")
+    # a fleet answer decided because every host failed the relaunches that would decide it
+    dropped = answer_text({**stored, "stopped_by": DROPPED})
+    assert "NOT confident (relaunches failed on every host): about " in dropped
 
 
 def test_a_not_confident_answer_named_with_the_model_says_so_in_the_report() -> None:
