@@ -20,9 +20,10 @@ The first proposal is the configuration the priors alone predict best. While the
 be trusted (fewer than ``n_startup`` launches, or nothing feasible yet), it proposes a
 space-filling point instead (the untried configuration farthest from every tried one:
 :mod:`sweep.search.space_filling`). When the model is found wrong (a launch far from its
-prediction, :mod:`sweep.search.misfit`, or residuals above ``misfit`` launch σ), it climbs
-by measurement: an untried neighbour of the best measured configuration that has one
-(:mod:`sweep.search.climb`).
+prediction, :mod:`sweep.search.misfit`, or residuals above ``misfit`` launch σ), it first
+launches what the refit predicts a leap above the best measured configuration
+(:func:`sweep.search.promises.leaps`, until 4 leaps missed), then climbs by measurement: an
+untried neighbour of the best measured configuration that has one (:mod:`sweep.search.climb`).
 
 See docs/search.md.
 """
@@ -98,6 +99,7 @@ class PhysicsSampler(ConfigSampler):
         self.climb = Climb(self.candidates, self.index)
         self.neighbours = self.climb.neighbours
         self.min_launches = stopping.MIN_SEARCH_LAUNCHES
+        self.leaping = False  # the proposal being made is a leap (recorded with it)
 
     def history(self, study: Study, skip: int | None = None) -> History:
         return self.with_memory(
@@ -130,6 +132,10 @@ class PhysicsSampler(ConfigSampler):
         the configuration's own launches (:func:`sweep.search.predictions.holdout`)."""
         return self.model.holdout(self.history(study), keys)
 
+    def missed(self, study: Study, history: History) -> int:
+        """Leaps proposed that missed (:func:`sweep.search.promises.missed_leaps`)."""
+        return promises.missed_leaps(current_trials(study), self.matcher, history)
+
     def surprise(self, study: Study, history: History | None = None) -> float:
         """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
         history = history or self.history(study)
@@ -146,7 +152,11 @@ class PhysicsSampler(ConfigSampler):
         untried = self.untried(history)
         verdict = stopping.measured_stop(history, untried, self.climb, launches)
         passes = verdict and promises.leap(
-            history, untried, self.index, lambda: self.predict(history)[1]
+            history,
+            untried,
+            self.index,
+            lambda: self.predict(history)[1],
+            self.missed(study, history),
         )
         if verdict is not None and not passes:
             return verdict
@@ -184,6 +194,10 @@ class PhysicsSampler(ConfigSampler):
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
             # mean still promises, then the climb (the model only orders them)
+            jumps = [] if uncovered else self._leaps(study, history, untried, mean)
+            if jumps:  # the refit's strongest claim, tested first (a miss is a surprise)
+                self.leaping = True
+                return self._best(jumps, mean, sd)
             near = uncovered or self.climb.untried_neighbours(history)
             picks = near or promises.promised(untried, self.index, history, mean, sd)
             return self._best(picks or self.climb.frontier(history) or untried, mean, sd)
@@ -199,6 +213,15 @@ class PhysicsSampler(ConfigSampler):
         pool = np.array(plausible)
         upper = mean[pool] + self.kappa * sd[pool]
         return self.candidates[int(pool[int(np.argmax(upper))])]
+
+    def _leaps(
+        self, study: Study, history: History, untried: list[Candidate], mean: np.ndarray
+    ) -> list[Candidate]:
+        """What the model, found wrong and refitted, predicts a leap above the best measured
+        configuration (:func:`promises.leaps`), while leaps are left."""
+        if not promises.leaps_left(history, self.missed(study, history)):
+            return []
+        return promises.leaps(untried, self.index, history, mean)
 
     def _best(self, pool: Sequence[Candidate], mean: np.ndarray, sd: np.ndarray) -> Candidate:
         rows = np.array([self.index[c.key] for c in pool])
@@ -236,9 +259,15 @@ class PhysicsSampler(ConfigSampler):
         if self._last is not None:
             mean, sd = self._last
             i = self.index[pick.key]
-            predicted = {"mean": float(math.exp(mean[i])), "sd": float(math.exp(mean[i]) * sd[i])}
+            predicted: dict[str, object] = {
+                "mean": float(math.exp(mean[i])),
+                "sd": float(math.exp(mean[i]) * sd[i]),
+            }
+            if self.leaping:
+                predicted["leap"] = True
             set_system_attr(study, trial, PREDICTED_ATTR, predicted)
             self._last = None
+        self.leaping = False
 
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:

@@ -9,16 +9,18 @@ leap that lets a stall pass.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+from optuna.trial import FrozenTrial
 
 from sweep.search import stopping
 from sweep.search.candidates import Candidate
-from sweep.search.history import History
+from sweep.search.config_sampler import PREDICTED_ATTR
+from sweep.search.history import History, Matcher
 
 STALL_LEAP = 0.02  # a stall does not end the search while the model's mean promises this
-LEAP_LAUNCHES = 4  # launches a leap may add past a stall twice as long
+LEAP_LAUNCHES = 4  # leaps that missed before the model's leaps are no longer followed
 PROMISE_Z = 1.0  # once the model is found wrong, an untried configuration whose mean + 1 sd
 # (widened) beats the best measured one's predicted value is still launched
 
@@ -58,16 +60,49 @@ def leap(
     untried: Sequence[Candidate],
     index: Mapping[str, int],
     mean: Callable[[], np.ndarray],
+    missed: int = 0,
 ) -> bool:
-    """After a stall (up to :data:`LEAP_LAUNCHES` past one twice as long), whether the
-    model — refitted to everything, a verify step placed or not; ``mean`` gives its
-    predictions, asked only then — predicts an untried configuration more than
-    :data:`STALL_LEAP` above the best measured one's predicted value: a flat top's promises
-    are within noise, a step found late points past the stall's reach."""
-    if not untried or not stopping.stalled(history):
+    """After a stall, whether the model — refitted to everything, a verify step placed or
+    not; ``mean`` gives its predictions, asked only then — predicts an untried configuration
+    more than :data:`STALL_LEAP` above the best measured one's predicted value (a flat top's
+    promises are within noise, a step found late points past the stall's reach), while
+    fewer than :data:`LEAP_LAUNCHES` leaps (``missed``: :func:`missed_leaps`) have missed."""
+    if not untried or not stopping.stalled(history) or not leaps_left(history, missed):
         return False
-    if stopping.stalled(history, 2 * stopping.STALL + LEAP_LAUNCHES):
+    return bool(leaps(untried, index, history, mean()))
+
+
+def leaps_left(history: History, missed: int) -> bool:
+    """Leaps may still be launched: fewer than :data:`LEAP_LAUNCHES` missed, and the stall is
+    not longer than twice :data:`~sweep.search.stopping.STALL` plus twice that (a bound
+    whatever the model promises)."""
+    if missed >= LEAP_LAUNCHES:
         return False
-    predicted = mean()
-    best = max(predicted[index[k]] for k in history.eligible())
-    return any(predicted[index[c.key]] > best + math.log1p(STALL_LEAP) for c in untried)
+    return not stopping.stalled(history, 2 * stopping.STALL + 2 * LEAP_LAUNCHES)
+
+
+def leaps(
+    untried: Sequence[Candidate], index: Mapping[str, int], history: History, mean: np.ndarray
+) -> list[Candidate]:
+    """The untried configurations the model's mean predicts more than :data:`STALL_LEAP`
+    above the best measured configuration's predicted value."""
+    best = max(mean[index[k]] for k in history.eligible())
+    return [c for c in untried if mean[index[c.key]] > best + math.log1p(STALL_LEAP)]
+
+
+def missed_leaps(trials: Iterable[FrozenTrial], matcher: Matcher, history: History) -> int:
+    """How many configurations proposed as a leap (the prediction recorded with the
+    proposal, ``sweep.search.predicted``, has ``leap`` set) did not beat, on their first
+    launch, the best first launch before them."""
+    leapt = set()
+    for t in trials:
+        predicted, key = t.system_attrs.get(PREDICTED_ATTR), matcher.key_of(t)
+        if isinstance(predicted, dict) and predicted.get("leap") and key is not None:
+            leapt.add(key)
+    firsts = sorted((v[0].trial, v[0].value, k) for k, v in history.eligible().items())
+    missed, best = 0, -math.inf
+    for _, value, key in firsts:
+        if key in leapt and value <= best:
+            missed += 1
+        best = max(best, value)
+    return missed
