@@ -39,12 +39,21 @@ noise by draft TP) are not in the default run either; ``--landscapes unseen`` pr
 figures (``*_unseen``) and one line per landscape (``within_1pct_rate_<name>``: worst miss,
 confident and confident-wrong answers, launches median/max per space).
 
+Blind landscapes (:func:`tests.perf.search_play.blind_landscapes`: optima on the space's
+edges — 10 steps, 16 draft tokens, 1 step — and regions whose launches fail for no memory
+reason — topk-4 trees that crash serving, a draft TP 8 whose NCCL initialisation fails) are
+scored the same way by ``--landscapes blind`` (``*_blind`` and a line per landscape); a
+launch a landscape fails (:func:`tests.perf.search_play.injected_failure`) counts as a
+server start, is reported to the loop with the failure's kind (``crashed_while_serving``,
+``nccl_init``: kinds the loop takes as transient) and cannot be the optimum.
+
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
-answer's reason, and what would decide it; with ``--trace`` every launch it made, its true
-ratio to the optimum and the prediction before it), ``--confirm "confidence = 0.9"`` runs the
-studies with that ``[confirm]`` section, ``--bad-launches 0.1`` makes one launch in ten
-8 % slow on top of the noise (a noisy neighbour, a throttled GPU), ``--drift 0.04`` slows
+answer's reason, and what would decide it, or why a run without an answer stopped; with
+``--trace`` every launch it made, its true ratio to the optimum and the prediction before
+it), ``--confirm "confidence = 0.9"`` runs the studies with that ``[confirm]`` section,
+``--bad-launches 0.1`` makes one launch in ten 8 % slow on top of the noise (a noisy
+neighbour, a throttled GPU), ``--drift 0.04`` slows
 the host by 4 % every 40 server starts (a host warming up over the night), ``--hetero
 0.7`` gives each configuration its own launch sd, 2 % × e^N(0, 0.7) (some configurations
 are noisier than others).
@@ -79,7 +88,9 @@ from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
 from tests.perf.figures import Figure
 from tests.perf.search_play import (
+    blind_landscapes,
     heldout_landscapes,
+    injected_failure,
     memory_landscapes,
     misfit_landscapes,
     random_misfit_landscapes,
@@ -118,6 +129,7 @@ SPACES = {
 HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
 RANDOM = "random"  # --landscapes random: random landscapes with random misfit shapes
 UNSEEN = "unseen"  # --landscapes unseen: shapes no other set has (search_play.unseen_landscapes)
+BLIND = "blind"  # --landscapes blind: shapes none of the others has (search_play.blind_landscapes)
 
 
 def landscapes() -> dict[str, Profile]:
@@ -128,7 +140,7 @@ def landscapes() -> dict[str, Profile]:
 def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
     every = landscapes() | memory_landscapes() | heldout_landscapes()
-    return every | random_misfit_landscapes() | unseen_landscapes()
+    return every | random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -147,11 +159,12 @@ def chosen(names: Sequence[str]) -> list[str]:
             HELDOUT: list(heldout_landscapes()),
             RANDOM: list(random_misfit_landscapes()),
             UNSEEN: list(unseen_landscapes()),
+            BLIND: list(blind_landscapes()),
         }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                expected = f"{HELDOUT}, {RANDOM}, {UNSEEN} or one of {sorted(known)}"
+                expected = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
                 out.append(one)
@@ -164,7 +177,8 @@ _TRUTHS: dict[tuple[str, str], tuple[float, float]] = {}
 def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, float]:
     """Noise-free (decode tok/s, accept length) of a resolved configuration on landscape
     ``name`` (kept: a large space's optimum costs seconds to find); (0, 1) when it does not
-    fit in memory (:func:`out_of_memory`)."""
+    fit in memory (:func:`out_of_memory`) or the landscape fails its launch
+    (:func:`tests.perf.search_play.injected_failure`)."""
     key = (name, config.key())
     if key not in _TRUTHS:
         _TRUTHS[key] = _truth(profile, config)
@@ -174,7 +188,7 @@ def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, floa
 def _truth(profile: Profile, config: TrialConfig) -> tuple[float, float]:
     if not config.speculative:  # a control's flags speed the target too
         return model.predict(profile, SimConfig(), 1, env=dict(config.env)).decode_tok_s, 1.0
-    if out_of_memory(profile, config):
+    if out_of_memory(profile, config) or injected_failure(profile, _sim(config)):
         return 0.0, 1.0
     p = model.predict(profile, _sim(config), 1, env=dict(config.env))
     return p.decode_tok_s, p.accept_length
@@ -219,6 +233,10 @@ class Run:
     def unseen(self) -> bool:
         return self.landscape.startswith("unseen-")
 
+    @property
+    def blind(self) -> bool:
+        return self.landscape.startswith("blind-")
+
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
@@ -250,6 +268,8 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         starts[0] += 1
         if out_of_memory(profile, config):
             return MeasurementFailure("oom", "CUDA out of memory (capturing CUDA graphs)")
+        if config.speculative and (kind := injected_failure(profile, _sim(config))):
+            return MeasurementFailure(kind, FAILURE_MESSAGES.get(kind, kind))
         value, accept = truth(profile, config, name)
         value *= rng.gauss(1.0, launch_sd(config, seed, profile)) * rng.gauss(1.0, WITHIN_SD)
         value *= 1 - DRIFT * (starts[0] - 1) / DRIFT_STARTS
@@ -258,14 +278,15 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         accept_length = accept * rng.gauss(1.0, ACCEPT_SD) if config.speculative else None
         return Measurement(value, accept_length, 1.96 * WITHIN_SD * value)
 
-    run_with_measurements(study, measure)
+    summary = run_with_measurements(study, measure)
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     records = read_records(optuna_study)
     configs = {r.key: r.config for r in records if r.key and r.config}
     configs[BASELINE_KEY] = TrialConfig.baseline()
     configs.update(controls)
-    ratio, confident, reason = 0.0, False, ""
+    ratio, confident = 0.0, False
+    reason = "" if answer else f"no answer: {summary.stop_reason}"  # e.g. a failure streak
     if answer:
         reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"
         reason += f" reps={len(answer.get('replicates') or ())}"
@@ -313,6 +334,11 @@ def trace_lines(
         )
     return tuple(lines)
 
+
+FAILURE_MESSAGES = {  # what the simulated server's log says for a landscape's injected failure
+    "crashed_while_serving": "CUDA error: an illegal memory access was encountered",
+    "nccl_init": "torch.distributed.DistBackendError: NCCL error",
+}
 
 STARTED = frozenset({State.MEASURED, State.INFEASIBLE, State.FAILED})  # a server was started
 
@@ -384,18 +410,22 @@ def errors(rs: Sequence[Run], informed: int = 0) -> float:
 
 def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     """The default run's figures (shipped and misfit landscapes), then the held-out
-    landscapes' own (``*_heldout``) and the unseen ones' (``*_unseen``, with a line per
-    landscape), each only when it has runs."""
+    landscapes' own (``*_heldout``), the unseen ones' and the blind ones' (``*_unseen``,
+    ``*_blind``, each with a line per landscape), each only when it has runs."""
     held = [r for r in all_runs if r.heldout]
     unseen = [r for r in all_runs if r.unseen]
-    default = [r for r in all_runs if not (r.heldout or r.unseen)]
+    blind = [r for r in all_runs if r.blind]
+    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind)]
     if default:
         yield from _default_figures(default)
     if held:
         yield from heldout_figures(held)
     if unseen:
-        yield from heldout_figures(unseen, "unseen")
+        yield from heldout_figures(unseen, UNSEEN)
         yield from per_landscape(unseen)
+    if blind:
+        yield from heldout_figures(blind, BLIND)
+        yield from per_landscape(blind)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
@@ -484,7 +514,8 @@ def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
 
 
 def heldout_figures(held: Sequence[Run], group: str = HELDOUT) -> Iterator[Figure]:
-    """The held-out (or unseen) landscapes' figures (issue 21), apart from the default run's."""
+    """The held-out (or unseen, or blind) landscapes' figures (issue 21), apart from the
+    default run's."""
     seeds = len({r.seed for r in held})
     what = "held-out" if group == HELDOUT else group
     where = f"{len({r.landscape for r in held})} {what} landscapes, the loop seam, {seeds} seeds"

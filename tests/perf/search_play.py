@@ -42,7 +42,7 @@ from sweep.search.config_sampler import PREDICTED_ATTR, REPLICATE_ATTR
 from sweep.search.history import ACCEPT_LENGTH_ATTR, KIND_ATTR, STDERR_ATTR, Matcher
 from sweep.sim import model
 from sweep.sim.model import SimConfig
-from sweep.sim.profile import NcclRule, Profile, load_profile
+from sweep.sim.profile import FailureRule, NcclRule, Profile, load_profile
 from sweep.study import parse_study
 from sweep.study.model import Study
 from tests.support.search_helpers import valid_candidates
@@ -291,12 +291,101 @@ def unseen_landscapes() -> dict[str, Profile]:
     }
 
 
+def blind_landscapes() -> dict[str, Profile]:
+    """Five landscapes of shapes none of the sets above has, each a plausible 8-GPU SGLang
+    EAGLE deployment (``--landscapes blind`` in bench_answer; ``python -m
+    tests.perf.search_play --truth blind`` prints their optima). The spaces search draft TP
+    1 and 8 only, so a draft TP 2 or 4 optimum cannot be posed:
+
+    - ``blind-edge-steps``: a draft that agrees very often and keeps agreeing (acceptance
+      0.93, × 0.99 per position: accept length 6.8 at 10 steps, as EAGLE-3 reports on code)
+      and a cheap one-layer draft step (0.3 ms): the optimum sits on the space's edge, 10
+      steps (9 steps −1.8 % on the small space, −1.2 % on the large);
+    - ``blind-edge-tokens``: acceptance flat over depth (decay 1) with siblings that catch
+      half the misses and dear branches (0.3 ms): on the large space the optimum is the edge
+      of draft tokens (8 steps, topk 2, 16 tokens; 15 tokens −0.6 %); on the small space the
+      chains are a wide plateau (6-10 steps within 1.7 %);
+    - ``blind-mtp-one``: a draft trained for one position (a DeepSeek-style multi-token
+      prediction module, second-token acceptance ~0.88) reused for later ones, where it
+      accepts 0.15 times as often (``acceptance.horizon`` = 1; accept length 1.88 at 1
+      step, 1.97 at 2): the optimum is the space's lower edge, 1 step (2 steps −0.7 % on
+      the small space; on the large, 1 step at draft TP 8 −1.7 %, 2 steps −2.0 %);
+    - ``blind-tree-crash``: ``tree`` whose topk-4 trees crash at the first request
+      (``crash_after_requests``: an illegal memory access in the tree kernel, as in
+      sgl-project/sglang#6309), at every draft TP: the server starts and is ready, then dies
+      serving — a failure the tool cannot tell from a transient one (half the large
+      space). The unconstrained optimum (3 steps, topk 4, 13 tokens) is out; the answer is
+      2 steps, topk 2, 5 tokens at draft TP 8 (draft TP 1 −0.4 %, 3 steps −1 %); the small
+      space (chains) keeps ``tree``'s 2-step chain;
+    - ``blind-tp8-nccl``: ``synthetic-tp8-wins`` (draft TP 8 best by 10 %) on a host where
+      the draft's own 8-GPU communicator fails NCCL initialisation (``nccl_init`` on every
+      draft-TP-8 launch): only draft TP 1 (and no speculation) can answer, 3 steps (4
+      steps −0.8 % on the small space, −1.7 % on the large).
+    """
+    high, tree, default = (
+        load_profile("high-acceptance"),
+        load_profile("tree"),
+        load_profile("default"),
+    )
+    crash = FailureRule(
+        "crash_after_requests", match={"speculative_eagle_topk": 4}, after_requests=1
+    )
+    no_tp8 = FailureRule("nccl_init", match={"speculative_draft_tp_size": 8})
+    return {
+        "blind-edge-steps": _perturb(
+            high,
+            acceptance={"first": 0.93, "decay": 0.99},
+            draft={
+                "compute_ms": 0.3,
+                "allreduce_ms": {"1": 0.0, "2": 0.15, "4": 0.2, "8": 0.25},
+                "topk_ms": 0.3,
+            },
+            timing={"spec_overhead_ms": 1.2, "token_ms": 0.12},
+        ),
+        "blind-edge-tokens": _perturb(
+            default,
+            acceptance={"first": 0.8, "decay": 1.0, "sibling_gain": 0.5},
+            draft={"topk_ms": 0.3, "compute_ms": 0.5},
+            timing={"spec_overhead_ms": 2.0},
+        ),
+        "blind-mtp-one": _perturb(
+            default, acceptance={"first": 0.88, "horizon": 1, "horizon_factor": 0.15}
+        ),
+        "blind-tree-crash": tree.replace(failures=(crash,)),
+        "blind-tp8-nccl": landscapes()["synthetic-tp8-wins"].replace(failures=(no_tp8,)),
+    }
+
+
+LAUNCH_FAILURES = {  # a profile's failure rules that fail a launch, and the loop's kind for it
+    "crash_after_requests": "crashed_while_serving",
+    "nccl_init": "nccl_init",
+    "oom_capture": "oom",
+}
+
+
+def injected_failure(profile: Profile, config: SimConfig) -> str | None:
+    """The failure kind (:mod:`sweep.failures`) of the first ``[[failure]]`` rule of the
+    profile that fails a launch of ``config`` as the simulated server would (matched on its
+    resolved arguments), or None."""
+    if not config.speculative:
+        return None
+    resolved = {
+        "tp_size": config.tp_size,
+        "speculative_num_steps": config.num_steps,
+        "speculative_eagle_topk": config.eagle_topk,
+        "speculative_num_draft_tokens": config.num_draft_tokens,
+        "speculative_draft_tp_size": config.draft_tp_size,
+    }
+    kinds = (LAUNCH_FAILURES.get(r.kind) for r in model.matching_failures(profile, resolved))
+    return next((kind for kind in kinds if kind), None)
+
+
 def truth_lines(name: str, profile: Profile, space: Space, top: int = 2) -> list[str]:
     """The ``top`` best configurations of ``space`` on a landscape, noise-free, each with
-    its ratio to the optimum, and how many are within 1 % of it."""
-    values = sorted(
-        ((truth(profile, c)[0], c.key) for c in valid_candidates(space.study)), reverse=True
-    )
+    its ratio to the optimum, and how many are within 1 % of it (configurations whose
+    launch the profile fails, :func:`injected_failure`, left out)."""
+    launching = [c for c in valid_candidates(space.study) if not injected_failure(profile, _sim(c))]
+    values = sorted(((truth(profile, c)[0], c.key) for c in launching), reverse=True)
     best = values[0][0]
     lines = [
         f"{space.name:5s} {name:24s} #{i + 1} {key:28s} {value:7.2f} tok/s ({value / best:.4f})"
@@ -375,9 +464,12 @@ def truth(profile: Profile, c: Candidate | None) -> tuple[float, float]:
     if c is None:
         return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
     env = dict(kv.split("=", 1) for kv in c.extras.split(",")) if c.extras else {}
-    sim = SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, c.target_tp, c.draft_tp)
-    p = model.predict(profile, sim, 1, env=env)
+    p = model.predict(profile, _sim(c), 1, env=env)
     return p.decode_tok_s, p.accept_length
+
+
+def _sim(c: Candidate) -> SimConfig:
+    return SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, c.target_tp, c.draft_tp)
 
 
 @dataclass
@@ -617,7 +709,7 @@ def main() -> None:
     parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
     parser.add_argument(
-        "--truth", default="", help="print optima: heldout, misfit, unseen or names"
+        "--truth", default="", help="print optima: heldout, misfit, unseen, blind or names"
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -650,11 +742,12 @@ def main() -> None:
 
 def _print_truths(which: str, space_names: str) -> None:
     every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
-    every |= unseen_landscapes()
+    every |= unseen_landscapes() | blind_landscapes()
     sets = {
         "heldout": heldout_landscapes(),
         "misfit": misfit_landscapes(),
         "unseen": unseen_landscapes(),
+        "blind": blind_landscapes(),
     }
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
     for space in spaces():

@@ -3,12 +3,24 @@ benchmark keeps their figures apart from the default run's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import optuna
 import pytest
 
-from sweep.core.space import TrialConfig
+from sweep.core.space import TrialConfig, plan
+from sweep.engines import rules_for
 from sweep.search.candidates import Candidate
+from sweep.store import read_records
 from tests.perf import bench_answer
-from tests.perf.search_play import heldout_landscapes, spaces, truth, unseen_landscapes
+from tests.perf.search_play import (
+    blind_landscapes,
+    heldout_landscapes,
+    injected_failure,
+    spaces,
+    truth,
+    unseen_landscapes,
+)
 from tests.support.search_helpers import valid_candidates
 
 SPACES = {space.name: space for space in spaces()}
@@ -87,7 +99,9 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen(["heldout"]) == list(heldout_landscapes())
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
-    with pytest.raises(ValueError, match="unknown 'nope'; expected heldout, random, unseen or"):
+    with pytest.raises(
+        ValueError, match="unknown 'nope'; expected heldout, random, unseen, blind or"
+    ):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
     assert len(random) == 30 and all(name.startswith("heldout-random-") for name in random)
@@ -131,3 +145,55 @@ def test_the_unseen_landscapes_have_the_shapes_they_are_named_for() -> None:
     assert (noisy.launch_cv_for(8), noisy.launch_cv_for(1)) == (0.04, 0.01)
     config = TrialConfig(6, 1, 7, 8)
     assert bench_answer.launch_sd(config, 0, unseen_landscapes()["unseen-noisy-tp8"]) == 0.04
+
+
+def test_the_blind_landscapes_are_a_group_of_their_own() -> None:
+    blind = bench_answer.chosen(["blind"])
+    assert blind == list(blind_landscapes()) and len(blind) == 5
+    assert not set(blind) & set(bench_answer.landscapes())  # the default run is unchanged
+    run = bench_answer.Run("blind-edge-steps", "small", 0.98, True, 14, ((0.02, 4),))
+    figures = list(bench_answer.figures_of([run]))
+    assert [f.figure_id for f in figures][:2] == [
+        "winner_within_1pct_rate_blind",
+        "confident_wrong_count_blind",
+    ]
+    assert figures[-1].figure_id == "within_1pct_rate_blind-edge-steps"
+    assert "confident and > 1 % off 1" in figures[-1].what
+
+
+def test_the_blind_landscapes_have_the_shapes_they_are_named_for() -> None:
+    def best(name: str, space: str) -> str:
+        study = SPACES[space].study  # the benchmark's truth: 0 for a launch the landscape fails
+        valid = plan(study, rules_for(study)).valid
+        profile = blind_landscapes()[name]
+        return max((bench_answer.truth(profile, c, name)[0], c.key()) for c in valid)[1]
+
+    assert best("blind-edge-steps", "small") == "s10-k1-d11-tp1[]"  # the space's edge
+    assert best("blind-edge-tokens", "large") == "s8-k2-d16-tp1[NCCL_PROTO=LL]"
+    assert best("blind-mtp-one", "small") == "s1-k1-d2-tp1[]"
+    assert best("blind-tree-crash", "large") == "s2-k2-d5-tp8[NCCL_PROTO=LL]"  # not topk 4
+    assert best("blind-tp8-nccl", "small") == "s3-k1-d4-tp1[]"  # draft TP 8 would win
+
+
+def test_a_landscape_fails_the_launches_its_failure_rules_match() -> None:
+    crash, nccl = blind_landscapes()["blind-tree-crash"], blind_landscapes()["blind-tp8-nccl"]
+    tree4 = TrialConfig(3, 4, 13, 1)
+    assert injected_failure(crash, bench_answer._sim(tree4)) == "crashed_while_serving"
+    assert injected_failure(crash, bench_answer._sim(TrialConfig(3, 2, 7, 1))) is None
+    assert injected_failure(nccl, bench_answer._sim(TrialConfig(3, 1, 4, 8))) == "nccl_init"
+    assert injected_failure(nccl, bench_answer._sim(TrialConfig.baseline())) is None
+    assert bench_answer.truth(crash, tree4, "blind-tree-crash")[0] == 0.0
+
+
+def test_the_benchmark_reports_a_failed_launch_to_the_loop(tmp_path: Path) -> None:
+    # blind-tp8-nccl: every draft-TP-8 launch fails NCCL initialisation; measured as if it
+    # had started, it would be stored as a measurement (of 0 tok/s)
+    profile = blind_landscapes()["blind-tp8-nccl"]
+    bench_answer.one_run("small", "blind-tp8-nccl", profile, 0, tmp_path)
+    name = "answer-small-blind-tp8-nccl-0"
+    study = optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path / name}.db")
+    records = read_records(study)
+    failed = [r for r in records if r.failure is not None]
+    assert failed and {r.failure.kind for r in failed if r.failure} == {"nccl_init"}
+    assert all(r.config and r.config.draft_tp == 8 for r in failed)
+    assert not [r for r in records if r.measured and r.config and r.config.draft_tp == 8]
