@@ -101,6 +101,24 @@ configuration. The run stops at once, without retries, and the configuration is 
 (the next run tries it again); ``sweep.core.outcome.FATAL_KINDS`` holds their values."""
 
 
+SETTING_FAULTS = frozenset(
+    {
+        FailureKind.NCCL_INIT,
+        FailureKind.STARTUP_TIMEOUT,
+        FailureKind.CRASHED_DURING_START,
+        FailureKind.CRASHED_AFTER_READY,
+        FailureKind.CRASHED_WHILE_SERVING,
+        FailureKind.REJECTED_FLAGS,
+        FailureKind.ILLEGAL_TREE,
+    }
+)
+"""Kinds that may follow a setting of the configuration (a draft TP whose communicator cannot
+start, a topk whose kernel crashes, a flag the build refuses), not the host: failed launches
+of these kinds start a health check before the failure streak stops the run
+(:func:`sweep.core.outcome.health_check_due`), and the search stops proposing a setting that
+keeps failing (:mod:`sweep.search.failing`)."""
+
+
 HOST_FAULTS = STOPS_RUN | {FailureKind.GPU_BUSY}
 """Kinds that are the host's fault, not the configuration's: a configuration failed by one is
 never settled (the search and the next run may try it again). ``gpu_busy`` does not stop the

@@ -22,13 +22,15 @@ The rules, in the words of docs/running.md:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sweep.core.records import State, TrialRecord
-from sweep.failures import STOPS_RUN
+from sweep.core.records import Kind, State, TrialRecord
+from sweep.failures import SETTING_FAULTS, STOPS_RUN
 
 STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
+HEALTH_CHECKS = 3  # no-speculation relaunches a run may make to judge a failure streak
 # Failures every later launch would meet too: the run stops at once, without retries.
 FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
 
@@ -120,6 +122,38 @@ def failure_streak_stop(launches: Sequence[TrialRecord], limit: int) -> str:
         f"{n} launches in a row failed, retries included (last: {failure_text(launches[-1])}); "
         "the host looks unhealthy — what was measured is stored, `sweep run` resumes"
     )
+
+
+def health_check_due(launches: Sequence[TrialRecord], limit: int) -> bool:
+    """Whether a failure streak (:func:`failure_streak_stop`) first relaunches no speculation
+    to tell the host's fault from the configurations' own: when every failure of the streak
+    may follow a setting (:data:`sweep.failures.SETTING_FAULTS`: a crash, NCCL at init, a
+    start-up timeout), no speculation measured on this host in this run before it, the streak
+    holds no such check yet, and fewer than :data:`HEALTH_CHECKS` ran. A check that measures
+    ends the streak (the search goes on, and stops proposing a setting that keeps failing,
+    :mod:`sweep.search.failing`); one that fails too extends it, and the run stops."""
+    if not failure_streak_stop(launches, limit) or fatal_reason(launches[-1]):
+        return False
+    streak = []
+    for t in reversed(launches):
+        if not t.kind.launches:
+            continue
+        if t.state is not State.FAILED:
+            break
+        streak.append(t)
+    if any(t.kind is Kind.BASELINE for t in streak):
+        return False
+    if not all(t.failure is not None and t.failure.kind in SETTING_FAULTS for t in streak):
+        return False
+    before = launches[: len(launches) - len(streak)]
+    if not any(t.kind is Kind.BASELINE and t.state is State.MEASURED for t in before):
+        return False
+    checks = sum(
+        1
+        for prev, t in itertools.pairwise(x for x in launches if x.kind.launches)
+        if t.kind is Kind.BASELINE and prev.state is State.FAILED
+    )
+    return checks < HEALTH_CHECKS
 
 
 def attempts_left(launches: Sequence[TrialRecord], limit: int) -> int | None:

@@ -27,7 +27,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sweep.core.outcome import STOP_AFTER_FAILURES, failure_streak_stop, failure_text
+from sweep.core.outcome import (
+    STOP_AFTER_FAILURES,
+    failure_streak_stop,
+    failure_text,
+    health_check_due,
+)
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
@@ -260,6 +265,8 @@ def search_end(end: float | None, started: float, share: float) -> float | None:
 def next_step(seen: Seen, plan: Plan, limits: Limits, now: Now) -> Step:
     """What the search does next, from one snapshot of storage: stop, measure the baseline,
     apply the parser gate, wait for other workers, or propose a configuration."""
+    if health_check_due(seen.launches, limits.stop_after_failures):
+        return BaselineDue()  # the host's fault, or the configurations'? no speculation says
     stop = _stop(seen, plan, limits, now.monotonic)
     if stop is not None:
         return stop
@@ -331,7 +338,7 @@ def all_settled(records: Sequence[TrialRecord], ruled_out: int = 0) -> Stop:
     if len(records) - measured - infeasible:
         others.append(f"{len(records) - measured - infeasible} failed")
     if ruled_out:
-        others.append(f"{ruled_out} not launched (memory: see the warning)")
+        others.append(f"{ruled_out} not launched (memory, or a failing setting: see the warning)")
     tried = "tried or ruled out" if ruled_out else "tried"
     if measured:
         return Stop(f"every valid configuration ({n}) {tried}: {measured} measured, "

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from sweep.core.records import TrialRecord
 from sweep.loop.context import RunContext
-from sweep.search import memory
+from sweep.search import failing, memory
 from sweep.search.config_sampler import ConfigSampler
 
 NAMED = 6  # a line names this many configurations, then counts the rest
@@ -66,6 +66,34 @@ def not_launched_for_memory(run: RunContext) -> list[str]:
             "at the same draft TP, and wider, in draft tokens + steps x topk, than the middle "
             "of those below it the search had not settled): "
             f"{_by_cause(run, settled, bisected, 'below and past the middle under')}; {DOCS}"
+        )
+    return lines
+
+
+def not_launched_for_failures(run: RunContext) -> list[str]:
+    """One line per setting whose launches all failed (:mod:`sweep.search.failing`): the
+    configurations with it not launched, and the failures that made it suspect."""
+    sampler = run.stores.trials.sampler
+    if not isinstance(sampler, ConfigSampler):
+        return []
+    history = sampler.history(run.stores.trials)
+    if not history.avoided:
+        return []
+    settled = run.history().settled
+    bad = failing.suspects(sampler.candidates, history.failed, history.measured)
+    lines = []
+    for group, failed in sorted(bad.items()):
+        kept = sorted(k for k, c in history.avoided.items() if c in failed)
+        if not kept:
+            continue
+        setting = " and ".join(f"{name}={value}" for name, value in group)
+        trials = ", ".join(
+            f"trial {settled[k].number}" if k in settled else _label(run, k) for k in failed
+        )
+        lines.append(
+            f"{len(kept)} configuration(s) with {setting} not launched: every launch "
+            f"with it failed ({history.failed[failed[0]]}: {trials}) while others measured; "
+            "docs/search.md, 'A setting that keeps failing'"
         )
     return lines
 

@@ -17,7 +17,7 @@ from sweep.loop.confirm import confirm
 from sweep.loop.confirm_levels import confirm_levels
 from sweep.loop.context import RunContext
 from sweep.loop.fleet_confirm import confirm_shared
-from sweep.loop.not_launched import not_launched_for_memory
+from sweep.loop.not_launched import not_launched_for_failures, not_launched_for_memory
 from sweep.loop.propose import Launch, Told, baseline, propose, ruled_out
 from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
@@ -65,6 +65,7 @@ class Search:
                 case Stop(reason, failed):
                     run.summary.stopped(reason, failed)
                     run.summary.warnings += not_launched_for_memory(run)
+                    run.summary.warnings += not_launched_for_failures(run)
                     gate.finish(run)
                     return None if run.summary.failed_run else Confirm()
                 case BaselineDue():

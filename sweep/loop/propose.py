@@ -67,13 +67,15 @@ def control(run: RunContext, config: TrialConfig) -> Launch:
 
 def ruled_out(run: RunContext) -> dict[str, str]:
     """The untried configurations the search does not launch because they need at least the
-    memory of one that ran out (:func:`sweep.search.memory.ruled_out`), each with the key of
+    memory of one that ran out (:func:`sweep.search.memory.ruled_out`) or have a setting
+    whose launches all failed (:func:`sweep.search.failing.avoided`), each with the key of
     that one; none when the sampler does not propose whole configurations."""
     trials = run.stores.trials
     sampler = trials.sampler
     if not isinstance(sampler, ConfigSampler):
         return {}
-    return sampler.history(trials).ruled_out
+    history = sampler.history(trials)
+    return history.ruled_out | history.avoided
 
 
 def propose(run: RunContext, seen: History) -> Proposal:

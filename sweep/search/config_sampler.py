@@ -18,7 +18,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.core.records import ATTR
-from sweep.search import memory
+from sweep.search import failing, memory
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.history import History, Matcher, history_of
 from sweep.store.db import set_system_attr
@@ -56,10 +56,15 @@ class ConfigSampler(BaseSampler):
 
     def with_memory(self, history: History) -> History:
         """``history`` with the untried candidates that need at least the memory of one
-        that ran out ruled out (:func:`sweep.search.memory.ruled_out`)."""
+        that ran out ruled out (:func:`sweep.search.memory.ruled_out`), and those with a
+        setting whose launches all failed avoided (:func:`sweep.search.failing.avoided`)."""
         if history.out_of_memory:
             history.ruled_out = memory.ruled_out(
                 self.candidates, history.out_of_memory, history.tried(), history.measured
+            )
+        if history.failed:
+            history.avoided = failing.avoided(
+                self.candidates, history.failed, history.measured, history.tried()
             )
         return history
 

@@ -19,6 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweep.core.records import ATTR, FEASIBLE
 from sweep.failures import FailureKind
 from sweep.search.candidates import DRAFT_TOKENS_PARAM, Candidate
+from sweep.search.failing import CONFIG_KINDS
 
 # The names the loop stores on each trial (spelled once, in sweep.core.records).
 KIND_ATTR = ATTR.KIND
@@ -52,6 +53,11 @@ class History:
         ruled_out: untried keys that need at least the memory of one that ran out, each
             with that key (:mod:`sweep.search.memory`; set by the sampler, which knows the
             candidates): never proposed.
+        failed: keys whose launch failed for a reason that may follow a setting (a crash,
+            NCCL at init, a start-up timeout; refused flags, an illegal tree), with its kind.
+        avoided: untried keys with a setting whose launches all failed
+            (:mod:`sweep.search.failing`), each with a failed key that has it: never
+            proposed.
     """
 
     measured: dict[str, list[Measurement]] = field(default_factory=dict)
@@ -60,10 +66,18 @@ class History:
     pending: set[str] = field(default_factory=set)
     out_of_memory: set[str] = field(default_factory=set)
     ruled_out: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    avoided: dict[str, str] = field(default_factory=dict)
 
     def tried(self) -> set[str]:
-        """Keys not to propose as new: measured, infeasible, pending or ruled out."""
-        return set(self.measured) | self.infeasible | self.pending | set(self.ruled_out)
+        """Keys not to propose as new: measured, infeasible, pending, ruled out or avoided."""
+        return (
+            set(self.measured)
+            | self.infeasible
+            | self.pending
+            | set(self.ruled_out)
+            | set(self.avoided)
+        )
 
     def eligible(self) -> dict[str, list[Measurement]]:
         """Measured keys that may win (no violated constraint)."""
@@ -125,16 +139,21 @@ def history_of(
 
 
 def _note(out: History, key: str, t: FrozenTrial, accept_attr: str, stderr_attr: str) -> None:
+    failure = t.user_attrs.get(ATTR.FAILURE)
+    kind = str(failure.get("kind")) if isinstance(failure, dict) else ""
     if t.state is not TrialState.COMPLETE or t.value is None:
         if t.state is not TrialState.PRUNED:
             out.pending.add(key)
+        if t.state is TrialState.FAIL and kind in CONFIG_KINDS:
+            out.failed[key] = kind
         return
     constraints = t.constraints or {}
     if float(constraints.get(FEASIBLE, 0.0)) > 0:
         out.infeasible.add(key)
-        failure = t.user_attrs.get(ATTR.FAILURE)
-        if isinstance(failure, dict) and failure.get("kind") == FailureKind.OUT_OF_MEMORY:
+        if kind == FailureKind.OUT_OF_MEMORY:
             out.out_of_memory.add(key)
+        elif kind in CONFIG_KINDS:
+            out.failed[key] = kind
         return
     if any(float(v) > 0 for v in constraints.values()):
         out.violating.add(key)

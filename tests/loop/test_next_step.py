@@ -210,7 +210,7 @@ CASES = [
         "the rest is ruled out by memory: stop",
         Stop(
             "every valid configuration (3) tried or ruled out: 1 measured, 1 failed, "
-            "1 not launched (memory: see the warning)"
+            "1 not launched (memory, or a failing setting: see the warning)"
         ),
         trials=(measured("a"), failed("b", "out_of_memory")),
         ruled_out=frozenset({"c"}),

@@ -378,3 +378,38 @@ def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed
     again = optuna.load_study(study_name=study.name, storage=study.storage)
     measured = {t.user_attrs[ATTR.KEY] for t in again.trials if t.state.name == "COMPLETE"}
     assert key in measured
+
+
+def test_a_draft_tp_whose_launches_all_fail_is_avoided_and_the_run_still_answers(
+    tmp_path: Path,
+) -> None:
+    """Every draft TP 8 launch fails NCCL at init (draft TP 8 would otherwise win): the search
+    kept proposing draft TP 8, five failed attempts in a row stopped the run ("the host looks
+    unhealthy") and no answer was stored, though draft TP 1 launches fine."""
+    study = _study(
+        tmp_path,
+        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
+        engine='draft_tp_flag = "--speculative-draft-tp-size"',
+        confirm=True,
+    )
+    failed: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if config.speculative and config.draft_tp == 8:
+            failed.append(config)
+            return MeasurementFailure("nccl_init", "NCCL error: unhandled system error")
+        return (
+            _speed(config)
+            if config.num_steps <= 3 or not config.speculative
+            else Measurement(100.0 - 5 * config.num_steps, accept_length=1.5, half_width=0.5)
+        )
+
+    summary = run_with_measurements(study, measure)
+    assert not summary.failed_run, summary.stop_reason
+    assert len({c.key() for c in failed}) == 2  # two draft TP 8 configurations, then avoided
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert answer["winner"] == TrialConfig(3, 1, 4, 1).key()
+    (line,) = [w for w in summary.warnings if "draft_tp=8 not launched" in w]
+    assert "every launch with it failed (nccl_init: trial" in line
