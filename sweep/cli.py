@@ -29,6 +29,7 @@ from sweep.study.model import DEFAULT_WORKDIR
 
 if TYPE_CHECKING:
     from sweep.commands.launch import LaunchReport
+    from sweep.commands.status import StatusReport
     from sweep.loop.context import RunOptions, RunSummary
     from sweep.server.readiness import Event
     from sweep.study.model import Study
@@ -550,27 +551,34 @@ def status(
 
     Example: sweep status studies/demo-sim.toml; sweep status studies/demo-sim.toml --trial 7
     """
-    from rich.table import Table
-
     from sweep.commands.status import load_status
     from sweep.commands.trial_detail import load_trial, trial_detail
     from sweep.core.labels import parse_trial_label
-    from sweep.loop.checks import require_results, setup_change, setup_changed_error
-    from sweep.store.claims import live_run
+    from sweep.loop.checks import require_results
     from sweep.study import load_study
 
     study = load_study(study_file)
-    url = require_results(study, storage or None)  # never-run: says so, creates nothing
-    if trial:
-        if parse_trial_label(trial) is None:
-            raise typer.BadParameter("expected a trial number as the table shows it: 7, or b0")
+    if trial and parse_trial_label(trial) is None:
+        raise typer.BadParameter("expected a trial number as the table shows it: 7, or b0")
+    with _reading(study):
+        url = require_results(study, storage or None)  # never-run: says so, creates nothing
+        if trial:
+            with _storage_errors(url, "cannot read"):
+                record = load_trial(study, url, trial)
+            for line in trial_detail(record):
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
+            return
         with _storage_errors(url, "cannot read"):
-            record = load_trial(study, url, trial)
-        for line in trial_detail(record):
-            out.print(line, markup=False, highlight=False, soft_wrap=True)
-        return
-    with _storage_errors(url, "cannot read"):
-        report = load_status(study, url)
+            report = load_status(study, url)
+        _render_status(study_file, study, url, report)
+
+
+def _render_status(study_file: str, study: Study, url: str, report: StatusReport) -> None:
+    from rich.table import Table
+
+    from sweep.loop.checks import setup_change, setup_changed_error
+    from sweep.store.claims import live_run
+
     table = Table(title=escape(f"{report.study} ({_url(report.storage)})"))
     for column in (
         "#",
@@ -666,13 +674,14 @@ def report(
     from sweep.study import load_study
 
     study = load_study(study_file)
-    require_results(study, storage or None)
-    files = write_report(
-        study_file,
-        out or f"{study.name}-report",
-        formats=format.split(","),
-        storage=storage or None,
-    )
+    with _reading(study):
+        require_results(study, storage or None)
+        files = write_report(
+            study_file,
+            out or f"{study.name}-report",
+            formats=format.split(","),
+            storage=storage or None,
+        )
     print(
         f"report: {files.html}\nmarkdown: {files.markdown}\n{len(files.figures)} figure "
         f"files and {len(files.data)} data files in {files.folder}"
@@ -694,9 +703,11 @@ def compare(
     from sweep.loop.checks import require_results
     from sweep.study import load_study
 
-    for study_file in study_files:
-        require_results(load_study(study_file))
-    files = write_comparison(study_files, out, formats=format.split(","))
+    studies = [load_study(study_file) for study_file in study_files]
+    with _reading(*studies):
+        for study in studies:
+            require_results(study)
+        files = write_comparison(study_files, out, formats=format.split(","))
     print(f"comparison: {files.html}\nmarkdown: {files.markdown}")
 
 
@@ -726,10 +737,11 @@ def export(
             f"--out {out!r} names a .{suffix} file but --format is {format}", param_hint="--out"
         )
     study = load_study(study_file)
-    require_results(study, storage or None)
-    path = export_trials(
-        study_file, out or f"{study.name}-trials.{format}", format, storage=storage or None
-    )
+    with _reading(study):
+        require_results(study, storage or None)
+        path = export_trials(
+            study_file, out or f"{study.name}-trials.{format}", format, storage=storage or None
+        )
     print(f"wrote {path}")
 
 
@@ -744,6 +756,21 @@ def _storage_errors(url: str, doing: str = "cannot use") -> contextlib.AbstractC
     from sweep.store import storage_errors
 
     return storage_errors(url, doing)
+
+
+def _reading(*studies: Study) -> contextlib.AbstractContextManager[None]:
+    """A read command's storage calls wait for a restarting database (reached before or not),
+    up to 30 s or the studies' shortest ``storage_retry``, saying so on stderr."""
+    from sweep.store import patience, reading_patience
+
+    seconds = min(study.storage_retry_s for study in studies)
+    return patience(reading_patience(seconds, _say_on_stderr))
+
+
+def _say_on_stderr(line: str) -> None:
+    from sweep.redact import redact_message
+
+    err.print(f"[yellow]note:[/yellow] {escape(redact_message(line))}")
 
 
 def _collect_no_garbage() -> None:

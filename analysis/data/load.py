@@ -26,7 +26,7 @@ from sweep.core.records import ATTR, Kind
 from sweep.core.records import StudyInfo as StoredInfo
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
-from sweep.store import baseline_study_name, schedule_study_name
+from sweep.store import baseline_study_name, schedule_study_name, sqlite_file
 from sweep.store import load_samples as stored_samples
 from sweep.store import read as stored
 from sweep.study import load_study, parse_study
@@ -301,13 +301,13 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def _read(ref: StudyRef, read: Callable[[str, str], _T]) -> _T:
     """``read(url, name)`` from the store, its errors as :class:`AnalysisError`."""
-    if ref.storage.startswith("sqlite:///"):
-        path = Path(ref.storage.removeprefix("sqlite:///"))
-        if not path.exists():  # the engine would create an empty database
-            raise AnalysisError(
-                f"no results for study {ref.name!r}: {path} does not exist; "
-                "run `sweep run STUDY_FILE` first"
-            )
+    # sqlite:///x.db?timeout=5 names x.db
+    path = sqlite_file(ref.storage) if ref.storage.startswith("sqlite:") else None
+    if path is not None and not path.exists():  # the engine would create an empty database
+        raise AnalysisError(
+            f"no results for study {ref.name!r}: {path} does not exist; "
+            "run `sweep run STUDY_FILE` first"
+        )
     try:
         return read(ref.storage, ref.name)
     except KeyError:

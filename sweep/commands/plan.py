@@ -4,7 +4,6 @@ launch commands, a time estimate and what no check here could refuse."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from optuna.trial import TrialState
 
@@ -17,7 +16,7 @@ from sweep.engines.sglang_rules import BUILT_IN_ALGORITHMS, NO_ALGORITHM
 from sweep.exceptions import StorageError
 from sweep.loop import wiring
 from sweep.server.engine_check import gate_study, stderr_progress
-from sweep.store import read_records, stored_study
+from sweep.store import read_records, sqlite_file, stored_study
 from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import Study
 
@@ -137,7 +136,8 @@ def _per_trial_estimate(study: Study) -> tuple[float, str, bool]:
     """Seconds per launch, where that comes from, and whether it is a guess."""
     guess = PLAN_GUESS_S, f"a guess of {PLAN_GUESS_S:.0f} s per trial: nothing measured yet", True
     url = study.storage
-    if url.startswith("sqlite:///") and not Path(url.removeprefix("sqlite:///")).exists():
+    path = sqlite_file(url) if url.startswith("sqlite:") else None  # x.db of x.db?timeout=5
+    if path is not None and not path.exists():
         return guess  # do not create a database just to plan
     try:
         optuna_study = stored_study(url, study.name)

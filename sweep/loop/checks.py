@@ -97,17 +97,17 @@ def setup_change(
     (``[]``: never run, no fingerprint stored, or nothing changed). Reads only, creates
     nothing; storage that cannot be read counts as never run (the run says why).
     ``workload``: the study's, when already built (its prompts are fingerprinted)."""
-    import optuna
-
     from sweep.loop import wiring
-    from sweep.store import stored_fingerprint
+    from sweep.store import stored_fingerprint, stored_study
     from sweep.study.fingerprint import changed_keys, fingerprint
 
     url = storage_url or study.storage
     try:
         require_results(study, url)
-        stored = stored_fingerprint(optuna.load_study(study_name=study.name, storage=url))
-    except (StorageError, ConfigError):
+        # sweep's reading storage: Optuna's own, from a bare URL, keeps its pooled
+        # connections open after the call (two more per `sweep status` in one process)
+        stored = stored_fingerprint(stored_study(url, study.name))
+    except (StorageError, ConfigError, KeyError):
         return []
     if stored is None:
         return []

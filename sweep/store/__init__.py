@@ -24,7 +24,7 @@ from __future__ import annotations
 from sweep.store.claims import Claims, Lease
 from sweep.store.db import Heartbeat, quiet_optuna
 from sweep.store.errors import STORAGE_PROBLEMS, storage_errors, storage_problem
-from sweep.store.retry import Patience, patience, recovering
+from sweep.store.retry import Patience, patience, reading_patience, recovering
 from sweep.store.samples import load_samples, save_samples
 from sweep.store.trials import (
     baseline_study_name,
@@ -66,6 +66,7 @@ __all__ = [
     "quiet_optuna",
     "rdb_storage",
     "read_records",
+    "reading_patience",
     "record_study",
     "recovering",
     "save_samples",

@@ -30,8 +30,8 @@ from typing import TypeVar
 import sqlalchemy as sa
 
 from sweep.clock import Clock
-from sweep.exceptions import StorageError, StudyBusy
-from sweep.store.db import METADATA, ensure_tables, on_connection, sql_engine
+from sweep.exceptions import StorageError, StorageUnreachable, StudyBusy
+from sweep.store.db import METADATA, ensure_tables, on_connection
 from sweep.store.errors import storage_errors
 
 T = TypeVar("T")
@@ -204,9 +204,8 @@ def live_run(url: str, study_name: str) -> bool | None:
         c.study_name == study_name, c.key.startswith(LEASE_PREFIX)
     )
     try:
-        with sql_engine(url).connect() as conn:
-            rows = conn.execute(query).all()
-    except sa.exc.SQLAlchemyError:
+        rows = on_connection(url, lambda conn: conn.execute(query).all())
+    except (sa.exc.SQLAlchemyError, StorageUnreachable):
         return None
     now = time.time()
     return any(holder_alive(str(h), max(0.0, now - float(at))) for h, at in rows)

@@ -52,9 +52,14 @@ def quiet_optuna() -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+SQLITE_BUSY_S = 30  # how long SQLite itself waits for another connection's lock
+
+
 def engine_kwargs(url: str) -> dict[str, Any]:
     if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 30}}
+        if "timeout" in sa.engine.make_url(url).query:  # sqlite:///x.db?timeout=5: the user's
+            return {}
+        return {"connect_args": {"timeout": SQLITE_BUSY_S}}
     # No pool: a connection lives for one transaction, so many workers stay far below the
     # server's max_connections and nothing stale is left after a long idle stretch.
     return {"poolclass": sa.pool.NullPool}
@@ -142,6 +147,25 @@ def optuna_storage(url: str, heartbeat: Heartbeat | None = None) -> optuna.stora
     return retried(url, lambda: _new_storage(url, heartbeat))
 
 
+_readers: dict[str, optuna.storages.RDBStorage] = {}
+
+
+def reading_storage(url: str) -> optuna.storages.RDBStorage:
+    """The storage that reads studies at ``url``: one per URL and process (as
+    :func:`sql_engine`), so a command called again and again in one process (a dashboard
+    polling ``sweep status``) opens no new engine or pool each time; it keeps no connection
+    open between reads (an SQLite file replaced meanwhile is read afresh).
+
+    Raises:
+        StorageUnreachable: the database stayed unreachable past the bound.
+        sqlalchemy.exc.SQLAlchemyError: any other database error, at once.
+    """
+    if url not in _readers:
+        unpooled = engine_kwargs(url) | {"poolclass": sa.pool.NullPool}
+        _readers[url] = retried(url, lambda: RetryingStorage(url, engine_kwargs=unpooled))
+    return _readers[url]
+
+
 def _new_storage(url: str, heartbeat: Heartbeat | None) -> optuna.storages.RDBStorage:
     if heartbeat is None:
         return RetryingStorage(url, engine_kwargs=engine_kwargs(url))
@@ -189,7 +213,7 @@ def _forget_connections() -> None:
     """In a forked child: leave the parent's pooled connections to the parent (a connection
     used from two processes corrupts both; SQLAlchemy's advice for ``os.fork``), so the
     child opens its own."""
-    for engine in _engines.values():
+    for engine in [*_engines.values(), *(storage.engine for storage in _readers.values())]:
         engine.dispose(close=False)
 
 

@@ -6,7 +6,9 @@ with workload levels that is ~2 s of CPU before any figure. Here the same rows a
 plain SELECTs over Optuna's own table definitions and each attribute's JSON is decoded once,
 giving the same ``FrozenTrial`` fields sweep's records read (number, state, value, user and
 system attributes; parameters and intermediate values are not read: the records keep the
-configuration as a user attribute). Nothing is written, nothing is created.
+configuration as a user attribute). Nothing is written, nothing is created. Each read runs on
+a connection of its own and is run again while the database restarts
+(:func:`sweep.store.db.on_connection`).
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 import sqlalchemy as sa
 from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 
-from sweep.store.db import sql_engine
+from sweep.store.db import on_connection
 from sweep.store.errors import storage_errors
 
 _STUDIES = models.StudyModel.__table__
@@ -35,6 +37,10 @@ _SYSTEM = models.TrialSystemAttributeModel.__table__
 _FINITE = models.TrialValueModel.TrialValueType.FINITE
 _INF_POS = models.TrialValueModel.TrialValueType.INF_POS
 
+_Trials: TypeAlias = list[sa.Row[int, int, Any]]  # trial id, number, state
+_Values: TypeAlias = list[sa.Row[int, int, float | None, Any]]  # id, objective, value, type
+_Attrs: TypeAlias = dict[int, dict[str, Any]]  # by trial id
+
 
 def study_names(url: str) -> list[str]:
     """The studies stored at ``url``; a database without Optuna's tables holds none.
@@ -42,13 +48,15 @@ def study_names(url: str) -> list[str]:
     Raises:
         StorageError: the database cannot be read.
     """
-    with storage_errors(url, "cannot read"):
-        engine = sql_engine(url)
-        if not sa.inspect(engine).has_table(_STUDIES.name):
+
+    def read(conn: sa.Connection) -> list[str]:
+        if not sa.inspect(conn).has_table(_STUDIES.name):
             return []
-        with engine.connect() as conn:
-            query = sa.select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)
-            return [str(name) for name in conn.execute(query).scalars()]
+        query = sa.select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)
+        return [str(name) for name in conn.execute(query).scalars()]
+
+    with storage_errors(url, "cannot read"):
+        return on_connection(url, read)
 
 
 def study_user_attrs(url: str, name: str) -> dict[str, Any]:
@@ -58,12 +66,15 @@ def study_user_attrs(url: str, name: str) -> dict[str, Any]:
         KeyError: no study of that name is stored there.
         StorageError: the database cannot be read.
     """
-    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
-        study_id = _study_id(conn, name)
+
+    def read(conn: sa.Connection) -> dict[str, Any]:
         query = sa.select(_STUDY_USER.c.key, _STUDY_USER.c.value_json).where(
-            _STUDY_USER.c.study_id == study_id
+            _STUDY_USER.c.study_id == _study_id(conn, name)
         )
         return {str(key): json.loads(value) for key, value in conn.execute(query)}
+
+    with storage_errors(url, "cannot read"):
+        return on_connection(url, read)
 
 
 def trial_count(url: str, name: str) -> int:
@@ -73,10 +84,13 @@ def trial_count(url: str, name: str) -> int:
         KeyError: no study of that name is stored there.
         StorageError: the database cannot be read.
     """
-    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
-        study_id = _study_id(conn, name)
-        query = sa.select(sa.func.count()).where(_TRIALS.c.study_id == study_id)
+
+    def read(conn: sa.Connection) -> int:
+        query = sa.select(sa.func.count()).where(_TRIALS.c.study_id == _study_id(conn, name))
         return int(conn.execute(query).scalar() or 0)
+
+    with storage_errors(url, "cannot read"):
+        return on_connection(url, read)
 
 
 def frozen_trials(url: str, name: str, numbers: range | None = None) -> list[FrozenTrial]:
@@ -91,25 +105,8 @@ def frozen_trials(url: str, name: str, numbers: range | None = None) -> list[Fro
     """
     if numbers is not None and numbers.step != 1:
         raise ValueError(f"trial numbers must be a step-1 range, got {numbers}")
-    with storage_errors(url, "cannot read"), sql_engine(url).connect() as conn:
-        study_id = _study_id(conn, name)
-        which = _TRIALS.c.study_id == study_id
-        if numbers is not None:
-            which = which & _TRIALS.c.number.between(numbers.start, numbers.stop - 1)
-        mine = sa.select(_TRIALS.c.trial_id).where(which)
-        trials = conn.execute(
-            sa.select(_TRIALS.c.trial_id, _TRIALS.c.number, _TRIALS.c.state)
-            .where(which)
-            .order_by(_TRIALS.c.trial_id)
-        ).all()
-        values = conn.execute(
-            sa.select(
-                _VALUES.c.trial_id, _VALUES.c.objective, _VALUES.c.value, _VALUES.c.value_type
-            ).where(_VALUES.c.trial_id.in_(mine))
-        ).all()
-        with no_gc():  # decoding builds many small objects; nothing cyclic to collect
-            user = _attributes(conn, _USER, mine)
-            system = _attributes(conn, _SYSTEM, mine)
+    with storage_errors(url, "cannot read"):
+        trials, values, user, system = on_connection(url, lambda conn: _rows(conn, name, numbers))
     by_trial: dict[int, list[float]] = defaultdict(list)
     for trial_id, _, value, kind in sorted(values, key=lambda v: (v[0], v[1])):
         by_trial[trial_id].append(_value(value, kind))
@@ -130,6 +127,30 @@ def frozen_trials(url: str, name: str, numbers: range | None = None) -> list[Fro
         )
         for trial_id, number, state in trials
     ]
+
+
+def _rows(
+    conn: sa.Connection, name: str, numbers: range | None
+) -> tuple[_Trials, _Values, _Attrs, _Attrs]:
+    """The study's trial rows, their values and both attribute tables, decoded."""
+    which = _TRIALS.c.study_id == _study_id(conn, name)
+    if numbers is not None:
+        which = which & _TRIALS.c.number.between(numbers.start, numbers.stop - 1)
+    mine = sa.select(_TRIALS.c.trial_id).where(which)
+    trials = conn.execute(
+        sa.select(_TRIALS.c.trial_id, _TRIALS.c.number, _TRIALS.c.state)
+        .where(which)
+        .order_by(_TRIALS.c.trial_id)
+    ).all()
+    values = conn.execute(
+        sa.select(
+            _VALUES.c.trial_id, _VALUES.c.objective, _VALUES.c.value, _VALUES.c.value_type
+        ).where(_VALUES.c.trial_id.in_(mine))
+    ).all()
+    with no_gc():  # decoding builds many small objects; nothing cyclic to collect
+        user = _attributes(conn, _USER, mine)
+        system = _attributes(conn, _SYSTEM, mine)
+    return list(trials), list(values), user, system
 
 
 def _study_id(conn: sa.Connection, name: str) -> int:

@@ -11,7 +11,11 @@ storage is back. Past the bound the call raises :class:`~sweep.exceptions.Storag
 
 Only a database this process has already reached is waited for: a wrong host, port or
 password at the start fails at once instead of after minutes. Any other error (a bad schema,
-a failed login, a missing database) is raised at once too.
+a failed login, a missing database) is raised at once too. The read commands (``sweep
+status``, ``report``, ``export``, ``compare``) wait for a database not reached yet as well
+(:func:`reading_patience`), for a shorter bound: PostgreSQL restarting (or SQLite locked
+by a long write) at the moment one starts is the same routine outage, and a reader has
+nothing to lose by waiting a little.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ T = TypeVar("T")
 PAUSES_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 """Pauses between attempts; the last one repeats until the bound."""
 
+READ_RETRY_S = 30.0
+"""How long a read command waits for an unreachable database at most (``[study]
+storage_retry`` when shorter): about six attempts, short enough for a dashboard's poll."""
+
 _log = logging.getLogger("sweep.store")
 
 
@@ -49,11 +57,20 @@ class Patience:
         seconds: the bound; 0: never wait.
         say: where the one line per outage goes (a run shows it with its own messages).
         clock: the clock and sleep (a fake one in tests).
+        unreached: wait for a database this process has not reached yet too (a reader's:
+            it cannot tell a database restarting as it starts from a wrong port).
     """
 
     seconds: float = STORAGE_RETRY_S
     say: Callable[[str], None] = _say_to_log
     clock: Clock = SYSTEM_CLOCK
+    unreached: bool = False
+
+
+def reading_patience(storage_retry_s: float, say: Callable[[str], None]) -> Patience:
+    """A read command's patience: any database, reached or not, waited for up to
+    :data:`READ_RETRY_S` (``storage_retry_s`` when shorter; 0: never)."""
+    return Patience(min(storage_retry_s, READ_RETRY_S), say, unreached=True)
 
 
 @dataclass
@@ -168,4 +185,6 @@ class _Wait:
 
 
 def _worth_waiting(url: str, exc: BaseException) -> bool:
-    return _outages.patience.seconds > 0 and url in _outages.reached and transient(exc)
+    waiting = _outages.patience
+    known = url in _outages.reached or waiting.unreached
+    return waiting.seconds > 0 and known and transient(exc)

@@ -20,7 +20,7 @@ from sweep import __version__
 from sweep.core.records import ATTR, StudyInfo, TrialRecord
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
-from sweep.store.db import OPEN_ATTEMPTS, Heartbeat, ensure_tables, optuna_storage
+from sweep.store.db import OPEN_ATTEMPTS, Heartbeat, ensure_tables, optuna_storage, reading_storage
 from sweep.store.errors import RETRIED_ERRORS, retryable, storage_errors, storage_problem
 from sweep.store.read import study_names
 from sweep.study.model import Study
@@ -97,7 +97,7 @@ def rdb_storage(url: str) -> optuna.storages.RDBStorage:
         StorageError: the database cannot be opened.
     """
     with storage_errors(url, "cannot read"):
-        return optuna_storage(url)
+        return reading_storage(url)
 
 
 def stored_study(url: str, name: str) -> optuna.Study:
@@ -108,7 +108,7 @@ def stored_study(url: str, name: str) -> optuna.Study:
         StorageError: the database cannot be read.
     """
     with storage_errors(url, "cannot read"):
-        return optuna.load_study(study_name=name, storage=optuna_storage(url))
+        return optuna.load_study(study_name=name, storage=reading_storage(url))
 
 
 def stored_study_names(url: str) -> list[str]:

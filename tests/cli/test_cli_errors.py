@@ -199,7 +199,7 @@ def test_status_of_a_study_with_no_trial_says_so(tmp_path: Path) -> None:
 
 
 def test_an_unreachable_database_hides_its_password(tmp_path: Path) -> None:
-    path = write_study(tmp_path)
+    path = write_study(tmp_path, study="storage_retry = 0")  # not waited for (test_read_faults)
     url = "postgresql+psycopg://sweep:hunter2@127.0.0.1:1/sweep"
     line = sweep("status", str(path), "--storage", url, cwd=tmp_path).one_line_error(
         "cannot read storage postgresql+psycopg://sweep:<redacted>@127.0.0.1:1/sweep"
@@ -293,7 +293,8 @@ def report(*args, **kwargs):  # main() ends the process: report what it saw from
 
 sys.argv = ["sweep", "report", "study.toml"]
 with mock.patch("analysis.report.write.write_report", report), \\
-        mock.patch("sweep.study.load_study"), mock.patch("sweep.loop.checks.require_results"):
+        mock.patch("sweep.study.load_study", return_value=mock.MagicMock(storage_retry_s=0.0)), \\
+        mock.patch("sweep.loop.checks.require_results"):
     cli.main()
 """
 

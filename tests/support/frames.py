@@ -121,7 +121,9 @@ def _axes_text(synth: Synth) -> str:
 
 
 def fast_storage(url: str) -> optuna.storages.RDBStorage:
-    """SQLite without fsync: test data, written once."""
+    """SQLite without fsync: test data, written once (PostgreSQL: no pooled connection left)."""
+    if not url.startswith("sqlite"):
+        return optuna.storages.RDBStorage(url, engine_kwargs={"poolclass": sa.pool.NullPool})
     storage = optuna.storages.RDBStorage(url)
 
     def pragmas(connection: Any, _record: Any) -> None:
