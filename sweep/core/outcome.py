@@ -31,6 +31,7 @@ from sweep.failures import SETTING_FAULTS, STOPS_RUN
 
 STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
 HEALTH_CHECKS = 3  # no-speculation relaunches a run may make to judge a failure streak
+SPECULATIVE = (Kind.TRIAL, Kind.REPLICATE)
 # Failures every later launch would meet too: the run stops at once, without retries.
 FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
 
@@ -128,7 +129,8 @@ def health_check_due(launches: Sequence[TrialRecord], limit: int) -> bool:
     """Whether a failure streak (:func:`failure_streak_stop`) first relaunches no speculation
     to tell the host's fault from the configurations' own: when every failure of the streak
     may follow a setting (:data:`sweep.failures.SETTING_FAULTS`: a crash, NCCL at init, a
-    start-up timeout), no speculation measured on this host in this run before it, the streak
+    start-up timeout), no speculation and a speculative configuration both measured on this
+    host in this run before it, the streak
     holds no such check yet, and fewer than :data:`HEALTH_CHECKS` ran. A check that measures
     ends the streak (the search goes on, and stops proposing a setting that keeps failing,
     :mod:`sweep.search.failing`); one that fails too extends it, and the run stops."""
@@ -147,6 +149,10 @@ def health_check_due(launches: Sequence[TrialRecord], limit: int) -> bool:
         return False
     before = launches[: len(launches) - len(streak)]
     if not any(t.kind is Kind.BASELINE and t.state is State.MEASURED for t in before):
+        return False
+    # with no speculative launch measured yet, speculation itself may be what fails (a
+    # wrong draft model): the streak stands
+    if not any(t.kind in SPECULATIVE and t.state is State.MEASURED for t in before):
         return False
     checks = sum(
         1

@@ -17,6 +17,9 @@ it is the host, and the failure streak stops the run). The untried configuration
 suspect setting are then not launched (:func:`avoided`), and the run's summary names the
 setting and the failures (:func:`sweep.loop.not_launched.not_launched_for_failures`). A
 configuration with it that measured later (another worker's, an earlier run's) clears it.
+Before any configuration measured, the configurations sharing a setting with one that failed
+wait while some share none (:func:`_cautious`): the next launch tells a setting's fault from
+the host's.
 """
 
 from __future__ import annotations
@@ -89,6 +92,8 @@ def avoided(
 ) -> dict[str, str]:
     """The untried configurations with a suspect setting, each with a failed key that shares
     it."""
+    if not measured:
+        return _cautious(candidates, failed, tried)
     bad = suspects(candidates, failed, measured)
     if not bad:
         return {}
@@ -102,3 +107,23 @@ def avoided(
                 out[c.key] = keys[0]
                 break
     return out
+
+
+def _cautious(
+    candidates: Sequence[Candidate], failed: Mapping[str, str], tried: Collection[str]
+) -> dict[str, str]:
+    """Before any configuration measured: after a failure, the untried configurations that
+    share a setting with a failed one wait while some share none (the next launch then
+    tells the setting's fault from the host's or speculation's; the search's favourite
+    region, a draft TP 8 that cannot start NCCL, was proposed again and again until the
+    failure streak stopped the run)."""
+    of = {c.key: c for c in candidates}
+    seen = {s for k in failed if k in of for s in settings(of[k])}
+    if not seen:
+        return {}
+    untried = [c for c in candidates if c.key not in tried]
+    fresh = [c for c in untried if not seen.intersection(settings(c))]
+    if not fresh:
+        return {}
+    first = next(k for k in sorted(failed) if k in of)
+    return {c.key: first for c in untried if seen.intersection(settings(c))}

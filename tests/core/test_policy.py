@@ -214,20 +214,24 @@ def test_a_port_owned_by_another_live_run_stops_at_once_without_retries() -> Non
 def test_a_failure_streak_of_crashes_first_relaunches_no_speculation() -> None:
     """Tree-crash landscape: every topk-4 tree crashed at its first request; five failed
     attempts in a row stopped the run as if the host were unhealthy, with no answer."""
-    ok = baseline("ok", 1.0)
+    ok = baseline("ok", 0.0)
     crashes = [attempts(3, trial(2.0, value=None)), attempts(2, trial(3.0, C2, value=None))]
-    assert outcome.failure_streak_stop([ok, *crashes], 5)
-    assert outcome.health_check_due([ok, *crashes], 5)  # the baseline measured before
-    assert not outcome.health_check_due([ok, crashes[0]], 5)  # no streak yet
+    assert outcome.failure_streak_stop([ok, trial(1.0), *crashes], 5)
+    # the baseline and a speculative configuration measured before
+    assert outcome.health_check_due([ok, trial(1.0), *crashes], 5)
+    ok = [ok, trial(1.0)]
+    assert not outcome.health_check_due([*ok, crashes[0]], 5)  # no streak yet
     assert not outcome.health_check_due(crashes, 5)  # nothing ever measured here: the host
+    # no speculative launch measured yet: speculation itself may fail (a wrong draft model)
+    assert not outcome.health_check_due([ok[0], *crashes], 5)
     # the check failed too: the host's fault, the run stops
     failed_check = baseline("bad", 4.0, kind="crashed_during_start")
-    assert not outcome.health_check_due([ok, *crashes, failed_check], 5)
+    assert not outcome.health_check_due([*ok, *crashes, failed_check], 5)
     # a host's fault (ssh, GPU memory not freed) is never the configurations'
     ssh = [dataclasses.replace(t, failure=Failure("ssh", "refused")) for t in crashes]
-    assert not outcome.health_check_due([ok, *ssh], 5)
+    assert not outcome.health_check_due([*ok, *ssh], 5)
     # at most HEALTH_CHECKS per run
     cycle = [*crashes, baseline("ok", 5.0)]
-    many = [ok, *cycle * outcome.HEALTH_CHECKS, *crashes]
+    many = [*ok, *cycle * outcome.HEALTH_CHECKS, *crashes]
     assert not outcome.health_check_due(many, 5)
-    assert outcome.health_check_due([ok, *cycle * (outcome.HEALTH_CHECKS - 1), *crashes], 5)
+    assert outcome.health_check_due([*ok, *cycle * (outcome.HEALTH_CHECKS - 1), *crashes], 5)
