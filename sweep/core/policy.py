@@ -29,6 +29,7 @@ from typing import Protocol
 
 from sweep.core.outcome import (
     STOP_AFTER_FAILURES,
+    failed_attempts,
     failure_streak_stop,
     failure_text,
     health_check_due,
@@ -178,7 +179,10 @@ class Stop:
 
 @dataclass(frozen=True)
 class BaselineDue:
-    """Measure the host's no-speculation baseline now."""
+    """Measure the host's no-speculation baseline now; ``health_check``: why, when it is to
+    tell a failure streak's cause (:func:`sweep.core.outcome.health_check_due`)."""
+
+    health_check: str = ""
 
 
 @dataclass(frozen=True)
@@ -266,7 +270,11 @@ def next_step(seen: Seen, plan: Plan, limits: Limits, now: Now) -> Step:
     """What the search does next, from one snapshot of storage: stop, measure the baseline,
     apply the parser gate, wait for other workers, or propose a configuration."""
     if health_check_due(seen.launches, limits.stop_after_failures):
-        return BaselineDue()  # the host's fault, or the configurations'? no speculation says
+        n = failed_attempts(seen.launches)
+        return BaselineDue(  # the host's fault, or the configurations'? no speculation says
+            f"{n} launches in a row failed ({failure_text(seen.launches[-1])}): relaunching "
+            "no speculation to tell the host's fault from the configurations'"
+        )
     stop = _stop(seen, plan, limits, now.monotonic)
     if stop is not None:
         return stop

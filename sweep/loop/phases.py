@@ -68,7 +68,9 @@ class Search:
                     run.summary.warnings += not_launched_for_failures(run)
                     gate.finish(run)
                     return None if run.summary.failed_run else Confirm()
-                case BaselineDue():
+                case BaselineDue(health_check):
+                    if health_check:
+                        run.display.message(health_check)
                     attempt(run, baseline(run), seen)
                 case GateReady():
                     gate.finish(run)  # the plan may have shrunk: decide again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import signal
@@ -20,6 +21,7 @@ from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
 from sweep.loop import attempt as attempt_module
 from sweep.loop import context as context_module
 from sweep.loop.context import RunOptions
+from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions
 from sweep.server import interrupts
 from sweep.store import baseline_study_name, read_records
@@ -413,3 +415,34 @@ def test_a_draft_tp_whose_launches_all_fail_is_avoided_and_the_run_still_answers
     assert answer["winner"] == TrialConfig(3, 1, 4, 1).key()
     (line,) = [w for w in summary.warnings if "draft_tp=8 not launched" in w]
     assert "every launch with it failed (nccl_init: trial" in line
+
+
+def test_a_failure_streak_of_crashes_relaunches_no_speculation_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Past the first two configurations launched, every one crashes while serving (a fault
+    no single setting names): three crashing configurations in a row stopped the run as "the
+    host looks unhealthy", with no answer, though the host and two configurations worked."""
+    study = _study(
+        tmp_path, study='sampler = "grid"', space="num_steps = [1, 2, 3, 4, 5, 6]", confirm=True
+    )
+    display = Display(io.StringIO(), live=False)
+    said: list[str] = []
+    display.message = said.append  # type: ignore[method-assign]
+    good: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if config.speculative and len(good) == 2 and config not in good:
+            return MeasurementFailure("crashed_while_serving", "server died (exit -11)")
+        if config.speculative and config not in good:
+            good.append(config)
+        return _speed(config)
+
+    summary = run_with_measurements(study, measure, display=display)
+    assert not summary.failed_run, summary.stop_reason
+    checks = [m for m in said if "relaunching no speculation" in m]
+    assert checks and checks[0].startswith("5 launches in a row failed (crashed_while_serving")
+    answer = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert answer["winner"] == max(good, key=lambda c: c.num_steps).key()
