@@ -86,7 +86,7 @@ def not_launched_for_failures(run: RunContext) -> list[str]:
         kept = sorted(k for k, c in history.avoided.items() if c in failed)
         if not kept:
             continue
-        setting = " and ".join(f"{name}={value}" for name, value in group)
+        setting = " and ".join(failing.said(s) for s in group)
         trials = ", ".join(
             f"trial {settled[k].number}" if k in settled else _label(run, k) for k in failed
         )

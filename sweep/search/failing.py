@@ -24,7 +24,7 @@ the host's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 from sweep.failures import SETTING_FAULTS
 from sweep.search.candidates import Candidate
@@ -34,14 +34,38 @@ SUSPECT_AFTER = 2  # configurations with one setting that failed the same way, n
 CONFIG_KINDS = SETTING_FAULTS  # failures that may follow a setting (not the host, not memory)
 
 
+AT_LEAST = ">="  # a threshold setting's name ends so: ("steps>=", "7") holds from 7 steps on
+THRESHOLDS = ("steps", "draft_tokens")
+
+
 def settings(c: Candidate) -> Iterator[tuple[str, str]]:
-    """The settings a fault can follow: topk, draft TP, and each extra flag or variable."""
+    """The settings a fault can follow: topk, draft TP, each extra flag or variable, and a
+    threshold in steps and in draft tokens at the configuration's own (a CUDA graph capture
+    that hangs from 7 steps on, a kernel that crashes from 8 draft tokens on)."""
     yield "topk", str(c.topk)
     yield "draft_tp", str(c.draft_tp)
     for item in c.extras.split(","):
         if "=" in item:
             name, _, value = item.partition("=")
             yield name, value
+    yield "steps" + AT_LEAST, str(c.steps)
+    yield "draft_tokens" + AT_LEAST, str(c.draft_tokens)
+
+
+def said(setting: tuple[str, str]) -> str:
+    """A setting as the summary says it: ``draft_tp=8``, ``steps >= 7``."""
+    name, value = setting
+    if name.endswith(AT_LEAST):
+        return f"{name[: -len(AT_LEAST)]} >= {value}"
+    return f"{name}={value}"
+
+
+def holds(c: Candidate, setting: tuple[str, str]) -> bool:
+    """Whether configuration ``c`` has ``setting`` (a threshold: at or past it)."""
+    name, value = setting
+    if name.endswith(AT_LEAST):
+        return int(getattr(c, name[: -len(AT_LEAST)])) >= int(value)
+    return setting in set(settings(c))
 
 
 def suspects(
@@ -51,30 +75,34 @@ def suspects(
     failed keys it explains (see the module); ``failed``: key → failure kind of the
     configurations that failed for a reason of their own.
 
-    The failures are explained greedily: the setting shared by the most failures of one
-    kind first (those with a setting some measured configuration has are no suspects); when
-    several explain equally many, the fault may follow any of them, so only configurations
-    with all of them are avoided (an NCCL protocol shared by every crashing tree of topk 4 is
-    not blamed on its own). The failures explained are set aside and the rest explained
-    again, while :data:`SUSPECT_AFTER` or more are left."""
+    The failures are explained greedily: the setting the most failures of one kind have
+    first (a setting some measured configuration has is no suspect: a threshold some
+    measured configuration reaches neither); when several explain equally many, the fault
+    may follow any of them, so only configurations with all of them are avoided (an NCCL
+    protocol shared by every crashing tree of topk 4 is not blamed on its own; nor draft TP 1
+    for start-ups that hang from 7 steps on, where a draft TP 8 chain of fewer steps
+    measured). The failures explained are set aside and the rest explained again, while
+    :data:`SUSPECT_AFTER` or more are left."""
     if not measured or not failed:
         return {}
     of = {c.key: c for c in candidates}
-    works = {s for k in measured if k in of for s in settings(of[k])}
+    ran = [of[k] for k in measured if k in of]
     left = {k: kind for k, kind in failed.items() if k in of and k not in measured}
     out: dict[tuple[tuple[str, str], ...], list[str]] = {}
     while len(left) >= SUSPECT_AFTER:
+        shared = {s for k in left for s in settings(of[k])}
+        clear = [s for s in shared if not any(holds(c, s) for c in ran)]
         by: dict[tuple[tuple[str, str], str], list[str]] = {}
-        for key, kind in sorted(left.items()):
-            for s in settings(of[key]):
-                if s not in works:
+        for s in clear:
+            for key, kind in sorted(left.items()):
+                if holds(of[key], s):
                     by.setdefault((s, kind), []).append(key)
         most = max((len(keys) for keys in by.values()), default=0)
         if most < SUSPECT_AFTER:
             break
-        tied = [sk for sk, keys in by.items() if len(keys) == most]
+        tied = sorted(sk for sk, keys in by.items() if len(keys) == most)
         kind = tied[0][1]
-        group = tuple(sorted(s for s, k in tied if k == kind))
+        group = _narrowest(s for s, k in tied if k == kind)
         keys = sorted(set.intersection(*(set(by[(s, kind)]) for s in group)))
         if len(keys) < SUSPECT_AFTER:
             break
@@ -82,6 +110,17 @@ def suspects(
         for key in keys:
             del left[key]
     return out
+
+
+def _narrowest(group: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The settings of a tie, a threshold kept at its highest (of "steps >= 7" and "steps >=
+    8" explaining the same failures, the one that avoids fewer configurations)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, value in group:
+        if name.endswith(AT_LEAST) and name in out and int(out[name][1]) >= int(value):
+            continue
+        out[name] = (name, value)
+    return tuple(sorted(out.values()))
 
 
 def avoided(
@@ -101,9 +140,8 @@ def avoided(
     for c in candidates:
         if c.key in tried:
             continue
-        mine = set(settings(c))
         for group, keys in bad.items():
-            if mine.issuperset(group):
+            if all(holds(c, setting) for setting in group):
                 out[c.key] = keys[0]
                 break
     return out
@@ -122,8 +160,11 @@ def _cautious(
     if not seen:
         return {}
     untried = [c for c in candidates if c.key not in tried]
-    fresh = [c for c in untried if not seen.intersection(settings(c))]
-    if not fresh:
+
+    def shares(c: Candidate) -> bool:
+        return any(holds(c, s) for s in seen)
+
+    if all(shares(c) for c in untried):
         return {}
     first = next(k for k in sorted(failed) if k in of)
-    return {c.key: first for c in untried if seen.intersection(settings(c))}
+    return {c.key: first for c in untried if shares(c)}
