@@ -47,6 +47,15 @@ launch a landscape fails (:func:`tests.perf.search_play.injected_failure`) count
 server start, is reported to the loop with the failure's kind (``crashed_while_serving``,
 ``nccl_init``: kinds the loop takes as transient) and cannot be the optimum.
 
+Fault landscapes (:func:`tests.perf.search_play.fault_landscapes`: a draft TP that crashes
+on 40 % of its launches, a start-up hang from 7 steps on, a crash from 8 draft tokens on, a
+refused ``NCCL_PROTO=LL``, a stretch of server starts that all fail) are scored by
+``--landscapes faults`` (``*_faults`` and a line per landscape, with the answered runs and
+the attempts — retries included — and failed attempts per space); each failure
+(:data:`tests.perf.search_play.FAULTS`, seeded by the run where it fails a share of the
+launches) is reported to the loop with its kind and message, and a configuration in a
+failing region is never the optimum: an answer there counts as 0.
+
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
 answer's reason, and what would decide it, or why a run without an answer stopped; with
@@ -88,7 +97,10 @@ from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
 from tests.perf.figures import Figure
 from tests.perf.search_play import (
+    FAULTS,
     blind_landscapes,
+    fault_args,
+    fault_landscapes,
     heldout_landscapes,
     injected_failure,
     memory_landscapes,
@@ -130,6 +142,7 @@ HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
 RANDOM = "random"  # --landscapes random: random landscapes with random misfit shapes
 UNSEEN = "unseen"  # --landscapes unseen: shapes no other set has (search_play.unseen_landscapes)
 BLIND = "blind"  # --landscapes blind: shapes none of the others has (search_play.blind_landscapes)
+FAULTS_GROUP = "faults"  # --landscapes faults: launches failing as a night meets them
 
 
 def landscapes() -> dict[str, Profile]:
@@ -140,7 +153,8 @@ def landscapes() -> dict[str, Profile]:
 def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
     every = landscapes() | memory_landscapes() | heldout_landscapes()
-    return every | random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
+    every |= random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
+    return every | fault_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -160,11 +174,13 @@ def chosen(names: Sequence[str]) -> list[str]:
             RANDOM: list(random_misfit_landscapes()),
             UNSEEN: list(unseen_landscapes()),
             BLIND: list(blind_landscapes()),
+            FAULTS_GROUP: list(fault_landscapes()),
         }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                expected = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND} or one of {sorted(known)}"
+                groups_named = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}"
+                expected = f"{groups_named} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
                 out.append(one)
@@ -178,14 +194,18 @@ def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, floa
     """Noise-free (decode tok/s, accept length) of a resolved configuration on landscape
     ``name`` (kept: a large space's optimum costs seconds to find); (0, 1) when it does not
     fit in memory (:func:`out_of_memory`) or the landscape fails its launch
-    (:func:`tests.perf.search_play.injected_failure`)."""
+    (:func:`tests.perf.search_play.injected_failure`, or a fault landscape's region,
+    :func:`in_fault_region`: a configuration that crashes on some of its launches is no
+    answer either)."""
     key = (name, config.key())
     if key not in _TRUTHS:
-        _TRUTHS[key] = _truth(profile, config)
+        _TRUTHS[key] = _truth(profile, config, name)
     return _TRUTHS[key]
 
 
-def _truth(profile: Profile, config: TrialConfig) -> tuple[float, float]:
+def _truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, float]:
+    if not name.endswith(SERVED) and in_fault_region(name, config):
+        return 0.0, 1.0
     if not config.speculative:  # a control's flags speed the target too
         return model.predict(profile, SimConfig(), 1, env=dict(config.env)).decode_tok_s, 1.0
     if out_of_memory(profile, config) or injected_failure(profile, _sim(config)):
@@ -195,9 +215,28 @@ def _truth(profile: Profile, config: TrialConfig) -> tuple[float, float]:
 
 
 def _sim(config: TrialConfig) -> SimConfig:
+    if not config.speculative:
+        return SimConfig()
     return SimConfig(
         "EAGLE3", config.num_steps, config.eagle_topk, config.num_draft_tokens, 8, config.draft_tp
     )
+
+
+SERVED = ":served"  # a landscape's name with it: the truth of a launch that did not fail
+
+
+def served(name: str, config: TrialConfig) -> str:
+    """The name under which :func:`truth` gives what a launch of ``config`` that did not
+    fail measures: a configuration of a fault region that fails only some launches measures
+    its throughput when it runs (its scored truth is 0: no answer)."""
+    return name + SERVED if in_fault_region(name, config) else name
+
+
+def in_fault_region(name: str, config: TrialConfig) -> bool:
+    """Whether landscape ``name`` is a fault landscape whose region holds ``config``
+    (:class:`tests.perf.search_play.LaunchFault`: every launch of it, or a share, fails)."""
+    fault = FAULTS.get(name)
+    return bool(fault and fault.region(fault_args(_sim(config), dict(config.env))))
 
 
 def out_of_memory(profile: Profile, config: TrialConfig) -> bool:
@@ -220,6 +259,10 @@ class Run:
     reason: str = ""
     seed: int = 0
     trace: tuple[str, ...] = ()  # with ``--trace``: every launch, in order (see trace_lines)
+    attempts: int = 0  # every call of the measurement: launches and their retries
+    failed: int = 0  # attempts a landscape failed (out of memory aside)
+    hung: int = 0  # failed attempts that hung until the start-up timeout
+    flaky_winner: bool = False  # the answer is in a fault region that fails some launches
 
     @property
     def shipped(self) -> bool:
@@ -236,6 +279,10 @@ class Run:
     @property
     def blind(self) -> bool:
         return self.landscape.startswith("blind-")
+
+    @property
+    def fault(self) -> bool:
+        return self.landscape.startswith("fault-")
 
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
@@ -262,15 +309,24 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     best = max(truth(profile, c, name)[0] for c in candidates)  # no speculation may be best
     rng = random.Random(seed)
     bad = random.Random(seed + 10_000)  # its own draws: without bad launches, the same runs
+    flaky = random.Random(seed + 20_000)  # a fault landscape's share of failing launches
     starts = [0]
+    failed, hung = [0], [0]
 
     def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
         starts[0] += 1
         if out_of_memory(profile, config):
             return MeasurementFailure("oom", "CUDA out of memory (capturing CUDA graphs)")
+        fault = FAULTS.get(name)
+        args = fault_args(_sim(config), dict(config.env))
+        if fault and fault.fails(args, starts[0], flaky.random):
+            failed[0] += 1
+            hung[0] += fault.kind == "startup_timeout"
+            return MeasurementFailure(fault.kind, fault.message)
         if config.speculative and (kind := injected_failure(profile, _sim(config))):
+            failed[0] += 1
             return MeasurementFailure(kind, FAILURE_MESSAGES.get(kind, kind))
-        value, accept = truth(profile, config, name)
+        value, accept = truth(profile, config, served(name, config))
         value *= rng.gauss(1.0, launch_sd(config, seed, profile)) * rng.gauss(1.0, WITHIN_SD)
         value *= 1 - DRIFT * (starts[0] - 1) / DRIFT_STARTS
         if BAD_SHARE and bad.random() < BAD_SHARE:
@@ -285,7 +341,7 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     configs = {r.key: r.config for r in records if r.key and r.config}
     configs[BASELINE_KEY] = TrialConfig.baseline()
     configs.update(controls)
-    ratio, confident = 0.0, False
+    ratio, confident, flaky_winner = 0.0, False, False
     reason = "" if answer else f"no answer: {summary.stop_reason}"  # e.g. a failure streak
     if answer:
         reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"
@@ -294,13 +350,20 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
+        flaky_winner = in_fault_region(name, configs[answer["winner"]])
+        if flaky_winner:
+            reason += f" FAULTY winner {answer['winner']}"
+    attempts = starts[0]  # every call of measure, retries included
     baselines = optuna.load_study(study_name=baseline_study_name(study.name), storage=study.storage)
     starts = sum(
         1 for r in records + read_records(baselines) if r.kind.launches and r.state in STARTED
     )
     errors = prediction_errors(optuna_study)
     trace = trace_lines(records, profile, name, best) if TRACE else ()
-    return Run(name, space, ratio, confident, starts, errors, reason, seed, trace)
+    return Run(
+        name, space, ratio, confident, starts, errors, reason, seed, trace,
+        attempts=attempts, failed=failed[0], hung=hung[0], flaky_winner=flaky_winner,
+    )  # fmt: skip
 
 
 def launch_sd(config: TrialConfig, seed: int, profile: Profile) -> float:
@@ -410,12 +473,14 @@ def errors(rs: Sequence[Run], informed: int = 0) -> float:
 
 def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     """The default run's figures (shipped and misfit landscapes), then the held-out
-    landscapes' own (``*_heldout``), the unseen ones' and the blind ones' (``*_unseen``,
-    ``*_blind``, each with a line per landscape), each only when it has runs."""
+    landscapes' own (``*_heldout``), the unseen, blind and fault ones' (``*_unseen``,
+    ``*_blind``, ``*_faults``, each with a line per landscape; the fault ones' also count
+    the answered runs and the failed attempts), each only when it has runs."""
     held = [r for r in all_runs if r.heldout]
     unseen = [r for r in all_runs if r.unseen]
     blind = [r for r in all_runs if r.blind]
-    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind)]
+    faults = [r for r in all_runs if r.fault]
+    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind or r.fault)]
     if default:
         yield from _default_figures(default)
     if held:
@@ -426,6 +491,9 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     if blind:
         yield from heldout_figures(blind, BLIND)
         yield from per_landscape(blind)
+    if faults:
+        yield from heldout_figures(faults, FAULTS_GROUP)
+        yield from per_landscape(faults, attempts=True)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
@@ -568,9 +636,12 @@ def heldout_figures(held: Sequence[Run], group: str = HELDOUT) -> Iterator[Figur
     )
 
 
-def per_landscape(all_runs: Sequence[Run]) -> Iterator[Figure]:
+def per_landscape(all_runs: Sequence[Run], attempts: bool = False) -> Iterator[Figure]:
     """Per landscape (both spaces): the runs within 1 %, the worst miss, the confident and
-    confident-wrong answers, and the launches (median and max) per space."""
+    confident-wrong answers, and the launches (median and max) per space; with
+    ``attempts``, also the answered runs, the answers in a region that fails (some of) its
+    launches, and per space the attempts (retries included) and failed ones (median/max)
+    and those that hung until the start-up timeout."""
     names = sorted({r.landscape for r in all_runs})
     for name in names:
         rs = [r for r in all_runs if r.landscape == name]
@@ -580,14 +651,35 @@ def per_landscape(all_runs: Sequence[Run]) -> Iterator[Figure]:
             for space in SPACES
             if (counts := [r.launches for r in rs if r.space == space])
         )
+        what = (
+            f"worst miss {100 * (1 - min(r.ratio for r in rs)):.2f} %, confident "
+            f"{sum(r.confident for r in rs)}/{len(rs)}, confident and > 1 % off {wrong}, "
+            f"launches median/max {launches}"
+        )
         yield Figure(
             f"within_1pct_rate_{name}",
             within(rs),
             "rate",
-            f"worst miss {100 * (1 - min(r.ratio for r in rs)):.2f} %, confident "
-            f"{sum(r.confident for r in rs)}/{len(rs)}, confident and > 1 % off {wrong}, "
-            f"launches median/max {launches}",
+            what + (f"; {failed_attempts(rs)}" if attempts else ""),
         )
+
+
+def failed_attempts(rs: Sequence[Run]) -> str:
+    """The answered runs, the answers in a failing region and, per space, the attempts and
+    the failed ones (median/max), and the attempts that hung (each costs the start-up
+    timeout)."""
+    answered = sum(not r.reason.startswith("no answer") for r in rs)
+    per_space = ", ".join(
+        f"{space} {statistics.median(r.attempts for r in mine):g}/"
+        f"{max(r.attempts for r in mine)} failed {statistics.median(r.failed for r in mine):g}/"
+        f"{max(r.failed for r in mine)}"
+        for space in SPACES
+        if (mine := [r for r in rs if r.space == space])
+    )
+    return (
+        f"answered {answered}/{len(rs)}, in a failing region {sum(r.flaky_winner for r in rs)}, "
+        f"attempts median/max {per_space}, hung {sum(r.hung for r in rs)}"
+    )
 
 
 def per_set(all_runs: Sequence[Run]) -> str:
@@ -641,7 +733,7 @@ def main(argv: list[str]) -> None:
             print(
                 f"{run.space:5s} {run.landscape:26s} ratio {run.ratio:.4f} "
                 f"confident {run.confident!s:5s} launches {run.launches} seed {run.seed} "
-                f"{run.reason}",
+                f"attempts {run.attempts} failed {run.failed} {run.reason}",
                 flush=True,
             )
             for line in run.trace:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -356,6 +356,124 @@ def blind_landscapes() -> dict[str, Profile]:
     }
 
 
+@dataclass(frozen=True)
+class LaunchFault:
+    """A launch failure of a fault landscape (:func:`fault_landscapes`) that a profile's
+    ``[[failure]]`` rules cannot express: a region by an ordinal bound, a share of launches
+    only (seeded by the run), or a stretch of server starts whatever the configuration.
+
+    ``args`` (:func:`fault_args`) are the resolved arguments of a launch and its
+    environment; a launch is in the region when every ``match`` key equals its value and
+    every ``at_least`` value is reached (a key the launch lacks — no speculation has no
+    ``speculative_*`` argument — is not in the region, so only an environment ``match`` fails
+    no speculation too)."""
+
+    kind: str  # a failure kind of sweep.failures, as the loop receives it
+    message: str  # the server log's line the loop would read
+    match: Mapping[str, object] = field(default_factory=dict)
+    at_least: Mapping[str, int] = field(default_factory=dict)
+    share: float = 1.0  # the share of the region's launches that fail (1: every one)
+    starts: tuple[int, int] | None = None  # server starts first..last (1-based): all fail
+
+    def region(self, args: Mapping[str, object]) -> bool:
+        """Whether a launch with ``args`` is in the failing region (a stretch has none)."""
+        if self.starts is not None:
+            return False
+        if any(args.get(key) != value for key, value in self.match.items()):
+            return False
+        return all(
+            isinstance(got := args.get(key), int) and got >= low
+            for key, low in self.at_least.items()
+        )
+
+    def fails(self, args: Mapping[str, object], start: int, draw: Callable[[], float]) -> bool:
+        """Whether server start number ``start`` (1-based) of a launch with ``args`` fails;
+        ``draw`` gives the run's next uniform number (drawn only for a flaky region)."""
+        if self.starts is not None:
+            return self.starts[0] <= start <= self.starts[1]
+        return self.region(args) and (self.share >= 1.0 or draw() < self.share)
+
+
+def fault_args(config: SimConfig, env: Mapping[str, str]) -> dict[str, object]:
+    """The resolved arguments of a launch (none of speculation's for no speculation) and its
+    environment, as :class:`LaunchFault` matches them."""
+    args: dict[str, object] = {"tp_size": config.tp_size, **env}
+    if config.speculative:
+        args |= {
+            "speculative_num_steps": config.num_steps,
+            "speculative_eagle_topk": config.eagle_topk,
+            "speculative_num_draft_tokens": config.num_draft_tokens,
+            "speculative_draft_tp_size": config.draft_tp_size,
+        }
+    return args
+
+
+FAULTS: dict[str, LaunchFault] = {
+    "fault-flaky-tp8": LaunchFault(
+        "crashed_while_serving",
+        "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)",
+        match={"speculative_draft_tp_size": 8},
+        share=0.4,
+    ),
+    "fault-hang-steps": LaunchFault(
+        "startup_timeout",
+        "not ready after 900 s (last log line: Capture cuda graph begin)",
+        at_least={"speculative_num_steps": 7},
+    ),
+    "fault-crash-tokens": LaunchFault(
+        "crashed_while_serving",
+        "CUDA error: an illegal memory access was encountered",
+        at_least={"speculative_num_draft_tokens": 8},
+    ),
+    "fault-rejected-env": LaunchFault(
+        "rejected_flags",
+        "ValueError: NCCL_PROTO=LL is not supported with this NCCL build (exit 1 before loading)",
+        match={"NCCL_PROTO": "LL"},
+    ),
+    "fault-bad-stretch": LaunchFault(
+        "nccl_init",
+        "NCCL WARN NET/IB : Got async event : port error",
+        starts=(8, 15),
+    ),
+}
+"""Each fault landscape's failure (:func:`fault_landscapes`)."""
+
+
+def fault_landscapes() -> dict[str, Profile]:
+    """Five landscapes whose launches fail in ways a night meets and the profiles' failure
+    rules cannot express (:data:`FAULTS`; ``--landscapes faults`` in bench_answer, which
+    injects them; ``python -m tests.perf.search_play --truth faults`` prints the optima
+    among the configurations that launch):
+
+    - ``fault-flaky-tp8``: ``synthetic-tp8-wins`` (draft TP 8 best by 10 %) whose draft-TP-8
+      launches crash while serving 40 % of the time (an NCCL watchdog timeout in the draft's
+      all-reduce): a configuration that crashes on 4 launches in 10 is no answer, so the
+      optimum is draft TP 1's (3 steps) and a draft-TP-8 winner counts as a flaky one;
+    - ``fault-hang-steps``: ``blind-edge-steps`` (the optimum on the edge, 10 steps) whose
+      start-up hangs capturing the CUDA graphs from 7 steps on (``startup_timeout``: each
+      such launch costs the ready timeout, 900 s): the optimum is 6 steps — an ordinal
+      bound the settings rule (topk, draft TP, extras) cannot name;
+    - ``fault-crash-tokens``: ``blind-edge-tokens`` (the large optimum at 16 draft tokens)
+      whose verify kernel crashes at the first request from 8 draft tokens on (chains of 7
+      steps or more): an ordinal bound again, across every topk and draft TP;
+    - ``fault-rejected-env``: ``default`` where ``NCCL_PROTO=LL`` (which speeds every
+      all-reduce by 4×, the large space's best configurations all use it) is refused at
+      start (``rejected_flags``, deterministic), no speculation with it included; the small
+      space has no environment and fails nothing;
+    - ``fault-bad-stretch``: ``high-acceptance`` on a host whose InfiniBand port flaps for a
+      while: server starts 8 to 15 fail NCCL initialisation whatever they launch (no
+      speculation included), then the host recovers; the optimum is unchanged.
+    """
+    every = blind_landscapes() | landscapes()
+    return {
+        "fault-flaky-tp8": every["synthetic-tp8-wins"],
+        "fault-hang-steps": every["blind-edge-steps"],
+        "fault-crash-tokens": every["blind-edge-tokens"],
+        "fault-rejected-env": load_profile("default"),
+        "fault-bad-stretch": load_profile("high-acceptance"),
+    }
+
+
 LAUNCH_FAILURES = {  # a profile's failure rules that fail a launch, and the loop's kind for it
     "crash_after_requests": "crashed_while_serving",
     "nccl_init": "nccl_init",
@@ -383,8 +501,15 @@ def injected_failure(profile: Profile, config: SimConfig) -> str | None:
 def truth_lines(name: str, profile: Profile, space: Space, top: int = 2) -> list[str]:
     """The ``top`` best configurations of ``space`` on a landscape, noise-free, each with
     its ratio to the optimum, and how many are within 1 % of it (configurations whose
-    launch the profile fails, :func:`injected_failure`, left out)."""
-    launching = [c for c in valid_candidates(space.study) if not injected_failure(profile, _sim(c))]
+    launch the profile fails, :func:`injected_failure`, or whose region a fault landscape
+    fails, :data:`FAULTS`, left out)."""
+    fault = FAULTS.get(name)
+    launching = [
+        c
+        for c in valid_candidates(space.study)
+        if not injected_failure(profile, _sim(c))
+        and not (fault and fault.region(fault_args(_sim(c), _env(c))))
+    ]
     values = sorted(((truth(profile, c)[0], c.key) for c in launching), reverse=True)
     best = values[0][0]
     lines = [
@@ -463,9 +588,12 @@ def truth(profile: Profile, c: Candidate | None) -> tuple[float, float]:
     """Noise-free (decode tok/s, accept length) of a candidate (None: the baseline)."""
     if c is None:
         return model.predict(profile, SimConfig(), 1).decode_tok_s, 1.0
-    env = dict(kv.split("=", 1) for kv in c.extras.split(",")) if c.extras else {}
-    p = model.predict(profile, _sim(c), 1, env=env)
+    p = model.predict(profile, _sim(c), 1, env=_env(c))
     return p.decode_tok_s, p.accept_length
+
+
+def _env(c: Candidate) -> dict[str, str]:
+    return dict(kv.split("=", 1) for kv in c.extras.split(",")) if c.extras else {}
 
 
 def _sim(c: Candidate) -> SimConfig:
@@ -709,7 +837,7 @@ def main() -> None:
     parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
     parser.add_argument(
-        "--truth", default="", help="print optima: heldout, misfit, unseen, blind or names"
+        "--truth", default="", help="print optima: heldout, misfit, unseen, blind, faults or names"
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -742,12 +870,13 @@ def main() -> None:
 
 def _print_truths(which: str, space_names: str) -> None:
     every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
-    every |= unseen_landscapes() | blind_landscapes()
+    every |= unseen_landscapes() | blind_landscapes() | fault_landscapes()
     sets = {
         "heldout": heldout_landscapes(),
         "misfit": misfit_landscapes(),
         "unseen": unseen_landscapes(),
         "blind": blind_landscapes(),
+        "faults": fault_landscapes(),
     }
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
     for space in spaces():

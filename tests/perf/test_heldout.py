@@ -14,7 +14,10 @@ from sweep.search.candidates import Candidate
 from sweep.store import read_records
 from tests.perf import bench_answer
 from tests.perf.search_play import (
+    FAULTS,
     blind_landscapes,
+    fault_args,
+    fault_landscapes,
     heldout_landscapes,
     injected_failure,
     spaces,
@@ -100,7 +103,7 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
     with pytest.raises(
-        ValueError, match="unknown 'nope'; expected heldout, random, unseen, blind or"
+        ValueError, match="unknown 'nope'; expected heldout, random, unseen, blind, faults or"
     ):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
@@ -197,3 +200,53 @@ def test_the_benchmark_reports_a_failed_launch_to_the_loop(tmp_path: Path) -> No
     assert failed and {r.failure.kind for r in failed if r.failure} == {"nccl_init"}
     assert all(r.config and r.config.draft_tp == 8 for r in failed)
     assert not [r for r in records if r.measured and r.config and r.config.draft_tp == 8]
+
+
+def test_the_fault_landscapes_are_a_group_of_their_own() -> None:
+    faults = bench_answer.chosen(["faults"])
+    assert faults == list(fault_landscapes()) and len(faults) == 5
+    assert not set(faults) & set(bench_answer.landscapes() | blind_landscapes())
+    run = bench_answer.Run("fault-flaky-tp8", "small", 0.0, True, 14, (), attempts=16, failed=3)
+    figures = list(bench_answer.figures_of([run]))
+    assert [f.figure_id for f in figures][:2] == [
+        "winner_within_1pct_rate_faults",
+        "confident_wrong_count_faults",
+    ]
+    assert figures[-1].figure_id == "within_1pct_rate_fault-flaky-tp8"
+    assert "answered 1/1" in figures[-1].what and "small 16/16 failed 3/3" in figures[-1].what
+
+
+def test_a_fault_fails_its_region_its_share_or_its_stretch_of_starts() -> None:
+    def args(config: TrialConfig) -> dict[str, object]:
+        return fault_args(bench_answer._sim(config), dict(config.env))
+
+    def high() -> float:  # the run's next uniform draw: above any share
+        return 0.99
+
+    def low() -> float:
+        return 0.0
+
+    tp8, flaky = args(TrialConfig(3, 1, 4, 8)), FAULTS["fault-flaky-tp8"]
+    assert flaky.region(tp8) and flaky.fails(tp8, 1, low) and not flaky.fails(tp8, 1, high)
+    hang = FAULTS["fault-hang-steps"]  # an ordinal bound: 7 steps on
+    assert hang.fails(args(TrialConfig(7, 1, 8, 1)), 1, high)
+    assert not hang.region(args(TrialConfig(6, 1, 7, 1)))
+    plain_ll = args(TrialConfig.baseline(env=(("NCCL_PROTO", "LL"),)))
+    assert FAULTS["fault-rejected-env"].region(plain_ll)  # no speculation with it too
+    assert not hang.region(plain_ll)
+    stretch = FAULTS["fault-bad-stretch"]
+    assert [stretch.fails(plain_ll, n, high) for n in (7, 8, 15, 16)] == [0, 1, 1, 0]
+
+
+def test_a_fault_landscape_answer_is_scored_without_its_failing_region() -> None:
+    def best(name: str, space: str) -> str:
+        study = SPACES[space].study
+        valid = plan(study, rules_for(study)).valid
+        profile = fault_landscapes()[name]
+        return max((bench_answer.truth(profile, c, name)[0], c.key()) for c in valid)[1]
+
+    assert best("fault-flaky-tp8", "small") == "s3-k1-d4-tp1[]"  # draft TP 8 would win, flaky
+    assert best("fault-hang-steps", "small") == "s6-k1-d7-tp1[]"  # 10 steps would win
+    assert best("fault-crash-tokens", "large") == "s6-k1-d7-tp1[NCCL_PROTO=LL]"
+    assert best("fault-rejected-env", "large") == "s3-k1-d4-tp1[NCCL_PROTO=Simple]"
+    assert best("fault-bad-stretch", "small") == "s7-k1-d8-tp1[]"  # a stretch fails no region
