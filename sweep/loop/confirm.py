@@ -24,8 +24,10 @@ from sweep.search.guided import PhysicsSampler
 from sweep.store import confirmations, count_confirmation, uncount_confirmation, write_answer
 
 
-def confirm(run: RunContext) -> None:
-    """Relaunch contenders within the confirmation's budget; store the answer.
+def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
+    """Relaunch contenders within the confirmation's budget; store the answer
+    (``relaunch_ok=False``: the run had to stop — the host failed launch after launch —, so
+    the answer is decided on what was measured, relaunching nothing, and says so).
 
     The budget is the study's, not this process's (plus one launch per control launched:
     :func:`~sweep.search.answer.controls_launched`): the launches earlier runs of the study
@@ -76,7 +78,7 @@ def confirm(run: RunContext) -> None:
         budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
-        if not fits(run.clock.now(), run.time_end(), seen.estimate(None)):
+        if not relaunch_ok or not fits(run.clock.now(), run.time_end(), seen.estimate(None)):
             left, reserve = 0, 0
         step = answer.confirm_step(
             launches,
@@ -93,6 +95,8 @@ def confirm(run: RunContext) -> None:
             return
         if isinstance(step, Decision):
             stored = answer.answer_of(step, labels, options, used)
+            if not relaunch_ok and not stored.get("confident"):
+                stored["stopped_by"] = answer.RUN_STOPPED
             write_answer(trials, stored)
             run.summary.answer = answer.answer_text(stored)
             run.summary.answer_heading = answer.answer_heading(stored)
@@ -102,6 +106,8 @@ def confirm(run: RunContext) -> None:
                     f"{run.summary.stop_reason}; nothing left to launch: the confirmation "
                     f"spent {used} of its {budget} launches"
                 )
+            return
+        if not relaunch_ok:  # cannot happen: nothing left to launch decides
             return
         run.display.message(f"confirming: {answer.labelled(step.reason, labels)}")
         for key in step.order[: max(1, budget + answer.EXTENSION - used)]:

@@ -7,6 +7,7 @@ one snapshot of storage per turn (:class:`~sweep.loop.history.History`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from sweep.core.policy import AllBusy, BaselineDue, GateReady, Plan, ProposeNext, Stop, next_step
@@ -67,7 +68,11 @@ class Search:
                     run.summary.warnings += not_launched_for_memory(run)
                     run.summary.warnings += not_launched_for_failures(run)
                     gate.finish(run)
-                    return None if run.summary.failed_run else Confirm()
+                    if not run.summary.failed_run:
+                        return Confirm()
+                    # the host failed launch after launch: what was measured still answers,
+                    # not confident, relaunching nothing
+                    return Confirm(relaunch_ok=False) if seen.settled else None
                 case BaselineDue(health_check):
                     if health_check:
                         run.display.message(health_check)
@@ -85,11 +90,19 @@ class Search:
                             tell_proposal(run, told)
 
 
+@dataclass(frozen=True)
 class Confirm:
     """Relaunch the contenders until the winner is decided (:mod:`sweep.loop.confirm`; on a
-    shared study, with every worker, :mod:`sweep.loop.fleet_confirm`)."""
+    shared study, with every worker, :mod:`sweep.loop.fleet_confirm`); ``relaunch_ok``
+    False: the run had to stop, the answer is decided on what was measured (one host)."""
+
+    relaunch_ok: bool = True
 
     def run(self, run: RunContext) -> Phase | None:
+        if not self.relaunch_ok:
+            if run.sharing.alone:
+                confirm(run, relaunch_ok=False)
+            return None
         if run.sharing.alone:
             confirm(run)
         else:

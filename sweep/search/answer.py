@@ -22,6 +22,8 @@ from sweep.study.model import ConfirmSpec
 
 BASELINE_KEY = TrialConfig.baseline().key()
 DROPPED = "dropped"  # an answer's stopped_by: decided because every host failed its relaunches
+RUN_STOPPED = "run_stopped"  # an answer's stopped_by: the run stopped (the host failed), none
+#                              relaunched
 
 
 def options_of(spec: ConfirmSpec) -> ConfirmOptions:
@@ -348,9 +350,10 @@ def answer_text(answer: Mapping[str, Any]) -> str:
             text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
         return text
     # an answer stored confident before the comparison with no speculation was required
-    why = (
-        "relaunches failed on every host" if answer.get("stopped_by") == DROPPED else "budget spent"
-    )
+    why = {
+        DROPPED: "relaunches failed on every host",
+        RUN_STOPPED: "the run stopped before confirming it",
+    }.get(str(answer.get("stopped_by")), "budget spent")
     text += f"; NOT confident ({why})" if not answer.get("confident") else "; NOT confirmed"
     decide = f"{answer['to_decide']} would decide" if answer.get("to_decide") else ""
     details = [d for d in (f"not shown to beat {unshown}" if unshown else "", decide) if d]

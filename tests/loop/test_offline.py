@@ -446,3 +446,32 @@ def test_a_failure_streak_of_crashes_relaunches_no_speculation_and_the_run_goes_
         optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
     ).answer
     assert answer["winner"] == max(good, key=lambda c: c.num_steps).key()
+
+
+def test_a_run_the_host_stops_still_stores_an_answer_from_what_it_measured(
+    tmp_path: Path,
+) -> None:
+    """The host goes bad for good after four server starts (every launch fails NCCL at init,
+    no speculation too): the failure streak stopped the run and no answer was stored, though
+    three configurations had measured."""
+    study = _study(
+        tmp_path, study='sampler = "grid"', space="num_steps = [1, 2, 3, 4, 5, 6]", confirm=True
+    )
+    starts: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        starts.append(config)
+        if len(starts) > 4:
+            return MeasurementFailure("nccl_init", "NCCL error: unhandled system error")
+        return _speed(config)
+
+    summary = run_with_measurements(study, measure)
+    assert summary.failed_run and "the host looks unhealthy" in summary.stop_reason
+    measured = [c for c in starts[:4] if c.speculative]
+    stored = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert stored["winner"] == max(measured, key=lambda c: c.num_steps).key()
+    assert not stored["confident"]
+    assert "NOT confident (the run stopped before confirming it)" in summary.answer
+    assert len(starts) == 4 + 5 + 1  # nothing relaunched after the stop (the health check)
