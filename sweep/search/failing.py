@@ -137,14 +137,40 @@ def avoided(
     if not bad:
         return {}
     out = {}
-    for c in candidates:
-        if c.key in tried:
-            continue
+    untried = [c for c in candidates if c.key not in tried]
+    for c in untried:
         for group, keys in bad.items():
             if all(holds(c, setting) for setting in group):
                 out[c.key] = keys[0]
                 break
-    return out
+    return out | _probe(untried, bad, out)
+
+
+def _probe(
+    untried: Sequence[Candidate],
+    bad: Mapping[tuple[tuple[str, str], ...], list[str]],
+    avoided: Collection[str],
+) -> dict[str, str]:
+    """While a tie blames a topk, draft TP or extra and a size alike (every failed tree had
+    topk 4 and 3 steps or more, and the only configuration measured was smaller), the next
+    launch tells them apart: one at or past every size of the tie with none of its other
+    settings. It measures (the size is cleared) or fails (the size is blamed); the others
+    wait until then. Without it a crashing topk was blamed only with sizes no launch had
+    reached, and the search kept launching topk-4 trees of other sizes, each failing."""
+    for group, keys in bad.items():
+        sizes = [s for s in group if s[0].endswith(AT_LEAST)]
+        others = [s for s in group if not s[0].endswith(AT_LEAST)]
+        if not sizes or not others:
+            continue
+        open_ = [c for c in untried if c.key not in avoided]
+        probes = {
+            c.key
+            for c in open_
+            if all(holds(c, s) for s in sizes) and not any(holds(c, s) for s in others)
+        }
+        if probes:
+            return {c.key: keys[0] for c in open_ if c.key not in probes}
+    return {}
 
 
 def _cautious(

@@ -20,9 +20,12 @@ def test_a_draft_tp_whose_launches_all_fail_nccl_init_is_avoided() -> None:
     tie = (("draft_tokens>=", "3"), ("draft_tp", "8"), ("steps>=", "2"))
     assert suspects(CANDIDATES, failed, measured) == {tie: sorted(failed)}
     out = avoided(CANDIDATES, failed, measured, set(failed) | measured)
-    assert "s1-k1-d2-tp8" + LL not in out and "s2-k1-d3-tp1" + LL not in out
-    assert out and all("-tp8" in key for key in out)
-    failed["s1-k1-d2-tp8" + SIMPLE] = "nccl_init"  # it fails too: draft TP 8 explains all
+    left = [c for c in CANDIDATES if c.key not in out and c.key not in set(failed) | measured]
+    # the next launch tells them apart: 2 steps or more, 3 tokens or more, draft TP 1
+    assert left and all(c.draft_tp == 1 and c.steps >= 2 and c.draft_tokens >= 3 for c in left)
+    measured.add(left[0].key)  # it measured: the sizes are cleared
+    assert suspects(CANDIDATES, failed, measured) == {(("draft_tp", "8"),): sorted(failed)}
+    failed["s1-k1-d2-tp8" + SIMPLE] = "nccl_init"  # and the 1-step chain fails: the same
     assert suspects(CANDIDATES, failed, measured) == {(("draft_tp", "8"),): sorted(failed)}
     out = avoided(CANDIDATES, failed, measured, set(failed) | measured)
     assert {k for k in (c.key for c in CANDIDATES) if "-tp8" in k} - set(failed) == set(out)
@@ -44,7 +47,9 @@ def test_failures_shared_by_two_settings_blame_only_their_conjunction() -> None:
         (("NCCL_PROTO", "LL"), ("draft_tokens>=", "4"), ("topk", "2")): sorted(failed)
     }
     out = avoided(CANDIDATES, failed, measured, set(failed) | measured)
-    assert out and all("-k2-" in k and k.endswith(LL) for k in out)
+    left = [c for c in CANDIDATES if c.key not in out and c.key not in set(failed) | measured]
+    assert left and all(c.draft_tokens >= 4 and c.topk == 1 for c in left)
+    assert all(c.key.endswith(SIMPLE) for c in left)
     # a third crash, topk 2 with Simple: topk 2 explains all three
     failed["s2-k2-d3-tp1" + SIMPLE] = "crashed_while_serving"
     assert suspects(CANDIDATES, failed, measured) == {(("topk", "2"),): sorted(failed)}
@@ -78,8 +83,28 @@ def test_a_fault_from_a_step_count_on_is_not_blamed_on_the_draft_tp() -> None:
     bad = suspects(chains, failed, measured)
     assert list(bad) == [(("draft_tokens>=", "4"), ("draft_tp", "1"), ("steps>=", "3"))]
     out = avoided(chains, failed, measured, set(failed) | measured)
-    assert "s2-k1-d3-tp1[]" not in out and "s2-k2-d4-tp1[]" not in out
-    assert out and all(k.startswith(("s3-", "s4-")) and "-tp1" in k for k in out)
+    left = [c for c in chains if c.key not in out and c.key not in set(failed) | measured]
+    # draft TP 1 is not blamed alone: a draft TP 8 launch of 3 steps or more tells them apart
+    assert left and all(c.draft_tp == 8 and c.steps >= 3 and c.draft_tokens >= 4 for c in left)
     # the same fault at draft TP 8 too: the threshold alone explains every failure
     failed["s3-k1-d4-tp8[]"] = "startup_timeout"
     assert list(suspects(chains, failed, measured)) == [(("draft_tokens>=", "4"), ("steps>=", "3"))]
+
+
+def test_a_tie_of_a_setting_and_a_size_is_told_apart_by_the_next_launch() -> None:
+    """Every crashing tree (topk 2) had 3 steps or more while the one configuration measured
+    was smaller: topk 2 and the sizes were blamed together only, and the search launched
+    topk-2 trees of other sizes, each crashing, until the streak ended the run."""
+    failed = {"s3-k2-d5-tp8" + LL: "crashed_while_serving",
+              "s4-k2-d6-tp1" + LL: "crashed_while_serving"}  # fmt: skip
+    measured = {"s1-k1-d2-tp1" + SIMPLE}
+    (group,) = suspects(CANDIDATES, failed, measured)
+    assert ("topk", "2") in group and ("steps>=", "3") in group
+    tried = set(failed) | measured
+    out = avoided(CANDIDATES, failed, measured, tried)
+    left = {c.key for c in CANDIDATES} - tried - set(out)
+    # only configurations of the sizes with none of the other settings may launch next
+    assert left == {"s4-k1-d5-tp1" + SIMPLE, "s4-k1-d5-tp8" + SIMPLE}
+    # it measured: the sizes are cleared, topk 2 and LL stay blamed together
+    measured.add("s4-k1-d5-tp1" + SIMPLE)
+    assert list(suspects(CANDIDATES, failed, measured)) == [(("NCCL_PROTO", "LL"), ("topk", "2"))]
