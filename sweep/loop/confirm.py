@@ -18,7 +18,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.context import RunContext
 from sweep.loop.history import History
 from sweep.loop.propose import Launch, baseline, control
-from sweep.search import answer, weighted
+from sweep.search import answer, flaky, weighted
 from sweep.search.confirm import Decision
 from sweep.search.guided import PhysicsSampler
 from sweep.store import confirmations, count_confirmation, uncount_confirmation, write_answer
@@ -97,6 +97,12 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
             stored = answer.answer_of(step, labels, options, used)
             if not relaunch_ok and not stored.get("confident"):
                 stored["stopped_by"] = answer.RUN_STOPPED
+            label = labels.get(step.winner, "")
+            crashed = flaky.crashes(seen.trials, step.winner, label)
+            if not crashed and step.winner in run.valid:
+                crashed = flaky.family_crashes(seen.trials, run.valid[step.winner], label)
+            if crashed:  # measured well when it ran: not an answer to deploy with confidence
+                stored["confident"], stored["crashes"] = False, crashed
             write_answer(trials, stored)
             run.summary.answer = answer.answer_text(stored)
             run.summary.answer_heading = answer.answer_heading(stored)

@@ -350,7 +350,7 @@ def answer_text(answer: Mapping[str, Any]) -> str:
             text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
         return text
     # an answer stored confident before the comparison with no speculation was required
-    why = {
+    why = answer.get("crashes") or {
         DROPPED: "relaunches failed on every host",
         RUN_STOPPED: "the run stopped before confirming it",
     }.get(str(answer.get("stopped_by")), "budget spent")

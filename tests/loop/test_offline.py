@@ -475,3 +475,23 @@ def test_a_run_the_host_stops_still_stores_an_answer_from_what_it_measured(
     assert not stored["confident"]
     assert "NOT confident (the run stopped before confirming it)" in summary.answer
     assert len(starts) == 4 + 5 + 1  # nothing relaunched after the stop (the health check)
+
+
+def test_a_winner_that_crashes_on_some_launches_is_not_a_confident_answer(
+    tmp_path: Path,
+) -> None:
+    """3 steps, the fastest, crashes while serving on every second launch (retried, it
+    runs): the answer named it, confident, and never said it crashes."""
+    study = _study(tmp_path, study='sampler = "grid"', confirm=True)
+    launched = itertools.count()
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if config.num_steps == 3 and next(launched) % 2 == 0:
+            return MeasurementFailure("crashed_while_serving", "NCCL watchdog timeout")
+        return _speed(config)
+
+    summary = run_with_measurements(study, measure)
+    stored = _answer(study)
+    assert stored["winner"] == TrialConfig(3, 1, 4, 8).key() and not stored["confident"]
+    assert "NOT confident (steps=3" in summary.answer
+    assert "crashed_while_serving)" in summary.answer
