@@ -156,11 +156,11 @@ class FleetConfirm:
                 continue
             if self.lost is not None:
                 run.display.message(
-                    f"relaunch of {self.label(job.key)} (trial {self.lost}): its worker "
+                    f"relaunch of {label(run, job.key)} (trial {self.lost}): its worker "
                     "stopped; taken over"
                 )
             if self.failed is not None:
-                run.display.message(f"relaunch of {self.label(job.key)}: {self.failed}; taken over")
+                run.display.message(f"relaunch of {label(run, job.key)}: {self.failed}; taken over")
             launch = relaunch(run, job.key)
             if not claims.retag(marker, PENDING, launch.trial.number, host):
                 # its trial took longer to create than the grace: another worker took the job
@@ -176,12 +176,6 @@ class FleetConfirm:
         if blocked and self.blocked_since is None:
             self.blocked_since = now
         return False
-
-    def label(self, key: str) -> str:
-        """A configuration as users write it (``steps=2 …``), not its key."""
-        return answer.labels_of((), self.run.valid).get(key) or (
-            self.run.valid[key].label() if key in self.run.valid else key
-        )
 
     def stale_job(self, marker: str, job: Job) -> Callable[[int], bool]:
         """A job's claim is stale when its trial stopped without a result (its worker died:
@@ -217,7 +211,7 @@ class FleetConfirm:
         host = self.run.host.name
         self.run.stores.claims.claim(self.key(f"{i}:{FAILED_ON}:{host}"), host, number, _never)
         self.run.display.message(
-            f"relaunch of {self.label(job.key)} failed on {host} ({failure_kind(record)}): "
+            f"relaunch of {label(self.run, job.key)} failed on {host} ({failure_kind(record)}): "
             "not counted; left to another host"
         )
 
@@ -273,6 +267,13 @@ def searching(run: RunContext, grace_s: float) -> bool:
     running = read_records(run.stores.trials, states=(TrialState.RUNNING,))
     oldest = run.clock.wall() - 2 * run.history().estimate(None) - grace_s
     return any(r.kind is Kind.TRIAL and (r.started or 0.0) > oldest for r in running)
+
+
+def label(run: RunContext, key: str) -> str:
+    """A configuration as users write it (``steps=2 …``), not its key."""
+    return answer.labels_of((), run.valid).get(key) or (
+        run.valid[key].label() if key in run.valid else key
+    )
 
 
 def gave_up(run: RunContext, launch: Launch) -> None:

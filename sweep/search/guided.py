@@ -132,10 +132,6 @@ class PhysicsSampler(ConfigSampler):
         the configuration's own launches (:func:`sweep.search.predictions.holdout`)."""
         return self.model.holdout(self.history(study), keys)
 
-    def missed(self, study: Study, history: History) -> int:
-        """Leaps proposed that missed (:func:`sweep.search.promises.missed_leaps`)."""
-        return promises.missed_leaps(current_trials(study), self.matcher, history)
-
     def surprise(self, study: Study, history: History | None = None) -> float:
         """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
         history = history or self.history(study)
@@ -151,12 +147,9 @@ class PhysicsSampler(ConfigSampler):
         launches = max(self.n_startup, self.min_launches)
         untried = self.untried(history)
         verdict = stopping.measured_stop(history, untried, self.climb, launches)
+        missed = promises.missed_leaps(current_trials(study), self.matcher, history)
         passes = verdict and promises.leap(
-            history,
-            untried,
-            self.index,
-            lambda: self.predict(history)[1],
-            self.missed(study, history),
+            history, untried, self.index, lambda: self.predict(history)[1], missed
         )
         if verdict is not None and not passes:
             return verdict
@@ -194,7 +187,9 @@ class PhysicsSampler(ConfigSampler):
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
             # mean still promises, then the climb (the model only orders them)
-            jumps = [] if uncovered else self._leaps(study, history, untried, mean)
+            trials = current_trials(study)
+            jumps = [] if uncovered else promises.open_leaps(trials, self.matcher, history,
+                                                             untried, self.index, mean)  # fmt: skip
             if jumps:  # the refit's strongest claim, tested first (a miss is a surprise)
                 self.leaping = True
                 return self._best(jumps, mean, sd)
@@ -213,15 +208,6 @@ class PhysicsSampler(ConfigSampler):
         pool = np.array(plausible)
         upper = mean[pool] + self.kappa * sd[pool]
         return self.candidates[int(pool[int(np.argmax(upper))])]
-
-    def _leaps(
-        self, study: Study, history: History, untried: list[Candidate], mean: np.ndarray
-    ) -> list[Candidate]:
-        """What the model, found wrong and refitted, predicts a leap above the best measured
-        configuration (:func:`promises.leaps`), while leaps are left."""
-        if not promises.leaps_left(history, self.missed(study, history)):
-            return []
-        return promises.leaps(untried, self.index, history, mean)
 
     def _best(self, pool: Sequence[Candidate], mean: np.ndarray, sd: np.ndarray) -> Candidate:
         rows = np.array([self.index[c.key] for c in pool])
@@ -259,12 +245,10 @@ class PhysicsSampler(ConfigSampler):
         if self._last is not None:
             mean, sd = self._last
             i = self.index[pick.key]
-            predicted: dict[str, object] = {
-                "mean": float(math.exp(mean[i])),
-                "sd": float(math.exp(mean[i]) * sd[i]),
-            }
-            if self.leaping:
-                predicted["leap"] = True
+            value = float(math.exp(mean[i]))
+            predicted = {"mean": value, "sd": value * float(sd[i])} | (
+                {"leap": True} if self.leaping else {}
+            )
             set_system_attr(study, trial, PREDICTED_ATTR, predicted)
             self._last = None
         self.leaping = False
@@ -273,11 +257,15 @@ class PhysicsSampler(ConfigSampler):
         if not untried:
             return self.nothing_untried(history)
         tried = [self.index[k] for k in history.tried() if k in self.index]
-        if not tried:  # before any launch: what the priors alone predict best
-            mean = self.model.prior_mean()
-            return space_filling.prior_best(untried, self.index, mean)
-        pool = np.array([self.index[c.key] for c in untried])
-        return self.candidates[space_filling.farthest(self.features, pool, tried, self.rng)]
+        return space_filling.proposal(
+            self.candidates,
+            self.index,
+            untried,
+            tried,
+            self.features,
+            self.rng,
+            self.model.prior_mean,
+        )
 
 
 class FittedModel:

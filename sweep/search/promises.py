@@ -90,6 +90,21 @@ def leaps(
     return [c for c in untried if mean[index[c.key]] > best + math.log1p(STALL_LEAP)]
 
 
+def open_leaps(
+    trials: Iterable[FrozenTrial],
+    matcher: Matcher,
+    history: History,
+    untried: Sequence[Candidate],
+    index: Mapping[str, int],
+    mean: np.ndarray,
+) -> list[Candidate]:
+    """What the model, found wrong and refitted, predicts a leap above the best measured
+    configuration (:func:`leaps`), while leaps are left (:func:`leaps_left`)."""
+    if not leaps_left(history, missed_leaps(trials, matcher, history)):
+        return []
+    return leaps(untried, index, history, mean)
+
+
 def missed_leaps(trials: Iterable[FrozenTrial], matcher: Matcher, history: History) -> int:
     """How many configurations proposed as a leap (the prediction recorded with the
     proposal, ``sweep.search.predicted``, has ``leap`` set) did not beat, on their first

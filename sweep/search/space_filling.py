@@ -7,7 +7,7 @@ Pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -49,3 +49,20 @@ def farthest(
     )
     best = np.flatnonzero(gaps >= gaps.max() - 1e-12)
     return int(pool[int(rng.choice(best))])
+
+
+def proposal(
+    candidates: Sequence[Candidate],
+    index: Mapping[str, int],
+    untried: Sequence[Candidate],
+    tried: Sequence[int],
+    table: np.ndarray,
+    rng: np.random.Generator,
+    prior_mean: Callable[[], np.ndarray],
+) -> Candidate:
+    """The space-filling proposal: before any launch, what the priors alone predict best
+    (``prior_mean``); then the untried configuration farthest from every tried row."""
+    if not tried:
+        return prior_best(untried, index, prior_mean())
+    pool = np.array([index[c.key] for c in untried])
+    return candidates[farthest(table, pool, list(tried), rng)]
