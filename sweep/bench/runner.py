@@ -225,7 +225,10 @@ class _Context:
         """The level, once believable (:mod:`sweep.bench.checks`); ``_LevelFailed`` if not."""
         try:
             return checks.check_level(
-                level, self.settings.accept_limit, self.settings.stop.target_precision
+                level,
+                self.settings.accept_limit,
+                self.settings.stop.target_precision,
+                client_counts_exact=self.settings.protocol == "sglang",
             )
         except BenchmarkError as exc:
             raise _LevelFailed(exc, replace(level, stop_reason=StopReason.FAILED)) from exc

@@ -27,7 +27,7 @@ from sweep.engines.sglang_rules import SGLangRules
 from sweep.engines.vllm import VLLMAdapter
 from sweep.engines.vllm_rules import VLLMRules
 from sweep.engines.vllm_spec import speculative_config, split_spec_flags, violation
-from sweep.exceptions import EngineConfigError
+from sweep.exceptions import BenchmarkError, EngineConfigError
 from sweep.failures import FailureKind, Phase
 from tests.support.flagwords import flags_of
 
@@ -304,8 +304,9 @@ def test_parser_without_speculation_records_no_steps() -> None:
 class FakeVLLM:
     """A vLLM over MockTransport: k = 3 drafts per step, 2 accepted, so 3 tokens per step."""
 
-    def __init__(self, speculative: bool = True) -> None:
+    def __init__(self, speculative: bool = True, coalesce: bool = False) -> None:
         self.speculative = speculative
+        self.coalesce = coalesce  # the output loop fell behind: two steps per chunk
         self.drafts = self.accepted = 0
         self.paths: list[str] = []
 
@@ -340,14 +341,19 @@ class FakeVLLM:
         if self.speculative:
             self.drafts += len(totals) - 1
             self.accepted += 2 * (len(totals) - 1)
-        events = [_chunk(t, "length" if t == max_tokens else None) for t in totals]
+        sent = totals[:1] + totals[2::2] if self.coalesce else totals
+        if sent[-1] != totals[-1]:
+            sent.append(totals[-1])
+        events = [_chunk(t, "length" if t == max_tokens else None) for t in sent]
         return _sse(*events)
 
 
-def _fake_benchmark(fake: FakeVLLM) -> LevelResult:
+def _fake_benchmark(fake: FakeVLLM, accept_limit: float | None = None) -> LevelResult:
     workload = make_workload(output_len=10, warmup_output_len=4, concurrency=(1,))
     settings = BenchmarkSettings(
-        stop=StopRule(min_rounds=2, max_rounds=2, min_tokens=0), protocol="openai"
+        stop=StopRule(min_rounds=2, max_rounds=2, min_tokens=0),
+        protocol="openai",
+        accept_limit=accept_limit,
     )
 
     async def main() -> LevelResult:
@@ -369,6 +375,16 @@ def test_benchmark_over_vllm_takes_acceptance_from_the_measured_window() -> None
     # the warm-up's drafts are outside the window: 3 decode steps per 10-token request
     assert level.acceptance["drafts"] == 3 * level.request_count
     assert level.accept_check is not None and level.accept_check.agrees
+
+
+def test_steps_coalesced_into_one_chunk_are_not_an_impossible_accept_length() -> None:
+    # 9 decode tokens in 2 chunks read as 4.5 per step, above k + 1 = 4: the chunk count is
+    # only a lower bound on vLLM's steps, its counters (3 per step) are the figure held to 4
+    level = _fake_benchmark(FakeVLLM(coalesce=True), accept_limit=4.0)
+    assert level.accept_check is not None and level.accept_check.client == pytest.approx(4.5)
+    assert level.accept_length == pytest.approx(3.0)
+    with pytest.raises(BenchmarkError, match="structural maximum"):
+        _fake_benchmark(FakeVLLM(coalesce=True), accept_limit=2.5)  # the counters' 3.0 is not
 
 
 def test_benchmark_over_vllm_without_speculation_has_no_accept_length() -> None:
