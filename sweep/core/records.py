@@ -45,6 +45,7 @@ class ATTR:
     GPU = "sweep.gpu"
     FAILURE = "sweep.failure"  # {kind, deterministic, message, exit_code, phase, log_tail}
     ATTEMPT = "sweep.attempt"
+    RETRIED = "sweep.retried"  # the failure kind of each earlier attempt of the launch
     DUPLICATE_OF = "sweep.duplicate_of"
     EXCLUDED = "sweep.excluded"
     BASELINE = "sweep.baseline"  # {trial, value, at} the speedup was computed against
@@ -246,6 +247,7 @@ class TrialRecord:
     failure: Failure | None = field(default=None, metadata=stored(ATTR.FAILURE, FAILURE))
     timings: Mapping[str, float] = field(default_factory=dict, metadata=stored(ATTR.TIMINGS, MAP))
     attempt: int | None = field(default=None, metadata=stored(ATTR.ATTEMPT, INT))
+    retried: tuple[str, ...] = field(default=(), metadata=stored(ATTR.RETRIED, TEXTS))
     duplicate_of: int | None = field(default=None, metadata=stored(ATTR.DUPLICATE_OF, INT))
     excluded: str | None = field(default=None, metadata=stored(ATTR.EXCLUDED, STR))
     baseline: Mapping[str, Any] = field(default_factory=dict, metadata=stored(ATTR.BASELINE, MAP))

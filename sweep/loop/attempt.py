@@ -137,11 +137,12 @@ def with_retries(
             return outcome
         if max_attempts is not None and attempt >= max_attempts:
             return outcome
+        failure = outcome.record.failure
         if on_retry is not None:
-            failure = outcome.record.failure
             on_retry(attempt, failure.message if failure else "")
         attempt += 1
-        start = dataclasses.replace(start, attempt=attempt)
+        kind = str(failure.kind) if failure else "unknown"
+        start = dataclasses.replace(start, attempt=attempt, retried=(*start.retried, kind))
         write_record(trial, start)
 
 

@@ -75,6 +75,8 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
             value,
         )  # fmt: skip
         launches = {key: runs for key, runs in launches.items() if key in space}
+        left_out = flaky.leave_out(launches, seen.trials)
+        launches = {k: v for k, v in launches.items() if flaky.unreliable_of(k, left_out) is None}
         budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
@@ -98,11 +100,13 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
             if not relaunch_ok and not stored.get("confident"):
                 stored["stopped_by"] = answer.RUN_STOPPED
             label = labels.get(step.winner, "")
-            crashed = flaky.crashes(seen.trials, step.winner, label)
-            if not crashed and step.winner in run.valid:
-                crashed = flaky.family_crashes(seen.trials, run.valid[step.winner], label)
+            crashed = flaky.winner_crashes(
+                seen.trials, step.winner, run.valid.get(step.winner), label
+            )
             if crashed:  # measured well when it ran: not an answer to deploy with confidence
                 stored["confident"], stored["crashes"] = False, crashed
+            if left_out:
+                stored["unreliable"] = [u.text() for u in left_out]
             write_answer(trials, stored)
             run.summary.answer = answer.answer_text(stored)
             run.summary.answer_heading = answer.answer_heading(stored)

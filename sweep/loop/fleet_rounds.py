@@ -15,7 +15,7 @@ from sweep.core.space import TrialConfig
 from sweep.core.timing import fits
 from sweep.loop.confirm import holdout, simplicity
 from sweep.loop.context import RunContext
-from sweep.search import answer, weighted
+from sweep.search import answer, flaky, weighted
 from sweep.search.confirm import Decision
 from sweep.search.host_blocks import HostLaunch, Job, Round, fleet_step, host_effects
 from sweep.search.launches import Launch as SoloLaunch
@@ -54,6 +54,8 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     baselines = read_records(run.stores.baselines)  # and the controls beside them
     value = weighted.rescored(objective, baselines)  # a weighted objective's, on one footing
     launches = host_launches(run, baselines, value)
+    left_out = flaky.leave_out({x.key for x in launches}, seen.trials)
+    launches = [x for x in launches if flaky.unreliable_of(x.key, left_out) is None]
     used, total = budget(run, seen.trials, baselines)
     left = total - used if time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
@@ -103,6 +105,12 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     stored["hosts"] = sorted(effects)
     labels = answer.labels_of(seen.trials, run.valid)
     stored["dropped"] = [labels.get(k, k) for k in dropped or ()]
+    label = labels.get(step.winner, "")
+    crashed = flaky.winner_crashes(seen.trials, step.winner, run.valid.get(step.winner), label)
+    if crashed:  # measured well when it ran: not an answer to deploy with confidence
+        stored["confident"], stored["crashes"] = False, crashed
+    if left_out:
+        stored["unreliable"] = [u.text() for u in left_out]
     if forced and not stored.get("confident"):
         stored["stopped_by"] = answer.DROPPED
         stored["reason"] = str(stored["reason"]).replace(

@@ -72,12 +72,13 @@ def not_launched_for_memory(run: RunContext) -> list[str]:
 
 def not_launched_for_failures(run: RunContext) -> list[str]:
     """One line per setting whose launches all failed (:mod:`sweep.search.failing`): the
-    configurations with it not launched, and the failures that made it suspect."""
+    configurations with it not launched, and the failures that made it suspect; one per
+    setting whose configurations crash after start-up (:mod:`sweep.search.flaky`)."""
     sampler = run.stores.trials.sampler
     if not isinstance(sampler, ConfigSampler):
         return []
     history = sampler.history(run.stores.trials)
-    if not history.avoided:
+    if not history.avoided and not history.unreliable:
         return []
     settled = run.history().settled
     bad = failing.suspects(sampler.candidates, history.failed, history.measured)
@@ -94,6 +95,13 @@ def not_launched_for_failures(run: RunContext) -> list[str]:
             f"{len(kept)} configuration(s) with {setting} not launched: every launch "
             f"with it failed ({history.failed[failed[0]]}: {trials}) while others measured; "
             "docs/search.md, 'A setting that keeps failing'"
+        )
+    for found in history.unreliable:
+        kept = sorted(k for k, c in history.avoided.items() if c == found.keys[0])
+        lines.append(
+            f"{found.text()}: {len(kept)} configuration(s) with it not launched, the "
+            f"{len(found.keys)} launched never the answer; docs/search.md, 'A setting that "
+            "crashes'"
         )
     return lines
 

@@ -344,6 +344,8 @@ def answer_text(answer: Mapping[str, Any]) -> str:
         )
         text += (f", {100 * (runner_up['ratio'] - 1):+.1f} % over {versus} "
                  f"({runner_up['versus_label']})")  # fmt: skip
+    for why in answer.get("unreliable") or ():
+        text += f"; left out as unreliable: {why}"
     unshown = not_shown_to_beat(answer)
     if answer.get("confident") and not unshown:
         if len(answer.get("tie") or ()) > 1:

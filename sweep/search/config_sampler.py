@@ -18,7 +18,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.core.records import ATTR
-from sweep.search import failing, memory
+from sweep.search import failing, flaky, memory
 from sweep.search.candidates import Candidate, by_key
 from sweep.search.history import History, Matcher, history_of
 from sweep.store.db import set_system_attr
@@ -57,7 +57,9 @@ class ConfigSampler(BaseSampler):
     def with_memory(self, history: History) -> History:
         """``history`` with the untried candidates that need at least the memory of one
         that ran out ruled out (:func:`sweep.search.memory.ruled_out`), and those with a
-        setting whose launches all failed avoided (:func:`sweep.search.failing.avoided`)."""
+        setting whose launches all failed avoided (:func:`sweep.search.failing.avoided`),
+        or crash after start-up (:func:`sweep.search.flaky.unreliable`: the measured ones
+        with it never lead)."""
         if history.out_of_memory:
             history.ruled_out = memory.ruled_out(
                 self.candidates, history.out_of_memory, history.tried(), history.measured
@@ -66,6 +68,17 @@ class ConfigSampler(BaseSampler):
             history.avoided = failing.avoided(
                 self.candidates, history.failed, history.measured, history.tried()
             )
+        history.unreliable = flaky.unreliable(history.crashes)
+        if history.unreliable:
+            tried = history.tried()
+            for c in self.candidates:
+                found = flaky.unreliable_of(c.key, history.unreliable)
+                if found is None:
+                    continue
+                if c.key in history.measured:
+                    history.violating.add(c.key)  # measured, but never the leader
+                elif c.key not in tried:
+                    history.avoided[c.key] = found.keys[0]
         return history
 
     def annotate(self, study: Study, trial: FrozenTrial, pick: Candidate) -> None:

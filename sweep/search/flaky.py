@@ -1,4 +1,19 @@
-"""A winner whose own launches crash: never a confident answer (pure).
+"""Configurations whose launches crash after start-up: never the answer, never confident (pure).
+
+**Unreliable settings.** A setting (a topk, a draft TP, an extra flag or variable) whose
+configurations crash after start-up on a fifth or more of their attempts is no setting to
+deploy, however fast it runs when it runs: a draft TP 8 whose NCCL watchdog fires on 4
+launches in 10 measured 10 % faster than draft TP 1 and was the answer, never confident, 20
+runs out of 20. :func:`unreliable` finds such settings from the launch attempts
+(:func:`launch_crashes`): at least :data:`UNRELIABLE_AFTER` crashes, at least
+:data:`UNRELIABLE_SHARE` of the attempts of configurations with it, and the other
+configurations crashing :data:`DISTINCT` times less often (a host whose launches all crash
+now and then is the host's fault: no setting is blamed, and the winner is not confident).
+The search stops proposing configurations with an unreliable setting and does not count
+those it measured as leaders; the confirmation leaves them out while some other
+configuration measured, and the answer says what it left out and how often it crashed.
+
+**A flaky winner.**
 
 A configuration can measure well on the launches that run and crash on others (an NCCL
 watchdog timeout on one launch in three, a kernel that races). The confirmation compares
@@ -11,9 +26,10 @@ names the rate (``steps=2 … crashed on 3 of 7 launches (crashed_while_serving)
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
-from sweep.core.records import State, TrialRecord
+from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.failures import SETTING_FAULTS, FailureKind
 
@@ -64,3 +80,166 @@ def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
         return ""
     why = f" ({', '.join(sorted(kinds))})" if kinds else ""
     return f"{label} failed {failed} of its {attempts} launch attempts{why}"
+
+
+UNRELIABLE_AFTER = 2
+"""Crashes after start-up of a setting's configurations (of two configurations at least)
+before it can be unreliable."""
+UNRELIABLE_SHARE = 0.2
+"""The share of a setting's attempts that crashed after start-up for it to be unreliable."""
+DISTINCT = 3.0
+"""The other configurations must crash this many times less often (else it is the host)."""
+
+
+SEARCH_LAUNCHES = (Kind.TRIAL, Kind.REPLICATE)
+
+
+def launch_crashes(
+    state: State, kind: str | None, attempts: int | None, retried: Sequence[str]
+) -> tuple[int, int]:
+    """``(crashed after start-up, attempts)`` of one launch: its earlier attempts
+    (``retried``: their failure kinds; a record from before they were kept counts each
+    earlier attempt of a crashed launch as crashed) and its last one."""
+    n = max(1, attempts or 1)
+    last = kind in RUNTIME if state is State.FAILED else False
+    known = [k in RUNTIME for k in retried[: n - 1]]
+    earlier = sum(known) + (n - 1 - len(known)) * last
+    return earlier + int(last), n
+
+
+def record_crashes(records: Iterable[TrialRecord]) -> dict[str, tuple[int, int]]:
+    """Each speculative configuration's ``(crashed after start-up, attempts)`` over the
+    launches of ``records`` (trials and relaunches; failed or measured)."""
+    out: dict[str, tuple[int, int]] = {}
+    for r in records:
+        if r.key is None or r.kind not in SEARCH_LAUNCHES or not TrialConfig.speculates(r.key):
+            continue
+        if r.state not in (State.FAILED, State.MEASURED):
+            continue
+        kind = str(r.failure.kind) if r.failure is not None else None
+        crashed, n = launch_crashes(r.state, kind, r.attempt, r.retried)
+        before = out.get(r.key, (0, 0))
+        out[r.key] = (before[0] + crashed, before[1] + n)
+    return out
+
+
+def key_settings(key: str) -> frozenset[tuple[str, str]]:
+    """The settings of a configuration key a runtime fault can follow: its topk, its draft
+    TP and each extra (``s3-k1-d4-tp8[NCCL_PROTO=LL]``: topk 1, draft TP 8, NCCL_PROTO LL)."""
+    core, _, rest = key.partition("[")
+    out = set()
+    for part in core.split("-"):
+        if part[:1] == "k" and part[1:].isdigit():
+            out.add(("topk", part[1:]))
+        elif part[:2] == "tp" and part[2:].isdigit():
+            out.add(("draft_tp", part[2:]))
+    for item in rest.rstrip("]").split(","):
+        if "=" in item:
+            name, _, value = item.partition("=")
+            out.add((name, value))
+    return frozenset(out)
+
+
+@dataclass(frozen=True)
+class Unreliable:
+    """A setting (or settings, all of which a configuration has) whose configurations crash.
+
+    Attributes:
+        settings: ``(name, value)`` pairs.
+        keys: the configurations with them that were launched.
+        crashed: their attempts that crashed after start-up.
+        attempts: their attempts.
+        others_crashed: the same, for every other configuration launched.
+        others_attempts: the attempts of every other configuration.
+    """
+
+    settings: tuple[tuple[str, str], ...]
+    keys: tuple[str, ...]
+    crashed: int
+    attempts: int
+    others_crashed: int
+    others_attempts: int
+
+    def holds(self, key: str) -> bool:
+        """Whether configuration ``key`` has every one of the settings."""
+        return TrialConfig.speculates(key) and set(self.settings) <= key_settings(key)
+
+    def text(self) -> str:
+        """``draft_tp=8 crashed after start-up on 4 of 9 launch attempts (the others: 0 of
+        12)``."""
+        said = " and ".join(f"{name}={value}" for name, value in self.settings)
+        return (
+            f"{said} crashed after start-up on {self.crashed} of {self.attempts} launch "
+            f"attempts (the other configurations: {self.others_crashed} of "
+            f"{self.others_attempts})"
+        )
+
+
+def unreliable(counts: Mapping[str, tuple[int, int]]) -> list[Unreliable]:
+    """The unreliable settings (see the module) among configurations with ``counts`` (key →
+    ``(crashed after start-up, attempts)``), found greedily: the setting with the highest
+    crash share first (settings whose configurations are the same ones together), its
+    configurations set aside, the rest again."""
+    left = {k: v for k, v in counts.items() if v[1] > 0 and TrialConfig.speculates(k)}
+    out: list[Unreliable] = []
+    while left:
+        groups: dict[frozenset[str], set[tuple[str, str]]] = {}
+        for setting in {s for k in left for s in key_settings(k)}:
+            keys = frozenset(k for k in left if setting in key_settings(k))
+            groups.setdefault(keys, set()).add(setting)
+        judged = (_judged(left, keys, settings) for keys, settings in groups.items())
+        found = [f for f in judged if f is not None]
+        if not found:
+            break
+        best = max(found, key=lambda f: (f.crashed / f.attempts, f.crashed, f.settings))
+        out.append(best)
+        left = {k: v for k, v in left.items() if k not in best.keys}
+    return out
+
+
+def _judged(
+    counts: Mapping[str, tuple[int, int]], keys: frozenset[str], settings: set[tuple[str, str]]
+) -> Unreliable | None:
+    crashed = sum(counts[k][0] for k in keys)
+    attempts = sum(counts[k][1] for k in keys)
+    others_crashed = sum(v[0] for k, v in counts.items() if k not in keys)
+    others_attempts = sum(v[1] for k, v in counts.items() if k not in keys)
+    if crashed < UNRELIABLE_AFTER or crashed < UNRELIABLE_SHARE * attempts:
+        return None
+    if sum(1 for k in keys if counts[k][0]) < 2:
+        return None  # one configuration's crashes: its own (never confident), not a setting's
+    if not others_attempts or others_attempts == others_crashed:
+        return None  # nothing else ran: the host's fault as likely as the setting's
+    if others_crashed * DISTINCT * attempts > crashed * others_attempts:
+        return None  # the others crash about as often: the host
+    return Unreliable(
+        tuple(sorted(settings)), tuple(sorted(keys)), crashed, attempts, others_crashed,
+        others_attempts,
+    )  # fmt: skip
+
+
+def unreliable_of(key: str, found: Iterable[Unreliable]) -> Unreliable | None:
+    """The unreliable setting configuration ``key`` has, or ``None``."""
+    return next((u for u in found if u.holds(key)), None)
+
+
+def leave_out(keys: Iterable[str], records: Iterable[TrialRecord]) -> list[Unreliable]:
+    """The unreliable settings (of ``records``' launches) the confirmation leaves out: those
+    some of ``keys`` have, when some speculative key has none (else none: the answer is then
+    among them, not confident)."""
+    keys = list(keys)
+    found = unreliable(record_crashes(records))
+    if not any(TrialConfig.speculates(k) and unreliable_of(k, found) is None for k in keys):
+        return []
+    return [u for u in found if any(u.holds(k) for k in keys)]
+
+
+def winner_crashes(
+    records: Sequence[TrialRecord], key: str, config: TrialConfig | None, label: str
+) -> str:
+    """``""``, or how often the winner's launches crashed (:func:`crashes`), else its
+    family's after start-up (:func:`family_crashes`)."""
+    crashed = crashes(records, key, label)
+    if not crashed and config is not None:
+        crashed = family_crashes(records, config, label)
+    return crashed

@@ -16,8 +16,9 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from sweep.core.records import ATTR, FEASIBLE
+from sweep.core.records import ATTR, FEASIBLE, State
 from sweep.failures import FailureKind
+from sweep.search import flaky
 from sweep.search.candidates import DRAFT_TOKENS_PARAM, Candidate
 from sweep.search.failing import CONFIG_KINDS
 
@@ -56,8 +57,11 @@ class History:
         failed: keys whose launch failed for a reason that may follow a setting (a crash,
             NCCL at init, a start-up timeout; refused flags, an illegal tree), with its kind.
         avoided: untried keys with a setting whose launches all failed
-            (:mod:`sweep.search.failing`), each with a failed key that has it: never
-            proposed.
+            (:mod:`sweep.search.failing`), or crash after start-up
+            (:mod:`sweep.search.flaky`), each with a failed key that has it: never proposed.
+        crashes: each launched key's ``(attempts that crashed after start-up, attempts)``.
+        unreliable: the settings whose configurations crash (:func:`flaky.unreliable`;
+            set by the sampler); the measured keys with one are :attr:`violating`.
     """
 
     measured: dict[str, list[Measurement]] = field(default_factory=dict)
@@ -68,6 +72,8 @@ class History:
     ruled_out: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     avoided: dict[str, str] = field(default_factory=dict)
+    crashes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    unreliable: list[flaky.Unreliable] = field(default_factory=list)
 
     def tried(self) -> set[str]:
         """Keys not to propose as new: measured, infeasible, pending, ruled out or avoided."""
@@ -141,6 +147,7 @@ def history_of(
 def _note(out: History, key: str, t: FrozenTrial, accept_attr: str, stderr_attr: str) -> None:
     failure = t.user_attrs.get(ATTR.FAILURE)
     kind = str(failure.get("kind")) if isinstance(failure, dict) else ""
+    _count_crashes(out, key, t, kind)
     if t.state is not TrialState.COMPLETE or t.value is None:
         if t.state is not TrialState.PRUNED:
             out.pending.add(key)
@@ -168,3 +175,19 @@ def _note(out: History, key: str, t: FrozenTrial, accept_attr: str, stderr_attr:
             float(stderr) if isinstance(stderr, int | float) and stderr > 0 else 0.0,
         )
     )
+
+
+def _count_crashes(out: History, key: str, t: FrozenTrial, kind: str) -> None:
+    if t.state not in (TrialState.COMPLETE, TrialState.FAIL):
+        return
+    state = State.MEASURED if t.state is TrialState.COMPLETE else State.FAILED
+    attempts = t.user_attrs.get(ATTR.ATTEMPT)
+    retried = t.user_attrs.get(ATTR.RETRIED) or ()
+    crashed, n = flaky.launch_crashes(
+        state,
+        kind or None,
+        attempts if isinstance(attempts, int) else None,
+        [str(k) for k in retried] if isinstance(retried, list | tuple) else [],
+    )
+    before = out.crashes.get(key, (0, 0))
+    out.crashes[key] = (before[0] + crashed, before[1] + n)

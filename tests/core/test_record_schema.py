@@ -36,6 +36,7 @@ def full_record() -> TrialRecord:
         failure=Failure("port_in_use", "held", exit_code=1, phase="launch", log_tail=("a",)),
         timings={"total": 12.5, "load": 3.0},
         attempt=2,
+        retried=("crashed_while_serving",),
         duplicate_of=4,
         excluded="too big",
         baseline={"trial": 0, "value": 90.0, "at": 1.0},
@@ -79,6 +80,7 @@ STORED_BEFORE = {
     "sweep.gpu": '{"name": "H200", "count": 8}',
     "sweep.timings": '{"total": 12.5, "load": 3.0}',
     "sweep.attempt": "2",
+    "sweep.retried": '["crashed_while_serving"]',  # new: the earlier attempts' kinds
     "sweep.duplicate_of": "4",
     "sweep.excluded": '"too big"',
     "sweep.baseline": '{"trial": 0, "value": 90.0, "at": 1.0}',

@@ -417,6 +417,48 @@ def test_a_draft_tp_whose_launches_all_fail_is_avoided_and_the_run_still_answers
     assert "every launch with it failed (nccl_init: trial" in line
 
 
+def test_a_draft_tp_that_crashes_on_some_launches_is_left_out_of_the_answer(
+    tmp_path: Path,
+) -> None:
+    """Draft TP 8 runs 10 % faster, but every other draft TP 8 launch crashes while serving
+    (an NCCL watchdog): the answer was a draft TP 8 configuration, never confident. Now the
+    search stops proposing draft TP 8 once it is seen to crash, and the answer is draft TP
+    1's best, saying what it left out and why."""
+    study = _study(
+        tmp_path,
+        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
+        engine='draft_tp_flag = "--speculative-draft-tp-size"',
+        confirm=True,
+    )
+    tp8: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if not config.speculative:
+            return Measurement(50.0)
+        value = 60.0 + 10 * min(config.num_steps, 3) - 2 * max(0, config.num_steps - 3)
+        if config.draft_tp == 8:
+            tp8.append(config)
+            if len(tp8) % 2 == 0:
+                return MeasurementFailure("crashed_while_serving", "Watchdog caught collective")
+            value *= 1.1
+        return Measurement(value, accept_length=1.5, half_width=0.5)
+
+    summary = run_with_measurements(study, measure)
+    assert not summary.failed_run, summary.stop_reason
+    stored = StudyInfo.from_attrs(
+        optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
+    ).answer
+    assert stored["winner"] == TrialConfig(3, 1, 4, 1).key()
+    (why,) = stored["unreliable"]
+    assert why.startswith("draft_tp=8 crashed after start-up on ") and "of 0 " not in why
+    assert "left out as unreliable: draft_tp=8 crashed" in summary.answer
+    (line,) = [w for w in summary.warnings if "never the answer" in w]
+    assert "draft_tp=8 crashed after start-up" in line
+    assert len(tp8) < 12  # not every draft TP 8 configuration, with its retries
+    retried = [r for r in _records(study) if r.retried]  # a crash, then measured on its retry
+    assert retried and all(r.retried == ("crashed_while_serving",) for r in retried)
+
+
 def test_a_failure_streak_of_crashes_relaunches_no_speculation_and_the_run_goes_on(
     tmp_path: Path,
 ) -> None:
