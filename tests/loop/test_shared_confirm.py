@@ -16,7 +16,7 @@ from sweep.core.space import TrialConfig
 from sweep.loop import fleet_confirm, wiring
 from sweep.loop.context import RunContext, RunOptions
 from sweep.loop.fleet_rounds import PLAN_ATTR, Plan, done, host_failed
-from sweep.loop.offline import Measurement, measurer_of
+from sweep.loop.offline import Measurement, MeasurementFailure, measurer_of
 from sweep.loop.progress import Display
 from sweep.loop.propose import Launch
 from sweep.loop.runner import Runner
@@ -73,6 +73,43 @@ def test_one_worker_of_a_shared_study_confirms_and_stores_one_answer(tmp_path: P
     again = shared_run(tmp_path, seed=2, out=out).run()
     assert again.answer == summary.answer and again.replicates == 0 and again.measured == 0
     assert "confirming" not in out.getvalue(), out.getvalue()
+
+
+def test_the_fleet_answer_leaves_out_a_draft_tp_that_crashes(tmp_path: Path) -> None:
+    """Draft TP 8, 10 % faster when it runs, crashes while serving on every other launch: the
+    shared confirmation compared it like any other configuration and named it, confident."""
+    path = write_study(
+        tmp_path,
+        study='sampler = "grid"',
+        space="num_steps = [1, 2, 3]\ndraft_tp = [1, 8]",
+        engine='draft_tp_flag = "--speculative-draft-tp-size"',
+        confirm=True,
+    )
+    tp8: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        value = TRUE.get(config.num_steps, 80.0) if config.speculative else 80.0
+        if config.speculative and config.draft_tp == 8:
+            tp8.append(config)
+            if len(tp8) % 2 == 0:
+                return MeasurementFailure("crashed_while_serving", "Watchdog caught collective")
+            value *= 1.1
+        return Measurement(value)
+
+    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01))
+    ctx = wiring.run_context(
+        load_study(path),
+        options,
+        Display(io.StringIO(), live=False),
+        FakeExecutor(options.clock, []),
+        measurer=measurer_of(measure),
+        engine_check=lambda run: None,
+    )
+    summary = Runner(ctx).run()
+    stored = ctx.stores.trials.user_attrs[ATTR.ANSWER]
+    assert stored["winner"] == TrialConfig(2, 1, 3, 1).key()
+    assert stored["unreliable"][0].startswith("draft_tp=8 crashed after start-up on ")
+    assert "left out as unreliable: draft_tp=8" in summary.answer
 
 
 def test_a_plan_is_stored_as_plain_values() -> None:
