@@ -31,6 +31,7 @@ from sweep.failures import SETTING_FAULTS, STOPS_RUN
 
 STOP_AFTER_FAILURES = 5  # launch attempts in a row failing transiently: the host is unhealthy
 HEALTH_CHECKS = 3  # no-speculation relaunches a run may make to judge a failure streak
+HEALTH_RECHECKS = 3  # a failed health check is made again after a wait, at most this often
 SPECULATIVE = (Kind.TRIAL, Kind.REPLICATE)
 # Failures every later launch would meet too: the run stops at once, without retries.
 FATAL_KINDS = frozenset(str(kind) for kind in STOPS_RUN)
@@ -133,9 +134,63 @@ def health_check_due(launches: Sequence[TrialRecord], limit: int) -> bool:
     host in this run before it, the streak
     holds no such check yet, and fewer than :data:`HEALTH_CHECKS` ran. A check that measures
     ends the streak (the search goes on, and stops proposing a setting that keeps failing,
-    :mod:`sweep.search.failing`); one that fails too extends it, and the run stops."""
-    if not failure_streak_stop(launches, limit) or fatal_reason(launches[-1]):
+    :mod:`sweep.search.failing`); one that fails too extends it: the host may recover
+    (:func:`health_rechecks_due`), else the run stops."""
+    streak = _checkable_streak(launches, limit)
+    if streak is None or any(t.kind is Kind.BASELINE for t in streak):
         return False
+    checks = sum(
+        1
+        for prev, t in itertools.pairwise(x for x in launches if x.kind.launches)
+        if t.kind is Kind.BASELINE and prev.state is State.FAILED and prev.kind is not Kind.BASELINE
+    )
+    return checks < HEALTH_CHECKS
+
+
+def health_rechecks_due(launches: Sequence[TrialRecord], limit: int) -> int:
+    """How many health checks of the streak failed, when no speculation is to be relaunched
+    once more after a wait (a host whose InfiniBand port flaps for a while recovers: the
+    night goes on), else 0: the streak ends in failed checks only (its configurations'
+    launches before them), at most :data:`HEALTH_RECHECKS` of them, under the conditions of
+    :func:`health_check_due`."""
+    streak = _checkable_streak(launches, limit)
+    if streak is None:
+        return 0
+    checks = 0
+    for t in streak:  # newest first: the failed checks, then the configurations' failures
+        if t.kind is not Kind.BASELINE:
+            break
+        checks += 1
+    if not checks or any(t.kind is Kind.BASELINE for t in streak[checks:]):
+        return 0
+    return checks if checks <= HEALTH_RECHECKS else 0
+
+
+def host_failures(launches: Sequence[TrialRecord]) -> set[int]:
+    """The trial numbers of ``launches`` (one run's, in order) whose failure a failed health
+    check put on the host: the failed configurations of a streak that no speculation, launched
+    to judge it, failed too. They settle nothing: once the host recovers
+    (:func:`health_rechecks_due`) they are launched again."""
+    out: set[int] = set()
+    streak: list[int] = []
+    for t in launches:
+        if not t.kind.launches:
+            continue
+        if t.state is not State.FAILED:
+            streak = []
+        elif t.kind is Kind.BASELINE:
+            out.update(streak)
+        elif t.kind in SPECULATIVE:
+            streak.append(t.number)
+    return out
+
+
+def _checkable_streak(launches: Sequence[TrialRecord], limit: int) -> list[TrialRecord] | None:
+    """The failure streak at the end of ``launches`` (newest first) when a health check can
+    judge it: it stops the run, is not fatal, every failure may follow a setting, and no
+    speculation and a speculative configuration both measured on this host before it."""
+    if not failure_streak_stop(launches, limit) or fatal_reason(launches[-1]):
+        return None
     streak = []
     for t in reversed(launches):
         if not t.kind.launches:
@@ -143,23 +198,16 @@ def health_check_due(launches: Sequence[TrialRecord], limit: int) -> bool:
         if t.state is not State.FAILED:
             break
         streak.append(t)
-    if any(t.kind is Kind.BASELINE for t in streak):
-        return False
     if not all(t.failure is not None and t.failure.kind in SETTING_FAULTS for t in streak):
-        return False
+        return None
     before = launches[: len(launches) - len(streak)]
     if not any(t.kind is Kind.BASELINE and t.state is State.MEASURED for t in before):
-        return False
+        return None
     # with no speculative launch measured yet, speculation itself may be what fails (a
     # wrong draft model): the streak stands
     if not any(t.kind in SPECULATIVE and t.state is State.MEASURED for t in before):
-        return False
-    checks = sum(
-        1
-        for prev, t in itertools.pairwise(x for x in launches if x.kind.launches)
-        if t.kind is Kind.BASELINE and prev.state is State.FAILED
-    )
-    return checks < HEALTH_CHECKS
+        return None
+    return streak
 
 
 def attempts_left(launches: Sequence[TrialRecord], limit: int) -> int | None:

@@ -28,11 +28,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from sweep.core.outcome import (
+    HEALTH_RECHECKS,
     STOP_AFTER_FAILURES,
     failed_attempts,
     failure_streak_stop,
     failure_text,
     health_check_due,
+    health_rechecks_due,
 )
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
@@ -183,6 +185,7 @@ class BaselineDue:
     tell a failure streak's cause (:func:`sweep.core.outcome.health_check_due`)."""
 
     health_check: str = ""
+    wait_s: float = 0.0  # first wait this long: a failed health check, made again
 
 
 @dataclass(frozen=True)
@@ -248,6 +251,7 @@ class Limits:
     n_trials: int | None = None
     confirm_share: float = 0.0  # the share kept for the confirmation (0: none follows)
     stop_after_failures: int = STOP_AFTER_FAILURES
+    host_recovery_s: float = 0.0  # how long a failed health check is made again for
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,15 @@ def next_step(seen: Seen, plan: Plan, limits: Limits, now: Now) -> Step:
         return BaselineDue(  # the host's fault, or the configurations'? no speculation says
             f"{n} launches in a row failed ({failure_text(seen.launches[-1])}): relaunching "
             "no speculation to tell the host's fault from the configurations'"
+        )
+    checks = health_rechecks_due(seen.launches, limits.stop_after_failures)
+    wait = limits.host_recovery_s / HEALTH_RECHECKS
+    if checks and wait > 0 and (limits.end is None or now.monotonic + wait < limits.end):
+        return BaselineDue(  # the host may recover (a port that flaps for a while)
+            f"no speculation failed too ({failure_text(seen.launches[-1])}): the host looks "
+            f"unhealthy; checking it again in {wait / 60:.0f} min (check {checks + 1} of "
+            f"{HEALTH_RECHECKS + 1})",
+            wait_s=wait,
         )
     stop = _stop(seen, plan, limits, now.monotonic)
     if stop is not None:

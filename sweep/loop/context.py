@@ -184,6 +184,7 @@ class RunContext:
             self.end,
             self.options.n_trials or self.study.n_trials,
             self.study.confirm.share if self.confirming() else 0.0,
+            host_recovery_s=self.study.host_recovery_s,
         )
 
     def time_end(self) -> float | None:

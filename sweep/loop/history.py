@@ -16,7 +16,7 @@ from functools import cached_property
 
 import optuna
 
-from sweep.core import policy
+from sweep.core import outcome, policy
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import TrialTime, estimate_trial_s
@@ -65,9 +65,18 @@ class History:
         A configuration that failed transiently (after its retries) in an earlier run is tried
         once more by this one: its cause (a foreign process on the port, a flaky NCCL start,
         a host that was rebooting) may be gone, and the answer should not lose it for good.
+        So is one whose failure in this run a failed health check put on the host
+        (:func:`sweep.core.outcome.host_failures`), once the host recovered.
         """
-        mine = {r.number for r in self.launches}
-        return policy.settled(t for t in self.trials if not _earlier_transient(t, mine))
+        other = (Kind.BASELINE, Kind.CONTROL)  # numbered in the baselines' study
+        mine = {r.number for r in self.launches if r.kind not in other}
+        hosts = outcome.host_failures(self.launches)
+        return policy.settled(
+            t
+            for t in self.trials
+            if not _earlier_transient(t, mine)
+            and not (t.number in hosts and t.state is State.FAILED)
+        )
 
     @property
     def host_trials(self) -> tuple[TrialRecord, ...]:

@@ -73,9 +73,11 @@ class Search:
                     # the host failed launch after launch: what was measured still answers,
                     # not confident, relaunching nothing
                     return Confirm(relaunch_ok=False) if seen.settled else None
-                case BaselineDue(health_check):
+                case BaselineDue(health_check, wait_s):
                     if health_check:
                         run.display.message(health_check)
+                    if wait_s > 0:
+                        run.clock.sleep(wait_s)
                     attempt(run, baseline(run), seen)
                 case GateReady():
                     gate.finish(run)  # the plan may have shrunk: decide again

@@ -25,6 +25,7 @@ CONSTRAINT_METRICS = (
 )
 NOTIFY_TIMEOUT_S = 10.0
 STORAGE_RETRY_S = 300.0  # how long storage calls wait for a restarting database (5 minutes)
+HOST_RECOVERY_S = 900.0  # how long a run waits for a host whose health check failed (15 min)
 DEFAULT_WORKDIR = "/tmp/sweep-servers"
 """Where a host keeps server logs and process-group files unless ``[host] workdir`` says."""
 
@@ -291,6 +292,7 @@ class Study:
     budget_s: float | None = None
     transient_retries: int = 2
     storage_retry_s: float = STORAGE_RETRY_S
+    host_recovery_s: float = HOST_RECOVERY_S
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)
     benchmark: BenchmarkSpec = field(default_factory=BenchmarkSpec)
     objective: ObjectiveSpec = field(default_factory=ObjectiveSpec)

@@ -23,6 +23,7 @@ from sweep.study.host_ports import clash_text, port_clashes
 from sweep.study.model import (
     CONSTRAINT_METRICS,
     DEFAULT_WORKDIR,
+    HOST_RECOVERY_S,
     METRICS,
     NOTIFY_TIMEOUT_S,
     SAMPLERS,
@@ -171,6 +172,7 @@ def _study(
         budget_s=budget_s,
         transient_retries=r.integer("transient_retries", 2, minimum=0),
         storage_retry_s=_storage_retry(r),
+        host_recovery_s=_duration_or_zero(r, "host_recovery", HOST_RECOVERY_S),
         workload=workload,
         benchmark=benchmark,
         objective=objective,
@@ -182,12 +184,17 @@ def _study(
 
 def _storage_retry(r: TableReader) -> float:
     """``[study] storage_retry``: a duration, or 0 (a database error stops the run at once)."""
-    value = r.raw("storage_retry", None)
+    return _duration_or_zero(r, "storage_retry", STORAGE_RETRY_S)
+
+
+def _duration_or_zero(r: TableReader, key: str, default: float) -> float:
+    """``[study] key``: a duration, or 0 (never wait)."""
+    value = r.raw(key, None)
     if value is None:
-        return STORAGE_RETRY_S
+        return default
     if value == 0 and not isinstance(value, bool):
         return 0.0
-    return parse_duration(value, r, "storage_retry")
+    return parse_duration(value, r, key)
 
 
 def default_storage(study_path: str, name: str) -> str:

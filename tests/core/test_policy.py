@@ -235,3 +235,24 @@ def test_a_failure_streak_of_crashes_first_relaunches_no_speculation() -> None:
     many = [*ok, *cycle * outcome.HEALTH_CHECKS, *crashes]
     assert not outcome.health_check_due(many, 5)
     assert outcome.health_check_due([*ok, *cycle * (outcome.HEALTH_CHECKS - 1), *crashes], 5)
+
+
+def test_a_failed_health_check_is_made_again_while_the_host_may_recover() -> None:
+    """Bad-stretch landscape: server starts 8–15 failed NCCL at init whatever they launched;
+    the failed health check stopped the run at start 13, though the host recovered at 16."""
+    ok = [baseline("ok", 0.0), trial(1.0)]
+    crashes = [attempts(3, trial(2.0, value=None)), attempts(2, trial(3.0, C2, value=None))]
+    checks = [
+        baseline("bad", 4.0 + i, kind="nccl_init") for i in range(outcome.HEALTH_RECHECKS + 1)
+    ]
+    assert outcome.health_rechecks_due([*ok, *crashes], 5) == 0  # the first check is not one
+    for n in range(1, outcome.HEALTH_RECHECKS + 1):
+        assert outcome.health_rechecks_due([*ok, *crashes, *checks[:n]], 5) == n
+    assert outcome.health_rechecks_due([*ok, *crashes, *checks], 5) == 0  # then it stops
+    # a host's fault (a port held) is not judged by a check
+    held = baseline("bad", 4.0)  # port_in_use
+    assert outcome.health_rechecks_due([*ok, *crashes, held], 5) == 0
+    # the failures the failed check put on the host settle nothing; the ones before do not
+    early = trial(0.5, C2, value=None)
+    assert outcome.host_failures([early, *ok, *crashes, checks[0]]) == {2, 3}
+    assert outcome.host_failures([*ok, *crashes]) == set()  # no check yet

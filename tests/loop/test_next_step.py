@@ -291,3 +291,20 @@ def test_the_speedup_is_against_the_latest_measured_baseline() -> None:
     assert record.speedup == 2.0 and record.baseline["trial"] == 1 and warning == ""
     drifted, warning = with_baseline(TrialRecord(kind=Kind.BASELINE), 60.0, [old, new], 0.03)
     assert drifted.drift == pytest.approx(0.2) and "baseline drift: +20.0%" in warning
+
+
+def test_a_failed_health_check_is_made_again_after_a_wait_while_the_time_allows() -> None:
+    spec = measured("s2", 120.0, number=1)
+    crashes = [failed(f"s{i}", "nccl_init", number=i) for i in range(3, 8)]
+    check = failed("", "nccl_init", record=Kind.BASELINE, number=1)
+    launches = (BASE, spec, *crashes, check)
+    seen = History((spec, *crashes), (BASE, check), launches, HOST)
+    plan = Plan(frozenset({"s2", "s9"}))
+    limits = Limits(BaselineSpec(), T0, T0, host_recovery_s=900.0)
+    step = next_step(seen, plan, limits, Now(T0 + 10, T0 + 10))
+    assert isinstance(step, BaselineDue) and step.wait_s == 300.0
+    assert "checking it again in 5 min (check 2 of 4)" in step.health_check
+    short = Limits(BaselineSpec(), T0, T0, end=T0 + 200, host_recovery_s=900.0)
+    assert isinstance(next_step(seen, plan, short, Now(T0 + 10, T0 + 10)), Stop)
+    never = Limits(BaselineSpec(), T0, T0, host_recovery_s=0.0)  # `host_recovery = 0`
+    assert isinstance(next_step(seen, plan, never, Now(T0 + 10, T0 + 10)), Stop)

@@ -27,6 +27,7 @@ from sweep.server import interrupts
 from sweep.store import baseline_study_name, read_records
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
+from tests.support.clock import SkippingClock
 from tests.support.search_helpers import CHAINS
 from tests.support.studies import write_study
 
@@ -507,8 +508,10 @@ def test_a_run_the_host_stops_still_stores_an_answer_from_what_it_measured(
             return MeasurementFailure("nccl_init", "NCCL error: unhandled system error")
         return _speed(config)
 
-    summary = run_with_measurements(study, measure)
+    clock = SkippingClock()
+    summary = run_with_measurements(study, measure, options=RunOptions(clock=clock.clock()))
     assert summary.failed_run and "the host looks unhealthy" in summary.stop_reason
+    assert clock.slept == [300.0] * 3  # the failed health check, made again 3 times
     measured = [c for c in starts[:4] if c.speculative]
     stored = StudyInfo.from_attrs(
         optuna.load_study(study_name=study.name, storage=study.storage).user_attrs
@@ -516,7 +519,38 @@ def test_a_run_the_host_stops_still_stores_an_answer_from_what_it_measured(
     assert stored["winner"] == max(measured, key=lambda c: c.num_steps).key()
     assert not stored["confident"]
     assert "NOT confident (the run stopped before confirming it)" in summary.answer
-    assert len(starts) == 4 + 5 + 1  # nothing relaunched after the stop (the health check)
+    assert len(starts) == 4 + 5 + 1 + 3  # nothing relaunched after the stop (the checks)
+
+
+def test_a_host_that_recovers_within_the_health_checks_goes_on(tmp_path: Path) -> None:
+    """Server starts 5 to 11 fail NCCL at init whatever they launch, no speculation too (an
+    InfiniBand port flapping), then the host recovers: the failed health check stopped the
+    run at start 10, with three configurations of six measured."""
+    study = _study(
+        tmp_path, study='sampler = "grid"', space="num_steps = [1, 2, 3, 4, 5, 6]", confirm=True
+    )
+    starts: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        starts.append(config)
+        if 5 <= len(starts) <= 11:
+            return MeasurementFailure("nccl_init", "NCCL WARN NET/IB : Got async event")
+        return _speed(config)
+
+    clock = SkippingClock()
+    display = Display(io.StringIO(), live=False)
+    said: list[str] = []
+    display.message = said.append  # type: ignore[method-assign]
+    summary = run_with_measurements(
+        study, measure, options=RunOptions(clock=clock.clock()), display=display
+    )
+    assert not summary.failed_run, summary.stop_reason
+    assert clock.slept == [300.0, 300.0]  # starts 10 and 11 failed, 12 measured
+    rechecks = [m for m in said if "checking it again in 5 min" in m]
+    assert [m.split("(check ")[1] for m in rechecks] == ["2 of 4)", "3 of 4)"]
+    assert not starts[11].speculative  # the third check measured: the run went on
+    measured = {r.key for r in _records(study) if r.kind is Kind.TRIAL and r.measured}
+    assert len(measured) == 6  # the configurations failed in the stretch, launched again
 
 
 def test_a_winner_that_crashes_on_some_launches_is_not_a_confident_answer(

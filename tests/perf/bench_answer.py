@@ -87,6 +87,7 @@ import optuna
 from sweep.core.records import State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
+from sweep.loop.context import RunOptions
 from sweep.loop.offline import Measurement, MeasurementFailure, run_with_measurements
 from sweep.search.answer import BASELINE_KEY, controls_of
 from sweep.search.config_sampler import PREDICTED_ATTR
@@ -108,6 +109,7 @@ from tests.perf.search_play import (
     random_misfit_landscapes,
     unseen_landscapes,
 )
+from tests.support.clock import SkippingClock
 
 LAUNCH_SD = 0.02
 WITHIN_SD = 0.005
@@ -334,7 +336,8 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         accept_length = accept * rng.gauss(1.0, ACCEPT_SD) if config.speculative else None
         return Measurement(value, accept_length, 1.96 * WITHIN_SD * value)
 
-    summary = run_with_measurements(study, measure)
+    waits = SkippingClock()  # a failed health check is made again after a wait: skipped
+    summary = run_with_measurements(study, measure, options=RunOptions(clock=waits.clock()))
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
     records = read_records(optuna_study)

@@ -59,6 +59,10 @@ def test_ranges_durations_and_extras() -> None:
     for written, seconds in (('"90s"', 90), ("0", 0), ('"10m"', 600)):
         again = parse_study(text.replace("[study]", f"[study]\nstorage_retry = {written}"), "s")
         assert again.storage_retry_s == seconds
+    assert study.host_recovery_s == 900  # a failed health check is made again for 15 minutes
+    for written, seconds in (('"30m"', 1800), ("0", 0)):
+        again = parse_study(text.replace("[study]", f"[study]\nhost_recovery = {written}"), "s")
+        assert again.host_recovery_s == seconds
     assert study.space.env == (("NCCL_PROTO", ("LL", "Simple")),)
     assert study.space.flags == (("--attention-backend", ("fa3", "flashinfer")),)
 
@@ -76,6 +80,7 @@ MALFORMED = [
     ("n_trials = 5", 'budget = "eight hours"', "study.budget", "duration"),
     ("n_trials = 5", "budget = -3", "study.budget", "duration"),
     ("n_trials = 5", 'storage_retry = "soon"', "study.storage_retry", "duration"),
+    ("n_trials = 5", 'host_recovery = "later"', "study.host_recovery", "duration"),
     ("n_trials = 5", "budget = 12", "study.budget", 'n_trials = 12 for a count; "12s" if'),
     ("n_trials = 5", "tags = [1]", "study.tags", "expected a table"),
     ('model_path = "m"', "", "engine.model_path", "required"),
