@@ -383,18 +383,23 @@ def test_ctrl_c_between_asking_and_launching_leaves_no_trial_running_nor_claimed
     assert key in measured
 
 
+def _draft_tp_study(tmp_path: Path) -> Study:
+    """Steps 1–6 at draft TP 1 and 8, with the confirmation."""
+    return _study(
+        tmp_path,
+        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
+        engine='draft_tp_flag = "--speculative-draft-tp-size"',
+        confirm=True,
+    )
+
+
 def test_a_draft_tp_whose_launches_all_fail_is_avoided_and_the_run_still_answers(
     tmp_path: Path,
 ) -> None:
     """Every draft TP 8 launch fails NCCL at init (draft TP 8 would otherwise win): the search
     kept proposing draft TP 8, five failed attempts in a row stopped the run ("the host looks
     unhealthy") and no answer was stored, though draft TP 1 launches fine."""
-    study = _study(
-        tmp_path,
-        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
-        engine='draft_tp_flag = "--speculative-draft-tp-size"',
-        confirm=True,
-    )
+    study = _draft_tp_study(tmp_path)
     failed: list[TrialConfig] = []
 
     def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
@@ -425,12 +430,7 @@ def test_a_draft_tp_that_crashes_on_some_launches_is_left_out_of_the_answer(
     (an NCCL watchdog): the answer was a draft TP 8 configuration, never confident. Now the
     search stops proposing draft TP 8 once it is seen to crash, and the answer is draft TP
     1's best, saying what it left out and why."""
-    study = _study(
-        tmp_path,
-        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
-        engine='draft_tp_flag = "--speculative-draft-tp-size"',
-        confirm=True,
-    )
+    study = _draft_tp_study(tmp_path)
     tp8: list[TrialConfig] = []
 
     def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
