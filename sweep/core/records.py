@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 FEASIBLE = "sweep_feasible"  # constraint name: > 0 means the configuration cannot work
 REQUEUED_STUDY = "sweep.requeued"  # study attr: trial numbers already re-queued
+HOST_FAILURES_STUDY = "sweep.host_failures"  # study attr: failures a health check put on the host
 
 
 class ATTR:

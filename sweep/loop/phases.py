@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from sweep.core import outcome
 from sweep.core.policy import AllBusy, BaselineDue, GateReady, Plan, ProposeNext, Stop, next_step
 from sweep.loop import gate, wiring
 from sweep.loop.adopt import adopt_study
@@ -24,6 +25,7 @@ from sweep.loop.resume import requeue_unfinished
 from sweep.loop.tell import tell_proposal
 from sweep.loop.verify_schedule import verify_at_end
 from sweep.search.guided import PhysicsSampler
+from sweep.store import mark_host_failures
 
 
 class Phase(Protocol):
@@ -76,7 +78,9 @@ class Search:
                 case BaselineDue(health_check, wait_s):
                     if health_check:
                         run.display.message(health_check)
-                    if wait_s > 0:
+                    if wait_s > 0:  # a failed check, made again: the streak was the host's
+                        hosts = outcome.host_failures(run.launches)
+                        mark_host_failures(run.stores.trials, hosts)
                         run.clock.sleep(wait_s)
                     attempt(run, baseline(run), seen)
                 case GateReady():

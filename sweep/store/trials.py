@@ -14,10 +14,10 @@ from typing import Any
 
 import optuna
 import sqlalchemy as sa
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from sweep import __version__
-from sweep.core.records import ATTR, StudyInfo, TrialRecord
+from sweep.core.records import ATTR, HOST_FAILURES_STUDY, StudyInfo, TrialRecord
 from sweep.exceptions import StorageError
 from sweep.redact import redact_data, redact_text, redact_url
 from sweep.store.db import OPEN_ATTEMPTS, Heartbeat, ensure_tables, optuna_storage, reading_storage
@@ -166,10 +166,26 @@ def start_fresh(trials: optuna.Study, baselines: optuna.Study) -> dict[str, int]
 
 
 def current_trials(optuna_study: optuna.Study) -> list[FrozenTrial]:
-    """The study's trials of its current setup (see :func:`fresh_from`), for the samplers."""
+    """The study's trials of its current setup (see :func:`fresh_from`), for the samplers;
+    without the failures a failed health check put on the host (:func:`mark_host_failures`):
+    those configurations are not known to fail."""
     first = fresh_from(optuna_study).get("trials", 0)
+    hosts = set(optuna_study.user_attrs.get(HOST_FAILURES_STUDY) or ())
     trials = optuna_study.get_trials(deepcopy=False)
-    return [t for t in trials if t.number >= first] if first else trials
+    return [
+        t
+        for t in trials
+        if t.number >= first and not (t.number in hosts and t.state is TrialState.FAIL)
+    ]
+
+
+def mark_host_failures(optuna_study: optuna.Study, numbers: set[int]) -> None:
+    """Store trial ``numbers`` as failures a failed health check put on the host (a study
+    attribute: a finished trial cannot be changed), so the samplers do not hold them against
+    their configurations (:func:`current_trials`)."""
+    known = set(optuna_study.user_attrs.get(HOST_FAILURES_STUDY) or ())
+    if numbers - known:
+        optuna_study.set_user_attr(HOST_FAILURES_STUDY, sorted(known | numbers))
 
 
 def confirmations(optuna_study: optuna.Study) -> dict[str, int]:

@@ -14,7 +14,7 @@ import pytest
 
 from analysis.data.load import load_baselines
 from analysis.report.write import write_report
-from sweep.core.records import ATTR, Kind, State, StudyInfo, TrialRecord
+from sweep.core.records import ATTR, HOST_FAILURES_STUDY, Kind, State, StudyInfo, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.exceptions import Interrupted
 from sweep.loop import Measurement, MeasurementFailure, run_with_measurements
@@ -24,7 +24,7 @@ from sweep.loop.context import RunOptions
 from sweep.loop.progress import Display
 from sweep.loop.worker import SharedOptions
 from sweep.server import interrupts
-from sweep.store import baseline_study_name, read_records
+from sweep.store import baseline_study_name, current_trials, read_records
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
 from tests.support.clock import SkippingClock
@@ -551,6 +551,11 @@ def test_a_host_that_recovers_within_the_health_checks_goes_on(tmp_path: Path) -
     assert not starts[11].speculative  # the third check measured: the run went on
     measured = {r.key for r in _records(study) if r.kind is Kind.TRIAL and r.measured}
     assert len(measured) == 6  # the configurations failed in the stretch, launched again
+    # the samplers do not hold the stretch's failures against their configurations
+    loaded = optuna.load_study(study_name=study.name, storage=study.storage)
+    failed = {r.number for r in _records(study) if r.kind is Kind.TRIAL and not r.measured}
+    assert failed and set(loaded.user_attrs[HOST_FAILURES_STUDY]) == failed
+    assert not failed & {t.number for t in current_trials(loaded)}
 
 
 def test_a_winner_that_crashes_on_some_launches_is_not_a_confident_answer(
