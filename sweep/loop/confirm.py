@@ -100,13 +100,7 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
             if not relaunch_ok and not stored.get("confident"):
                 stored["stopped_by"] = answer.RUN_STOPPED
             label = labels.get(step.winner, "")
-            crashed = flaky.winner_crashes(
-                seen.trials, step.winner, run.valid.get(step.winner), label
-            )
-            if crashed:  # measured well when it ran: not an answer to deploy with confidence
-                stored["confident"], stored["crashes"] = False, crashed
-            if left_out:
-                stored["unreliable"] = [u.text() for u in left_out]
+            flaky.mark_answer(stored, seen.trials, run.valid.get(step.winner), label, left_out)
             write_answer(trials, stored)
             run.summary.answer = answer.answer_text(stored)
             run.summary.answer_heading = answer.answer_heading(stored)

@@ -106,11 +106,7 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     labels = answer.labels_of(seen.trials, run.valid)
     stored["dropped"] = [labels.get(k, k) for k in dropped or ()]
     label = labels.get(step.winner, "")
-    crashed = flaky.winner_crashes(seen.trials, step.winner, run.valid.get(step.winner), label)
-    if crashed:  # measured well when it ran: not an answer to deploy with confidence
-        stored["confident"], stored["crashes"] = False, crashed
-    if left_out:
-        stored["unreliable"] = [u.text() for u in left_out]
+    flaky.mark_answer(stored, seen.trials, run.valid.get(step.winner), label, left_out)
     if forced and not stored.get("confident"):
         stored["stopped_by"] = answer.DROPPED
         stored["reason"] = str(stored["reason"]).replace(

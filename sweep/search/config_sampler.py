@@ -20,7 +20,13 @@ from optuna.trial import FrozenTrial, TrialState
 from sweep.core.records import ATTR
 from sweep.search import failing, flaky, memory
 from sweep.search.candidates import Candidate, by_key
-from sweep.search.history import History, Matcher, history_of
+from sweep.search.history import (
+    ACCEPT_LENGTH_ATTR,
+    STDERR_ATTR,
+    History,
+    Matcher,
+    history_of,
+)
 from sweep.store.db import set_system_attr
 from sweep.store.trials import current_trials
 
@@ -50,9 +56,17 @@ class ConfigSampler(BaseSampler):
         """The candidate to propose for ``trial``."""
         raise NotImplementedError
 
+    accept_length_attr = ACCEPT_LENGTH_ATTR  # where a trial's measured accept length is
+    stderr_attr = STDERR_ATTR  # where a launch's within-launch standard error is
+
     def history(self, study: Study, skip: int | None = None) -> History:
-        """The study's trials sorted by candidate."""
-        return self.with_memory(history_of(current_trials(study), self.matcher, skip=skip))
+        """The study's trials sorted by candidate (a changed study's earlier trials left
+        out)."""
+        accept, stderr = self.accept_length_attr, self.stderr_attr
+        return self.with_memory(
+            history_of(current_trials(study), self.matcher, accept_length_attr=accept,
+                       stderr_attr=stderr, skip=skip)
+        )  # fmt: skip
 
     def with_memory(self, history: History) -> History:
         """``history`` with the untried candidates that need at least the memory of one

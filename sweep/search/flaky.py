@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
@@ -126,17 +127,16 @@ def record_crashes(records: Iterable[TrialRecord]) -> dict[str, tuple[int, int]]
 def key_settings(key: str) -> frozenset[tuple[str, str]]:
     """The settings of a configuration key a runtime fault can follow: its topk, its draft
     TP and each extra (``s3-k1-d4-tp8[NCCL_PROTO=LL]``: topk 1, draft TP 8, NCCL_PROTO LL)."""
-    core, _, rest = key.partition("[")
+    core = key.partition("[")[0]
     out = set()
     for part in core.split("-"):
         if part[:1] == "k" and part[1:].isdigit():
             out.add(("topk", part[1:]))
         elif part[:2] == "tp" and part[2:].isdigit():
             out.add(("draft_tp", part[2:]))
-    for item in rest.rstrip("]").split(","):
-        if "=" in item:
-            name, _, value = item.partition("=")
-            out.add((name, value))
+    for item in TrialConfig.extras_in(key).split():
+        name, _, value = item.partition("=")
+        out.add((name, value))
     return frozenset(out)
 
 
@@ -234,12 +234,20 @@ def leave_out(keys: Iterable[str], records: Iterable[TrialRecord]) -> list[Unrel
     return [u for u in found if any(u.holds(k) for k in keys)]
 
 
-def winner_crashes(
-    records: Sequence[TrialRecord], key: str, config: TrialConfig | None, label: str
-) -> str:
-    """``""``, or how often the winner's launches crashed (:func:`crashes`), else its
-    family's after start-up (:func:`family_crashes`)."""
-    crashed = crashes(records, key, label)
+def mark_answer(
+    stored: dict[str, Any],
+    records: Sequence[TrialRecord],
+    config: TrialConfig | None,
+    label: str,
+    left_out: Sequence[Unreliable],
+) -> None:
+    """Mark a stored answer (single host or fleet): never confident when the winner's
+    launches crashed (:func:`crashes`), else its family's after start-up
+    (:func:`family_crashes`), saying how often; and what the confirmation left out."""
+    crashed = crashes(records, str(stored["winner"]), label)
     if not crashed and config is not None:
         crashed = family_crashes(records, config, label)
-    return crashed
+    if crashed:  # measured well when it ran: not an answer to deploy with confidence
+        stored["confident"], stored["crashes"] = False, crashed
+    if left_out:
+        stored["unreliable"] = [u.text() for u in left_out]

@@ -44,7 +44,7 @@ from sweep.search import promises, space_filling, stopping
 from sweep.search.candidates import Candidate
 from sweep.search.climb import Climb
 from sweep.search.config_sampler import PREDICTED_ATTR, ConfigSampler
-from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History, history_of
+from sweep.search.history import ACCEPT_LENGTH_ATTR, STDERR_ATTR, History
 from sweep.search.misfit import surprise
 from sweep.search.predictions import fit_data, holdout, physics_floor, predictions_of
 from sweep.store.db import set_system_attr
@@ -100,17 +100,6 @@ class PhysicsSampler(ConfigSampler):
         self.neighbours = self.climb.neighbours
         self.min_launches = stopping.MIN_SEARCH_LAUNCHES
         self.leaping = False  # the proposal being made is a leap (recorded with it)
-
-    def history(self, study: Study, skip: int | None = None) -> History:
-        return self.with_memory(
-            history_of(
-                current_trials(study),  # a changed study's earlier trials left out
-                self.matcher,
-                accept_length_attr=self.accept_length_attr,
-                stderr_attr=self.stderr_attr,
-                skip=skip,
-            )
-        )
 
     # --- the model --------------------------------------------------------------------------
 
@@ -257,15 +246,8 @@ class PhysicsSampler(ConfigSampler):
         if not untried:
             return self.nothing_untried(history)
         tried = [self.index[k] for k in history.tried() if k in self.index]
-        return space_filling.proposal(
-            self.candidates,
-            self.index,
-            untried,
-            tried,
-            self.features,
-            self.rng,
-            self.model.prior_mean,
-        )
+        return space_filling.proposal(self.candidates, self.index, untried, tried,
+                                      self.features, self.rng, self.model.prior_mean)  # fmt: skip
 
 
 class FittedModel:
