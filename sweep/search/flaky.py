@@ -26,6 +26,7 @@ names the rate (``steps=2 … crashed on 3 of 7 launches (crashed_while_serving)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -140,6 +141,32 @@ def key_settings(key: str) -> frozenset[tuple[str, str]]:
     return frozenset(out)
 
 
+AT_LEAST = ">="
+"""A range setting's value starts with it: ``("steps", ">=6")``, every configuration of 6
+steps or more."""
+RANGES = {"s": "steps", "d": "draft"}
+"""The ordinal settings of a key (its part's letter → the label's name) whose upper ranges
+can be unreliable: a kernel that races from 8 draft tokens on, CUDA graphs of 6 steps or more
+that crash now and then."""
+
+
+def key_ranges(key: str) -> frozenset[tuple[str, str]]:
+    """The upper ranges a configuration key is in (``s3-k1-d4-tp1[]``: steps ≥ 2 and ≥ 3,
+    draft ≥ 2, ≥ 3 and ≥ 4): a runtime fault can follow the size of the draft, not one
+    value of a setting."""
+    out = set()
+    for part in key.partition("[")[0].split("-"):
+        name = RANGES.get(part[:1])
+        if name and part[1:].isdigit():
+            out.update((name, f"{AT_LEAST}{low}") for low in range(2, int(part[1:]) + 1))
+    return frozenset(out)
+
+
+def settings_of(key: str) -> frozenset[tuple[str, str]]:
+    """Every setting of a key that can be unreliable: its settings and its ranges."""
+    return key_settings(key) | key_ranges(key)
+
+
 @dataclass(frozen=True)
 class Unreliable:
     """A setting (or settings, all of which a configuration has) whose configurations crash.
@@ -162,12 +189,15 @@ class Unreliable:
 
     def holds(self, key: str) -> bool:
         """Whether configuration ``key`` has every one of the settings."""
-        return TrialConfig.speculates(key) and set(self.settings) <= key_settings(key)
+        return TrialConfig.speculates(key) and set(self.settings) <= settings_of(key)
 
     def text(self) -> str:
         """``draft_tp=8 crashed after start-up on 4 of 9 launch attempts (the others: 0 of
         12)``."""
-        said = " and ".join(f"{name}={value}" for name, value in self.settings)
+        said = " and ".join(
+            name + ("" if value.startswith(AT_LEAST) else "=") + value
+            for name, value in self.settings
+        )
         return (
             f"{said} crashed after start-up on {self.crashed} of {self.attempts} launch "
             f"attempts (the other configurations: {self.others_crashed} of "
@@ -179,19 +209,21 @@ def unreliable(counts: Mapping[str, tuple[int, int]]) -> list[Unreliable]:
     """The unreliable settings (see the module) among configurations with ``counts`` (key →
     ``(crashed after start-up, attempts)``), found greedily: the setting with the highest
     crash share first (settings whose configurations are the same ones together), its
-    configurations set aside, the rest again."""
+    configurations set aside, the rest again. The strongest evidence goes first
+    (:func:`_evidence`), so a range is as wide as the crashes say: steps ≥ 6, not ≥ 8 because
+    the configurations of 6 and 7 steps crashed a little less often."""
     left = {k: v for k, v in counts.items() if v[1] > 0 and TrialConfig.speculates(k)}
     out: list[Unreliable] = []
     while left:
         groups: dict[frozenset[str], set[tuple[str, str]]] = {}
-        for setting in {s for k in left for s in key_settings(k)}:
-            keys = frozenset(k for k in left if setting in key_settings(k))
+        for setting in {s for k in left for s in settings_of(k)}:
+            keys = frozenset(k for k in left if setting in settings_of(k))
             groups.setdefault(keys, set()).add(setting)
         judged = (_judged(left, keys, settings) for keys, settings in groups.items())
         found = [f for f in judged if f is not None]
         if not found:
             break
-        best = max(found, key=lambda f: (f.crashed / f.attempts, f.crashed, f.settings))
+        best = max(found, key=lambda f: (_evidence(f), f.crashed, f.settings))
         out.append(best)
         left = {k: v for k, v in left.items() if k not in best.keys}
     return out
@@ -208,6 +240,8 @@ def _judged(
         return None
     if sum(1 for k in keys if counts[k][0]) < 2:
         return None  # one configuration's crashes: its own (never confident), not a setting's
+    if not any(0 < counts[k][0] < counts[k][1] for k in keys):
+        return None  # configurations that crash every time are infeasible, not flaky
     if not others_attempts or others_attempts == others_crashed:
         return None  # nothing else ran: the host's fault as likely as the setting's
     if others_crashed * DISTINCT * attempts > crashed * others_attempts:
@@ -216,6 +250,19 @@ def _judged(
         tuple(sorted(settings)), tuple(sorted(keys)), crashed, attempts, others_crashed,
         others_attempts,
     )  # fmt: skip
+
+
+def _evidence(f: Unreliable) -> float:
+    """How much likelier the crash counts are with the setting's own crash rate than with one
+    rate for every configuration (a binomial log-likelihood ratio)."""
+
+    def loglik(k: int, n: int, p: float) -> float:
+        return (k * math.log(p) if k else 0.0) + ((n - k) * math.log1p(-p) if n > k else 0.0)
+
+    c, n, oc, on = f.crashed, f.attempts, f.others_crashed, f.others_attempts
+    pooled = (c + oc) / (n + on)
+    split = loglik(c, n, c / n) + loglik(oc, on, oc / on)
+    return split - loglik(c, n, pooled) - loglik(oc, on, pooled)
 
 
 def unreliable_of(key: str, found: Iterable[Unreliable]) -> Unreliable | None:

@@ -435,12 +435,28 @@ FAULTS: dict[str, LaunchFault] = {
         "NCCL WARN NET/IB : Got async event : port error",
         starts=(8, 15),
     ),
+    "fault-flaky-steps": LaunchFault(
+        "crashed_while_serving",
+        "CUDA error: an illegal memory access was encountered",
+        at_least={"speculative_num_steps": 6},
+        share=0.35,
+    ),
+    "fault-host-flaky": LaunchFault(
+        "nccl_init",
+        "NCCL WARN NET/IB : Got async event : port error",
+        share=0.15,
+    ),
+    "fault-host-crashes": LaunchFault(
+        "crashed_while_serving",
+        "NVRM: Xid 79, GPU has fallen off the bus",
+        share=0.12,
+    ),
 }
 """Each fault landscape's failure (:func:`fault_landscapes`)."""
 
 
 def fault_landscapes() -> dict[str, Profile]:
-    """Five landscapes whose launches fail in ways a night meets and the profiles' failure
+    """Eight landscapes whose launches fail in ways a night meets and the profiles' failure
     rules cannot express (:data:`FAULTS`; ``--landscapes faults`` in bench_answer, which
     injects them; ``python -m tests.perf.search_play --truth faults`` prints the optima
     among the configurations that launch):
@@ -462,7 +478,16 @@ def fault_landscapes() -> dict[str, Profile]:
       space has no environment and fails nothing;
     - ``fault-bad-stretch``: ``high-acceptance`` on a host whose InfiniBand port flaps for a
       while: server starts 8 to 15 fail NCCL initialisation whatever they launch (no
-      speculation included), then the host recovers; the optimum is unchanged.
+      speculation included), then the host recovers; the optimum is unchanged;
+    - ``fault-flaky-steps``: ``high-acceptance`` (the optimum at 6-7 steps) whose
+      configurations of 6 steps or more crash while serving on 35 % of their launches (CUDA
+      graphs that race): a range no topk, draft TP or extra names; the optimum is 5 steps;
+    - ``fault-host-flaky``: ``default`` on a host where 15 % of all server starts fail NCCL
+      initialisation, whatever they launch: the host's, no configuration's; the optimum is
+      unchanged;
+    - ``fault-host-crashes``: ``high-acceptance`` on a host where 12 % of all launches crash
+      while serving (a GPU that falls off the bus now and then): crashes that fall on a
+      setting by chance can make it look unreliable; the optimum is unchanged.
     """
     every = blind_landscapes() | landscapes()
     return {
@@ -471,6 +496,9 @@ def fault_landscapes() -> dict[str, Profile]:
         "fault-crash-tokens": every["blind-edge-tokens"],
         "fault-rejected-env": load_profile("default"),
         "fault-bad-stretch": load_profile("high-acceptance"),
+        "fault-flaky-steps": load_profile("high-acceptance"),
+        "fault-host-flaky": load_profile("default"),
+        "fault-host-crashes": load_profile("high-acceptance"),
     }
 
 

@@ -204,7 +204,7 @@ def test_the_benchmark_reports_a_failed_launch_to_the_loop(tmp_path: Path) -> No
 
 def test_the_fault_landscapes_are_a_group_of_their_own() -> None:
     faults = bench_answer.chosen(["faults"])
-    assert faults == list(fault_landscapes()) and len(faults) == 5
+    assert faults == list(fault_landscapes()) and len(faults) == 8
     assert not set(faults) & set(bench_answer.landscapes() | blind_landscapes())
     run = bench_answer.Run("fault-flaky-tp8", "small", 0.0, True, 14, (), attempts=16, failed=3)
     figures = list(bench_answer.figures_of([run]))
@@ -250,3 +250,7 @@ def test_a_fault_landscape_answer_is_scored_without_its_failing_region() -> None
     assert best("fault-crash-tokens", "large") == "s6-k1-d7-tp1[NCCL_PROTO=LL]"
     assert best("fault-rejected-env", "large") == "s3-k1-d4-tp1[NCCL_PROTO=Simple]"
     assert best("fault-bad-stretch", "small") == "s7-k1-d8-tp1[]"  # a stretch fails no region
+    assert best("fault-flaky-steps", "small") == "s5-k1-d6-tp1[]"  # 6 steps or more: flaky
+    # a share of every launch is the host's: no configuration is out
+    assert best("fault-host-crashes", "small") == "s7-k1-d8-tp1[]"
+    assert best("fault-host-flaky", "large") == "s2-k1-d3-tp1[NCCL_PROTO=LL]"  # default's

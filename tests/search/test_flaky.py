@@ -7,6 +7,7 @@ from sweep.core.space import TrialConfig
 from sweep.search.flaky import (
     crashes,
     family_crashes,
+    key_ranges,
     key_settings,
     launch_crashes,
     record_crashes,
@@ -90,3 +91,36 @@ def test_a_setting_whose_configurations_crash_is_unreliable_and_the_host_s_crash
     # one crash in six attempts is no pattern; nothing else ran: no comparison
     assert unreliable({"s2-k1-d3-tp8[]": (1, 3), "s3-k1-d4-tp8[]": (1, 9)} | tp1) == []
     assert unreliable(tp8) == []
+
+
+def test_a_key_s_ranges_are_every_lower_bound_of_its_steps_and_draft_tokens() -> None:
+    assert key_ranges("s3-k1-d4-tp8[]") == {
+        ("steps", ">=2"), ("steps", ">=3"), ("draft", ">=2"), ("draft", ">=3"), ("draft", ">=4"),
+    }  # fmt: skip
+    assert key_ranges("baseline[]") == set()
+
+
+def test_configurations_of_6_steps_or_more_that_crash_now_and_then_are_unreliable() -> None:
+    """CUDA graphs of 6 steps or more crash on a third of their launches: no topk, draft TP
+    or extra names them, a range does — as wide as the crashes say."""
+    flaky = {"s6-k1-d7-tp1[]": (1, 3), "s7-k1-d8-tp1[]": (1, 2), "s8-k1-d9-tp8[]": (1, 3)}
+    fine = {"s4-k1-d5-tp1[]": (0, 4), "s5-k1-d6-tp1[]": (0, 3), "s5-k1-d6-tp8[]": (0, 2)}
+    (found,) = unreliable(flaky | fine)
+    assert found.settings == (("draft", ">=7"), ("steps", ">=6"))
+    assert found.keys == tuple(sorted(flaky))
+    assert found.holds("s9-k1-d10-tp8[]") and not found.holds("s5-k1-d6-tp1[]")
+    assert found.text().startswith("draft>=7 and steps>=6 crashed after start-up on 3 of 8")
+    # configurations that crash on every launch are infeasible (never measured), not flaky
+    dead = {"s6-k1-d7-tp1[]": (2, 2), "s7-k1-d8-tp1[]": (2, 2)}
+    assert unreliable(dead | fine) == []
+
+
+def test_the_strongest_evidence_names_the_setting() -> None:
+    """Draft TP 8 crashes (4 of 8), and the 8-step configurations happen to be draft TP 8's:
+    the range of 8 steps has the higher crash share, draft TP 8 the stronger evidence."""
+    counts = {
+        "s8-k1-d9-tp8[]": (2, 3), "s3-k1-d4-tp8[]": (1, 3), "s2-k1-d3-tp8[]": (1, 2),
+        "s8-k1-d9-tp1[]": (0, 1), "s3-k1-d4-tp1[]": (0, 5), "s2-k1-d3-tp1[]": (0, 5),
+    }  # fmt: skip
+    found = unreliable(counts)
+    assert found[0].settings == (("draft_tp", "8"),)
