@@ -154,7 +154,7 @@ def key_ranges(key: str) -> frozenset[tuple[str, str]]:
     """The upper ranges a configuration key is in (``s3-k1-d4-tp1[]``: steps ≥ 2 and ≥ 3,
     draft ≥ 2, ≥ 3 and ≥ 4): a runtime fault can follow the size of the draft, not one
     value of a setting."""
-    out = set()
+    out: set[tuple[str, str]] = set()
     for part in key.partition("[")[0].split("-"):
         name = RANGES.get(part[:1])
         if name and part[1:].isdigit():
