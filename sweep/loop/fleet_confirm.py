@@ -101,6 +101,7 @@ class FleetConfirm:
                     )
                     if stop:
                         run.summary.stopped(stop, True)
+                        answer_when_stopped(run)  # the last worker left: what was measured
                         return
                     continue
                 if self.settled(plan) or not time_left(self.run):
@@ -331,6 +332,29 @@ def confirm_shared(run: RunContext) -> None:
     """The shared study's confirmation (see the module); nothing when it is turned off."""
     if run.confirming():
         FleetConfirm(run, run.options.shared or SharedOptions()).go()
+
+
+def answer_when_stopped(run: RunContext) -> None:
+    """A worker the failure streak stopped (its host cannot launch): when no other worker is
+    left to confirm and no answer of this study's setup is stored, store one decided on what
+    every host measured, relaunching nothing, not confident — as a single host does. While
+    another worker runs, that worker confirms."""
+    if not run.confirming():
+        return
+    trials, claims, setup = run.stores.trials, run.stores.claims, run.since.get("trials", 0)
+    prefix = f"{PLAN_ATTR}:{setup}:"
+    for name, value in trials.user_attrs.items():
+        if name.startswith(prefix) and Plan.from_attr(value).decided:
+            finish(run, Plan.from_attr(value))
+            return
+    if claims.live_hosts() - {run.host.name}:
+        run.display.message("the other hosts' workers go on and confirm the answer")
+        return
+    if not claims.once(f"{JOB_PREFIX}{setup}:stopped", run.host.name):
+        return
+    plan = decide(run, relaunch_ok=False)
+    trials.set_user_attr(f"{prefix}stopped", plan.to_attr())
+    finish(run, plan)
 
 
 def _never(owner: int) -> bool:

@@ -44,9 +44,10 @@ class Plan:
         return cls(jobs, str(data.get("reason", "")), bool(data.get("decided")))
 
 
-def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
+def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bool = True) -> Plan:
     """Decide from every launch: the next round's relaunches, or the answer (stored;
-    ``dropped``: the relaunches every live host failed, which it names)."""
+    ``dropped``: the relaunches every live host failed, which it names; ``relaunch_ok``
+    False: the run had to stop, the answer is decided on what was measured, not confident)."""
     options = answer.options_of(run.study.confirm)
     objective = run.study.objective
     trials = run.stores.trials
@@ -57,7 +58,7 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     left_out = flaky.leave_out({x.key for x in launches}, seen.trials)
     launches = [x for x in launches if flaky.unreliable_of(x.key, left_out) is None]
     used, total = budget(run, seen.trials, baselines)
-    left = total - used if time_left(run) else 0
+    left = total - used if relaunch_ok and time_left(run) else 0
     alive = run.stores.claims.live_hosts() | {run.host.name}
     control = answer.control_of(
         run.valid,
@@ -82,6 +83,7 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     step = step_with(left)
     # as the solo confirmation: up to EXTENSION more when they would decide
     reserve = max(0, answer.EXTENSION + min(0, total - used)) if time_left(run) else 0
+    reserve = reserve if relaunch_ok else 0
     if isinstance(step, Decision) and answer.within_reach(step, max(0, left) + reserve):
         left = max(0, left) + reserve
         step = step_with(left)
@@ -107,7 +109,9 @@ def decide(run: RunContext, dropped: list[str] | None = None) -> Plan:
     stored["dropped"] = [labels.get(k, k) for k in dropped or ()]
     label = labels.get(step.winner, "")
     flaky.mark_answer(stored, seen.trials, run.valid.get(step.winner), label, left_out)
-    if forced and not stored.get("confident"):
+    if not relaunch_ok and not stored.get("confident"):
+        stored["stopped_by"] = answer.RUN_STOPPED
+    elif forced and not stored.get("confident"):
         stored["stopped_by"] = answer.DROPPED
         stored["reason"] = str(stored["reason"]).replace(
             "budget spent:", "the relaunches that would decide failed on every host:", 1

@@ -18,7 +18,7 @@ from sweep.loop.attempt import attempt
 from sweep.loop.confirm import confirm
 from sweep.loop.confirm_levels import confirm_levels
 from sweep.loop.context import RunContext
-from sweep.loop.fleet_confirm import confirm_shared
+from sweep.loop.fleet_confirm import answer_when_stopped, confirm_shared
 from sweep.loop.not_launched import not_launched_for_failures, not_launched_for_memory
 from sweep.loop.propose import Launch, Told, baseline, propose, ruled_out
 from sweep.loop.resume import requeue_unfinished
@@ -108,6 +108,8 @@ class Confirm:
         if not self.relaunch_ok:
             if run.sharing.alone:
                 confirm(run, relaunch_ok=False)
+            else:
+                answer_when_stopped(run)
             return None
         if run.sharing.alone:
             confirm(run)

@@ -26,6 +26,7 @@ from sweep.server.executor.fake import FakeExecutor
 from sweep.store import read_records
 from sweep.store.claims import Claims, Lease, claims_table
 from sweep.study import load_study
+from tests.support.clock import SkippingClock
 from tests.support.studies import write_study
 
 TRUE = {1: 100.0, 2: 104.0, 3: 103.5}  # steps → throughput; 2 and 3 are close
@@ -110,6 +111,58 @@ def test_the_fleet_answer_leaves_out_a_draft_tp_that_crashes(tmp_path: Path) -> 
     assert stored["winner"] == TrialConfig(2, 1, 3, 1).key()
     assert stored["unreliable"][0].startswith("draft_tp=8 crashed after start-up on ")
     assert "left out as unreliable: draft_tp=8" in summary.answer
+
+
+@pytest.mark.parametrize("other_worker", [False, True])
+def test_the_last_worker_the_host_stops_still_stores_an_answer(
+    tmp_path: Path, other_worker: bool
+) -> None:
+    """A shared study's only worker: its host goes bad for good after four server starts
+    (every launch fails NCCL at init, no speculation too). The failure streak stopped it and
+    no answer was stored, though three configurations had measured; a single host stores
+    one, not confident. With another host's worker still running, that one confirms."""
+    path = write_study(
+        tmp_path, study='sampler = "grid"', space="num_steps = [1, 2, 3, 4, 5, 6]", confirm=True
+    )
+    starts: list[TrialConfig] = []
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        starts.append(config)
+        if len(starts) > 4:
+            return MeasurementFailure("nccl_init", "NCCL error: unhandled system error")
+        return Measurement(100.0 + config.num_steps if config.speculative else 90.0)
+
+    clock = SkippingClock()
+    options = RunOptions(
+        clock=clock.clock(), shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01)
+    )
+    out = io.StringIO()
+    ctx = wiring.run_context(
+        load_study(path),
+        options,
+        Display(out, live=False),
+        FakeExecutor(options.clock, []),
+        measurer=measurer_of(measure),
+        engine_check=lambda run: None,
+    )
+    other = Lease(ctx.stores.claims, "b")
+    if other_worker:
+        other.acquire()
+    try:
+        summary = Runner(ctx).run()
+    finally:
+        other.release()
+    assert summary.failed_run and "the host looks unhealthy" in summary.stop_reason
+    if other_worker:
+        assert ATTR.ANSWER not in ctx.stores.trials.user_attrs and not summary.answer
+        assert "the other hosts' workers go on and confirm the answer" in out.getvalue()
+        return
+    stored = ctx.stores.trials.user_attrs[ATTR.ANSWER]
+    measured = [c for c in starts[:4] if c.speculative]
+    assert stored["winner"] == max(measured, key=lambda c: c.num_steps).key()
+    assert not stored["confident"] and stored["stopped_by"] == "run_stopped"
+    assert "NOT confident (the run stopped before confirming it)" in summary.answer
+    assert len(starts) == 4 + 5 + 1 + 3  # nothing relaunched after the stop (the checks)
 
 
 def test_a_plan_is_stored_as_plain_values() -> None:

@@ -196,9 +196,12 @@ def with_schema(path: Path) -> Path:
 
 
 def running_trial(path: Path) -> optuna.trial.FrozenTrial | None:
+    """A running trial of the search whose host is written (its attributes are written one
+    by one after it is created)."""
     for t in trials(path):
         if t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.KIND) == "trial":
-            return t
+            if ATTR.HOST in t.user_attrs:
+                return t
     return None
 
 
