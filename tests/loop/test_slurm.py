@@ -199,9 +199,9 @@ def running_trial(path: Path) -> optuna.trial.FrozenTrial | None:
     """A running trial of the search whose host is written (its attributes are written one
     by one after it is created)."""
     for t in trials(path):
-        if t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.KIND) == "trial":
-            if ATTR.HOST in t.user_attrs:
-                return t
+        running = t.state is TrialState.RUNNING and t.user_attrs.get(ATTR.KIND) == "trial"
+        if running and ATTR.HOST in t.user_attrs:
+            return t
     return None
 
 
