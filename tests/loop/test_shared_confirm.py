@@ -153,6 +153,7 @@ def test_the_last_worker_the_host_stops_still_stores_an_answer(
     finally:
         other.release()
     assert summary.failed_run and "the host looks unhealthy" in summary.stop_reason
+    assert clock.slept == [300.0] * 3  # the failed health check, made again 3 times
     if other_worker:
         assert ATTR.ANSWER not in ctx.stores.trials.user_attrs and not summary.answer
         assert "the other hosts' workers go on and confirm the answer" in out.getvalue()
