@@ -343,10 +343,11 @@ def answer_when_stopped(run: RunContext) -> None:
         return
     trials, claims, setup = run.stores.trials, run.stores.claims, run.since.get("trials", 0)
     prefix = f"{PLAN_ATTR}:{setup}:"
-    for name, value in trials.user_attrs.items():
-        if name.startswith(prefix) and Plan.from_attr(value).decided:
-            finish(run, Plan.from_attr(value))
-            return
+    stored = [Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(prefix)]
+    decided = next((plan for plan in stored if plan.decided), None)
+    if decided is not None:  # another worker answered
+        finish(run, decided)
+        return
     if claims.live_hosts() - {run.host.name}:
         run.display.message("the other hosts' workers go on and confirm the answer")
         return

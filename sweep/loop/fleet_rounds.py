@@ -82,8 +82,8 @@ def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bo
 
     step = step_with(left)
     # as the solo confirmation: up to EXTENSION more when they would decide
-    reserve = max(0, answer.EXTENSION + min(0, total - used)) if time_left(run) else 0
-    reserve = reserve if relaunch_ok else 0
+    extension = max(0, answer.EXTENSION + min(0, total - used))
+    reserve = extension if relaunch_ok and time_left(run) else 0
     if isinstance(step, Decision) and answer.within_reach(step, max(0, left) + reserve):
         left = max(0, left) + reserve
         step = step_with(left)

@@ -207,17 +207,18 @@ class Unreliable:
 
 def unreliable(counts: Mapping[str, tuple[int, int]]) -> list[Unreliable]:
     """The unreliable settings (see the module) among configurations with ``counts`` (key →
-    ``(crashed after start-up, attempts)``), found greedily: the setting with the highest
-    crash share first (settings whose configurations are the same ones together), its
-    configurations set aside, the rest again. The strongest evidence goes first
-    (:func:`_evidence`), so a range is as wide as the crashes say: steps ≥ 6, not ≥ 8 because
-    the configurations of 6 and 7 steps crashed a little less often."""
+    ``(crashed after start-up, attempts)``), found greedily: the setting with the strongest
+    evidence first (:func:`_evidence`; settings whose configurations are the same ones
+    together), its configurations set aside, the rest again. A range is so as wide as the
+    crashes say: steps ≥ 6, not ≥ 8 because the configurations of 6 and 7 steps crashed a
+    little less often."""
     left = {k: v for k, v in counts.items() if v[1] > 0 and TrialConfig.speculates(k)}
+    of = {k: settings_of(k) for k in left}
     out: list[Unreliable] = []
     while left:
         groups: dict[frozenset[str], set[tuple[str, str]]] = {}
-        for setting in {s for k in left for s in settings_of(k)}:
-            keys = frozenset(k for k in left if setting in settings_of(k))
+        for setting in {s for k in left for s in of[k]}:
+            keys = frozenset(k for k in left if setting in of[k])
             groups.setdefault(keys, set()).add(setting)
         judged = (_judged(left, keys, settings) for keys, settings in groups.items())
         found = [f for f in judged if f is not None]
