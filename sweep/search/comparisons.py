@@ -90,6 +90,15 @@ LOOK_Z = 0.5  # a one-launch rival the model puts within this many sds of the ma
 # how far below the margin one bad launch can put a configuration: an 8 % slow server start
 # (a noisy neighbour, a throttled GPU) and two launch σ (2 %) of ordinary noise
 BAD_REACH = 0.12
+NEAR_Z = 2.0  # a one-launch neighbour this many sds of the difference below the margin: look
+NOISE_UPPER = 0.9  # the launch sd's one-sided upper bound it uses (chi-square, its dof)
+
+
+def noise_upper(variance: LaunchVariance) -> float:
+    """The relative launch sd's ``NOISE_UPPER`` one-sided upper confidence bound."""
+    low = special.chdtri(variance.dof, NOISE_UPPER)  # chi-square's (1 − NOISE_UPPER) quantile
+    return math.sqrt(variance.relative_var * variance.dof / low) if low > 0 else math.inf
+
 
 QUADRATURE = 512  # points of the leader's distribution the joint probability averages over
 
@@ -277,20 +286,28 @@ def second_looks(
     prior: Mapping[str, Prior] | None,
     near: Callable[[str], Collection[str]] | None = None,
     bad_seen: bool = False,
+    noise: LaunchVariance | None = None,
 ) -> tuple[str, ...]:
     """Configurations behind the ``winner`` only by a launch that may be a bad one, which
     need another launch before the winner can stand: a *doubtful* configuration (two
     launches too far apart to tell which is bad) whose better launch reaches the winner's
     margin; a configuration with one launch below the margin that the cost model (its
     held-out ``prior``, fitted to every other launch) could put above it (its mean +
-    ``LOOK_Z`` sd reaches the margin) — the one launch and the model disagree; and, once
-    this host has shown a bad launch (``bad_seen``: one left out, or a doubtful pair), a
+    ``LOOK_Z`` sd reaches the margin) — the one launch and the model disagree; and a
     neighbour of the winner (``near``) whose one launch is below the margin by no more than
-    a bad launch could put it (``BAD_REACH``) — the true optimum is most often the winner's
-    neighbour, and a slow server start must not decide the order."""
+    ordinary launch noise could put it (``NEAR_Z`` sd of the difference, at the
+    ``NOISE_UPPER`` upper bound of the launch ``noise``: a few replicates can say 1 % where
+    it is 2 %) or, once this host has shown a bad launch (``bad_seen``: one left
+    out, or a doubtful pair), a bad launch (``BAD_REACH``) — the true optimum is most often
+    the winner's neighbour, and one low server start must not decide the order (the true
+    optimum measured 4.3 % low once, the winner beside it 3.7 and 4.5 % high: confident and
+    1.7 % off)."""
     mine = configs[winner]
     floor = (1 - options.tie_margin) * sum(x.value for x in mine) / len(mine)
-    close = set(near(winner)) if near is not None and bad_seen else set()
+    close = set(near(winner)) if near is not None else set()
+    sd = noise_upper(noise) if noise is not None else 0.0
+    reach = NEAR_Z * sd * math.sqrt(1 + 1 / len(mine))
+    reach = max(reach, BAD_REACH) if bad_seen else reach
     looks = []
     for key, group in configs.items():
         if key == winner or len(group) >= options.max_replicates:
@@ -305,7 +322,7 @@ def second_looks(
                 and key in prior
                 and prior[key].mean + LOOK_Z * prior[key].sd >= floor
             )
-            or (one is not None and key in close and floor * (1 - BAD_REACH) <= one < floor)
+            or (one is not None and key in close and floor * (1 - reach) <= one < floor)
         ):
             looks.append(key)
     return tuple(sorted(looks, key=lambda k: (-max(x.value for x in configs[k]), k)))

@@ -201,10 +201,9 @@ def decide(
     simple = baseline_first(simplicity or _itself, baseline, controls.keys)
     verdict = judge(configs, variance, options, simple, excluded)
     inputs = _Inputs(launches, variance, options, baseline, raw, ignored, prior, controls)
+    bad_seen = bool(ignored or doubtful)
     looks = (
-        second_looks(
-            verdict.winner, configs, doubtful, options, prior, near, bool(ignored or doubtful)
-        )
+        second_looks(verdict.winner, configs, doubtful, options, prior, near, bad_seen, variance)
         if verdict.winner is not None
         else ()
     )

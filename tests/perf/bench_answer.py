@@ -352,6 +352,8 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         reason = f"{answer.get('reason', '')} [{answer.get('to_decide', '')}]"
         reason += f" reps={len(answer.get('replicates') or ())}"
         reason += f" conf={answer.get('confirmation_launches')}"
+        if answer.get("unreliable"):
+            reason += f" left out: {'; '.join(answer['unreliable'])}"
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
@@ -392,6 +394,8 @@ def trace_lines(
     ratio to the optimum and the value the search predicted for it before."""
     lines = []
     for r in records:
+        if r.kind.launches and r.state is State.FAILED and r.key and r.failure is not None:
+            lines.append(f"#{r.number:<3d} {r.kind.value:9s} {r.key:30s} failed {r.failure.kind}")
         if not (r.kind.launches and r.measured and r.config and r.key):
             continue
         predicted = r.predicted.get("mean")

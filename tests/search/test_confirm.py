@@ -13,6 +13,7 @@ from sweep.search.comparisons import (
     advantage,
     contenders,
     equivalent,
+    noise_upper,
     within_margin_probability,
 )
 from sweep.search.confirm import Decision, Relaunch, decide
@@ -382,6 +383,28 @@ def test_once_a_bad_launch_is_seen_the_winner_s_neighbours_get_a_second_look() -
     clean = {k: v for k, v in launches.items() if k != "d"}
     settled = decide(clean, noise, near=lambda k: near(k) or ())
     assert isinstance(settled, Decision) and settled.confident and settled.winner == "w"
+
+
+def test_a_neighbour_one_ordinary_low_launch_behind_gets_a_second_look() -> None:
+    """A flaky-draft-TP landscape's run: the true best (n, the winner's neighbour) had one
+    launch, 4.3 % low; the winner's two were 3.7 and 4.5 % high, and the few replicates put the
+    launch noise at 1.2 %. The winner was confident and 1.7 % off. Ordinary noise at the
+    noise's upper bound reaches that far: the neighbour is launched again first; a
+    configuration as far behind that is not a neighbour is not."""
+    launches = {
+        "w": [143.75, 144.78],
+        "n": [134.96],  # the winner's neighbour
+        "f": [134.96],  # as far behind, not a neighbour
+        "a": [138.16, 141.92],
+        "b": [136.90, 138.06],
+    }
+    noise = launch_variance(launches.values())
+    assert noise_upper(noise) > 1.5 * noise.relative_sd  # 3 replicate pairs say little
+    near = {"w": ("n",)}.get
+    result = decide(launches, noise, near=lambda k: near(k) or ())
+    assert isinstance(result, Relaunch) and "n" in result.order and "f" not in result.order
+    without = decide(launches, noise)  # the same launches, no neighbour: it was confident
+    assert isinstance(without, Decision) and without.confident and without.winner == "w"
 
 
 def test_the_equivalence_test_establishes_a_tie_the_joint_bound_cannot() -> None:

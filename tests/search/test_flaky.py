@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
 from sweep.core.records import Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.flaky import (
+    SURE_P,
+    crash_p,
     crashes,
     family_crashes,
     key_ranges,
     key_settings,
     launch_crashes,
     record_crashes,
+    to_clear,
     unreliable,
 )
 
@@ -124,3 +129,28 @@ def test_the_strongest_evidence_names_the_setting() -> None:
     }  # fmt: skip
     found = unreliable(counts)
     assert found[0].settings == (("draft_tp", "8"),)
+
+
+def test_the_evidence_is_fisher_s_exact_test_on_the_crash_counts() -> None:
+    """2 of 8 against 0 of 7 is what a host crashing one launch in eight gives by chance
+    (p 0.27); 9 of 16 against 0 of 20 is not."""
+    assert crash_p(2, 8, 0, 7) == pytest.approx(28 / 105)  # C(8,2) / C(15,2)
+    assert crash_p(9, 16, 0, 20) < 0.001
+    assert crash_p(0, 5, 0, 5) == 1.0
+
+
+def test_a_setting_left_out_on_thin_evidence_has_its_fastest_configuration_relaunched() -> None:
+    """Draft TP 8 crashed 2 of 6 times against 1 of 10 (p 0.18): its fastest configuration,
+    faster than every one kept, is relaunched before the answer; not once the evidence is
+    sure, nor when a configuration kept is faster."""
+    thin = {"s3-k1-d4-tp8[]": (1, 3), "s2-k1-d3-tp8[]": (1, 3)}
+    fine = {"s3-k1-d4-tp1[]": (1, 5), "s2-k1-d3-tp1[]": (0, 5)}
+    (found,) = unreliable(thin | fine)
+    assert found.settings == (("draft_tp", "8"),) and found.p_value > SURE_P
+    means = {"s3-k1-d4-tp8[]": 110.0, "s2-k1-d3-tp8[]": 104.0, "s3-k1-d4-tp1[]": 100.0,
+             "s2-k1-d3-tp1[]": 95.0}  # fmt: skip
+    kept = ["s3-k1-d4-tp1[]", "s2-k1-d3-tp1[]"]
+    assert to_clear([found], means, kept) == "s3-k1-d4-tp8[]"
+    assert to_clear([found], {**means, "s3-k1-d4-tp1[]": 111.0}, kept) is None
+    (sure,) = unreliable({"s3-k1-d4-tp8[]": (3, 4), "s2-k1-d3-tp8[]": (3, 4)} | fine)
+    assert sure.p_value <= SURE_P and to_clear([sure], means, kept) is None
