@@ -7,7 +7,6 @@ are confident); this module launches what it asks for and stores the answer.
 from __future__ import annotations
 
 import functools
-import statistics
 from collections.abc import Mapping
 
 from sweep.core import outcome
@@ -77,24 +76,21 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
         )  # fmt: skip
         launches = {key: runs for key, runs in launches.items() if key in space}
         left_out = flaky.leave_out(launches, seen.trials)
-        means = {k: statistics.fmean(x.value for x in v) for k, v in launches.items() if v}
+        every = launches
         launches = {k: v for k, v in launches.items() if flaky.unreliable_of(k, left_out) is None}
         budget = share + answer.controls_launched(seen.controls)
         left = budget - used
         reserve = answer.EXTENSION + min(0, left)  # the extension not spent yet
         if not relaunch_ok or not fits(run.clock.now(), run.time_end(), seen.estimate(None)):
             left, reserve = 0, 0
-        clear = flaky.to_clear(left_out, means, launches) if left > 0 else None
-        doubt = flaky.unreliable_of(clear, left_out) if clear is not None else None
-        if clear is not None and doubt is not None:  # thin evidence holds the fastest
-            run.display.message(
-                f"confirming: {labels.get(clear, clear)} again: it measured fastest, and "
-                f"{doubt.text()} may be the host's chance crashes"
-            )
+        clear = flaky.clearing(left_out, every, launches, seen.trials) if left > 0 else None
+        if clear is not None:  # a setting left out on thin evidence holds the fastest
+            key, why = clear
+            run.display.message(f"confirming: {labels.get(key, key)} again: {why}")
             count_confirmation(trials, baseline=False)
             used += 1
-            attempt(run, relaunch(run, seen, clear, controls), seen, retry=False)
-            if stop_for_host(run, clear):
+            attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
+            if stop_for_host(run, key):
                 return
             continue
         step = answer.confirm_step(

@@ -288,21 +288,55 @@ def crash_p(crashed: int, attempts: int, others_crashed: int, others_attempts: i
     return float(hypergeom.sf(crashed - 1, total, crashes, attempts))
 
 
+CLEAR_AT_MOST = 2
+"""Relaunches of a left-out setting's configurations (:func:`to_clear`) at most: what does not
+clear it in two leaves it out, and the budget to the configurations kept."""
+
+
 def to_clear(
-    left_out: Iterable[Unreliable], means: Mapping[str, float], kept: Iterable[str]
+    left_out: Iterable[Unreliable],
+    means: Mapping[str, float],
+    kept: Iterable[str],
+    relaunched: Mapping[str, int] | None = None,
 ) -> str | None:
     """The configuration the confirmation relaunches before it decides, or ``None``: of a
-    setting left out on evidence short of :data:`SURE_P`, its configuration that measured
-    fastest (``means``), when it measured faster than every configuration ``kept``. Its
-    relaunch clears the setting (a host's chance crashes) or confirms it (it crashes again)."""
+    setting left out on evidence short of :data:`SURE_P` whose configurations were relaunched
+    (``relaunched``: key → relaunches) fewer than :data:`CLEAR_AT_MOST` times, its
+    configuration that measured fastest (``means``), when it measured faster than every
+    configuration ``kept``. Its relaunch clears the setting (a host's chance crashes) or
+    confirms it (it crashes again)."""
     best = max((means[k] for k in kept if k in means), default=-math.inf)
+    again = relaunched or {}
     doubtful = [
         max(measured, key=lambda k: means[k])
         for u in left_out
-        if u.p_value > SURE_P and (measured := [k for k in u.keys if k in means])
+        if u.p_value > SURE_P
+        and sum(again.get(k, 0) for k in u.keys) < CLEAR_AT_MOST
+        and (measured := [k for k in u.keys if k in means])
     ]
     ahead = [k for k in doubtful if means[k] > best]
     return max(ahead, key=lambda k: means[k]) if ahead else None
+
+
+def clearing(
+    left_out: Sequence[Unreliable],
+    launches: Mapping[str, Sequence[Any]],
+    kept: Iterable[str],
+    records: Iterable[TrialRecord],
+) -> tuple[str, str] | None:
+    """:func:`to_clear` over measured ``launches`` (key → launches with a ``value``) and the
+    relaunches among ``records``: ``(key, why)``, the configuration to relaunch and why, in
+    words; or ``None``."""
+    means = {k: sum(x.value for x in v) / len(v) for k, v in launches.items() if v}
+    relaunched: dict[str, int] = {}
+    for r in records:
+        if r.kind is Kind.REPLICATE and r.key is not None and r.state is not State.WAITING:
+            relaunched[r.key] = relaunched.get(r.key, 0) + 1
+    key = to_clear(left_out, means, kept, relaunched)
+    found = unreliable_of(key, left_out) if key is not None else None
+    if key is None or found is None:
+        return None
+    return key, f"it measured fastest, and {found.text()} may be the host's chance crashes"
 
 
 def unreliable_of(key: str, found: Iterable[Unreliable]) -> Unreliable | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from sweep.core.records import ATTR, Failure, Kind, TrialRecord
+from sweep.core.records import ATTR, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import fleet_confirm, wiring
 from sweep.loop.context import RunContext, RunOptions
@@ -111,6 +111,54 @@ def test_the_fleet_answer_leaves_out_a_draft_tp_that_crashes(tmp_path: Path) -> 
     assert stored["winner"] == TrialConfig(2, 1, 3, 1).key()
     assert stored["unreliable"][0].startswith("draft_tp=8 crashed after start-up on ")
     assert "left out as unreliable: draft_tp=8" in summary.answer
+
+
+def test_the_fleet_relaunches_a_setting_left_out_on_thin_evidence_first(tmp_path: Path) -> None:
+    """As the solo confirmation: draft TP 8, 20 % faster, crashed on 2 of its first 3
+    launches and draft TP 1 once (the host's chance crashes, p 0.18): the fleet's round
+    relaunches the fastest draft TP 8 configuration before it decides, saying why."""
+    path = write_study(
+        tmp_path,
+        space="num_steps = { low = 1, high = 6 }\ndraft_tp = [1, 8]",
+        engine='draft_tp_flag = "--speculative-draft-tp-size"',
+        confirm=True,
+    )
+    launched: dict[int, list[TrialConfig]] = {1: [], 8: []}
+
+    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
+        if not config.speculative:
+            return Measurement(50.0)
+        mine = launched[config.draft_tp]
+        mine.append(config)
+        if len(mine) in ((1, 3) if config.draft_tp == 8 else (7,)):
+            return MeasurementFailure("crashed_while_serving", "Watchdog caught collective")
+        value = 60.0 + 10 * min(config.num_steps, 3) - 2 * max(0, config.num_steps - 3)
+        return Measurement(value * (1.2 if config.draft_tp == 8 else 1.0))
+
+    options = RunOptions(shared=SharedOptions(heartbeat_s=1, grace_s=5, poll_s=0.01))
+    ctx = wiring.run_context(
+        load_study(path),
+        options,
+        Display(io.StringIO(), live=False),
+        FakeExecutor(options.clock, []),
+        measurer=measurer_of(measure),
+        engine_check=lambda run: None,
+    )
+    Runner(ctx).run()
+    trials = ctx.stores.trials
+    plans = [Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(PLAN_ATTR)]
+    clearing = [p for p in plans if "may be the host's chance crashes" in p.reason]
+    tp8 = TrialConfig(5, 1, 6, 8).key()
+    assert [p.jobs for p in clearing] == [(Job(tp8),)] * 2  # at most two (CLEAR_AT_MOST)
+    assert clearing[0].reason.startswith("steps=5 topk=1 draft=6 draft_tp=8 again: it measured")
+    again = [r for r in read_records(trials) if r.kind is Kind.REPLICATE and r.key == tp8]
+    assert len(again) == 2 and all(r.state is State.MEASURED for r in again)
+    stored = trials.user_attrs[ATTR.ANSWER]  # still unclear: left out, the rest confirmed
+    assert stored["unreliable"] == [
+        "draft_tp=8 crashed after start-up on 2 of 6 launch attempts (the other "
+        "configurations: 1 of 11)"
+    ]
+    assert stored["winner"] == TrialConfig(3, 1, 4, 1).key()
 
 
 @pytest.mark.parametrize("other_worker", [False, True])

@@ -7,6 +7,7 @@ import pytest
 from sweep.core.records import Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.search.flaky import (
+    CLEAR_AT_MOST,
     SURE_P,
     crash_p,
     crashes,
@@ -152,5 +153,7 @@ def test_a_setting_left_out_on_thin_evidence_has_its_fastest_configuration_relau
     kept = ["s3-k1-d4-tp1[]", "s2-k1-d3-tp1[]"]
     assert to_clear([found], means, kept) == "s3-k1-d4-tp8[]"
     assert to_clear([found], {**means, "s3-k1-d4-tp1[]": 111.0}, kept) is None
+    assert to_clear([found], means, kept, {"s2-k1-d3-tp8[]": 1}) == "s3-k1-d4-tp8[]"
+    assert to_clear([found], means, kept, {"s3-k1-d4-tp8[]": CLEAR_AT_MOST}) is None
     (sure,) = unreliable({"s3-k1-d4-tp8[]": (3, 4), "s2-k1-d3-tp8[]": (3, 4)} | fine)
     assert sure.p_value <= SURE_P and to_clear([sure], means, kept) is None
