@@ -60,8 +60,8 @@ def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bo
     launches = [x for x in launches if flaky.unreliable_of(x.key, left_out) is None]
     used, total = budget(run, seen.trials, baselines)
     left = total - used if relaunch_ok and time_left(run) else 0
-    kept = by_key(launches)
-    clear = flaky.clearing(left_out, every, kept, seen.trials) if left > 0 else None
+    staying = by_key(launches)
+    clear = flaky.clearing(left_out, every, staying, seen.trials) if left > 0 else None
     if clear is not None and clear[0] not in (dropped or ()):  # as the solo confirmation
         count_confirmation(trials, baseline=False)
         label = answer.labels_of(seen.trials, run.valid).get(clear[0], clear[0])
