@@ -338,17 +338,21 @@ def answer_when_stopped(run: RunContext) -> None:
     """A worker the failure streak stopped (its host cannot launch): when no other worker is
     left to confirm and no answer of this study's setup is stored, store one decided on what
     every host measured, relaunching nothing, not confident — as a single host does. While
-    another worker runs, that worker confirms."""
+    another worker runs, that worker confirms. Each stopping worker says so before it looks
+    at the others (:func:`stopping_marker`), so of workers stopped together the last to look
+    sees every other one stopping and answers: none waits on another that is stopping too."""
     if not run.confirming():
         return
     trials, claims, setup = run.stores.trials, run.stores.claims, run.since.get("trials", 0)
+    claims.once(stopping_marker(setup, run.host.name), run.host.name)
     prefix = f"{PLAN_ATTR}:{setup}:"
     stored = [Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(prefix)]
     decided = next((plan for plan in stored if plan.decided), None)
     if decided is not None:  # another worker answered
         finish(run, decided)
         return
-    if claims.live_hosts() - {run.host.name}:
+    others = claims.live_hosts() - {run.host.name}
+    if {h for h in others if not claims.marked(stopping_marker(setup, h))}:
         run.display.message("the other hosts' workers go on and confirm the answer")
         return
     if not claims.once(f"{JOB_PREFIX}{setup}:stopped", run.host.name):
@@ -356,6 +360,11 @@ def answer_when_stopped(run: RunContext) -> None:
     plan = decide(run, relaunch_ok=False)
     trials.set_user_attr(f"{prefix}stopped", plan.to_attr())
     finish(run, plan)
+
+
+def stopping_marker(setup: int, host: str) -> str:
+    """The once-marker of ``host``'s worker stopped by its failure streak in setup ``setup``."""
+    return f"{JOB_PREFIX}{setup}:stopping:{host}"
 
 
 def _never(owner: int) -> bool:

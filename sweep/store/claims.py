@@ -144,6 +144,10 @@ class Claims:
         """True for exactly one caller per study and ``marker``, whatever the concurrency."""
         return self._insert(f"{ONCE_PREFIX}{marker}", host, ONCE_TRIAL)
 
+    def marked(self, marker: str) -> bool:
+        """Whether some caller has taken :meth:`once` ``marker``."""
+        return self._holder(f"{ONCE_PREFIX}{marker}") is not None
+
     # --- SQL --------------------------------------------------------------------------------
 
     def _insert(self, key: str, host: str, trial_number: int) -> bool:

@@ -15,6 +15,7 @@ from sweep.core.records import ATTR, Failure, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop import fleet_confirm, wiring
 from sweep.loop.context import RunContext, RunOptions
+from sweep.loop.fleet_confirm import stopping_marker
 from sweep.loop.fleet_rounds import PLAN_ATTR, Plan, done, host_failed
 from sweep.loop.offline import Measurement, MeasurementFailure, measurer_of
 from sweep.loop.progress import Display
@@ -161,14 +162,16 @@ def test_the_fleet_relaunches_a_setting_left_out_on_thin_evidence_first(tmp_path
     assert stored["winner"] == TrialConfig(3, 1, 4, 1).key()
 
 
-@pytest.mark.parametrize("other_worker", [False, True])
+@pytest.mark.parametrize("other_worker", ["none", "running", "stopping"])
 def test_the_last_worker_the_host_stops_still_stores_an_answer(
-    tmp_path: Path, other_worker: bool
+    tmp_path: Path, other_worker: str
 ) -> None:
     """A shared study's only worker: its host goes bad for good after four server starts
     (every launch fails NCCL at init, no speculation too). The failure streak stopped it and
     no answer was stored, though three configurations had measured; a single host stores
-    one, not confident. With another host's worker still running, that one confirms."""
+    one, not confident. With another host's worker still running, that one confirms; with
+    the other worker stopping too (its lease not yet released), this one answers: each
+    waited on the other, and neither answered."""
     path = write_study(
         tmp_path, study='sampler = "grid"', space="num_steps = [1, 2, 3, 4, 5, 6]", confirm=True
     )
@@ -194,15 +197,17 @@ def test_the_last_worker_the_host_stops_still_stores_an_answer(
         engine_check=lambda run: None,
     )
     other = Lease(ctx.stores.claims, "b")
-    if other_worker:
+    if other_worker != "none":
         other.acquire()
+    if other_worker == "stopping":
+        ctx.stores.claims.once(stopping_marker(0, "b"), "b")
     try:
         summary = Runner(ctx).run()
     finally:
         other.release()
     assert summary.failed_run and "the host looks unhealthy" in summary.stop_reason
     assert clock.slept == [300.0] * 3  # the failed health check, made again 3 times
-    if other_worker:
+    if other_worker == "running":
         assert ATTR.ANSWER not in ctx.stores.trials.user_attrs and not summary.answer
         assert "the other hosts' workers go on and confirm the answer" in out.getvalue()
         return
