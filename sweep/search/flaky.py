@@ -1,12 +1,13 @@
-"""Configurations whose launches crash after start-up: never the answer, never confident (pure).
+"""Configurations whose launches crash or hang now and then: never the answer, never confident
+(pure).
 
 **Unreliable settings.** A setting (a topk, a draft TP, an extra flag or variable) whose
-configurations crash after start-up on a fifth or more of their attempts is no setting to
-deploy, however fast it runs when it runs: a draft TP 8 whose NCCL watchdog fires on 4
-launches in 10 measured 10 % faster than draft TP 1 and was the answer, never confident, 20
-runs out of 20. :func:`unreliable` finds such settings from the launch attempts
-(:func:`launch_crashes`): at least :data:`UNRELIABLE_AFTER` crashes, at least
-:data:`UNRELIABLE_SHARE` of the attempts of configurations with it, and the other
+configurations crash after start-up, or hang or crash starting (:data:`FLAKY`), on a fifth or
+more of their attempts is no setting to deploy, however fast it runs when it runs: a draft
+TP 8 whose NCCL watchdog fires on 4 launches in 10 measured 10 % faster than draft TP 1 and
+was the answer, never confident, 20 runs out of 20. :func:`unreliable` finds such settings
+from the launch attempts (:func:`launch_crashes`): at least :data:`UNRELIABLE_AFTER` crashes,
+at least :data:`UNRELIABLE_SHARE` of the attempts of configurations with it, and the other
 configurations crashing :data:`DISTINCT` times less often (a host whose launches all crash
 now and then is the host's fault: no setting is blamed, and the winner is not confident).
 The search stops proposing configurations with an unreliable setting and does not count
@@ -38,6 +39,13 @@ from sweep.failures import SETTING_FAULTS, FailureKind
 RUNTIME = frozenset({FailureKind.CRASHED_AFTER_READY, FailureKind.CRASHED_WHILE_SERVING})
 """Crashes of a server that had started: a sibling's (same draft TP and extras, other steps)
 says the family's runtime is flaky (an NCCL watchdog of the draft's communicator)."""
+
+
+FLAKY = RUNTIME | {FailureKind.STARTUP_TIMEOUT, FailureKind.CRASHED_DURING_START}
+"""What makes a setting unreliable when it falls on its configurations now and then: crashes
+after start-up, and start-ups that hang or crash (CUDA graphs of 6 steps or more whose capture
+hangs one start in three: a server to deploy must start). Not NCCL failing at init or flags
+refused: those are the host's or every launch's (the failure rules)."""
 
 
 def family_crashes(records: Iterable[TrialRecord], config: TrialConfig, label: str) -> str:
@@ -85,10 +93,10 @@ def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
 
 
 UNRELIABLE_AFTER = 2
-"""Crashes after start-up of a setting's configurations (of two configurations at least)
+"""Crashes or hangs (:data:`FLAKY`) of a setting's configurations (of two configurations at least)
 before it can be unreliable."""
 UNRELIABLE_SHARE = 0.2
-"""The share of a setting's attempts that crashed after start-up for it to be unreliable."""
+"""The share of a setting's attempts that crashed or hung (:data:`FLAKY`) to be unreliable."""
 DISTINCT = 3.0
 """The other configurations must crash this many times less often (else it is the host)."""
 SURE_P = 0.15
@@ -106,18 +114,18 @@ SEARCH_LAUNCHES = (Kind.TRIAL, Kind.REPLICATE)
 def launch_crashes(
     state: State, kind: str | None, attempts: int | None, retried: Sequence[str]
 ) -> tuple[int, int]:
-    """``(crashed after start-up, attempts)`` of one launch: its earlier attempts
+    """``(crashed or hung, attempts)`` of one launch: its earlier attempts
     (``retried``: their failure kinds; a record from before they were kept counts each
     earlier attempt of a crashed launch as crashed) and its last one."""
     n = max(1, attempts or 1)
-    last = kind in RUNTIME if state is State.FAILED else False
-    known = [k in RUNTIME for k in retried[: n - 1]]
+    last = kind in FLAKY if state is State.FAILED else False
+    known = [k in FLAKY for k in retried[: n - 1]]
     earlier = sum(known) + (n - 1 - len(known)) * last
     return earlier + int(last), n
 
 
 def record_crashes(records: Iterable[TrialRecord]) -> dict[str, tuple[int, int]]:
-    """Each speculative configuration's ``(crashed after start-up, attempts)`` over the
+    """Each speculative configuration's ``(crashed or hung, attempts)`` over the
     launches of ``records`` (trials and relaunches; failed or measured)."""
     out: dict[str, tuple[int, int]] = {}
     for r in records:
@@ -181,7 +189,7 @@ class Unreliable:
     Attributes:
         settings: ``(name, value)`` pairs.
         keys: the configurations with them that were launched.
-        crashed: their attempts that crashed after start-up.
+        crashed: their attempts that crashed or hung (:data:`FLAKY`).
         attempts: their attempts.
         others_crashed: the same, for every other configuration launched.
         others_attempts: the attempts of every other configuration.
@@ -201,18 +209,21 @@ class Unreliable:
         return crash_p(self.crashed, self.attempts, self.others_crashed, self.others_attempts)
 
     def holds(self, key: str) -> bool:
-        """Whether configuration ``key`` has every one of the settings."""
-        return TrialConfig.speculates(key) and set(self.settings) <= settings_of(key)
+        """Whether configuration ``key`` has every one of the settings: a control (no
+        speculation with the searched flags and environment) has its extras, so an extra's
+        crashes leave it out too (``NCCL_PROTO=LL`` crashing 3 launches in 10 crashes no
+        speculation as well)."""
+        return set(self.settings) <= settings_of(key)
 
     def text(self) -> str:
-        """``draft_tp=8 crashed after start-up on 4 of 9 launch attempts (the others: 0 of
+        """``draft_tp=8 crashed or hung on 4 of 9 launch attempts (the others: 0 of
         12)``."""
         said = " and ".join(
             name + ("" if value.startswith(AT_LEAST) else "=") + value
             for name, value in self.settings
         )
         return (
-            f"{said} crashed after start-up on {self.crashed} of {self.attempts} launch "
+            f"{said} crashed or hung on {self.crashed} of {self.attempts} launch "
             f"attempts (the other configurations: {self.others_crashed} of "
             f"{self.others_attempts})"
         )
@@ -220,7 +231,7 @@ class Unreliable:
 
 def unreliable(counts: Mapping[str, tuple[int, int]]) -> list[Unreliable]:
     """The unreliable settings (see the module) among configurations with ``counts`` (key →
-    ``(crashed after start-up, attempts)``), found greedily: the setting with the strongest
+    ``(crashed or hung, attempts)``), found greedily: the setting with the strongest
     evidence first (:func:`_evidence`; settings whose configurations are the same ones
     together), its configurations set aside, the rest again. A range is so as wide as the
     crashes say: steps ≥ 6, not ≥ 8 because the configurations of 6 and 7 steps crashed a

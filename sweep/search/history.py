@@ -59,7 +59,7 @@ class History:
         avoided: untried keys with a setting whose launches all failed
             (:mod:`sweep.search.failing`), or crash after start-up
             (:mod:`sweep.search.flaky`), each with a failed key that has it: never proposed.
-        crashes: each launched key's ``(attempts that crashed after start-up, attempts)``.
+        crashes: each launched key's ``(attempts that crashed or hung, attempts)``.
         unreliable: the settings whose configurations crash (:func:`flaky.unreliable`;
             set by the sampler); the measured keys with one are :attr:`violating`.
     """

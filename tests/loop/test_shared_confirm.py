@@ -110,7 +110,7 @@ def test_the_fleet_answer_leaves_out_a_draft_tp_that_crashes(tmp_path: Path) -> 
     summary = Runner(ctx).run()
     stored = ctx.stores.trials.user_attrs[ATTR.ANSWER]
     assert stored["winner"] == TrialConfig(2, 1, 3, 1).key()
-    assert stored["unreliable"][0].startswith("draft_tp=8 crashed after start-up on ")
+    assert stored["unreliable"][0].startswith("draft_tp=8 crashed or hung on ")
     assert "left out as unreliable: draft_tp=8" in summary.answer
 
 
@@ -156,8 +156,7 @@ def test_the_fleet_relaunches_a_setting_left_out_on_thin_evidence_first(tmp_path
     assert len(again) == 2 and all(r.state is State.MEASURED for r in again)
     stored = trials.user_attrs[ATTR.ANSWER]  # still unclear: left out, the rest confirmed
     assert stored["unreliable"] == [
-        "draft_tp=8 crashed after start-up on 2 of 6 launch attempts (the other "
-        "configurations: 1 of 11)"
+        "draft_tp=8 crashed or hung on 2 of 6 launch attempts (the other configurations: 1 of 11)"
     ]
     assert stored["winner"] == TrialConfig(3, 1, 4, 1).key()
 

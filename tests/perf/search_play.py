@@ -451,12 +451,24 @@ FAULTS: dict[str, LaunchFault] = {
         "NVRM: Xid 79, GPU has fallen off the bus",
         share=0.12,
     ),
+    "fault-flaky-extra": LaunchFault(
+        "crashed_while_serving",
+        "[Rank 5] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)",
+        match={"NCCL_PROTO": "LL"},
+        share=0.3,
+    ),
+    "fault-flaky-capture": LaunchFault(
+        "startup_timeout",
+        "not ready after 900 s (last log line: Capture cuda graph begin)",
+        at_least={"speculative_num_steps": 6},
+        share=0.35,
+    ),
 }
 """Each fault landscape's failure (:func:`fault_landscapes`)."""
 
 
 def fault_landscapes() -> dict[str, Profile]:
-    """Eight landscapes whose launches fail in ways a night meets and the profiles' failure
+    """Ten landscapes whose launches fail in ways a night meets and the profiles' failure
     rules cannot express (:data:`FAULTS`; ``--landscapes faults`` in bench_answer, which
     injects them; ``python -m tests.perf.search_play --truth faults`` prints the optima
     among the configurations that launch):
@@ -487,7 +499,13 @@ def fault_landscapes() -> dict[str, Profile]:
       unchanged;
     - ``fault-host-crashes``: ``high-acceptance`` on a host where 12 % of all launches crash
       while serving (a GPU that falls off the bus now and then): crashes that fall on a
-      setting by chance can make it look unreliable; the optimum is unchanged.
+      setting by chance can make it look unreliable; the optimum is unchanged;
+    - ``fault-flaky-extra``: ``default`` where ``NCCL_PROTO=LL`` crashes while serving on 30 %
+      of its launches, no speculation with it too (an all-reduce protocol that races): the
+      optimum is the best configuration without it (the small space has no environment);
+    - ``fault-flaky-capture``: ``high-acceptance`` whose CUDA-graph capture hangs at
+      start-up on 35 % of the launches of 6 steps or more (``startup_timeout``, 900 s each):
+      a server that fails to start one time in three is no answer; the optimum is 5 steps.
     """
     every = blind_landscapes() | landscapes()
     return {
@@ -499,6 +517,8 @@ def fault_landscapes() -> dict[str, Profile]:
         "fault-flaky-steps": load_profile("high-acceptance"),
         "fault-host-flaky": load_profile("default"),
         "fault-host-crashes": load_profile("high-acceptance"),
+        "fault-flaky-extra": load_profile("default"),
+        "fault-flaky-capture": load_profile("high-acceptance"),
     }
 
 
