@@ -28,6 +28,7 @@ from sweep.store import baseline_study_name, current_trials, read_records
 from sweep.store.claims import Claims
 from sweep.study import Study, load_study, parse_study
 from tests.support.clock import SkippingClock
+from tests.support.runs import host_chance_crashes
 from tests.support.search_helpers import CHAINS
 from tests.support.studies import write_study
 
@@ -589,20 +590,7 @@ def test_a_setting_left_out_on_thin_evidence_is_relaunched_before_the_answer(
     crashes been the host's, they would not follow it; here the two relaunches run and the
     rest stay unclear, so the answer leaves draft TP 8 out and counts them in what it says."""
     study = _draft_tp_study(tmp_path)
-    launched: dict[int, list[TrialConfig]] = {1: [], 8: []}
-
-    def measure(config: TrialConfig) -> Measurement | MeasurementFailure:
-        if not config.speculative:
-            return Measurement(50.0)
-        mine = launched[config.draft_tp]
-        mine.append(config)
-        if len(mine) in ((1, 3) if config.draft_tp == 8 else (7,)):
-            return MeasurementFailure("crashed_while_serving", "Watchdog caught collective")
-        value = 60.0 + 10 * min(config.num_steps, 3) - 2 * max(0, config.num_steps - 3)
-        return Measurement(value * (1.2 if config.draft_tp == 8 else 1.0), accept_length=1.5,
-                           half_width=0.5)  # fmt: skip
-
-    summary = run_with_measurements(study, measure)
+    summary = run_with_measurements(study, host_chance_crashes())
     assert not summary.failed_run, summary.stop_reason
     again = [r for r in _records(study) if r.kind is Kind.REPLICATE and r.config.draft_tp == 8]
     assert [(r.key, r.state) for r in again] == [
