@@ -34,7 +34,14 @@ from sweep.store.claims import Claims
 from sweep.study import load_study
 from tests.support.hosts import shared_study
 from tests.support.pg import Postgres
-from tests.support.procs import group_members, kill_group, server_groups, stop_fleet, wait_until
+from tests.support.procs import (
+    ctrl_c_heard,
+    group_members,
+    kill_group,
+    server_groups,
+    stop_fleet,
+    wait_until,
+)
 from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.sshd import Sshd
 from tests.support.studies import flag
@@ -72,7 +79,8 @@ def measured_keys(path: Path) -> Counter[str]:
 def sweep_run(path: Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path)], stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=ctrl_c_heard)  # fmt: skip
 
 
 def interrupt_when_measuring(path: Path, proc: subprocess.Popen[bytes], log: Path) -> None:

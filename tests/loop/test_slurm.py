@@ -33,7 +33,7 @@ from sweep.store import open_study, quiet_optuna, rdb_storage
 from sweep.study import load_study
 from sweep.study.slurm import SlurmSpec, build_script, slurm_time, time_limit_s
 from tests.support.pg import Postgres
-from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.procs import ctrl_c_heard, group_members, kill_group, wait_until
 from tests.support.simproc import FAST_PROFILE, write_profile
 from tests.support.slurm import Slurm, slurm_study
 from tests.support.studies import launches
@@ -219,6 +219,7 @@ def run_until_measuring(path: Path, folder: Path, log: Path) -> subprocess.Popen
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=ctrl_c_heard,
         )
     try:
         wait_until(lambda: measuring(path, folder), timeout=90, what="a trial measuring")

@@ -31,7 +31,7 @@ from sweep.server.lifecycle import (
 from sweep.server.readiness import Event, EventKind
 from tests.support.flagwords import flags_of
 from tests.support.ports import free_port
-from tests.support.procs import group_members, kill_group, wait_until
+from tests.support.procs import ctrl_c_heard, group_members, kill_group, wait_until
 
 PY = sys.executable
 FAST = Path(__file__).parents[1] / "support" / "profiles" / "fast.toml"
@@ -722,7 +722,9 @@ def test_interrupting_the_orchestrator_while_loading_leaves_no_process(
         *("--params", "num_steps=2,eagle_topk=1,num_draft_tokens=3", "--engine-version", "0.5.23"),
         *("--extra-flag", f"--sim-profile {slow}"),
     ]
-    orchestrator = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    orchestrator = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=ctrl_c_heard
+    )
     pgid = 0
     try:
         log = work / f"server-{port}.log"

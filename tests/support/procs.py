@@ -14,6 +14,14 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def ctrl_c_heard() -> None:
+    """``preexec_fn`` of a process a test sends Ctrl-C (SIGINT): it hears it however the suite
+    was started — a shell runs a background job (``make test &``, a script's ``cmd &``) with
+    SIGINT ignored, and an ignored signal stays ignored in every child, so `sweep run` never
+    saw the test's Ctrl-C, finished, and exited 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
     """Poll ``condition`` every 20 ms; fail the test if it is not true within ``timeout``."""
     deadline = time.monotonic() + timeout
