@@ -28,6 +28,7 @@ names the rate (``steps=2 … crashed on 3 of 7 launches (crashed_while_serving)
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.failures import SETTING_FAULTS, FailureKind
+from sweep.search.launches import Launch
 
 RUNTIME = frozenset({FailureKind.CRASHED_AFTER_READY, FailureKind.CRASHED_WHILE_SERVING})
 """Crashes of a server that had started: a sibling's (same draft TP and extras, other steps)
@@ -331,18 +333,17 @@ def to_clear(
 
 def clearing(
     left_out: Sequence[Unreliable],
-    launches: Mapping[str, Sequence[Any]],
+    launches: Mapping[str, Sequence[Launch]],
     kept: Iterable[str],
     records: Iterable[TrialRecord],
 ) -> tuple[str, str] | None:
-    """:func:`to_clear` over measured ``launches`` (key → launches with a ``value``) and the
-    relaunches among ``records``: ``(key, why)``, the configuration to relaunch and why, in
-    words; or ``None``."""
+    """:func:`to_clear` over measured ``launches`` and the relaunches among ``records``:
+    ``(key, why)``, the configuration to relaunch and why, in words; or ``None``."""
     means = {k: sum(x.value for x in v) / len(v) for k, v in launches.items() if v}
-    relaunched: dict[str, int] = {}
-    for r in records:
-        if r.kind is Kind.REPLICATE and r.key is not None and r.state is not State.WAITING:
-            relaunched[r.key] = relaunched.get(r.key, 0) + 1
+    relaunched = Counter(
+        r.key for r in records
+        if r.kind is Kind.REPLICATE and r.key is not None and r.state is not State.WAITING
+    )  # fmt: skip
     key = to_clear(left_out, means, kept, relaunched)
     found = unreliable_of(key, left_out) if key is not None else None
     if key is None or found is None:
