@@ -84,9 +84,10 @@ def overall_best(df: pd.DataFrame) -> pd.Series | None:
     )
     launches = pd.concat([rows, again]).drop_duplicates("trial").sort_values("trial")
     launches = launches[launches["key"].isin(set(rows["key"]))]
-    latest = launches.groupby("key").tail(1).set_index("key")["objective"]
+    latest = launches.groupby("key").tail(1).set_index("key")["objective"].to_dict()
     count = launches.groupby("key")["trial"].nunique()
-    key = max(latest.index, key=lambda k: (float(latest[k]), -int(_first(rows, k)["trial"])))
+    first = rows.groupby("key")["trial"].min().to_dict()  # once: a lookup per key was O(n²)
+    key = max(latest, key=lambda k: (float(latest[k]), -int(first[k])))
     best = _first(rows, key).copy()
     best["launches"], best["launches_mean"] = int(count[key]), float(latest[key])
     return best
