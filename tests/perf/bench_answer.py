@@ -729,11 +729,11 @@ def main(argv: list[str]) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--noise", type=float, default=LAUNCH_SD,
-        help="every configuration's launch-to-launch sd (default 0.02; e.g. 0.04: a noisier host)",
+        help=f"every launch's sd (default {LAUNCH_SD}; e.g. 0.04: a noisier host)",
     )  # fmt: skip
     parser.add_argument(
         "--hetero", type=float, default=0.0,
-        help="each configuration's launch sd is 2 %% × e^N(0, this) (e.g. 0.7: 0.5–8 %%)",
+        help="each configuration's launch sd is --noise × e^N(0, this) (0.7: 0.5–8 %% at 2 %%)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     DRIFT, HETERO, LAUNCH_SD = args.drift, args.hetero, args.noise
