@@ -69,6 +69,10 @@ from sweep.core.costprior import (
 Array = NDArray[np.float64]
 
 CAP = 0.99  # a depth is never accepted for sure
+# a fit with the verify step elsewhere (or none) whose least-squares cost (½ Σ r², in launch
+# σ) is within this of the chosen fit's explains the launches about as well: likelihood
+# ratio e^-3 ≈ 0.05 (costmodel.Fit.alternatives)
+ALTERNATIVE_COST = 3.0
 TREE_AFTER = 10_000  # ranks draft-token places above tree-width ones when fits tie
 RESTART_COST = 4.0  # mean squared standardised residual above which fresh starts are tried
 
@@ -304,6 +308,11 @@ class Fit:
         owners: the candidate row of each data residual (-1 for priors).
         step_at: the draft-token count from which the verify step is paid (0: no step).
         step_on_tree: the step is paid from ``step_at`` topk × draft tokens on instead.
+        alternatives: the other fits :func:`fit` tried (no step, or a step at another
+            place) that explain the launches almost as well (cost within
+            :data:`ALTERNATIVE_COST` of this one's): where the step goes is uncertain, and
+            what they predict that this fit does not is worth a launch once the search
+            stalls (:mod:`sweep.search.promises`).
     """
 
     theta: Array
@@ -315,6 +324,7 @@ class Fit:
     owners: NDArray[np.int64]
     step_at: int = 0
     step_on_tree: bool = False
+    alternatives: tuple[Fit, ...] = ()
 
     def gradient(self, d: Design) -> tuple[Array, Array]:
         """log throughput of every row of ``d`` and its gradient in ``theta``."""
@@ -377,7 +387,10 @@ def _fit(d: Design, data: Data, start: Array | None) -> Fit:
     # place (verify_step.pick keeps the largest)
     order = [(_cost(f), f.step_at + (0 if f.step_on_tree else TREE_AFTER)) for f in fits]
     kept = verify_step.pick(_cost(plain), order, len(on_tokens) + len(on_tree))
-    return plain if kept is None else fits[kept]
+    chosen = plain if kept is None else fits[kept]
+    near = _cost(chosen) + ALTERNATIVE_COST
+    others = tuple(f for f in [plain, *fits] if f is not chosen and _cost(f) <= near)
+    return dataclasses.replace(chosen, alternatives=others) if others else chosen
 
 
 def _split(axis: Array, at: int) -> bytes:

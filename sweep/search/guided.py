@@ -129,7 +129,8 @@ class PhysicsSampler(ConfigSampler):
     def exhausted(self, study: Study) -> bool:
         """True when the search may stop and confirmation start: when the measurements
         decide (:func:`sweep.search.stopping.measured_stop`; a stall passes while the model
-        promises a leap, :func:`promises.leap`), their word; else when nothing untried is
+        promises a leap, :func:`promises.leap`, or a fit with the verify step elsewhere
+        does, :meth:`_alternative_leap`), their word; else when nothing untried is
         plausible — or, once the model was found wrong (a surprise, residuals above
         ``misfit``), when its refitted mean promises nothing (:func:`promises.promised`)."""
         history = self.history(study)
@@ -141,7 +142,7 @@ class PhysicsSampler(ConfigSampler):
             history, untried, self.index, lambda: self.predict(history)[1], missed
         )
         if verdict is not None and not passes:
-            return verdict
+            return verdict and self._alternative_leap(study, history, untried) is None
         result, mean, sd = self.predict(history)
         widen = self.surprise(study, history)
         if widen > 1.0 or result.rms > self.misfit:
@@ -149,6 +150,23 @@ class PhysicsSampler(ConfigSampler):
             # model, refitted to everything, no longer promises a better configuration
             return not promises.promised(untried, self.index, history, mean, sd * widen)
         return not self._plausible(history, mean, sd)
+
+    def _alternative_leap(
+        self, study: Study, history: History, untried: Sequence[Candidate]
+    ) -> Candidate | None:
+        """After a stall, while leaps are left and the chosen fit promises none itself, the
+        leap a fit with the verify step elsewhere predicts (:func:`promises.alternative_leap`)."""
+        if not untried or not stopping.stalled(history):
+            return None
+        if not promises.leaps_left(
+            history, promises.missed_leaps(current_trials(study), self.matcher, history)
+        ):
+            return None
+        _, mean, _ = self.predict(history)
+        if promises.leaps(untried, self.index, history, mean):
+            return None  # the chosen fit's own leap: exhausted() and choose() follow it
+        means = self.model.alternative_means(history)
+        return promises.alternative_leap(untried, self.index, history, means)
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
@@ -172,6 +190,12 @@ class PhysicsSampler(ConfigSampler):
         widen = self.surprise(study, history)
         sd = sd * widen  # one surprise widens the model's uncertainty everywhere
         self._last = (mean, sd)
+        launches = max(self.n_startup, self.min_launches)
+        if stopping.measured_stop(history, untried, self.climb, launches):
+            leap = self._alternative_leap(study, history, untried)
+            if leap is not None:  # the measurements would stop: where the step may be else
+                self.leaping = True
+                return leap
         uncovered = self.climb.uncovered(history)
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
@@ -276,6 +300,14 @@ class FittedModel:
         result = self.fit(history)
         mean, sd = result.predict(self.design, model_sd=physics_floor(result))
         return result, mean, sd
+
+    def alternative_means(self, history: History) -> list[np.ndarray]:
+        """Every candidate's log value as each of the fit's alternatives (another verify
+        step place, or none: :attr:`costmodel.Fit.alternatives`) predicts it."""
+        return [
+            costmodel.log_throughput(f.theta, f.on(self.design))
+            for f in self.fit(history).alternatives
+        ]
 
     def prior_mean(self) -> np.ndarray:
         """Every candidate's log value as the priors alone predict it (nothing measured)."""

@@ -20,6 +20,9 @@ from sweep.search.config_sampler import PREDICTED_ATTR
 from sweep.search.history import History, Matcher
 
 STALL_LEAP = 0.02  # a stall does not end the search while the model's mean promises this
+# an alternative fit's leap: more than the tie margin (where its step sits is the question a
+# launch answers, not whether the chosen fit's constants are off by a percent or two)
+ALTERNATIVE_LEAP = 0.01
 LEAP_LAUNCHES = 4  # leaps that missed before the model's leaps are no longer followed
 PROMISE_Z = 1.0  # once the model is found wrong, an untried configuration whose mean + 1 sd
 # (widened) beats the best measured one's predicted value is still launched
@@ -70,6 +73,32 @@ def leap(
     if not untried or not stopping.stalled(history) or not leaps_left(history, missed):
         return False
     return bool(leaps(untried, index, history, mean()))
+
+
+def alternative_leap(
+    untried: Sequence[Candidate],
+    index: Mapping[str, int],
+    history: History,
+    means: Sequence[np.ndarray],
+) -> Candidate | None:
+    """Of what the fits that explain the launches almost as well as the chosen one (the
+    verify step at another place, or none: :attr:`sweep.core.costmodel.Fit.alternatives`;
+    ``means``: their predictions) predict more than :data:`ALTERNATIVE_LEAP` above their
+    own best measured configuration's predicted value, the furthest; None when none does.
+
+    A verify pass that steps up past a width the launches have not pinned down (CUDA graphs
+    captured up to some batch × tokens, a memory limit) leaves the step's place uncertain:
+    the chosen fit may put it below a configuration that is in fact fast, and the search,
+    trusting it, never launches the one place that would show it. One launch there settles
+    it; a miss counts against :data:`LEAP_LAUNCHES` like any other leap."""
+    best_gain, pick = math.log1p(ALTERNATIVE_LEAP), None
+    for mean in means:
+        base = max(mean[index[k]] for k in history.eligible())
+        for c in untried:
+            gain = float(mean[index[c.key]]) - base
+            if gain > best_gain:
+                best_gain, pick = gain, c
+    return pick
 
 
 def leaps_left(history: History, missed: int) -> bool:

@@ -238,3 +238,18 @@ def test_a_step_that_only_wide_trees_pay_is_placed_on_the_tree_s_width() -> None
     steps = _with(tree, "timing", verify_cliff_tokens=8, verify_cliff_factor=0.3)
     on_tokens, _, _ = noise_free_fit(steps, rows)
     assert (on_tokens.step_at, on_tokens.step_on_tree) == (8, False)  # the same place as before
+
+
+def test_the_fit_keeps_the_step_places_that_explain_the_launches_almost_as_well() -> None:
+    # a tree-width step (32 topk × draft tokens) seen through a few launches: no step and a
+    # step at 16 explain them alike, and the search needs both (where the step is, is open)
+    tree = load_profile("tree")
+    cliff = _with(tree, "timing", tree_cliff_width=32, tree_cliff_factor=0.3)
+    sparse, _, _ = noise_free_fit(cliff, list(range(0, 68, 7)))
+    assert sparse.alternatives
+    for other in sparse.alternatives:
+        assert (other.step_at, other.step_on_tree) != (sparse.step_at, sparse.step_on_tree)
+        assert costmodel._cost(other) <= costmodel._cost(sparse) + costmodel.ALTERNATIVE_COST
+        assert not other.alternatives  # one level: the chosen fit holds them
+    dense, _, _ = noise_free_fit(cliff, list(range(0, 68, 3)))
+    assert (dense.step_at, dense.step_on_tree) == (32, True) and not dense.alternatives

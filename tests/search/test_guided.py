@@ -282,6 +282,26 @@ def test_a_stall_passes_while_the_refitted_model_promises_a_leap_but_not_for_lon
     assert not promises.leap(run(9), [leap_to], index, lambda: promising, missed=4)
 
 
+def test_an_alternative_fit_s_leap_is_the_untried_configuration_it_puts_furthest_ahead() -> None:
+    candidates = valid_candidates(parse_study(SPACE.format(env=""), "t.toml"))
+    index = {c.key: i for i, c in enumerate(candidates)}
+    measured, a, b = candidates[0], candidates[-1], candidates[-2]
+    past = History({measured.key: [Measurement(measured.key, 0, 100.0)]})
+    chosen_like = np.zeros(len(candidates))  # nothing above the measured best
+    ahead = np.zeros(len(candidates))
+    ahead[index[a.key]], ahead[index[b.key]] = math.log(1.015), math.log(1.03)
+    within = np.zeros(len(candidates))
+    within[index[a.key]] = math.log(1.008)  # inside the 1 % margin: not worth a launch
+    assert promises.alternative_leap([a, b], index, past, [chosen_like, ahead]) == b
+    assert promises.alternative_leap([a], index, past, [ahead, within]) == a
+    assert promises.alternative_leap([a, b], index, past, [chosen_like, within]) is None
+    # each fit against its own prediction of the best measured configuration
+    lifted = ahead + math.log(1.05)  # every prediction 5 % higher: the same leaps
+    assert promises.alternative_leap([a, b], index, past, [lifted]) == b
+    lifted[index[measured.key]] += math.log(1.03)  # the measured best predicted as high as b
+    assert promises.alternative_leap([a, b], index, past, [lifted]) is None
+
+
 def test_the_refit_s_leap_is_launched_before_the_neighbours_once_the_model_was_found_wrong() -> (
     None
 ):
