@@ -129,8 +129,8 @@ class PhysicsSampler(ConfigSampler):
     def exhausted(self, study: Study) -> bool:
         """True when the search may stop and confirmation start: when the measurements
         decide (:func:`sweep.search.stopping.measured_stop`; a stall passes while the model
-        promises a leap, :func:`promises.leap`, or a fit with the verify step elsewhere
-        does, :meth:`_alternative_leap`), their word; else when nothing untried is
+        promises a leap, :func:`promises.leap`, or :meth:`_last_look` has one more
+        configuration to launch), their word; else when nothing untried is
         plausible — or, once the model was found wrong (a surprise, residuals above
         ``misfit``), when its refitted mean promises nothing (:func:`promises.promised`)."""
         history = self.history(study)
@@ -142,7 +142,7 @@ class PhysicsSampler(ConfigSampler):
             history, untried, self.index, lambda: self.predict(history)[1], missed
         )
         if verdict is not None and not passes:
-            return verdict and self._alternative_leap(study, history, untried) is None
+            return verdict and self._last_look(study, history, untried) is None
         result, mean, sd = self.predict(history)
         widen = self.surprise(study, history)
         if widen > 1.0 or result.rms > self.misfit:
@@ -151,11 +151,14 @@ class PhysicsSampler(ConfigSampler):
             return not promises.promised(untried, self.index, history, mean, sd * widen)
         return not self._plausible(history, mean, sd)
 
-    def _alternative_leap(
+    def _last_look(
         self, study: Study, history: History, untried: Sequence[Candidate]
     ) -> Candidate | None:
-        """After a stall, while leaps are left and the chosen fit promises none itself, the
-        leap a fit with the verify step elsewhere predicts (:func:`promises.alternative_leap`)."""
+        """After a stall that would end the search, while leaps are left and the kept fit
+        promises none itself: the leap a fit with the verify step elsewhere predicts
+        (:func:`promises.alternative_leap`), else the kept fit's best untried configuration
+        when it is predicted within the model's error of the best measured one
+        (:func:`promises.close_look`). Either is launched as a leap (a miss counts)."""
         if not untried or not stopping.stalled(history):
             return None
         if not promises.leaps_left(
@@ -166,7 +169,8 @@ class PhysicsSampler(ConfigSampler):
         if promises.leaps(untried, self.index, history, mean):
             return None  # the chosen fit's own leap: exhausted() and choose() follow it
         means = self.model.alternative_means(history)
-        return promises.alternative_leap(untried, self.index, history, means)
+        leap = promises.alternative_leap(untried, self.index, history, means)
+        return leap or promises.close_look(untried, self.index, history, mean)
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
@@ -192,7 +196,7 @@ class PhysicsSampler(ConfigSampler):
         self._last = (mean, sd)
         launches = max(self.n_startup, self.min_launches)
         if stopping.measured_stop(history, untried, self.climb, launches):
-            leap = self._alternative_leap(study, history, untried)
+            leap = self._last_look(study, history, untried)
             if leap is not None:  # the measurements would stop: where the step may be else
                 self.leaping = True
                 return leap

@@ -302,6 +302,18 @@ def test_an_alternative_fit_s_leap_is_the_untried_configuration_it_puts_furthest
     assert promises.alternative_leap([a, b], index, past, [lifted]) is None
 
 
+def test_the_model_s_best_untried_configuration_gets_a_look_when_within_its_error() -> None:
+    candidates = valid_candidates(parse_study(SPACE.format(env=""), "t.toml"))
+    index = {c.key: i for i, c in enumerate(candidates)}
+    measured, a, b = candidates[0], candidates[-1], candidates[-2]
+    past = History({measured.key: [Measurement(measured.key, 0, 100.0)]})
+    mean = np.zeros(len(candidates))
+    mean[index[a.key]], mean[index[b.key]] = math.log(0.983), math.log(0.95)
+    assert promises.close_look([a, b], index, past, mean) == a  # 1.7 % behind: within 2 %
+    assert promises.close_look([b], index, past, mean) is None  # 5 % behind
+    assert promises.close_look([], index, past, mean) is None
+
+
 def test_the_refit_s_leap_is_launched_before_the_neighbours_once_the_model_was_found_wrong() -> (
     None
 ):
