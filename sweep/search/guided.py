@@ -30,6 +30,7 @@ See docs/search.md.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -98,7 +99,7 @@ class PhysicsSampler(ConfigSampler):
         self._last: tuple[np.ndarray, np.ndarray] | None = None
         self.climb = Climb(self.candidates, self.index)
         self.neighbours = self.climb.neighbours
-        self.min_launches = stopping.MIN_SEARCH_LAUNCHES
+        self.min_launches = max(n_startup, stopping.MIN_SEARCH_LAUNCHES)  # before a stop
         self.leaping = False  # the proposal being made is a leap (recorded with it)
 
     # --- the model --------------------------------------------------------------------------
@@ -129,56 +130,30 @@ class PhysicsSampler(ConfigSampler):
     def exhausted(self, study: Study) -> bool:
         """True when the search may stop and confirmation start: when the measurements
         decide (:func:`sweep.search.stopping.measured_stop`; a stall passes while the model
-        promises a leap, :func:`promises.leap`, or :meth:`_last_look` has one more
-        configuration to launch), their word; else when nothing untried is
+        promises a leap, :func:`promises.leap`, or one more configuration is worth a look
+        first, :meth:`FittedModel.last_look`), their word; else when nothing untried is
         plausible — or, once the model was found wrong (a surprise, residuals above
         ``misfit``), when its refitted mean promises nothing (:func:`promises.promised`)."""
         history = self.history(study)
-        launches = max(self.n_startup, self.min_launches)
         untried = self.untried(history)
-        verdict = stopping.measured_stop(history, untried, self.climb, launches)
+        verdict = stopping.measured_stop(history, untried, self.climb, self.min_launches)
         missed = promises.missed_leaps(current_trials(study), self.matcher, history)
         passes = verdict and promises.leap(
             history, untried, self.index, lambda: self.predict(history)[1], missed
         )
         if verdict is not None and not passes:
-            return verdict and self._last_look(study, history, untried) is None
+            return verdict and self.model.last_look(history, untried, missed) is None
         result, mean, sd = self.predict(history)
         widen = self.surprise(study, history)
         if widen > 1.0 or result.rms > self.misfit:
             # the local search converged (the leader beats its whole neighbourhood), and the
             # model, refitted to everything, no longer promises a better configuration
             return not promises.promised(untried, self.index, history, mean, sd * widen)
-        return not self._plausible(history, mean, sd)
-
-    def _last_look(
-        self, study: Study, history: History, untried: Sequence[Candidate]
-    ) -> Candidate | None:
-        """After a stall that would end the search, while leaps are left and the kept fit
-        promises none itself: the leap a fit with the verify step elsewhere predicts
-        (:func:`promises.alternative_leap`), else the kept fit's best untried configuration
-        when it is predicted within the model's error of the best measured one
-        (:func:`promises.close_look`). Either is launched as a leap (a miss counts)."""
-        if not untried or not stopping.stalled(history):
-            return None
-        if not promises.leaps_left(
-            history, promises.missed_leaps(current_trials(study), self.matcher, history)
-        ):
-            return None
-        _, mean, _ = self.predict(history)
-        if promises.leaps(untried, self.index, history, mean):
-            return None  # the chosen fit's own leap: exhausted() and choose() follow it
-        means = self.model.alternative_means(history)
-        leap = promises.alternative_leap(untried, self.index, history, means)
-        return leap or promises.close_look(untried, self.index, history, mean)
+        return not promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
         return self.climb.leader(history)
-
-    def _plausible(self, history: History, mean: np.ndarray, sd: np.ndarray) -> list[int]:
-        untried = self.untried(history)
-        return promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
 
     # --- proposing ----------------------------------------------------------------------------
 
@@ -194,12 +169,11 @@ class PhysicsSampler(ConfigSampler):
         widen = self.surprise(study, history)
         sd = sd * widen  # one surprise widens the model's uncertainty everywhere
         self._last = (mean, sd)
-        launches = max(self.n_startup, self.min_launches)
-        if stopping.measured_stop(history, untried, self.climb, launches):
-            leap = self._last_look(study, history, untried)
-            if leap is not None:  # the measurements would stop: where the step may be else
-                self.leaping = True
-                return leap
+        if stopping.measured_stop(history, untried, self.climb, self.min_launches):
+            missed = promises.missed_leaps(current_trials(study), self.matcher, history)
+            if (look := self.model.last_look(history, untried, missed)) is not None:
+                self.leaping = True  # the measurements would stop: one more look first
+                return look
         uncovered = self.climb.uncovered(history)
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
@@ -213,7 +187,7 @@ class PhysicsSampler(ConfigSampler):
             near = uncovered or self.climb.untried_neighbours(history)
             picks = near or promises.promised(untried, self.index, history, mean, sd)
             return self._best(picks or self.climb.frontier(history) or untried, mean, sd)
-        plausible = self._plausible(history, mean, sd)
+        plausible = promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
         if not plausible or stopping.stalled(history):
             near = uncovered or self.climb.untried_neighbours(history)
             if near:  # the band and neighbour checks: never stop on the model's word
@@ -304,6 +278,14 @@ class FittedModel:
         result = self.fit(history)
         mean, sd = result.predict(self.design, model_sd=physics_floor(result))
         return result, mean, sd
+
+    def last_look(
+        self, history: History, untried: Sequence[Candidate], missed: int
+    ) -> Candidate | None:
+        """:func:`promises.last_look` with this model's fit and its alternatives."""
+        mean = self.predict(history)[1]
+        alternatives = functools.partial(self.alternative_means, history)
+        return promises.last_look(untried, self.index, history, mean, alternatives, missed)
 
     def alternative_means(self, history: History) -> list[np.ndarray]:
         """Every candidate's log value as each of the fit's alternatives (another verify

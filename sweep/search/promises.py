@@ -28,6 +28,11 @@ PROMISE_Z = 1.0  # once the model is found wrong, an untried configuration whose
 # (widened) beats the best measured one's predicted value is still launched
 
 
+def measured_best(history: History, index: Mapping[str, int], mean: np.ndarray) -> float:
+    """The best measured configuration's predicted value (``mean``: a fit's log values)."""
+    return float(max(mean[index[k]] for k in history.eligible()))
+
+
 def plausible(
     untried: Sequence[Candidate],
     index: Mapping[str, int],
@@ -38,7 +43,7 @@ def plausible(
 ) -> list[int]:
     """The rows of the ``untried`` configurations whose mean + ``z`` sd beats the best
     measured configuration's predicted value."""
-    best = max(mean[index[k]] for k in history.eligible())
+    best = measured_best(history, index, mean)
     return [index[c.key] for c in untried if mean[index[c.key]] + z * sd[index[c.key]] > best]
 
 
@@ -93,7 +98,7 @@ def alternative_leap(
     it; a miss counts against :data:`LEAP_LAUNCHES` like any other leap."""
     best_gain, pick = math.log1p(ALTERNATIVE_LEAP), None
     for mean in means:
-        base = max(mean[index[k]] for k in history.eligible())
+        base = measured_best(history, index, mean)
         for c in untried:
             gain = float(mean[index[c.key]]) - base
             if gain > best_gain:
@@ -120,9 +125,31 @@ def close_look(
     it, and the answer was marked confident."""
     if not untried:
         return None
-    best = max(mean[index[k]] for k in history.eligible())
+    best = measured_best(history, index, mean)
     top = max(untried, key=lambda c: (float(mean[index[c.key]]), c.key))
     return top if mean[index[top.key]] >= best + math.log1p(-LOOK_WITHIN) else None
+
+
+def last_look(
+    untried: Sequence[Candidate],
+    index: Mapping[str, int],
+    history: History,
+    mean: np.ndarray,
+    alternatives: Callable[[], Sequence[np.ndarray]],
+    missed: int,
+) -> Candidate | None:
+    """After a stall, while leaps are left (``missed``: :func:`missed_leaps`) and the kept
+    fit (``mean``) promises none itself: the leap a fit with the verify step elsewhere
+    predicts (:func:`alternative_leap`; ``alternatives`` gives their predictions, asked only
+    then), else the kept fit's best untried configuration when it is predicted within the
+    model's error of the best measured one (:func:`close_look`); None otherwise. Either is
+    launched as a leap (a miss counts)."""
+    if not untried or not stopping.stalled(history) or not leaps_left(history, missed):
+        return None
+    if leaps(untried, index, history, mean):
+        return None  # the kept fit's own leap: the sampler follows it
+    leap = alternative_leap(untried, index, history, alternatives())
+    return leap or close_look(untried, index, history, mean)
 
 
 def leaps_left(history: History, missed: int) -> bool:
@@ -139,7 +166,7 @@ def leaps(
 ) -> list[Candidate]:
     """The untried configurations the model's mean predicts more than :data:`STALL_LEAP`
     above the best measured configuration's predicted value."""
-    best = max(mean[index[k]] for k in history.eligible())
+    best = measured_best(history, index, mean)
     return [c for c in untried if mean[index[c.key]] > best + math.log1p(STALL_LEAP)]
 
 
