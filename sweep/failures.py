@@ -12,6 +12,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import enum
+import re
 
 
 class Phase(enum.StrEnum):
@@ -66,6 +67,10 @@ class FailureKind(enum.StrEnum):
     """The server died after it was ready, before the benchmark, with no start-up-only cause."""
     CRASHED_WHILE_SERVING = "crashed_while_serving"
     """The server died while it was being benchmarked, with no recognised cause."""
+    GPU_FAULT = "gpu_fault"
+    """A GPU of the host failed under the server (an uncorrectable ECC error, a GPU fallen
+    off the bus: NVIDIA Xid 48, 79, …; :data:`HARDWARE`): the host's, whatever was launched.
+    Retried, never settled, never blamed on a setting."""
     DEPLOYMENT = "deployment"
     """The launcher cannot be run at all (exit 126/127, a script Python "can't open"): every
     configuration would fail the same way, so the run stops; nothing is marked infeasible."""
@@ -119,11 +124,50 @@ of these kinds start a health check before the failure streak stops the run
 keeps failing (:mod:`sweep.search.failing`)."""
 
 
-HOST_FAULTS = STOPS_RUN | {FailureKind.GPU_BUSY}
+HOST_FAULTS = STOPS_RUN | {FailureKind.GPU_BUSY, FailureKind.GPU_FAULT}
 """Kinds that are the host's fault, not the configuration's: a configuration failed by one is
-never settled (the search and the next run may try it again). ``gpu_busy`` does not stop the
-run at once — memory an earlier server left may still be freeing — but its retries count in
-the failure streak, which does."""
+never settled (the search and the next run may try it again). ``gpu_busy`` and ``gpu_fault``
+do not stop the run at once — memory an earlier server left may still be freeing, a GPU's
+error may not come back — but their retries count in the failure streak, which does (a GPU
+that is gone fails every launch after it)."""
+
+
+HARDWARE = re.compile(
+    r"\bXid\b|fallen off the bus|GPU is lost|uncorrectable ECC|ECC error|"
+    r"uncorrectable (?:NVLink|memory) error|NVLink (?:fatal )?error",
+    re.IGNORECASE,
+)
+"""Log text that names a fault of a GPU's hardware, not of the program it ran: the NVIDIA
+driver's Xid lines (``NVRM: Xid 79, GPU has fallen off the bus``; 48 and 94/95: ECC errors;
+74: NVLink), CUDA's ``uncorrectable ECC error encountered`` (``cudaErrorECCUncorrectable``),
+nvidia-smi's ``GPU is lost``. A kernel's own faults (``illegal memory access``, ``unspecified
+launch failure``) are not in it: those can follow a setting."""
+
+CRASHES = frozenset(
+    {
+        FailureKind.CRASHED_DURING_START,
+        FailureKind.CRASHED_AFTER_READY,
+        FailureKind.CRASHED_WHILE_SERVING,
+        FailureKind.ILLEGAL_TREE,
+        FailureKind.NCCL_INIT,
+    }
+)
+"""Kinds a GPU's hardware fault can show up as (a rank dies, a kernel or a collective fails)."""
+
+
+def hardware_fault(text: str) -> bool:
+    """Whether ``text`` (a failure's message or log line) names a GPU hardware fault
+    (:data:`HARDWARE`)."""
+    return bool(HARDWARE.search(text))
+
+
+def refined(kind: str, message: str) -> str:
+    """``kind`` as stored: a crash (:data:`CRASHES`) whose ``message`` names a GPU hardware
+    fault is ``gpu_fault`` (the host's), as the engines' log signatures say it; any other
+    kind stands."""
+    if kind in CRASHES and hardware_fault(message):
+        return str(FailureKind.GPU_FAULT)
+    return kind
 
 
 def at_phase(kind: FailureKind, phase: Phase) -> FailureKind:

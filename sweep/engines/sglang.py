@@ -35,7 +35,7 @@ from sweep.engines.flags import FlagTable, flag_words
 from sweep.engines.sglang_flags import sglang_flags
 from sweep.engines.sglang_rules import ADAPTIVE_FALLBACKS, graph_sizes
 from sweep.exceptions import EngineConfigError
-from sweep.failures import FailureKind, Phase
+from sweep.failures import HARDWARE, FailureKind, Phase
 
 DEFAULT_LAUNCHER = ("python", "-m", "sglang.launch_server")
 DEFAULT_VERSION = "0.5.23"
@@ -52,6 +52,8 @@ PHASE_MARKERS = (
 )
 
 SIGNATURES = (
+    # a GPU of the host failed (an ECC error, an Xid): the host's, whatever was launched
+    Signature.of(HARDWARE.pattern, FailureKind.GPU_FAULT),
     Signature.of(r"illegal memory access", FailureKind.ILLEGAL_TREE),
     # Runtime KV exhaustion is logged while the server goes on: evidence, not a failure.
     Signature.of(r"(Decode|Prefill) out of memory", FailureKind.OUT_OF_MEMORY, fatal=False),

@@ -36,7 +36,7 @@ from sweep.engines.vllm_spec import (
     speculative_config,
     split_spec_flags,
 )
-from sweep.failures import FailureKind, Phase
+from sweep.failures import HARDWARE, FailureKind, Phase
 
 DEFAULT_LAUNCHER = ("python", "-m", "vllm.entrypoints.openai.api_server")
 DEFAULT_VERSION = "0.32.0"
@@ -62,6 +62,8 @@ PHASE_MARKERS = (
 )
 
 SIGNATURES = (
+    # a GPU of the host failed (an ECC error, an Xid): the host's, whatever was launched
+    Signature.of(HARDWARE.pattern, FailureKind.GPU_FAULT),
     Signature.of(
         r"CUDA out of memory|OutOfMemoryError|\bout of memory\b|No available memory for the "
         r"cache blocks|larger than the available KV cache memory|Cannot allocate memory",

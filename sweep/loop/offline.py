@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from sweep.core.outcome import Failed, Infeasible, Interrupted, Measured, Outcome
 from sweep.core.records import Failure, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.failures import FailureKind
+from sweep.failures import FailureKind, refined
 from sweep.loop import wiring
 from sweep.loop.context import RunContext, RunOptions, RunSummary
 from sweep.loop.measure import Measurer, Rig, SaveSamples
@@ -66,7 +66,8 @@ class MeasurementFailure:
     """The launch failed; ``kind`` is a failure kind of :mod:`sweep.failures`."""
 
     kind: str  # a failure kind of sweep.failures ("oom", "crash", "timeout", ...): deterministic
-    #            kinds → infeasible, transient → retried
+    #            kinds → infeasible, transient → retried; a crash whose message names a GPU
+    #            hardware fault ("Xid 79", "uncorrectable ECC error") is stored as gpu_fault
     message: str = ""
     phase: str | None = None  # how far the launch got (a Phase value); "preflight": no server
 
@@ -167,7 +168,7 @@ def failure_kind(name: str) -> str:
 
 
 def _failed(rig: Rig, start: TrialRecord, got: MeasurementFailure) -> Outcome:
-    kind = failure_kind(got.kind)
+    kind = refined(failure_kind(got.kind), got.message)  # as the engines' logs are read
     deterministic = kind in set(FailureKind) and FailureKind(kind).deterministic
     failure = Failure(kind, got.message or kind, deterministic=deterministic, phase=got.phase)
     record = dataclasses.replace(start, failure=failure, finished=rig.clock.wall())

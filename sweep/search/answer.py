@@ -346,6 +346,8 @@ def answer_text(answer: Mapping[str, Any]) -> str:
                  f"({runner_up['versus_label']})")  # fmt: skip
     for why in answer.get("unreliable") or ():
         text += f"; left out as unreliable: {why}"
+    if answer.get("host_faults"):
+        text += f"; {answer['host_faults']}"
     unshown = not_shown_to_beat(answer)
     if answer.get("confident") and not unshown:
         if len(answer.get("tie") or ()) > 1:

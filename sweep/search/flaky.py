@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sweep.core.records import Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
-from sweep.failures import SETTING_FAULTS, FailureKind
+from sweep.failures import HOST_FAULTS, SETTING_FAULTS, FailureKind
 from sweep.search.launches import Launch
 
 RUNTIME = frozenset({FailureKind.CRASHED_AFTER_READY, FailureKind.CRASHED_WHILE_SERVING})
@@ -60,15 +60,30 @@ def family_crashes(records: Iterable[TrialRecord], config: TrialConfig, label: s
             continue
         if c.draft_tp != config.draft_tp or c.extras() != config.extras():
             continue
-        n = max(1, r.attempt or 1)
-        attempts += n
-        if r.state is State.FAILED and r.failure is not None and r.failure.kind in RUNTIME:
-            crashed += n
-        elif r.state is State.MEASURED:
-            crashed += n - 1
+        failed, n = _attempts(r, RUNTIME)
+        crashed, attempts = crashed + failed, attempts + n
     if not crashed:
         return ""
     return f"{label}'s family crashed after start-up on {crashed} of {attempts} other attempts"
+
+
+def _attempts(r: TrialRecord, kinds: Collection[str]) -> tuple[int, int]:
+    """``(failed, attempts)`` of launch ``r``'s attempts, failed meaning of ``kinds``. An
+    attempt the host failed (:data:`~sweep.failures.HOST_FAULTS`: a GPU's hardware fault, the
+    GPUs or the port held) counts in neither: it says nothing of the configuration. An earlier
+    attempt whose kind was not kept (a record from before they were) counts as the last one,
+    or as a crash when the launch measured."""
+    n = max(1, r.attempt or 1)
+    if r.state is State.MEASURED:
+        ended: list[str] = []
+    elif r.state is State.FAILED and r.failure is not None:
+        ended = [str(r.failure.kind)]
+    else:
+        return 0, 0
+    known = [str(k) for k in r.retried[: n - 1]]
+    guess = ended[0] if ended else str(FailureKind.CRASHED_WHILE_SERVING)
+    counted = [k for k in [*known, *[guess] * (n - 1 - len(known)), *ended] if k not in _HOST]
+    return sum(k in kinds for k in counted), len(counted) + (not ended)
 
 
 def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
@@ -80,14 +95,12 @@ def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
     for r in records:
         if r.key != key or not r.kind.launches:
             continue
-        n = max(1, r.attempt or 1)
-        if r.state is State.FAILED and r.failure is not None and r.failure.kind in SETTING_FAULTS:
-            failed += n
-            attempts += n
+        if r.state is State.FAILED and (r.failure is None or r.failure.kind not in SETTING_FAULTS):
+            continue
+        crashed, n = _attempts(r, _SETTING)
+        failed, attempts = failed + crashed, attempts + n
+        if r.state is State.FAILED and r.failure is not None:
             kinds.add(str(r.failure.kind))
-        elif r.state is State.MEASURED:
-            failed += n - 1  # its retries: earlier attempts failed
-            attempts += n
     if not failed:
         return ""
     why = f" ({', '.join(sorted(kinds))})" if kinds else ""
@@ -111,6 +124,8 @@ configurations never launched again), and the answer missed the optimum by up to
 
 
 SEARCH_LAUNCHES = (Kind.TRIAL, Kind.REPLICATE)
+_HOST = frozenset(str(k) for k in HOST_FAULTS)
+_SETTING = frozenset(str(k) for k in SETTING_FAULTS)
 
 
 def launch_crashes(
@@ -120,10 +135,13 @@ def launch_crashes(
     (``retried``: their failure kinds; a record from before they were kept counts each
     earlier attempt of a crashed launch as crashed) and its last one."""
     n = max(1, attempts or 1)
+    host = state is State.FAILED and kind in _HOST  # the host's: says nothing of the setting
     last = kind in FLAKY if state is State.FAILED else False
-    known = [k in FLAKY for k in retried[: n - 1]]
-    earlier = sum(known) + (n - 1 - len(known)) * last
-    return earlier + int(last), n
+    known = retried[: n - 1]
+    unknown = n - 1 - len(known)
+    earlier = sum(k in FLAKY for k in known) + unknown * last
+    skipped = sum(k in _HOST for k in known) + (unknown + 1) * host
+    return earlier + int(last), n - skipped
 
 
 def record_crashes(records: Iterable[TrialRecord]) -> dict[str, tuple[int, int]]:
@@ -384,3 +402,31 @@ def mark_answer(
         stored["confident"], stored["crashes"] = False, crashed
     if left_out:
         stored["unreliable"] = [u.text() for u in left_out]
+    if faulted := gpu_faults(records):
+        stored["host_faults"] = faulted
+
+
+def gpu_faults(records: Iterable[TrialRecord]) -> str:
+    """``""``, or how often a GPU of the host failed under a launch (``gpu_fault``: an ECC
+    error, an Xid), which no setting is blamed for: ``the host's GPUs failed on 3 of 41
+    launch attempts (NVRM: Xid 79, GPU has fallen off the bus), blamed on no setting``."""
+    fault = str(FailureKind.GPU_FAULT)
+    faulted = attempts = 0
+    said = ""
+    for r in records:
+        if not r.kind.launches or r.state not in (State.FAILED, State.MEASURED):
+            continue
+        n = max(1, r.attempt or 1)
+        ended = [str(r.failure.kind)] if r.state is State.FAILED and r.failure else []
+        kinds = [*(str(k) for k in r.retried[: n - 1]), *ended]
+        faulted += kinds.count(fault)
+        attempts += n
+        if ended == [fault] and not said and r.failure is not None:
+            said = r.failure.message.strip().splitlines()[0][:80] if r.failure.message else ""
+    if not faulted:
+        return ""
+    why = f" ({said})" if said else ""
+    return (
+        f"the host's GPUs failed on {faulted} of {attempts} launch attempts{why}, "
+        "blamed on no setting"
+    )

@@ -47,6 +47,8 @@ class FaultPlan:
     oom_capture: bool = False
     oom_limit_gb: float = 0.0
     crash_after_requests: int = 0
+    gpu_fault_after_requests: int = 0
+    """A GPU's hardware fault (an uncorrectable ECC error) after this many requests (0 = off)."""
     hold_port_s: float = 0.0
     port_holder: str = "child"
     second_server_pid_file: str = ""
@@ -73,6 +75,8 @@ class FaultPlan:
                 )
             elif rule.kind == "crash_after_requests":
                 values["crash_after_requests"] = rule.after_requests
+            elif rule.kind == "gpu_fault":
+                values["gpu_fault_after_requests"] = rule.after_requests
             elif rule.kind == "hold_port_after_sigterm":
                 values.update(hold_port_s=rule.hold_s, port_holder=rule.holder)
             elif rule.kind == "second_server":

@@ -212,6 +212,7 @@ def _failure(item: Any, index: int, source: str | None) -> FailureRule:
     checks: dict[str, tuple[str, bool, str]] = {
         "hang": ("phase", rule.phase in HANG_PHASES, f"one of {list(HANG_PHASES)}"),
         "crash_after_requests": ("after_requests", rule.after_requests >= 1, ">= 1"),
+        "gpu_fault": ("after_requests", rule.after_requests >= 1, ">= 1"),
         "oom": ("limit_gb", rule.limit_gb > 0, "> 0 (GB per GPU)"),
         "hold_port_after_sigterm": ("hold_s", rule.hold_s > 0, "> 0 (seconds)"),
         "second_server": ("pid_file", bool(rule.pid_file), "a file path for the PID"),

@@ -27,6 +27,11 @@ from sweep.sim.profile import Profile
 
 logger = logging.getLogger("sglang.srt.managers.scheduler")
 
+KERNEL_FAULT = "RuntimeError: CUDA error: unspecified launch failure"
+"""What a crash (``crash_after_requests``) logs: a kernel's fault, which a setting can cause."""
+GPU_FAULT = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+"""What a GPU's hardware fault (``gpu_fault``) logs: CUDA's ``cudaErrorECCUncorrectable``."""
+
 
 class Scheduler:
     """Runs verify rounds for the running batch, in real time."""
@@ -60,15 +65,18 @@ class Scheduler:
         self.finished_requests = 0
         self.served_requests = 0  # finished requests that count (not health checks)
         self.crash_at_served = 0  # crash at the next forward once this many were served (0 = off)
+        self.crash_error = KERNEL_FAULT
         self.last_output_at = 0.0
         self.last_config = config  # what the last decode round ran (adaptive: its steps)
         self._wake = asyncio.Event()
         self._next = 0.0
         self._rounds_done = 0
 
-    def arm_crash(self, after_requests: int) -> None:
-        """Crash (like a CUDA fault) at the next forward after ``after_requests`` more served."""
+    def arm_crash(self, after_requests: int, error: str = KERNEL_FAULT) -> None:
+        """Crash with ``error`` (a CUDA fault) at the next forward after ``after_requests``
+        more served."""
         self.crash_at_served = self.served_requests + max(1, after_requests)
+        self.crash_error = error
 
     def arm_slowdown(self, after_s: float, factor: float) -> None:
         """From ``after_s`` seconds on, every prefill and decode takes ``factor`` times longer."""
@@ -189,7 +197,7 @@ class Scheduler:
 
     def _crash_due(self) -> bool:
         if self.crash_at_served and self.served_requests >= self.crash_at_served:
-            self._crash("RuntimeError: CUDA error: unspecified launch failure")
+            self._crash(self.crash_error)
             return True
         return False
 

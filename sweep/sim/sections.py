@@ -180,7 +180,8 @@ class FailureRule:
 
     ``kind`` is one of :data:`FAILURE_KINDS`; each kind reads only its own keys
     (docs/simulator.md lists them): ``phase`` (``hang``), ``after_requests``
-    (``crash_after_requests``), ``limit_gb`` (``oom``), ``hold_s`` and ``holder``
+    (``crash_after_requests``; ``gpu_fault``: a GPU's uncorrectable ECC error, the host's
+    fault, after that many requests), ``limit_gb`` (``oom``), ``hold_s`` and ``holder``
     (``hold_port_after_sigterm``; ``holder = "detached"`` is a child in a session of its
     own), ``pid_file`` (``second_server``; relative to the profile file), ``factor``
     (``over_report_tokens``: reported completion tokens × factor; ``slowdown``: every
@@ -206,6 +207,7 @@ FAILURE_KINDS = frozenset(
         "oom",
         "oom_capture",
         "crash_after_requests",
+        "gpu_fault",
         "nccl_init",
         "hold_port_after_sigterm",
         "second_server",

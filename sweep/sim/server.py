@@ -40,7 +40,7 @@ from sweep.sim.faults import FaultPlan
 from sweep.sim.http import LaunchInfo, ServerState, ServerStatus, build_app
 from sweep.sim.profile import PROFILE_ENV, Profile, load_profile
 from sweep.sim.rank import StartupPlan, rank_main
-from sweep.sim.scheduler import Scheduler
+from sweep.sim.scheduler import GPU_FAULT, Scheduler
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
 
@@ -374,6 +374,8 @@ async def _warmup(state: ServerState, server: uvicorn.Server, rank_pid: int | No
     state.status = ServerStatus.UP
     if state.faults.crash_after_requests:
         state.scheduler.arm_crash(state.faults.crash_after_requests)
+    if state.faults.gpu_fault_after_requests:
+        state.scheduler.arm_crash(state.faults.gpu_fault_after_requests, GPU_FAULT)
     if state.faults.slowdown_factor > 1:
         state.scheduler.arm_slowdown(state.faults.slowdown_after_s, state.faults.slowdown_factor)
     logger.info("The server is fired up and ready to roll!")

@@ -9,7 +9,7 @@ import pytest
 from sweep.core.space import TrialConfig
 from sweep.engines import Deployment, SGLangAdapter
 from sweep.exceptions import ConfigError, EngineConfigError, ServerFailure
-from sweep.failures import FailureKind, Phase
+from sweep.failures import HOST_FAULTS, FailureKind, Phase, at_phase, refined
 from tests.support.flagwords import flags_of
 
 CONFIG = Deployment(model_path="kimi", tp_size=8, port=30000)
@@ -202,6 +202,12 @@ def test_log_lines_mark_phases(line: str, phase: Phase | None) -> None:
         (-9, ["Scheduler hit an exception: RuntimeError: CUDA error: unspecified launch failure"],
          Phase.READY, FailureKind.CRASHED_AFTER_READY),
         (-9, [], Phase.CAPTURING_CUDA_GRAPHS, FailureKind.CRASHED_DURING_START),
+        # a GPU's hardware fault is the host's at any phase, before the kernel error it causes
+        (-9, ["Scheduler hit an exception", "CUDA error: an illegal memory access was encountered",
+              "RuntimeError: CUDA error: uncorrectable ECC error encountered"],
+         Phase.SERVING, FailureKind.GPU_FAULT),
+        (-9, ["NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."],
+         Phase.LOADING_WEIGHTS, FailureKind.GPU_FAULT),
     ],
 )  # fmt: skip
 def test_classification(exit_code: int, lines: list[str], phase: Phase, kind: FailureKind) -> None:
@@ -226,6 +232,30 @@ def test_failure_kinds_say_deterministic_or_transient() -> None:
     assert deterministic == {
         FailureKind.REJECTED_FLAGS, FailureKind.OUT_OF_MEMORY, FailureKind.ILLEGAL_TREE
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "message", "stored"),
+    [
+        ("crashed_while_serving", "NVRM: Xid 79, GPU has fallen off the bus", "gpu_fault"),
+        ("crashed_after_ready", "CUDA error: uncorrectable ECC error encountered", "gpu_fault"),
+        ("nccl_init", "NCCL WARN Cuda failure 'uncorrectable ECC error encountered'", "gpu_fault"),
+        ("crashed_while_serving", "Unable to determine the device handle: GPU is lost",
+         "gpu_fault"),
+        # a kernel's own fault can follow a setting: it stands
+        ("crashed_while_serving", "CUDA error: unspecified launch failure",
+         "crashed_while_serving"),
+        ("illegal_tree", "CUDA error: an illegal memory access was encountered", "illegal_tree"),
+        # not a crash: the kind stands whatever the text
+        ("out_of_memory", "CUDA out of memory (Xid 31)", "out_of_memory"),
+    ],
+)  # fmt: skip
+def test_a_crash_that_names_a_gpu_hardware_fault_is_the_host_s(
+    kind: str, message: str, stored: str
+) -> None:
+    assert refined(kind, message) == stored
+    assert FailureKind.GPU_FAULT in HOST_FAULTS and not FailureKind.GPU_FAULT.deterministic
+    assert at_phase(FailureKind.GPU_FAULT, Phase.SERVING) is FailureKind.GPU_FAULT
 
 
 def test_server_failure_message_names_kind_host_and_tail() -> None:

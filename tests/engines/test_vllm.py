@@ -213,6 +213,7 @@ def test_launched_by_compares_the_served_model() -> None:
         ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", OOM),
         ("ValueError: No available memory for the cache blocks.", OOM),
         ("OSError: [Errno 98] address already in use", FailureKind.PORT_IN_USE),
+        ("RuntimeError: CUDA error: uncorrectable ECC error encountered", FailureKind.GPU_FAULT),
     ],
 )  # fmt: skip
 def test_failure_signatures(line: str, kind: FailureKind) -> None:

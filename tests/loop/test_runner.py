@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweep.clock import Clock
-from sweep.core.records import ATTR
+from sweep.core.records import ATTR, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.loop.progress import Display
 from sweep.loop.start import RunOptions, run_study
@@ -204,6 +204,33 @@ def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
     failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
     assert failed.user_attrs[ATTR.FAILURE]["kind"] == "crashed_while_serving"
     assert failed.user_attrs[ATTR.ATTEMPT] == 2
+
+
+def test_a_gpu_s_hardware_fault_is_the_host_s_retried_and_blames_no_configuration(
+    tmp_path: Path,
+) -> None:
+    """The server's GPU fails while serving (CUDA's uncorrectable ECC error in its log): the
+    failure is the host's (``gpu_fault``), retried, and the configuration is not settled as
+    failed (tried again); when it comes back launch after launch, the failure streak stops
+    the run as the host's, keeping what was measured."""
+    profile = write_profile(
+        tmp_path,
+        '[[failure]]\nkind = "gpu_fault"\nafter_requests = 1\n'
+        "match = { speculative_num_steps = 2 }\n",
+    )
+    path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
+    summary = run_study(load_study(path), display=QUIET)
+    steps = [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+    assert steps[:2] == ["1", "3"] and set(steps[2:]) == {"2"}  # tried again, not settled
+    failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
+    failure = failed.user_attrs[ATTR.FAILURE]
+    assert failure["kind"] == "gpu_fault" and "uncorrectable ECC error" in failure["message"]
+    assert failed.user_attrs[ATTR.RETRIED] == ["gpu_fault"]
+    assert not TrialRecord.from_frozen(failed).settles
+    assert "in a row failed" in summary.stop_reason and "the host looks unhealthy" in (
+        summary.stop_reason
+    )
+    assert summary.measured == 2
 
 
 class ReleaseWhileWaited(Display):

@@ -451,6 +451,11 @@ FAULTS: dict[str, LaunchFault] = {
         "NVRM: Xid 79, GPU has fallen off the bus",
         share=0.12,
     ),
+    "fault-host-unnamed": LaunchFault(
+        "crashed_while_serving",
+        "RuntimeError: CUDA error: unspecified launch failure",
+        share=0.12,
+    ),
     "fault-flaky-extra": LaunchFault(
         "crashed_while_serving",
         "[Rank 5] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE)",
@@ -468,7 +473,7 @@ FAULTS: dict[str, LaunchFault] = {
 
 
 def fault_landscapes() -> dict[str, Profile]:
-    """Ten landscapes whose launches fail in ways a night meets and the profiles' failure
+    """Eleven landscapes whose launches fail in ways a night meets and the profiles' failure
     rules cannot express (:data:`FAULTS`; ``--landscapes faults`` in bench_answer, which
     injects them; ``python -m tests.perf.search_play --truth faults`` prints the optima
     among the configurations that launch):
@@ -498,8 +503,12 @@ def fault_landscapes() -> dict[str, Profile]:
       initialisation, whatever they launch: the host's, no configuration's; the optimum is
       unchanged;
     - ``fault-host-crashes``: ``high-acceptance`` on a host where 12 % of all launches crash
-      while serving (a GPU that falls off the bus now and then): crashes that fall on a
-      setting by chance can make it look unreliable; the optimum is unchanged;
+      while serving (a GPU that falls off the bus now and then, the driver's Xid 79 in the
+      log: sweep stores ``gpu_fault``, the host's): crashes that fall on a setting by chance
+      must not make it look unreliable; the optimum is unchanged;
+    - ``fault-host-unnamed``: the same host, but its crashes name no hardware fault (``CUDA
+      error: unspecified launch failure``, what a kernel of a setting could log too): only the
+      crash counts can tell the host from a setting;
     - ``fault-flaky-extra``: ``default`` where ``NCCL_PROTO=LL`` crashes while serving on 30 %
       of its launches, no speculation with it too (an all-reduce protocol that races): the
       optimum is the best configuration without it (the small space has no environment);
@@ -517,6 +526,7 @@ def fault_landscapes() -> dict[str, Profile]:
         "fault-flaky-steps": load_profile("high-acceptance"),
         "fault-host-flaky": load_profile("default"),
         "fault-host-crashes": load_profile("high-acceptance"),
+        "fault-host-unnamed": load_profile("high-acceptance"),
         "fault-flaky-extra": load_profile("default"),
         "fault-flaky-capture": load_profile("high-acceptance"),
     }

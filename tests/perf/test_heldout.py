@@ -217,7 +217,7 @@ def test_the_benchmark_reports_a_failed_launch_to_the_loop(tmp_path: Path) -> No
 
 def test_the_fault_landscapes_are_a_group_of_their_own() -> None:
     faults = bench_answer.chosen(["faults"])
-    assert faults == list(fault_landscapes()) and len(faults) == 10
+    assert faults == list(fault_landscapes()) and len(faults) == 11
     assert not set(faults) & set(bench_answer.landscapes() | blind_landscapes())
     run = bench_answer.Run("fault-flaky-tp8", "small", 0.0, True, 14, (), attempts=16, failed=3)
     figures = list(bench_answer.figures_of([run]))

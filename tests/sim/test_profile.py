@@ -58,6 +58,15 @@ def test_unknown_failure_kind() -> None:
         parse_profile('[[failure]]\nkind = "explode"\n', source="p.toml")
 
 
+def test_a_gpu_fault_needs_a_request_count() -> None:
+    with pytest.raises(ProfileError, match=r"failure\[0\].after_requests.*expected >= 1, got 0"):
+        parse_profile('[[failure]]\nkind = "gpu_fault"\n', source="p.toml")
+    (rule,) = parse_profile(
+        '[[failure]]\nkind = "gpu_fault"\nafter_requests = 3\n', source="p.toml"
+    ).failures
+    assert (rule.kind, rule.after_requests) == ("gpu_fault", 3)
+
+
 def test_not_toml_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="not valid TOML"):
         parse_profile("[profile\n", source="p.toml")
