@@ -133,15 +133,17 @@ that is gone fails every launch after it)."""
 
 
 HARDWARE = re.compile(
-    r"\bXid\b|fallen off the bus|GPU is lost|uncorrectable ECC|ECC error|"
+    r"\bXid\b|fallen off the bus|GPU is lost|Unable to determine the device handle|"
+    r"uncorrectable ECC|ECC error|"
     r"uncorrectable (?:NVLink|memory) error|NVLink (?:fatal )?error",
     re.IGNORECASE,
 )
 """Log text that names a fault of a GPU's hardware, not of the program it ran: the NVIDIA
 driver's Xid lines (``NVRM: Xid 79, GPU has fallen off the bus``; 48 and 94/95: ECC errors;
 74: NVLink), CUDA's ``uncorrectable ECC error encountered`` (``cudaErrorECCUncorrectable``),
-nvidia-smi's ``GPU is lost``. A kernel's own faults (``illegal memory access``, ``unspecified
-launch failure``) are not in it: those can follow a setting."""
+nvidia-smi's ``Unable to determine the device handle for GPU …: GPU is lost``. A kernel's own
+faults (``illegal memory access``, ``unspecified launch failure``) are not in it: those can
+follow a setting."""
 
 CRASHES = frozenset(
     {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from sweep.clock import Clock
 from sweep.exceptions import ServerFailure
 from sweep.failures import FailureKind, Phase
-from sweep.server.executor.base import Executor, RecordedGroup, run_token
+from sweep.server.executor.base import GPU_LOST, Executor, RecordedGroup, run_token
 from sweep.server.port_holders import PortWatch
 from sweep.server.readiness import Event, EventKind, EventSink
 
@@ -78,6 +78,8 @@ class StopReport:
         gpus_idle: whether GPU memory was idle at the end; ``None`` = no telemetry.
         port: the server's port.
         port_holders: when the port was still held, who held it (one line).
+        gpus_lost: ``nvidia-smi`` could not read a GPU after the stop ("GPU is lost"): a
+            GPU of the host failed (NVIDIA Xid 79), whatever the server ran.
     """
 
     duration_s: float
@@ -87,6 +89,7 @@ class StopReport:
     gpus_idle: bool | None
     port: int = 0
     port_holders: str = ""
+    gpus_lost: bool = False
 
     @property
     def port_still_held(self) -> bool:
@@ -108,6 +111,8 @@ class StopReport:
             out.append(f"port {self.port} is STILL HELD{held} after the stop")
         if self.gpus_idle is False:
             out.append("GPU memory is NOT idle after the stop")
+        if self.gpus_lost:
+            out.append("a GPU is LOST after the stop (nvidia-smi cannot read it: a hardware fault)")
         return tuple(out)
 
 
@@ -140,8 +145,8 @@ class ServerHost:
         """Reap a leftover server, then require a free port and idle GPUs.
 
         Raises:
-            ServerFailure: PORT_OWNED or PORT_HELD (the run stops), or GPU_BUSY
-                (transient), phase PREFLIGHT.
+            ServerFailure: PORT_OWNED or PORT_HELD (the run stops), GPU_BUSY
+                (transient) or GPU_FAULT (a GPU is lost: the host's), phase PREFLIGHT.
         """
         started = self.clock.now()
         reaped = self.reap_leftover()
@@ -226,13 +231,17 @@ class ServerHost:
         release = self.limits.release_timeout_s
         port_free = self._port_watch.released(pgid, gone, release)
         gpus_idle = None
-        if self.gpu_memory() is not None:
-            gpus_idle = self._wait_for(lambda: self._idle(self.gpu_memory()), release)
+        used = self.executor.gpu_memory_used_mib()
+        lost = bool(_lost(used))
+        if not lost and used is not None:  # a lost GPU frees nothing: no wait
+            gpus_idle = self._idle(self._mine(used)) or self._wait_for(
+                lambda: self._idle(self.gpu_memory()), release
+            )
         if gone:
             self.executor.remove(self.pgid_path)
         holders = "" if port_free else self._port_watch.holders_after_stop(pgid)
         duration = self.clock.now() - started
-        return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders)
+        return StopReport(duration, sent, gone, port_free, gpus_idle, self.port, holders, lost)
 
     def terminate(self, pgid: int) -> tuple[str, bool]:
         """SIGTERM, grace period, SIGKILL.
@@ -251,7 +260,9 @@ class ServerHost:
 
     def gpu_memory(self) -> tuple[int, ...] | None:
         """Memory used per GPU of this server, or ``None`` without telemetry."""
-        used = self.executor.gpu_memory_used_mib()
+        return self._mine(self.executor.gpu_memory_used_mib())
+
+    def _mine(self, used: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if used is None or not self.gpus:
             return used
         return tuple(used[i] for i in self.gpus if i < len(used))
@@ -272,11 +283,20 @@ class ServerHost:
         )
 
     def _require_gpus_idle(self) -> tuple[int, ...] | None:
-        used = self.gpu_memory()
+        everything = self.executor.gpu_memory_used_mib()
+        if lost := _lost(everything):  # any GPU of the host: a lost one takes the others down
+            raise self._failure(
+                FailureKind.GPU_FAULT,
+                f"nvidia-smi cannot read GPU {', '.join(map(str, lost))} (GPU is lost: a "
+                "hardware fault, NVIDIA Xid 79); the host needs a GPU reset or a reboot",
+            )
+        used = self._mine(everything)
         if used is None:
             host = self.executor.host
             self.emit(Event(EventKind.NOTE, f"no GPU telemetry on {host} (no nvidia-smi)"))
             return None
+        if self._idle(used):
+            return used
         if self._wait_for(lambda: self._idle(self.gpu_memory()), self.limits.port_wait_s):
             return self.gpu_memory()
         raise self._failure(
@@ -295,6 +315,11 @@ class ServerHost:
         return ServerFailure(
             kind, summary, phase=Phase.PREFLIGHT, host=self.executor.host, command=self.command
         )
+
+
+def _lost(used: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The GPUs (by index) ``nvidia-smi`` could not read: lost, a hardware fault."""
+    return tuple(i for i, mib in enumerate(used or ()) if mib == GPU_LOST)
 
 
 # --- whether a recorded group still runs (for ServerHost) ------------------------------------

@@ -38,7 +38,7 @@ from sweep.engines.base import (
     ResolvedServer,
 )
 from sweep.exceptions import ConfigError, ExecutorError, ServerFailure, TransientSSHError
-from sweep.failures import FailureKind, Phase, at_phase
+from sweep.failures import CRASHES, FailureKind, Phase, at_phase
 from sweep.server.executor.base import Executor, ServerFiles, ServerProcess
 from sweep.server.hygiene import (
     STOP_GRACE_S,
@@ -87,6 +87,11 @@ PROGRESS_EVERY_S = 30.0
 """How often a "still loading" progress event is emitted."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ALL_INTERFACES = frozenset({"0.0.0.0", "::", ""})
+
+LOST_SHOWS = CRASHES | {FailureKind.STARTUP_TIMEOUT}
+"""What a server whose GPU failed under it dies of (a rank dies, a kernel or a collective
+fails, the start hangs): when ``nvidia-smi`` cannot read a GPU after the stop, it was the GPU
+(``gpu_fault``, the host's)."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +248,9 @@ class RunningServer:
             kind, reason = diagnosis.kind, diagnosis.reason
             if not (diagnosis.signature and kind.deterministic):  # the engine said: never works
                 kind = at_phase(kind, phase)
+        if self.stop_report is not None and self.stop_report.gpus_lost and kind in LOST_SHOWS:
+            kind = FailureKind.GPU_FAULT  # what the server died of: its GPU, the host's
+            reason = f"{reason}; after it nvidia-smi could not read a GPU (lost: a hardware fault)"
         return ServerFailure(
             kind,
             f"{_what_happened(code, failed)} {_when(phase)}: {reason}",
@@ -536,6 +544,7 @@ def _ready_event(running: RunningServer) -> Event:
 
 def _stopped_event(report: StopReport, host: str, elapsed_s: float) -> Event:
     gpus = {None: "no GPU telemetry", True: "GPUs idle", False: "GPUs NOT idle"}[report.gpus_idle]
+    gpus = "a GPU LOST" if report.gpus_lost else gpus
     group = "gone" if report.group_gone else "STILL RUNNING"
     port = "free" if report.port_free else "STILL HELD"
     message = (

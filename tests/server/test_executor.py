@@ -21,7 +21,7 @@ import pytest
 
 from sweep.exceptions import ExecutorError
 from sweep.server.executor import Executor, LocalExecutor, RecordedGroup, ServerFiles, ServerProcess
-from sweep.server.executor.base import ProcStat, RunOwner
+from sweep.server.executor.base import GPU_LOST, ProcStat, RunOwner
 from sweep.server.executor.ssh import SSHExecutor, SSHTarget
 from sweep.server.executor.ssh_queries import port_listeners, port_listeners_script
 from tests.support.ports import free_port
@@ -199,6 +199,14 @@ def test_gpu_telemetry_absent_is_none_and_present_is_parsed(
     broken.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     broken.chmod(0o755)
     assert make_executor(nvidia_smi=str(broken)).gpu_memory_used_mib() is None
+    # a GPU that fell off the bus: nvidia-smi fails naming it, or prints it in its place
+    lost = tmp_path / "lost-smi"
+    lost.write_text(
+        "#!/bin/sh\necho 12\necho 'Unable to determine the device handle for GPU0000:3B:00.0:"
+        " GPU is lost. Reboot the system to recover this GPU'\necho '[N/A]'\nexit 15\n"
+    )
+    lost.chmod(0o755)
+    assert make_executor(nvidia_smi=str(lost)).gpu_memory_used_mib() == (12, GPU_LOST, 0)
 
 
 def test_read_text_and_remove(executor: Executor, tmp_path: Path) -> None:

@@ -542,16 +542,21 @@ def test_sim_crash_after_requests_is_noticed_by_check(
         "match = { speculative_num_steps = 2 }\n"
     )
     with pytest.raises(ServerFailure) as caught, launch(config) as running:
-        body = {"text": "hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
-        for _ in range(3):
-            try:
-                httpx.post(running.url + "/generate", json=body, timeout=10)
-            except httpx.TransportError:
-                break
-        wait_until(lambda: _check_raises(running), what="the crash to be noticed")
+        _generate_until_it_crashes(running)
     failure = caught.value
     assert failure.kind is FailureKind.CRASHED_AFTER_READY and failure.phase is Phase.READY
     assert any("Scheduler hit an exception" in line for line in failure.log_tail)
+
+
+def _generate_until_it_crashes(running: Any) -> None:
+    """A few generations (bounded), then wait until ``check`` raises the crash."""
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    for _ in range(3):
+        try:
+            httpx.post(running.url + "/generate", json=body, timeout=10)
+        except httpx.TransportError:
+            break
+    wait_until(lambda: _check_raises(running), what="the crash to be noticed")
 
 
 def _check_raises(running: Any) -> bool:
@@ -704,6 +709,51 @@ def test_busy_gpus_fail_preflight_and_idle_ones_are_recorded(
         ) as running:
             assert running.preflight.gpu_memory_mib == (12, 3)
     assert running.stop_report.gpus_idle is True
+
+
+@pytest.mark.slow
+def test_a_crash_after_which_a_gpu_is_lost_is_the_host_s_gpu_fault(
+    sim_config: Callable[..., Deployment], tmp_path: Path
+) -> None:
+    """The server dies of a kernel's error (``unspecified launch failure``, which a setting can
+    cause too), and after it nvidia-smi cannot read a GPU: it fell off the bus, what the
+    driver's Xid 79 leaves behind. The failure is the GPU's (``gpu_fault``, the host's), not
+    the configuration's; the next preflight, finding the GPU still lost, fails the same way
+    before launching anything."""
+    smi, out = tmp_path / "nvidia-smi", tmp_path / "smi-out"
+    smi.write_text(f"#!/bin/sh\ncat {out}\n[ -e {tmp_path / 'lost'} ] && exit 15\nexit 0\n")
+    smi.chmod(0o755)
+    out.write_text("12\n3\n")
+    executor = LocalExecutor(nvidia_smi=str(smi))
+    adapter = SGLangAdapter(launcher=SIM)
+    options = LifecycleOptions(workdir=str(tmp_path / "w"), limits=HostLimits(port_wait_s=0.2))
+    config = sim_config(
+        '[[failure]]\nkind = "crash_after_requests"\nafter_requests = 1\n'
+        "match = { speculative_num_steps = 2 }\n"
+    )
+    with http_client() as client:
+        with (
+            pytest.raises(ServerFailure) as caught,
+            server(executor, adapter, config, PARAMS, client=client, options=options) as running,
+        ):
+            out.write_text(
+                "12\nUnable to determine the device handle for GPU0000:3B:00.0: GPU is lost. "
+                "Reboot the system to recover this GPU\n"
+            )
+            (tmp_path / "lost").touch()
+            _generate_until_it_crashes(running)
+        failure = caught.value
+        assert failure.kind is FailureKind.GPU_FAULT and failure.phase is Phase.READY
+        assert "unspecified launch failure" in str(failure)
+        assert "after it nvidia-smi could not read a GPU" in str(failure)
+        assert running.stop_report is not None and running.stop_report.gpus_lost
+        with (
+            pytest.raises(ServerFailure) as again,
+            server(executor, adapter, config, PARAMS, client=client, options=options),
+        ):
+            pass
+    assert (again.value.kind, again.value.phase) == (FailureKind.GPU_FAULT, Phase.PREFLIGHT)
+    assert "nvidia-smi cannot read GPU 1 (GPU is lost" in str(again.value)
 
 
 # --- the orchestrator interrupted while the server loads ------------------------------------

@@ -34,6 +34,7 @@ from types import TracebackType
 
 from sweep.clock import SYSTEM_CLOCK, Clock
 from sweep.exceptions import ExecutorError
+from sweep.failures import hardware_fault
 
 LOG_CHUNK_BYTES = 1 << 20
 """At most this many log bytes are read per call; the rest comes on the next call."""
@@ -355,14 +356,37 @@ def port_listening_in(proc_net_tcp: str, port: int) -> bool:
     return False
 
 
+GPU_LOST = -1
+"""In :func:`gpu_telemetry`'s figures: a GPU ``nvidia-smi`` cannot read ("Unable to determine
+the device handle for GPU …: GPU is lost. Reboot the system to recover this GPU"): a GPU that
+failed (NVIDIA Xid 79, fallen off the bus)."""
+
+
 def parse_gpu_memory(stdout: str) -> tuple[int, ...]:
-    """``nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits`` → MiB per GPU."""
+    """``nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits`` → MiB per GPU; a
+    line naming a GPU's hardware fault is :data:`GPU_LOST`, any other figure it cannot give
+    (``[N/A]``) 0, as with no telemetry."""
     values = []
     for line in stdout.splitlines():
         text = line.strip()
-        if text:
+        if not text:
+            continue
+        try:
             values.append(int(float(text)))
+        except ValueError:
+            values.append(GPU_LOST if hardware_fault(text) else 0)
     return tuple(values)
+
+
+def gpu_telemetry(exit_code: int, stdout: str, stderr: str) -> tuple[int, ...] | None:
+    """MiB per GPU from an ``nvidia-smi`` run, ``None`` for no telemetry (none on the host, or
+    one that fails); one that fails because a GPU is lost gives :data:`GPU_LOST` for it."""
+    if exit_code == 0:
+        return parse_gpu_memory(stdout)
+    if not hardware_fault(f"{stdout}\n{stderr}"):
+        return None
+    values = parse_gpu_memory(stdout)
+    return values if GPU_LOST in values else (*values, GPU_LOST)
 
 
 def exit_code_from_shell(status: int) -> int:

@@ -31,9 +31,9 @@ from sweep.server.executor.base import (
     ServerFiles,
     ServerProcess,
     SocketHolder,
+    gpu_telemetry,
     group_alive_in,
     listening_inodes,
-    parse_gpu_memory,
     socket_inode,
 )
 from sweep.server.executor.detached import (
@@ -175,9 +175,7 @@ class LocalExecutor(Executor):
             return None
         query = [program, "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
         result = self.run(query, timeout=15.0)
-        if not result.ok:
-            return None
-        return parse_gpu_memory(result.stdout)
+        return gpu_telemetry(result.exit_code, result.stdout, result.stderr)
 
     def read_text(self, path: str) -> str | None:
         try:

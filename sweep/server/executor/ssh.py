@@ -50,8 +50,8 @@ from sweep.server.executor.base import (
     RunOwner,
     ServerFiles,
     ServerProcess,
+    gpu_telemetry,
     group_alive_in,
-    parse_gpu_memory,
     port_listening_in,
 )
 from sweep.server.executor.detached import (
@@ -332,7 +332,7 @@ class SSHExecutor(Executor):
             f"{smi} --query-gpu=memory.used --format=csv,noheader,nounits"
         )
         self._no_nvidia_smi = out.exit_code == 127  # a host does not grow one: ask once
-        return parse_gpu_memory(out.stdout) if out.exit_code == 0 else None
+        return gpu_telemetry(out.exit_code, out.stdout, out.stderr)
 
     def read_text(self, path: str) -> str | None:
         out = self._shell(f"cat {shlex.quote(path)} 2>/dev/null")
