@@ -18,6 +18,7 @@ from optuna.trial import TrialState
 from sweep.clock import Clock
 from sweep.core.records import ATTR, TrialRecord
 from sweep.core.space import TrialConfig
+from sweep.loop.context import RunSummary
 from sweep.loop.progress import Display
 from sweep.loop.start import RunOptions, run_study
 from sweep.server.hygiene import HostLimits
@@ -190,15 +191,21 @@ def test_a_tree_the_launches_put_over_memory_under_every_split_is_not_launched(
     assert f"from trial {oom.number}'s OOM: {TrialConfig(2, 4, 4, 8).label()}" in line
 
 
-def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
+def _grid_run_failing_2_steps(tmp_path: Path, kind: str) -> tuple[Path, RunSummary, list[str]]:
+    """A grid run over 1–3 steps whose 2-step launches fail with the sim's ``kind`` after
+    their first request: the study file, the summary and each launch's steps."""
     profile = write_profile(
         tmp_path,
-        '[[failure]]\nkind = "crash_after_requests"\n'
-        "after_requests = 1\nmatch = { speculative_num_steps = 2 }\n",
+        f'[[failure]]\nkind = "{kind}"\nafter_requests = 1\n'
+        "match = { speculative_num_steps = 2 }\n",
     )
     path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
     summary = run_study(load_study(path), display=QUIET)
-    steps = [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+    return path, summary, [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+
+
+def test_transient_crash_is_retried_then_recorded(tmp_path: Path) -> None:
+    path, summary, steps = _grid_run_failing_2_steps(tmp_path, "crash_after_requests")
     assert steps.count("2") == 2  # the first attempt and one retry (transient_retries = 1)
     assert summary.failed == 1 and summary.measured == 2
     failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
@@ -213,14 +220,7 @@ def test_a_gpu_s_hardware_fault_is_the_host_s_retried_and_blames_no_configuratio
     failure is the host's (``gpu_fault``), retried, and the configuration is not settled as
     failed (tried again); when it comes back launch after launch, the failure streak stops
     the run as the host's, keeping what was measured."""
-    profile = write_profile(
-        tmp_path,
-        '[[failure]]\nkind = "gpu_fault"\nafter_requests = 1\n'
-        "match = { speculative_num_steps = 2 }\n",
-    )
-    path = write_study(tmp_path, study='sampler = "grid"', profile=profile)
-    summary = run_study(load_study(path), display=QUIET)
-    steps = [flag(a, "--speculative-num-steps") for a in spec_launches(tmp_path)]
+    path, summary, steps = _grid_run_failing_2_steps(tmp_path, "gpu_fault")
     assert steps[:2] == ["1", "3"] and set(steps[2:]) == {"2"}  # tried again, not settled
     failed = next(t for t in trials(path) if t.state is TrialState.FAIL)
     failure = failed.user_attrs[ATTR.FAILURE]
