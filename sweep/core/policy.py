@@ -39,7 +39,11 @@ from sweep.core.outcome import (
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import BaselineClock, fits
+from sweep.failures import FailureKind, Phase
 from sweep.study.model import BaselineSpec
+
+GPU_FAULT = str(FailureKind.GPU_FAULT)
+PREFLIGHT = str(Phase.PREFLIGHT)
 
 # --- the baseline ------------------------------------------------------------------------
 
@@ -99,13 +103,38 @@ def baseline_decision(
 # --- the search's progress -----------------------------------------------------------------
 
 
+GPU_FAULT_SETTLES = 2
+"""Trials of one configuration a GPU's hardware fault (``gpu_fault``) failed, every attempt,
+after which it is settled as failed: a fault that falls on the host at random fails a trial
+only when its retry meets one too (about 1 in 70 at 12 % of launches), twice almost never; one
+that keeps following a configuration (a power draw the host cannot sustain) would otherwise
+have it proposed until the failure streak stops the run."""
+
+
 def settled(trials: Iterable[TrialRecord]) -> dict[str, TrialRecord]:
-    """Each configuration key the search needs no further launch of → its settling record."""
+    """Each configuration key the search needs no further launch of → its settling record
+    (a host's fault settles nothing, but :data:`GPU_FAULT_SETTLES` trials failed by a GPU
+    fault do)."""
     out: dict[str, TrialRecord] = {}
+    faulted: dict[str, list[TrialRecord]] = {}
     for t in trials:
-        if t.key and t.settles:
+        if not t.key:
+            continue
+        if t.settles:
             out.setdefault(t.key, t)
+        elif t.kind is Kind.TRIAL and _gpu_fault_under(t):
+            faulted.setdefault(t.key, []).append(t)
+    for key, failed in faulted.items():
+        if len(failed) >= GPU_FAULT_SETTLES:
+            out.setdefault(key, failed[-1])
     return out
+
+
+def _gpu_fault_under(t: TrialRecord) -> bool:
+    """A GPU fault under the configuration's server (not one a preflight found: a GPU
+    already lost fails every launch, and the failure streak stops the run)."""
+    failure = t.failure
+    return failure is not None and failure.kind == GPU_FAULT and failure.phase != PREFLIGHT
 
 
 def replicates(trials: Iterable[TrialRecord], metric: str, concurrency: int

@@ -136,6 +136,22 @@ def test_settled_counts_measured_infeasible_and_failed_for_good_but_not_interrup
     assert set(policy.settled([measured, failed])) == {C1.key(), C2.key()}
 
 
+def test_a_gpu_fault_settles_nothing_until_it_follows_the_configuration() -> None:
+    """One trial failed by a GPU's hardware fault is the host's: not settled. A second one of
+    the same configuration (every attempt faulted) settles it as failed; a GPU a preflight
+    found lost settles nothing, however often (every launch meets it)."""
+
+    def faulted(number: int, phase: str = "serving") -> TrialRecord:
+        failure = Failure("gpu_fault", "CUDA error: uncorrectable ECC error", phase=phase)
+        return TrialRecord(number=number, kind=Kind.TRIAL, optuna_state="FAIL", config=C2,
+                           key=C2.key(), failure=failure)  # fmt: skip
+
+    assert policy.settled([faulted(3)]) == {}
+    assert policy.settled([faulted(3), faulted(5)])[C2.key()].number == 5
+    assert policy.settled([faulted(3, "preflight"), faulted(5, "preflight")]) == {}
+    assert policy.GPU_FAULT_SETTLES == 2
+
+
 def test_failure_streak_stops_only_after_n_failures_in_a_row() -> None:
     failed = [trial(float(i), C2, value=None) for i in range(5)]
     assert outcome.failure_streak_stop(failed[:4], 5) == ""
