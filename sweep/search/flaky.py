@@ -422,7 +422,7 @@ def gpu_faults(records: Iterable[TrialRecord]) -> str:
         faulted += kinds.count(fault)
         attempts += n
         if ended == [fault] and not said and r.failure is not None:
-            said = r.failure.message.strip().splitlines()[0][:80] if r.failure.message else ""
+            said = next(iter(r.failure.message.strip().splitlines()), "")[:80]
     if not faulted:
         return ""
     why = f" ({said})" if said else ""
