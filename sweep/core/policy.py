@@ -42,9 +42,6 @@ from sweep.core.timing import BaselineClock, fits
 from sweep.failures import FailureKind, Phase
 from sweep.study.model import BaselineSpec
 
-GPU_FAULT = str(FailureKind.GPU_FAULT)
-PREFLIGHT = str(Phase.PREFLIGHT)
-
 # --- the baseline ------------------------------------------------------------------------
 
 
@@ -134,7 +131,11 @@ def _gpu_fault_under(t: TrialRecord) -> bool:
     """A GPU fault under the configuration's server (not one a preflight found: a GPU
     already lost fails every launch, and the failure streak stops the run)."""
     failure = t.failure
-    return failure is not None and failure.kind == GPU_FAULT and failure.phase != PREFLIGHT
+    return (
+        failure is not None
+        and failure.kind == FailureKind.GPU_FAULT
+        and failure.phase != Phase.PREFLIGHT
+    )
 
 
 def replicates(trials: Iterable[TrialRecord], metric: str, concurrency: int

@@ -68,22 +68,42 @@ def family_crashes(records: Iterable[TrialRecord], config: TrialConfig, label: s
 
 
 def _attempts(r: TrialRecord, kinds: Collection[str]) -> tuple[int, int]:
-    """``(failed, attempts)`` of launch ``r``'s attempts, failed meaning of ``kinds``. An
-    attempt the host failed (:data:`~sweep.failures.HOST_FAULTS`: a GPU's hardware fault, the
-    GPUs or the port held) counts in neither: it says nothing of the configuration. An earlier
-    attempt whose kind was not kept (a record from before they were) counts as the last one,
-    or as a crash when the launch measured."""
-    n = max(1, r.attempt or 1)
-    if r.state is State.MEASURED:
-        ended: list[str] = []
-    elif r.state is State.FAILED and r.failure is not None:
-        ended = [str(r.failure.kind)]
-    else:
+    """``(failed, attempts)`` of launch ``r``'s attempts, failed meaning of ``kinds``
+    (:func:`_counted`); an earlier attempt of a measured launch whose kind was not kept
+    counts as a crash."""
+    if r.state not in _ENDED or (r.state is State.FAILED and r.failure is None):
         return 0, 0
-    known = [str(k) for k in r.retried[: n - 1]]
-    guess = ended[0] if ended else str(FailureKind.CRASHED_WHILE_SERVING)
-    counted = [k for k in [*known, *[guess] * (n - 1 - len(known)), *ended] if k not in _HOST]
-    return sum(k in kinds for k in counted), len(counted) + (not ended)
+    kind = str(r.failure.kind) if r.failure is not None else None
+    guess = str(FailureKind.CRASHED_WHILE_SERVING)
+    return _counted(_attempt_kinds(r.state, kind, r.attempt, r.retried, guess), kinds)
+
+
+_ENDED = (State.FAILED, State.MEASURED)
+
+
+def _attempt_kinds(
+    state: State,
+    kind: str | None,
+    attempts: int | None,
+    retried: Sequence[str],
+    measured_guess: str | None,
+) -> list[str | None]:
+    """Each attempt's failure kind, in order (``None``: it measured): the earlier ones
+    (``retried``; one whose kind was not kept, a record from before they were, is taken as
+    the last one when the launch failed, else as ``measured_guess``), then the last."""
+    n = max(1, attempts or 1)
+    last = kind if state is State.FAILED else None
+    known: list[str | None] = [str(k) for k in retried[: n - 1]]
+    guess = last if state is State.FAILED else measured_guess
+    return [*known, *[guess] * (n - 1 - len(known)), last]
+
+
+def _counted(attempt_kinds: Sequence[str | None], kinds: Collection[str]) -> tuple[int, int]:
+    """``(failed of kinds, attempts)``; an attempt the host failed
+    (:data:`~sweep.failures.HOST_FAULTS`: a GPU's hardware fault, the GPUs or the port held)
+    counts in neither: it says nothing of the configuration."""
+    counted = [k for k in attempt_kinds if k not in HOST_FAULTS]
+    return sum(k in kinds for k in counted), len(counted)
 
 
 def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
@@ -97,7 +117,7 @@ def crashes(records: Iterable[TrialRecord], key: str, label: str) -> str:
             continue
         if r.state is State.FAILED and (r.failure is None or r.failure.kind not in SETTING_FAULTS):
             continue
-        crashed, n = _attempts(r, _SETTING)
+        crashed, n = _attempts(r, SETTING_FAULTS)
         failed, attempts = failed + crashed, attempts + n
         if r.state is State.FAILED and r.failure is not None:
             kinds.add(str(r.failure.kind))
@@ -124,8 +144,6 @@ configurations never launched again), and the answer missed the optimum by up to
 
 
 SEARCH_LAUNCHES = (Kind.TRIAL, Kind.REPLICATE)
-_HOST = frozenset(str(k) for k in HOST_FAULTS)
-_SETTING = frozenset(str(k) for k in SETTING_FAULTS)
 
 
 def launch_crashes(
@@ -134,14 +152,7 @@ def launch_crashes(
     """``(crashed or hung, attempts)`` of one launch: its earlier attempts
     (``retried``: their failure kinds; a record from before they were kept counts each
     earlier attempt of a crashed launch as crashed) and its last one."""
-    n = max(1, attempts or 1)
-    host = state is State.FAILED and kind in _HOST  # the host's: says nothing of the setting
-    last = kind in FLAKY if state is State.FAILED else False
-    known = retried[: n - 1]
-    unknown = n - 1 - len(known)
-    earlier = sum(k in FLAKY for k in known) + unknown * last
-    skipped = sum(k in _HOST for k in known) + (unknown + 1) * host
-    return earlier + int(last), n - skipped
+    return _counted(_attempt_kinds(state, kind, attempts, retried, None), FLAKY)
 
 
 def record_crashes(records: Iterable[TrialRecord]) -> dict[str, tuple[int, int]]:
@@ -416,12 +427,11 @@ def gpu_faults(records: Iterable[TrialRecord]) -> str:
     for r in records:
         if not r.kind.launches or r.state not in (State.FAILED, State.MEASURED):
             continue
-        n = max(1, r.attempt or 1)
-        ended = [str(r.failure.kind)] if r.state is State.FAILED and r.failure else []
-        kinds = [*(str(k) for k in r.retried[: n - 1]), *ended]
+        last = str(r.failure.kind) if r.state is State.FAILED and r.failure else None
+        kinds = _attempt_kinds(r.state, last, r.attempt, r.retried, None)
         faulted += kinds.count(fault)
-        attempts += n
-        if ended == [fault] and not said and r.failure is not None:
+        attempts += len(kinds)
+        if last == fault and not said and r.failure is not None:
             said = next(iter(r.failure.message.strip().splitlines()), "")[:80]
     if not faulted:
         return ""
