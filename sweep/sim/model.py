@@ -124,14 +124,16 @@ def draft_step_ms(
 ) -> float:
     """One draft forward step (all topk branches together); ``step`` (1-based) is its place
     in the cycle (its all-reduce grows by ``draft.allreduce_growth`` per earlier step).
-    ``nccl`` is the draft's all-reduce factor; a cycle past the draft TP's cliff
+    ``nccl`` is the draft's all-reduce factor; ``draft.compute_split`` of the compute shards
+    over the draft's TP ranks; a cycle past the draft TP's cliff
     (``draft.cliff_steps``) makes every step ``1 + draft.cliff_factor`` times dearer."""
     d = profile.draft
     allreduce = _table(d.allreduce_ms, config.draft_tp_size, "draft.allreduce_ms") * nccl
     allreduce *= 1 + d.allreduce_growth * (step - 1)
     width = d.topk_ms * max(0, config.eagle_topk - 1)
     kv = d.kv_ms_per_ktoken * context / 1000
-    cost = (d.compute_ms + allreduce + width) * (1 + d.batch_slope * (batch - 1)) + kv
+    compute = d.compute_ms * (1 - d.compute_split + d.compute_split / config.draft_tp_size)
+    cost = (compute + allreduce + width) * (1 + d.batch_slope * (batch - 1)) + kv
     cliff = d.cliff_steps.get(str(config.draft_tp_size), 0)
     if cliff and config.num_steps >= cliff:
         cost *= 1 + d.cliff_factor

@@ -309,6 +309,7 @@ def _check_ranges(profile: Profile, source: str | None) -> None:
         ("timing.min_token_ms", profile.timing.min_token_ms >= 0, ">= 0"),
         ("draft.allreduce_growth", profile.draft.allreduce_growth >= 0, ">= 0"),
         ("draft.cliff_factor", profile.draft.cliff_factor >= 0, ">= 0"),
+        ("draft.compute_split", 0 <= profile.draft.compute_split <= 1, "in [0, 1]"),
         ("acceptance.fall_after", profile.acceptance.fall_after >= 0, ">= 0"),
         ("acceptance.fall_per_step", 0 <= profile.acceptance.fall_per_step < 1, "in [0, 1)"),
         ("acceptance.horizon", profile.acceptance.horizon >= 0, ">= 0"),

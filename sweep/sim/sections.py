@@ -80,6 +80,10 @@ class DraftSection:
     # were captured only that deep, or its memory ran out: eager mode). {} = no cliff.
     cliff_steps: dict[str, int] = field(default_factory=dict)
     cliff_factor: float = 0.0
+    # The share of compute_ms that shards over the draft's TP ranks (a draft large enough
+    # for its matmuls to split: compute_ms · (1 − compute_split + compute_split / draft_tp)).
+    # 0: a one-layer EAGLE head, latency-bound, as fast on one GPU as on eight.
+    compute_split: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ the attempts — retries included — and failed attempts per space); each failu
 launches) is reported to the loop with its kind and message, and a configuration in a
 failing region is never the optimum: an answer there counts as 0.
 
+Middle-draft-TP landscapes (:func:`tests.perf.search_play.midtp_landscapes`: a draft large
+enough for its compute to shard, fastest at draft TP 2 or 4) run on their own spaces, the
+small and large ones with draft TP 1, 2, 4 and 8 (``tp4``, ``tp4-large``), and are scored by
+``--landscapes midtp`` (``*_midtp`` and a line per landscape).
+
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
 answer's reason, and what would decide it, or why a run without an answer stopped; with
@@ -106,6 +111,7 @@ from tests.perf.search_play import (
     heldout_landscapes,
     injected_failure,
     memory_landscapes,
+    midtp_landscapes,
     misfit_landscapes,
     random_misfit_landscapes,
     unseen_landscapes,
@@ -139,6 +145,16 @@ SPACES = {
         "n_trials = 60",
     ),
 }
+MIDTP_SPACES = {
+    name.replace("small", "tp4").replace("large", "tp4-large"): (
+        text.replace("draft_tp = [1, 8]", "draft_tp = [1, 2, 4, 8]"),
+        limit,
+    )
+    for name, (text, limit) in SPACES.items()
+}
+"""The midtp landscapes' spaces (:func:`tests.perf.search_play.midtp_landscapes`): the small
+and large ones with draft TP 1, 2, 4 and 8 (their optima are at draft TP 2 or 4)."""
+EVERY_SPACE = SPACES | MIDTP_SPACES
 
 
 HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
@@ -146,6 +162,7 @@ RANDOM = "random"  # --landscapes random: random landscapes with random misfit s
 UNSEEN = "unseen"  # --landscapes unseen: shapes no other set has (search_play.unseen_landscapes)
 BLIND = "blind"  # --landscapes blind: shapes none of the others has (search_play.blind_landscapes)
 FAULTS_GROUP = "faults"  # --landscapes faults: launches failing as a night meets them
+MIDTP = "midtp"  # --landscapes midtp: optima at a middle draft TP, on spaces of draft TP 1-8
 
 
 def landscapes() -> dict[str, Profile]:
@@ -157,7 +174,7 @@ def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
     every = landscapes() | memory_landscapes() | heldout_landscapes()
     every |= random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
-    return every | fault_landscapes()
+    return every | fault_landscapes() | midtp_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -178,11 +195,12 @@ def chosen(names: Sequence[str]) -> list[str]:
             UNSEEN: list(unseen_landscapes()),
             BLIND: list(blind_landscapes()),
             FAULTS_GROUP: list(fault_landscapes()),
+            MIDTP: list(midtp_landscapes()),
         }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                groups_named = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}"
+                groups_named = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}, {MIDTP}"
                 expected = f"{groups_named} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
@@ -289,6 +307,10 @@ class Run:
     def fault(self) -> bool:
         return self.landscape.startswith("fault-")
 
+    @property
+    def midtp(self) -> bool:
+        return self.landscape.startswith("midtp-")
+
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
@@ -300,7 +322,7 @@ HETERO = 0.0  # ``--hetero``: each configuration's launch sd is LAUNCH_SD × e^N
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
-    text, limit = SPACES[space]
+    text, limit = EVERY_SPACE[space]
     confirm = f"[confirm]\n{CONFIRM}\n" if CONFIRM else ""
     study = parse_study(
         STUDY.format(
@@ -451,16 +473,23 @@ def runs(
     """Every (space, landscape, seed) run, in ``workers`` processes (large space first)."""
     tasks = [
         (space, name, seed)
-        for space in reversed(SPACES)
-        if not spaces or space in spaces
         for name in chosen(names)
+        for space in spaces_of(name)
+        if not spaces or space in spaces
         for seed in seeds
     ]
+    tasks.sort(key=lambda t: "large" not in t[0])  # large spaces first (stable)
     if workers <= 1:
         yield from map(_task, tasks)
         return
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         yield from pool.imap_unordered(_task, tasks)
+
+
+def spaces_of(name: str) -> list[str]:
+    """The spaces landscape ``name`` runs on: the midtp ones' own (draft TP 1, 2, 4, 8),
+    else the small and large ones."""
+    return list(MIDTP_SPACES if name in midtp_landscapes() else SPACES)
 
 
 def _task(task: tuple[str, str, int]) -> Run:
@@ -490,7 +519,8 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     unseen = [r for r in all_runs if r.unseen]
     blind = [r for r in all_runs if r.blind]
     faults = [r for r in all_runs if r.fault]
-    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind or r.fault)]
+    midtp = [r for r in all_runs if r.midtp]
+    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind or r.fault or r.midtp)]
     if default:
         yield from _default_figures(default)
     if held:
@@ -504,6 +534,9 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     if faults:
         yield from heldout_figures(faults, FAULTS_GROUP)
         yield from per_landscape(faults, attempts=True)
+    if midtp:
+        yield from heldout_figures(midtp, MIDTP)
+        yield from per_landscape(midtp)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
@@ -631,7 +664,7 @@ def heldout_figures(held: Sequence[Run], group: str = HELDOUT) -> Iterator[Figur
         "rate",
         f"answers marked confident; per run set: {per_set(held)}",
     )
-    for space in SPACES:
+    for space in EVERY_SPACE:
         counts = [r.launches for r in held if r.space == space]
         if counts:
             yield Figure(
@@ -661,7 +694,7 @@ def per_landscape(all_runs: Sequence[Run], attempts: bool = False) -> Iterator[F
         wrong = sum(r.confident and r.ratio < 0.99 for r in rs)
         launches = ", ".join(
             f"{space} {statistics.median(counts):g}/{max(counts)}"
-            for space in SPACES
+            for space in EVERY_SPACE
             if (counts := [r.launches for r in rs if r.space == space])
         )
         what = (
@@ -686,7 +719,7 @@ def failed_attempts(rs: Sequence[Run]) -> str:
         f"{space} {statistics.median(r.attempts for r in mine):g}/"
         f"{max(r.attempts for r in mine)} failed {statistics.median(r.failed for r in mine):g}/"
         f"{max(r.failed for r in mine)}"
-        for space in SPACES
+        for space in EVERY_SPACE
         if (mine := [r for r in rs if r.space == space])
     )
     return (

@@ -100,6 +100,15 @@ def spaces() -> tuple[Space, ...]:
     return (Space.of("small", SMALL, 20), Space.of("large", LARGE, 60))
 
 
+def midtp_spaces() -> tuple[Space, ...]:
+    """The small and large spaces with draft TP 1, 2, 4 and 8 (the midtp landscapes')."""
+    every = "draft_tp = [1, 2, 4, 8]"
+    return (
+        Space.of("tp4", SMALL.replace("draft_tp = [1, 8]", every), 40),
+        Space.of("tp4-large", LARGE.replace("draft_tp = [1, 8]", every), 60),
+    )
+
+
 def landscapes() -> dict[str, Profile]:
     """The shipped profiles and three synthetic ones of the same physics."""
     out = {name: load_profile(name) for name in ("default", "high-acceptance", "tree")}
@@ -353,6 +362,56 @@ def blind_landscapes() -> dict[str, Profile]:
         ),
         "blind-tree-crash": tree.replace(failures=(crash,)),
         "blind-tp8-nccl": landscapes()["synthetic-tp8-wins"].replace(failures=(no_tp8,)),
+    }
+
+
+def midtp_landscapes() -> dict[str, Profile]:
+    """Three landscapes whose fastest draft TP is a middle one (``--landscapes midtp`` in
+    bench_answer, on its own spaces that search draft TP 1, 2, 4 and 8; ``python -m
+    tests.perf.search_play --truth midtp`` prints their optima): a draft large enough for
+    its compute to shard over its TP ranks (``draft.compute_split``), so each step gets
+    cheaper at a larger draft TP while its all-reduce gets dearer:
+
+    - ``midtp-tp2``: ``default`` with a 3 ms draft step, 90 % of it sharded, and a cheap
+      2-GPU all-reduce (0.5 ms; 1.3 at 4, 2.1 at 8): draft TP 2 at 2 steps, draft TP 4
+      −1.3 %, draft TP 8 −4.3 %;
+    - ``midtp-tp4``: ``high-acceptance`` with a 4 ms draft step, 95 % sharded (all-reduce
+      0.9 / 1.1 / 2.0 ms at 2 / 4 / 8): draft TP 4 at 5 steps (4 steps −0.25 %), draft TP 8
+      −6 %;
+    - ``midtp-growth``: the same kind (3 ms, 90 %; 0.4 / 0.6 / 1.0 ms) whose all-reduce grows
+      20 % per step: draft TP 4 at 5 steps, draft TP 8 at 4 steps −2.2 %.
+
+    On the large spaces the profiles' ``NCCL_PROTO=LL`` rule (every all-reduce several
+    times cheaper) moves each optimum to draft TP 8 with it: the search must find that the
+    flag changes the best draft TP.
+    """
+    high, default = load_profile("high-acceptance"), load_profile("default")
+    return {
+        "midtp-tp2": _perturb(
+            default,
+            draft={
+                "compute_ms": 3.0,
+                "compute_split": 0.9,
+                "allreduce_ms": {"1": 0.0, "2": 0.5, "4": 1.3, "8": 2.1},
+            },
+        ),
+        "midtp-tp4": _perturb(
+            high,
+            draft={
+                "compute_ms": 4.0,
+                "compute_split": 0.95,
+                "allreduce_ms": {"1": 0.0, "2": 0.9, "4": 1.1, "8": 2.0},
+            },
+        ),
+        "midtp-growth": _perturb(
+            high,
+            draft={
+                "compute_ms": 3.0,
+                "compute_split": 0.9,
+                "allreduce_growth": 0.2,
+                "allreduce_ms": {"1": 0.0, "2": 0.4, "4": 0.6, "8": 1.0},
+            },
+        ),
     }
 
 
@@ -895,7 +954,9 @@ def main() -> None:
     parser.add_argument("--stop-early", action="store_true")
     parser.add_argument("--random", type=int, default=0, help="random landscapes instead")
     parser.add_argument(
-        "--truth", default="", help="print optima: heldout, misfit, unseen, blind, faults or names"
+        "--truth",
+        default="",
+        help="print optima: heldout, misfit, unseen, blind, faults, midtp or names",
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -928,16 +989,17 @@ def main() -> None:
 
 def _print_truths(which: str, space_names: str) -> None:
     every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
-    every |= unseen_landscapes() | blind_landscapes() | fault_landscapes()
+    every |= unseen_landscapes() | blind_landscapes() | fault_landscapes() | midtp_landscapes()
     sets = {
         "heldout": heldout_landscapes(),
         "misfit": misfit_landscapes(),
         "unseen": unseen_landscapes(),
         "blind": blind_landscapes(),
         "faults": fault_landscapes(),
+        "midtp": midtp_landscapes(),
     }
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
-    for space in spaces():
+    for space in midtp_spaces() if which == "midtp" else spaces():
         if not space_names or space.name in space_names.split(","):
             for name, profile in chosen.items():
                 print("\n".join(truth_lines(name, profile, space, top=4)), flush=True)

@@ -20,6 +20,8 @@ from tests.perf.search_play import (
     fault_landscapes,
     heldout_landscapes,
     injected_failure,
+    midtp_landscapes,
+    midtp_spaces,
     spaces,
     truth,
     unseen_landscapes,
@@ -103,7 +105,8 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert bench_answer.chosen([]) == list(bench_answer.landscapes())
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
     with pytest.raises(
-        ValueError, match="unknown 'nope'; expected heldout, random, unseen, blind, faults or"
+        ValueError,
+        match="unknown 'nope'; expected heldout, random, unseen, blind, faults, midtp or",
     ):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
@@ -176,6 +179,35 @@ def test_the_blind_landscapes_have_the_shapes_they_are_named_for() -> None:
     assert best("blind-mtp-one", "small") == "s1-k1-d2-tp1[]"
     assert best("blind-tree-crash", "large") == "s2-k2-d5-tp8[NCCL_PROTO=LL]"  # not topk 4
     assert best("blind-tp8-nccl", "small") == "s3-k1-d4-tp1[]"  # draft TP 8 would win
+
+
+def test_the_middle_draft_tp_landscapes_run_on_spaces_of_four_draft_tps() -> None:
+    midtp = bench_answer.chosen(["midtp"])
+    assert midtp == list(midtp_landscapes()) and len(midtp) == 3
+    assert not set(midtp) & set(bench_answer.landscapes())  # the default run is unchanged
+    assert bench_answer.spaces_of("midtp-tp4") == ["tp4", "tp4-large"]
+    assert bench_answer.spaces_of("default") == ["small", "large"]
+    run = bench_answer.Run("midtp-tp4", "tp4", 1.0, True, 22, ((0.02, 4),))
+    figures = list(bench_answer.figures_of([run]))
+    assert [f.figure_id for f in figures][:2] == [
+        "winner_within_1pct_rate_midtp",
+        "confident_wrong_count_midtp",
+    ]
+    assert "launches_median_midtp_tp4" in [f.figure_id for f in figures]
+    assert figures[-1].figure_id == "within_1pct_rate_midtp-tp4"
+
+
+def test_the_middle_draft_tp_landscapes_are_fastest_at_a_middle_draft_tp() -> None:
+    small, large = ({c.key: c for c in valid_candidates(s.study)} for s in midtp_spaces())
+
+    def best(name: str, space: dict[str, Candidate]) -> str:
+        profile = midtp_landscapes()[name]
+        return max(space, key=lambda k: truth(profile, space[k])[0])
+
+    assert best("midtp-tp2", small) == "s2-k1-d3-tp2[]"
+    assert best("midtp-tp4", small) == "s5-k1-d6-tp4[]"
+    assert best("midtp-growth", small) == "s5-k1-d6-tp4[]"
+    assert best("midtp-tp4", large) == "s5-k1-d6-tp8[NCCL_PROTO=LL]"  # the flag moves it
 
 
 def test_a_landscape_fails_the_launches_its_failure_rules_match() -> None:

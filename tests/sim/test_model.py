@@ -151,6 +151,33 @@ def test_draft_tp8_wins_only_at_few_steps_when_its_communication_grows() -> None
     assert better == [True] * 4 + [False] * 4
 
 
+def test_a_large_drafts_compute_shards_over_its_draft_tp() -> None:
+    profile = knobs("default", draft={"compute_ms": 3.0, "compute_split": 0.9})
+    # a step at draft TP 4: 3.0 · (0.1 + 0.9 / 4) compute + 1.5 all-reduce
+    assert model.draft_step_ms(profile, chain(2, draft_tp=4), 1) == pytest.approx(2.475)
+    assert model.draft_step_ms(profile, chain(2, draft_tp=1), 1) == pytest.approx(3.0)
+    assert model.draft_step_ms(load_profile("default"), chain(2, draft_tp=4), 1) == pytest.approx(
+        2.2
+    )
+
+
+def test_a_sharded_draft_can_be_fastest_at_a_middle_draft_tp() -> None:
+    profile = knobs(
+        "high-acceptance",
+        draft={
+            "compute_ms": 4.0,
+            "compute_split": 0.95,
+            "allreduce_ms": {"1": 0.0, "2": 0.9, "4": 1.1, "8": 2.0},
+        },
+    )
+    speed = {
+        (s, tp): model.predict(profile, chain(s, tp)).decode_tok_s
+        for s in range(1, 11)
+        for tp in (1, 2, 4, 8)
+    }
+    assert max(speed, key=speed.__getitem__) == (5, 4)
+
+
 def test_a_verify_cliff_slows_wide_verify_passes_only() -> None:
     profile = knobs("default", timing={"verify_cliff_tokens": 4, "verify_cliff_factor": 0.25})
     # 7.2 base + 4.0 all-reduce + 0.2 per extra token, × 1.25 from 4 draft tokens on

@@ -92,6 +92,14 @@ def test_the_misfit_knobs_are_read_and_checked() -> None:
         parse_profile("[draft]\nallreduce_growth = -1.0\n", source="p.toml")
 
 
+def test_a_drafts_compute_split_is_read_and_checked() -> None:
+    p = parse_profile("[draft]\ncompute_ms = 4.0\ncompute_split = 0.95\n", source="p.toml")
+    assert (p.draft.compute_ms, p.draft.compute_split) == (4.0, 0.95)
+    assert load_profile("default").draft.compute_split == 0.0
+    with pytest.raises(ProfileError, match=r"p.toml.*draft.compute_split.*in \[0, 1\].*1.5"):
+        parse_profile("[draft]\ncompute_split = 1.5\n", source="p.toml")
+
+
 def test_the_unseen_shape_knobs_are_read_and_checked() -> None:
     text = (
         "[timing]\ntree_cliff_width = 32\ntree_cliff_factor = 0.25\n"
