@@ -75,9 +75,10 @@ class ConfigSampler(BaseSampler):
         or crash after start-up (:func:`sweep.search.flaky.unreliable`: the measured ones
         with it never lead)."""
         if history.out_of_memory:
-            history.ruled_out = memory.ruled_out(
+            certain, order = memory.rules(
                 self.candidates, history.out_of_memory, history.tried(), history.measured
             )
+            history.ruled_out, history.bisected = certain | order, set(order)
         if history.failed:
             history.avoided = failing.avoided(
                 self.candidates, history.failed, history.measured, history.tried()

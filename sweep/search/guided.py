@@ -62,14 +62,12 @@ class PhysicsSampler(ConfigSampler):
         kappa: weight of the uncertainty in the upper bound that picks the proposal.
         plausible_z: an untried configuration is plausible while its mean + plausible_z·sd
             exceeds the best measured configuration's predicted value.
-        n_startup: launches before the model proposes (the first is the priors' best,
-            the others space-filling).
+        n_startup: launches before the model proposes (the priors' best, then space-filling).
         misfit: rms of standardised residuals above which the model is not trusted.
         accept_sd: relative sd of a measured accept length.
-        accept_length_attr: the user attribute holding a trial's measured accept length.
-        stderr_attr: the user attribute holding a launch's within-launch standard error.
-        relaunch: whether the search may relaunch a measured configuration (False for a
-            worker of a shared study: it then explores the most promising untried one).
+        accept_length_attr, stderr_attr: the user attributes holding a trial's measured
+            accept length and a launch's within-launch standard error.
+        relaunch: whether the search may relaunch a measured one (not a shared study's worker).
     """
 
     def __init__(
@@ -100,7 +98,7 @@ class PhysicsSampler(ConfigSampler):
         self.climb = Climb(self.candidates, self.index)
         self.neighbours = self.climb.neighbours
         self.min_launches = max(n_startup, stopping.MIN_SEARCH_LAUNCHES)  # before a stop
-        self.leaping = False  # the proposal being made is a leap (recorded with it)
+        self.leaping = ""  # the proposal being made is a "leap" or a "probe" (recorded with it)
 
     # --- the model --------------------------------------------------------------------------
 
@@ -109,31 +107,27 @@ class PhysicsSampler(ConfigSampler):
         return self.model.predict(history)
 
     def predictions(self, study: Study) -> dict[str, Prediction]:
-        """The cost model's prediction for every valid configuration (measured ones too),
-        fitted to everything measured so far; for the report's predicted-vs-measured."""
+        """The model's prediction for every valid configuration, fitted to every launch."""
         _, mean, sd = self.predict(self.history(study))
         return predictions_of(self.candidates, mean, sd)
 
     def holdout_predictions(
         self, study: Study, keys: Sequence[str] | None = None
     ) -> dict[str, Prediction]:
-        """For each measured configuration (or ``keys``), the cost model's prediction from
-        every *other* launch: a prior for :func:`sweep.search.confirm.decide` independent of
-        the configuration's own launches (:func:`sweep.search.predictions.holdout`)."""
+        """Each measured configuration's (or ``keys``') prediction from every *other* launch:
+        a prior for :func:`sweep.search.confirm.decide` (:func:`predictions.holdout`)."""
         return self.model.holdout(self.history(study), keys)
 
     def surprise(self, study: Study, history: History | None = None) -> float:
         """How far the worst-predicted launch missed (:func:`sweep.search.misfit.surprise`)."""
-        history = history or self.history(study)
-        return surprise(current_trials(study), self.matcher, history)
+        return surprise(current_trials(study), self.matcher, history or self.history(study))
 
     def exhausted(self, study: Study) -> bool:
-        """True when the search may stop and confirmation start: when the measurements
-        decide (:func:`sweep.search.stopping.measured_stop`; a stall passes while the model
-        promises a leap, :func:`promises.leap`, or one more configuration is worth a look
-        first, :meth:`FittedModel.last_look`), their word; else when nothing untried is
-        plausible — or, once the model was found wrong (a surprise, residuals above
-        ``misfit``), when its refitted mean promises nothing (:func:`promises.promised`)."""
+        """True when the search may stop and confirmation start: the measurements decide
+        (:func:`stopping.measured_stop`; a stall passes while the model promises a leap,
+        :func:`promises.leap`, or a last look, :meth:`FittedModel.last_look`), else nothing
+        untried is plausible (once the model was found wrong, a surprise or residuals above
+        ``misfit``: promised, :func:`promises.promised`); and no memory probe is due."""
         history = self.history(study)
         untried = self.untried(history)
         verdict = stopping.measured_stop(history, untried, self.climb, self.min_launches)
@@ -142,14 +136,14 @@ class PhysicsSampler(ConfigSampler):
             history, untried, self.index, lambda: self.predict(history)[1], missed
         )
         if verdict is not None and not passes:
-            return verdict and self.model.last_look(history, untried, missed) is None
-        result, mean, sd = self.predict(history)
-        widen = self.surprise(study, history)
-        if widen > 1.0 or result.rms > self.misfit:
-            # the local search converged (the leader beats its whole neighbourhood), and the
-            # model, refitted to everything, no longer promises a better configuration
-            return not promises.promised(untried, self.index, history, mean, sd * widen)
-        return not promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
+            stop = verdict and self.model.last_look(history, untried, missed) is None
+        else:  # the model found wrong: what its refit still promises; else what is plausible
+            result, mean, sd = self.predict(history)
+            widen = self.surprise(study, history)
+            wrong = widen > 1.0 or result.rms > self.misfit
+            z, sd = (promises.PROMISE_Z, sd * widen) if wrong else (self.plausible_z, sd)
+            stop = not promises.plausible(untried, self.index, history, mean, sd, z)
+        return stop and self.model.memory_probe(history, current_trials(study)) is None
 
     def leader(self, history: History) -> Candidate | None:
         """The eligible configuration with the highest mean measured value."""
@@ -171,9 +165,10 @@ class PhysicsSampler(ConfigSampler):
         self._last = (mean, sd)
         if stopping.measured_stop(history, untried, self.climb, self.min_launches):
             missed = promises.missed_leaps(current_trials(study), self.matcher, history)
-            if (look := self.model.last_look(history, untried, missed)) is not None:
-                self.leaping = True  # the measurements would stop: one more look first
-                return look
+            look = self.model.last_look(history, untried, missed)
+            self.leaping = "leap" if look is not None else ""
+            if (pick := look or self._probe(study, history)) is not None:
+                return pick  # the measurements would stop: one more look first, or a probe
         uncovered = self.climb.uncovered(history)
         if (widen > 1.0 or result.rms > self.misfit) and untried:
             # the model was found wrong: the band and neighbour checks, what its refitted
@@ -182,23 +177,28 @@ class PhysicsSampler(ConfigSampler):
             jumps = [] if uncovered else promises.open_leaps(trials, self.matcher, history,
                                                              untried, self.index, mean)  # fmt: skip
             if jumps:  # the refit's strongest claim, tested first (a miss is a surprise)
-                self.leaping = True
+                self.leaping = "leap"
                 return self._best(jumps, mean, sd)
             near = uncovered or self.climb.untried_neighbours(history)
             picks = near or promises.promised(untried, self.index, history, mean, sd)
-            return self._best(picks or self.climb.frontier(history) or untried, mean, sd)
+            probe = None if picks else self._probe(study, history)
+            return probe or self._best(picks or self.climb.frontier(history) or untried, mean, sd)
         plausible = promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
         if not plausible or stopping.stalled(history):
             near = uncovered or self.climb.untried_neighbours(history)
             if near:  # the band and neighbour checks: never stop on the model's word
                 return self._best(near, mean, sd)  # alone, and no model picks after a stall
         if not plausible:
-            pick = self._replicate(history, untried)
+            pick = self._probe(study, history) or self._replicate(history, untried)
             self.repeat = pick.key in history.measured
             return pick
-        pool = np.array(plausible)
-        upper = mean[pool] + self.kappa * sd[pool]
-        return self.candidates[int(pool[int(np.argmax(upper))])]
+        return self._best([self.candidates[i] for i in plausible], mean, sd)
+
+    def _probe(self, study: Study, history: History) -> Candidate | None:
+        """A memory probe (:meth:`FittedModel.memory_probe`), marked as one."""
+        probe = self.model.memory_probe(history, current_trials(study))
+        self.leaping = "probe" if probe is not None else self.leaping
+        return probe
 
     def _best(self, pool: Sequence[Candidate], mean: np.ndarray, sd: np.ndarray) -> Candidate:
         rows = np.array([self.index[c.key] for c in pool])
@@ -238,11 +238,11 @@ class PhysicsSampler(ConfigSampler):
             i = self.index[pick.key]
             value = float(math.exp(mean[i]))
             predicted = {"mean": value, "sd": value * float(sd[i])} | (
-                {"leap": True} if self.leaping else {}
+                {self.leaping: True} if self.leaping else {}
             )
             set_system_attr(study, trial, PREDICTED_ATTR, predicted)
             self._last = None
-        self.leaping = False
+        self.leaping = ""
 
     def _space_filling(self, history: History, untried: list[Candidate]) -> Candidate:
         if not untried:
@@ -257,6 +257,7 @@ class FittedModel:
     they change, each fit started from the last one's constants."""
 
     def __init__(self, candidates: Sequence[Candidate], index: dict[str, int], accept_sd: float):
+        self.candidates = candidates
         self.design = costmodel.design(candidates)
         self.index = index
         self.accept_sd = accept_sd  # relative sd of a measured accept length
@@ -286,6 +287,11 @@ class FittedModel:
         mean = self.predict(history)[1]
         alternatives = functools.partial(self.alternative_means, history)
         return promises.last_look(untried, self.index, history, mean, alternatives, missed)
+
+    def memory_probe(self, history: History, trials: Sequence[FrozenTrial]) -> Candidate | None:
+        """:func:`promises.memory_probe` with this model's fit."""
+        mean = self.predict(history)[1]
+        return promises.memory_probe(trials, self.candidates, self.index, history, mean)
 
     def alternative_means(self, history: History) -> list[np.ndarray]:
         """Every candidate's log value as each of the fit's alternatives (another verify

@@ -54,6 +54,8 @@ class History:
         ruled_out: untried keys that need at least the memory of one that ran out, each
             with that key (:mod:`sweep.search.memory`; set by the sampler, which knows the
             candidates): never proposed.
+        bisected: the keys of :attr:`ruled_out` kept out only by the bisection's order
+            (they may fit; :func:`sweep.search.memory.probe` settles one).
         failed: keys whose launch failed for a reason that may follow a setting (a crash,
             NCCL at init, a start-up timeout; refused flags, an illegal tree), with its kind.
         avoided: untried keys with a setting whose launches all failed
@@ -70,6 +72,7 @@ class History:
     pending: set[str] = field(default_factory=set)
     out_of_memory: set[str] = field(default_factory=set)
     ruled_out: dict[str, str] = field(default_factory=dict)
+    bisected: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
     avoided: dict[str, str] = field(default_factory=dict)
     crashes: dict[str, tuple[int, int]] = field(default_factory=dict)

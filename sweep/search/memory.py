@@ -39,7 +39,7 @@ captured) and measures nothing. Pure: reads candidates and what was measured.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
 from sweep.search import memory_need as need
 from sweep.search.candidates import Candidate
@@ -79,20 +79,65 @@ def ruled_out(
 ) -> dict[str, str]:
     """Each untried candidate not to launch (see the module), with the key of the
     configuration that ran out of memory that rules it out."""
+    certain, order = rules(candidates, out_of_memory, tried, measured)
+    return certain | order
+
+
+def rules(
+    candidates: Sequence[Candidate],
+    out_of_memory: Iterable[str],
+    tried: Iterable[str],
+    measured: Iterable[str] = (),
+) -> tuple[dict[str, str], dict[str, str]]:
+    """:func:`ruled_out` in two: the untried candidates certainly out of memory (the
+    certain and every-split rules), and those kept out only by the bisection's order (they
+    may fit: :func:`probe` settles one), each with the key of the configuration that ran
+    out that rules it out."""
     by_key = {c.key: c for c in candidates}
     failed = [by_key[k] for k in sorted(set(out_of_memory)) if k in by_key]
     if not failed:
-        return {}
+        return {}, {}
     done = set(tried)
     untried = [c for c in candidates if c.key not in done]
     fits = [by_key[k] for k in measured if k in by_key]
-    out = inferred_infeasible(untried, failed, fits)
-    unsettled = [c for c in untried if c.key not in out and not any(_below(c, m) for m in fits)]
+    certain = inferred_infeasible(untried, failed, fits)
+    unsettled = [c for c in untried if c.key not in certain and not any(_below(c, m) for m in fits)]
+    order: dict[str, str] = {}
     for f in sorted(failed, key=lambda f: (width(f), f.key)):
         below = [c for c in unsettled if _below(c, f)]
         top = middle(width(c) for c in below)
-        out.update({c.key: f.key for c in below if top is not None and width(c) > top})
-    return out
+        order.update({c.key: f.key for c in below if top is not None and width(c) > top})
+    return certain, order
+
+
+def probe(
+    candidates: Sequence[Candidate],
+    target: Candidate,
+    kept_out: Collection[str],
+    measured: Iterable[str],
+    rank: Callable[[Candidate], float],
+) -> Candidate:
+    """The launch that settles ``target``, a configuration kept out by the bisection's
+    order only (it may fit): the widest configuration not ``kept_out`` (tried, ruled out or
+    avoided) and not below a ``measured`` one (it would fit for certain: nothing learnt) at
+    most ``target``'s steps, topk and draft tokens with its TPs and extras — the highest
+    ``rank`` (the model's) of that width —, else ``target`` itself. It fits, and
+    everything below it does: the bisection's open widths shrink, and ``target`` is let
+    through or settled in a few such launches; or it runs out, and what needs at least its
+    memory is out."""
+    by_key = {c.key: c for c in candidates}
+    fits = [by_key[k] for k in measured if k in by_key]
+    below = [
+        c
+        for c in candidates
+        if c.key not in kept_out
+        and c.extras == target.extras
+        and _below(c, target)
+        and not any(_below(c, m) for m in fits)
+    ]
+    if not below:
+        return target
+    return max(below, key=lambda c: (width(c), rank(c), c.key))
 
 
 def inferred_infeasible(

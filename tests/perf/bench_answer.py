@@ -59,7 +59,10 @@ failing region is never the optimum: an answer there counts as 0.
 Middle-draft-TP landscapes (:func:`tests.perf.search_play.midtp_landscapes`: a draft large
 enough for its compute to shard, fastest at draft TP 2 or 4) run on their own spaces, the
 small and large ones with draft TP 1, 2, 4 and 8 (``tp4``, ``tp4-large``), and are scored by
-``--landscapes midtp`` (``*_midtp`` and a line per landscape).
+``--landscapes midtp`` (``*_midtp`` and a line per landscape). The shipped profiles on
+SGLang's own tree range (:func:`tests.perf.search_play.topk8_landscapes`: topk up to 8, up
+to 32 draft tokens, a memory cliff under the model's favourites) are scored by
+``--landscapes topk8`` on their space (``topk8``).
 
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
@@ -114,6 +117,7 @@ from tests.perf.search_play import (
     midtp_landscapes,
     misfit_landscapes,
     random_misfit_landscapes,
+    topk8_landscapes,
     unseen_landscapes,
 )
 from tests.support.clock import SkippingClock
@@ -154,7 +158,16 @@ MIDTP_SPACES = {
 }
 """The midtp landscapes' spaces (:func:`tests.perf.search_play.midtp_landscapes`): the small
 and large ones with draft TP 1, 2, 4 and 8 (their optima are at draft TP 2 or 4)."""
-EVERY_SPACE = SPACES | MIDTP_SPACES
+TOPK8_SPACES = {
+    "topk8": (
+        "num_steps = { low = 1, high = 5 }\neagle_topk = [1, 2, 4, 8]\n"
+        "num_draft_tokens = { low = 2, high = 32 }\ndraft_tp = [8]",
+        "n_trials = 40",
+    )
+}
+"""The topk8 landscapes' space (:func:`tests.perf.search_play.topk8_landscapes`): SGLang's
+tree range, topk up to 8 and up to 32 draft tokens."""
+EVERY_SPACE = SPACES | MIDTP_SPACES | TOPK8_SPACES
 
 
 HELDOUT = "heldout"  # --landscapes heldout: every held-out landscape
@@ -163,6 +176,7 @@ UNSEEN = "unseen"  # --landscapes unseen: shapes no other set has (search_play.u
 BLIND = "blind"  # --landscapes blind: shapes none of the others has (search_play.blind_landscapes)
 FAULTS_GROUP = "faults"  # --landscapes faults: launches failing as a night meets them
 MIDTP = "midtp"  # --landscapes midtp: optima at a middle draft TP, on spaces of draft TP 1-8
+TOPK8 = "topk8"  # --landscapes topk8: the shipped profiles on SGLang's tree range
 
 
 def landscapes() -> dict[str, Profile]:
@@ -174,7 +188,7 @@ def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
     every = landscapes() | memory_landscapes() | heldout_landscapes()
     every |= random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
-    return every | fault_landscapes() | midtp_landscapes()
+    return every | fault_landscapes() | midtp_landscapes() | topk8_landscapes()
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -196,11 +210,14 @@ def chosen(names: Sequence[str]) -> list[str]:
             BLIND: list(blind_landscapes()),
             FAULTS_GROUP: list(fault_landscapes()),
             MIDTP: list(midtp_landscapes()),
+            TOPK8: list(topk8_landscapes()),
         }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
-                groups_named = f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}, {MIDTP}"
+                groups_named = (
+                    f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}, {MIDTP}, {TOPK8}"
+                )
                 expected = f"{groups_named} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
             if one not in out:
@@ -310,6 +327,10 @@ class Run:
     @property
     def midtp(self) -> bool:
         return self.landscape.startswith("midtp-")
+
+    @property
+    def topk8(self) -> bool:
+        return self.landscape.startswith("topk8-")
 
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
@@ -487,9 +508,11 @@ def runs(
 
 
 def spaces_of(name: str) -> list[str]:
-    """The spaces landscape ``name`` runs on: the midtp ones' own (draft TP 1, 2, 4, 8),
-    else the small and large ones."""
-    return list(MIDTP_SPACES if name in midtp_landscapes() else SPACES)
+    """The spaces landscape ``name`` runs on: the midtp ones' own (draft TP 1, 2, 4, 8), the
+    topk8 ones' (SGLang's tree range), else the small and large ones."""
+    if name.startswith(f"{TOPK8}-"):
+        return list(TOPK8_SPACES)
+    return list(MIDTP_SPACES if name.startswith(f"{MIDTP}-") else SPACES)
 
 
 def _task(task: tuple[str, str, int]) -> Run:
@@ -520,7 +543,9 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     blind = [r for r in all_runs if r.blind]
     faults = [r for r in all_runs if r.fault]
     midtp = [r for r in all_runs if r.midtp]
-    default = [r for r in all_runs if not (r.heldout or r.unseen or r.blind or r.fault or r.midtp)]
+    topk8 = [r for r in all_runs if r.topk8]
+    grouped = ("heldout", "unseen", "blind", "fault", "midtp", "topk8")
+    default = [r for r in all_runs if not any(getattr(r, g) for g in grouped)]
     if default:
         yield from _default_figures(default)
     if held:
@@ -537,6 +562,9 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     if midtp:
         yield from heldout_figures(midtp, MIDTP)
         yield from per_landscape(midtp)
+    if topk8:
+        yield from heldout_figures(topk8, TOPK8)
+        yield from per_landscape(topk8)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:

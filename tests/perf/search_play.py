@@ -100,6 +100,23 @@ def spaces() -> tuple[Space, ...]:
     return (Space.of("small", SMALL, 20), Space.of("large", LARGE, 60))
 
 
+TOPK8 = (
+    HEAD
+    + """
+[space]
+num_steps = { low = 1, high = 5 }
+eagle_topk = [1, 2, 4, 8]
+num_draft_tokens = { low = 2, high = 32 }
+draft_tp = [8]
+"""
+)
+
+
+def topk8_spaces() -> tuple[Space, ...]:
+    """SGLang's tree range (the topk8 landscapes' space)."""
+    return (Space.of("topk8", TOPK8, 40),)
+
+
 def midtp_spaces() -> tuple[Space, ...]:
     """The small and large spaces with draft TP 1, 2, 4 and 8 (the midtp landscapes')."""
     every = "draft_tp = [1, 2, 4, 8]"
@@ -413,6 +430,18 @@ def midtp_landscapes() -> dict[str, Profile]:
             },
         ),
     }
+
+
+def topk8_landscapes() -> dict[str, Profile]:
+    """The shipped profiles on SGLang's own tree range (``--landscapes topk8`` in
+    bench_answer, on its own space: 1-5 steps, topk 1, 2, 4 and 8, 2-32 draft tokens, draft
+    TP 8; ``python -m tests.perf.search_play --truth topk8`` prints their optima without
+    the memory cliff, bench_answer's truth counts what runs out as 0). The
+    simulator's memory plan runs wide topk-8 trees out of memory (on ``tree`` from about 28
+    draft tokens), below the model's favourites, so the search meets a memory cliff between
+    them and the optimum (``topk8-tree``: topk 8, 3 steps, 24 draft tokens; topk 4 −4.2 %):
+    ``topk8-default``, ``topk8-high-acceptance`` and ``topk8-tree``."""
+    return {f"topk8-{name}": load_profile(name) for name in ("default", "high-acceptance", "tree")}
 
 
 @dataclass(frozen=True)
@@ -956,7 +985,7 @@ def main() -> None:
     parser.add_argument(
         "--truth",
         default="",
-        help="print optima: heldout, misfit, unseen, blind, faults, midtp or names",
+        help="print optima: heldout, misfit, unseen, blind, faults, midtp, topk8 or names",
     )
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -990,6 +1019,7 @@ def main() -> None:
 def _print_truths(which: str, space_names: str) -> None:
     every = landscapes() | misfit_landscapes() | heldout_landscapes() | random_misfit_landscapes()
     every |= unseen_landscapes() | blind_landscapes() | fault_landscapes() | midtp_landscapes()
+    every |= topk8_landscapes()
     sets = {
         "heldout": heldout_landscapes(),
         "misfit": misfit_landscapes(),
@@ -997,9 +1027,11 @@ def _print_truths(which: str, space_names: str) -> None:
         "blind": blind_landscapes(),
         "faults": fault_landscapes(),
         "midtp": midtp_landscapes(),
+        "topk8": topk8_landscapes(),
     }
     chosen = sets.get(which) or {n: every[n] for n in which.split(",")}
-    for space in midtp_spaces() if which == "midtp" else spaces():
+    own = {"midtp": midtp_spaces(), "topk8": topk8_spaces()}
+    for space in own.get(which, spaces()):
         if not space_names or space.name in space_names.split(","):
             for name, profile in chosen.items():
                 print("\n".join(truth_lines(name, profile, space, top=4)), flush=True)

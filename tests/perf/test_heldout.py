@@ -12,6 +12,7 @@ from sweep.core.space import TrialConfig, plan
 from sweep.engines import rules_for
 from sweep.search.candidates import Candidate
 from sweep.store import read_records
+from sweep.study import parse_study
 from tests.perf import bench_answer
 from tests.perf.search_play import (
     FAULTS,
@@ -23,6 +24,7 @@ from tests.perf.search_play import (
     midtp_landscapes,
     midtp_spaces,
     spaces,
+    topk8_landscapes,
     truth,
     unseen_landscapes,
 )
@@ -106,7 +108,7 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
     with pytest.raises(
         ValueError,
-        match="unknown 'nope'; expected heldout, random, unseen, blind, faults, midtp or",
+        match="unknown 'nope'; expected heldout, random, unseen, blind, faults, midtp, topk8 or",
     ):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
@@ -208,6 +210,27 @@ def test_the_middle_draft_tp_landscapes_are_fastest_at_a_middle_draft_tp() -> No
     assert best("midtp-tp4", small) == "s5-k1-d6-tp4[]"
     assert best("midtp-growth", small) == "s5-k1-d6-tp4[]"
     assert best("midtp-tp4", large) == "s5-k1-d6-tp8[NCCL_PROTO=LL]"  # the flag moves it
+
+
+def test_the_tree_range_landscapes_run_on_their_space_with_a_memory_cliff() -> None:
+    assert bench_answer.chosen(["topk8"]) == list(topk8_landscapes())
+    assert bench_answer.spaces_of("topk8-tree") == ["topk8"]
+    text, limit = bench_answer.EVERY_SPACE["topk8"]
+    study = parse_study(
+        bench_answer.STUDY.format(
+            space="topk8", landscape="t", seed=0, limit=limit, space_text=text, confirm=""
+        ),
+        "t.toml",
+    )
+    valid = plan(study, rules_for(study)).valid
+    tree = topk8_landscapes()["topk8-tree"]
+    ranked = sorted(valid, key=lambda c: -bench_answer.truth(tree, c, "topk8-tree")[0])
+    assert ranked[0].key() == "s3-k8-d24-tp8[]"  # the wider topk-8 trees run out of memory
+    assert bench_answer.out_of_memory(tree, next(c for c in valid if c.key() == "s4-k8-d32-tp8[]"))
+    run = bench_answer.Run("topk8-tree", "topk8", 0.96, False, 40, ((0.02, 4),))
+    figures = list(bench_answer.figures_of([run]))
+    assert figures[0].figure_id == "winner_within_1pct_rate_topk8"
+    assert figures[-1].figure_id == "within_1pct_rate_topk8-tree"
 
 
 def test_a_landscape_fails_the_launches_its_failure_rules_match() -> None:

@@ -6,17 +6,29 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import optuna
 import pytest
 
 from sweep.core.records import ATTR
-from sweep.search.candidates import by_key
+from sweep.search.candidates import Candidate, by_key
 from sweep.search.climb import Climb
-from sweep.search.config_sampler import PICK_ATTR, REPLICATE_ATTR, ConfigSampler
+from sweep.search.config_sampler import PICK_ATTR, PREDICTED_ATTR, REPLICATE_ATTR, ConfigSampler
 from sweep.search.guided import PhysicsSampler
 from sweep.search.history import History, Measurement
-from sweep.search.memory import inferred_infeasible, middle, needs_at_least, ruled_out, width
+from sweep.search.memory import (
+    inferred_infeasible,
+    middle,
+    needs_at_least,
+    ruled_out,
+    rules,
+    width,
+)
+from sweep.search.memory import probe as probe_for
+from sweep.search.promises import MEMORY_PROBES, memory_probe
 from sweep.search.samplers import ValidRandomSampler
+from sweep.sim import model
+from sweep.sim.model import SimConfig
 from sweep.sim.profile import load_profile
 from sweep.study import parse_study
 from tests.search.test_guided import SPACE, play
@@ -266,3 +278,91 @@ def test_with_nothing_untried_the_sampler_proposes_what_fits_never_what_ran_out(
     for t in study.trials[3:]:
         assert t.system_attrs[PICK_ATTR] == fits
         assert bool(t.system_attrs.get(REPLICATE_ATTR)) is (fits in history.measured)
+
+
+def test_the_rules_tell_what_is_certainly_out_from_what_the_bisection_holds_back() -> None:
+    c, oom, fits = WIDE_TREES, "s2-k2-d7-tp8[]", "s1-k2-d3-tp8[]"
+    certain, order = rules(list(c.values()), {oom}, {oom, fits}, {fits})
+    assert certain | order == ruled_out(list(c.values()), {oom}, {oom, fits}, {fits})
+    assert all(needs_at_least(c[k], c[oom]) for k in certain)
+    assert set(order) == {"s2-k2-d4-tp8[]", "s2-k2-d5-tp8[]", "s2-k2-d6-tp8[]"}
+    assert rules(list(c.values()), set(), set()) == ({}, {})
+
+
+def test_a_probe_is_the_widest_configuration_below_the_held_back_one_that_may_be_launched() -> None:
+    c, oom, fits = WIDE_TREES, "s2-k2-d7-tp8[]", "s1-k2-d3-tp8[]"
+    every = list(c.values())
+    kept = ruled_out(every, {oom}, {oom, fits}, {fits}).keys() | {oom, fits}
+    target = c["s2-k2-d6-tp8[]"]  # held back by the bisection's order (width 10)
+
+    def by_tokens(x: Candidate) -> float:
+        return float(x.draft_tokens)
+
+    probe = probe_for(every, target, kept, [fits], by_tokens)
+    # below it, launchable and not below the one that fit: 2 steps topk 2 with 3 draft
+    # tokens (width 7, the bisection's middle) or topk 1 (width 5): the widest
+    assert probe.key == "s2-k2-d3-tp8[]" and width(probe) == 7
+    # nothing launchable below it: the target itself
+    everything_else = {x.key for x in every} - {target.key}
+    assert probe_for(every, target, everything_else, [fits], by_tokens) == target
+
+
+TOPK8 = """
+[study]
+name = "t"
+[engine]
+model_path = "m"
+tp_size = 8
+draft_tp_flag = "--speculative-draft-tp-size"
+[space]
+num_steps = { low = 1, high = 5 }
+eagle_topk = [1, 2, 4, 8]
+num_draft_tokens = { low = 2, high = 32 }
+draft_tp = [8]
+"""  # SGLang's tree range: topk 8 with up to 32 draft tokens
+
+
+def test_a_region_the_bisection_holds_back_is_probed_while_the_model_promises_it() -> None:
+    # the tree profile, whose topk-8 trees run out of memory from about 28 draft tokens on:
+    # the model's favourites (topk 8, 31-32 draft tokens) ran out first, the bisection held
+    # back every topk-8 tree wider than the middle of the open widths, the model never
+    # launched the narrow ones, and the search stopped at topk 4 (4.2 % below the optimum,
+    # topk 8 with 24 draft tokens) while it predicted topk 8 up to 7 % above it
+    tree = load_profile("tree")
+
+    def out_of_memory(c: Candidate) -> bool:
+        plan = model.memory_plan(tree, SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, 8, 8))
+        return plan.graph_oom or plan.kv_too_small
+
+    sampler, study, _ = play(tree, 60, TOPK8, out_of_memory)
+    history = sampler.history(study)
+    assert sampler.exhausted(study)
+    lead = sampler.leader(history)
+    assert lead is not None and lead.key == "s3-k8-d24-tp8[]"
+    probes = [t for t in study.trials if (t.system_attrs.get(PREDICTED_ATTR) or {}).get("probe")]
+    assert 1 <= len(probes) <= MEMORY_PROBES
+    assert not {t.user_attrs[ATTR.KEY] for t in probes} & history.out_of_memory  # they fit
+
+
+def test_a_probe_is_due_only_for_what_the_model_puts_above_the_best_and_at_most_so_often() -> None:
+    c, oom, fits = WIDE_TREES, "s2-k2-d7-tp8[]", "s1-k2-d3-tp8[]"
+    every = list(c.values())
+    index = {x.key: i for i, x in enumerate(every)}
+    history = History({fits: [Measurement(fits, 1, 100.0)]})
+    history.out_of_memory.add(oom)
+    history.infeasible.add(oom)
+    certain, order = rules(every, {oom}, history.tried(), history.measured)
+    history.ruled_out, history.bisected = certain | order, set(order)
+    mean = np.full(len(every), math.log(90.0))
+    mean[index[fits]] = math.log(100.0)
+    assert memory_probe([], every, index, history, mean) is None  # nothing held back promises
+    mean[index["s2-k2-d6-tp8[]"]] = math.log(104.0)  # held back by the order, promising
+    probe = memory_probe([], every, index, history, mean)
+    assert probe is not None and probe.key == "s2-k2-d3-tp8[]"
+    made = [
+        optuna.trial.create_trial(value=1.0, system_attrs={PREDICTED_ATTR: {"probe": True}})
+        for _ in range(MEMORY_PROBES)
+    ]
+    assert memory_probe(made, every, index, history, mean) is None  # its budget is spent
+    mean[index["s3-k2-d8-tp8[]"]] = math.log(120.0)  # certainly out: never probed for
+    assert memory_probe([], every, index, history, mean) == probe
