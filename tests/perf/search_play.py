@@ -403,32 +403,18 @@ def midtp_landscapes() -> dict[str, Profile]:
     flag changes the best draft TP.
     """
     high, default = load_profile("high-acceptance"), load_profile("default")
+
+    def sharded(
+        profile: Profile, ms: float, split: float, ar: tuple[float, ...], **more: float
+    ) -> Profile:
+        allreduce = dict(zip(("1", "2", "4", "8"), (0.0, *ar), strict=True))
+        draft = {"compute_ms": ms, "compute_split": split, "allreduce_ms": allreduce, **more}
+        return _perturb(profile, draft=draft)
+
     return {
-        "midtp-tp2": _perturb(
-            default,
-            draft={
-                "compute_ms": 3.0,
-                "compute_split": 0.9,
-                "allreduce_ms": {"1": 0.0, "2": 0.5, "4": 1.3, "8": 2.1},
-            },
-        ),
-        "midtp-tp4": _perturb(
-            high,
-            draft={
-                "compute_ms": 4.0,
-                "compute_split": 0.95,
-                "allreduce_ms": {"1": 0.0, "2": 0.9, "4": 1.1, "8": 2.0},
-            },
-        ),
-        "midtp-growth": _perturb(
-            high,
-            draft={
-                "compute_ms": 3.0,
-                "compute_split": 0.9,
-                "allreduce_growth": 0.2,
-                "allreduce_ms": {"1": 0.0, "2": 0.4, "4": 0.6, "8": 1.0},
-            },
-        ),
+        "midtp-tp2": sharded(default, 3.0, 0.9, (0.5, 1.3, 2.1)),
+        "midtp-tp4": sharded(high, 4.0, 0.95, (0.9, 1.1, 2.0)),
+        "midtp-growth": sharded(high, 3.0, 0.9, (0.4, 0.6, 1.0), allreduce_growth=0.2),
     }
 
 

@@ -307,19 +307,11 @@ def test_a_probe_is_the_widest_configuration_below_the_held_back_one_that_may_be
     assert probe_for(every, target, everything_else, [fits], by_tokens) == target
 
 
-TOPK8 = """
-[study]
-name = "t"
-[engine]
-model_path = "m"
-tp_size = 8
-draft_tp_flag = "--speculative-draft-tp-size"
-[space]
-num_steps = { low = 1, high = 5 }
-eagle_topk = [1, 2, 4, 8]
-num_draft_tokens = { low = 2, high = 32 }
-draft_tp = [8]
-"""  # SGLang's tree range: topk 8 with up to 32 draft tokens
+TOPK8 = CHAINS.replace(
+    "num_steps = { low = 1, high = 10 }\ndraft_tp = [1, 8]",
+    "num_steps = { low = 1, high = 5 }\neagle_topk = [1, 2, 4, 8]\n"
+    "num_draft_tokens = { low = 2, high = 32 }\ndraft_tp = [8]",
+)  # SGLang's tree range: topk 8 with up to 32 draft tokens
 
 
 def test_a_region_the_bisection_holds_back_is_probed_while_the_model_promises_it() -> None:
@@ -334,6 +326,7 @@ def test_a_region_the_bisection_holds_back_is_probed_while_the_model_promises_it
         plan = model.memory_plan(tree, SimConfig("EAGLE3", c.steps, c.topk, c.draft_tokens, 8, 8))
         return plan.graph_oom or plan.kv_too_small
 
+    assert "eagle_topk = [1, 2, 4, 8]" in TOPK8
     sampler, study, _ = play(tree, 60, TOPK8, out_of_memory)
     history = sampler.history(study)
     assert sampler.exhausted(study)
