@@ -171,6 +171,25 @@ def test_a_control_is_launched_only_where_the_flags_may_gain() -> None:
     assert control_of(configs)(simple.key()) is not None  # no launches given: always
 
 
+def test_twins_tell_a_flag_s_gain_that_the_two_best_configurations_cannot() -> None:
+    # at concurrency 64 every speculative configuration loses to no speculation; LL is 8 %
+    # ahead of Simple twin for twin, but the best of each side are 5 % apart on one launch
+    # each (within noise): the control, no speculation with LL, is launched all the same
+    ll, simple = (("NCCL_PROTO", "LL"),), (("NCCL_PROTO", "Simple"),)
+    shapes = [(1, 1, 2, 1), (1, 1, 2, 8), (1, 2, 2, 1), (2, 2, 2, 1), (1, 2, 2, 8), (2, 1, 3, 1)]
+    slow = [29.9, 27.9, 30.9, 29.2, 28.9, 24.8]
+    fast = [32.4, 32.6, 31.9, 32.0, 31.8, 24.6]
+    values = {TrialConfig(*s, env=simple): [v] for s, v in zip(shapes, slow, strict=True)}
+    values |= {TrialConfig(*s, env=ll): [v] for s, v in zip(shapes, fast, strict=True)}
+    launches = _keyed(values)
+    assert 32.6 / 30.9 < 1.06  # the two best: no clear gain on their own
+    assert flags_gain(launches, "NCCL_PROTO=LL", 0.01)
+    assert not flags_gain(launches, "NCCL_PROTO=Simple", 0.01)
+    # twins that agree within noise say nothing either way
+    even = _keyed({TrialConfig(*s, env=e): [30.0] for s in shapes for e in (ll, simple)})
+    assert not flags_gain(even, "NCCL_PROTO=LL", 0.01)
+
+
 def test_a_control_failed_for_good_is_not_launched_again_an_interrupted_one_is() -> None:
     env = (("NCCL_PROTO", "LL"),)
     ll, control = TrialConfig(2, 1, 3, 1, env=env), TrialConfig.baseline(env=env)
