@@ -74,7 +74,8 @@ neighbour, a throttled GPU), ``--drift 0.04`` slows
 the host by 4 % every 40 server starts (a host warming up over the night), ``--hetero
 0.7`` gives each configuration its own launch sd, 2 % × e^N(0, 0.7) (some configurations
 are noisier than others), ``--noise 0.04`` sets every launch's sd (a noisier host than the
-2 % the search's prior assumes).
+2 % the search's prior assumes), ``--concurrency 64`` makes the objective decode throughput at
+64 running requests (where speculation loses to no speculation on every shipped profile).
 """
 
 from __future__ import annotations
@@ -235,7 +236,7 @@ def truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, floa
     (:func:`tests.perf.search_play.injected_failure`, or a fault landscape's region,
     :func:`in_fault_region`: a configuration that crashes on some of its launches is no
     answer either)."""
-    key = (name, config.key())
+    key = (f"{name}@{CONCURRENCY}", config.key())
     if key not in _TRUTHS:
         _TRUTHS[key] = _truth(profile, config, name)
     return _TRUTHS[key]
@@ -245,10 +246,11 @@ def _truth(profile: Profile, config: TrialConfig, name: str) -> tuple[float, flo
     if not name.endswith(SERVED) and in_fault_region(name, config):
         return 0.0, 1.0
     if not config.speculative:  # a control's flags speed the target too
-        return model.predict(profile, SimConfig(), 1, env=dict(config.env)).decode_tok_s, 1.0
+        plain = model.predict(profile, SimConfig(), CONCURRENCY, env=dict(config.env))
+        return plain.decode_tok_s, 1.0
     if out_of_memory(profile, config) or injected_failure(profile, _sim(config)):
         return 0.0, 1.0
-    p = model.predict(profile, _sim(config), 1, env=dict(config.env))
+    p = model.predict(profile, _sim(config), CONCURRENCY, env=dict(config.env))
     return p.decode_tok_s, p.accept_length
 
 
@@ -340,11 +342,15 @@ BAD_DROP = 0.08  # a bad launch (a noisy neighbour, a throttled GPU): 8 % slow
 DRIFT = 0.0  # ``--drift``: the host slows by this share per DRIFT_STARTS server starts
 DRIFT_STARTS = 40  # (a host warming up over the night, a neighbour's growing load)
 HETERO = 0.0  # ``--hetero``: each configuration's launch sd is LAUNCH_SD × e^N(0, HETERO)
+CONCURRENCY = 1  # ``--concurrency``: the objective's level (the truth at that many requests)
 
 
 def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) -> Run:
     text, limit = EVERY_SPACE[space]
     confirm = f"[confirm]\n{CONFIRM}\n" if CONFIRM else ""
+    if CONCURRENCY > 1:
+        level = f"concurrency = [{CONCURRENCY}]"
+        confirm += f"[workload]\n{level}\n[objective]\nconcurrency = {CONCURRENCY}\n"
     study = parse_study(
         STUDY.format(
             space=space, landscape=name, seed=seed, limit=limit, space_text=text, confirm=confirm
@@ -772,7 +778,7 @@ def figures() -> Iterator[Figure]:
 
 
 def main(argv: list[str]) -> None:
-    global CONFIRM, TRACE, BAD_SHARE, DRIFT, HETERO, LAUNCH_SD
+    global CONFIRM, TRACE, BAD_SHARE, DRIFT, HETERO, LAUNCH_SD, CONCURRENCY
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=len(SEEDS))
     parser.add_argument("--landscapes", default="")
@@ -796,8 +802,13 @@ def main(argv: list[str]) -> None:
         "--hetero", type=float, default=0.0,
         help="each configuration's launch sd is --noise × e^N(0, this) (0.7: 0.5–8 %% at 2 %%)",
     )  # fmt: skip
+    parser.add_argument(
+        "--concurrency", type=int, default=1,
+        help="the objective's concurrency (the truth at that many running requests)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     DRIFT, HETERO, LAUNCH_SD = args.drift, args.hetero, args.noise
+    CONCURRENCY = args.concurrency
     CONFIRM = args.confirm.replace(";", "\n")
     TRACE = args.trace
     BAD_SHARE = args.bad_launches
