@@ -78,6 +78,14 @@ def ruled_out(run: RunContext) -> dict[str, str]:
     return history.ruled_out | history.avoided
 
 
+def held_back(run: RunContext) -> set[str]:
+    """Of :func:`ruled_out`, the configurations the memory bisection holds back by its order
+    only (they may fit: :attr:`sweep.search.history.History.bisected`)."""
+    trials = run.stores.trials
+    sampler = trials.sampler
+    return sampler.history(trials).bisected if isinstance(sampler, ConfigSampler) else set()
+
+
 def propose(run: RunContext, seen: History) -> Proposal:
     """The next proposal (see the module docstring)."""
     trials = run.stores.trials

@@ -392,10 +392,14 @@ def answer_text(answer: Mapping[str, Any]) -> str:
             text += f"; tie of {len(answer['tie'])} within {100 * answer['tie_margin']:.0f} %"
         return text
     # an answer stored confident before the comparison with no speculation was required
-    why = answer.get("crashes") or {
-        DROPPED: "relaunches failed on every host",
-        RUN_STOPPED: "the run stopped before confirming it",
-    }.get(str(answer.get("stopped_by")), "budget spent")
+    why = (
+        answer.get("crashes")
+        or answer.get("unlaunched")
+        or {
+            DROPPED: "relaunches failed on every host",
+            RUN_STOPPED: "the run stopped before confirming it",
+        }.get(str(answer.get("stopped_by")), "budget spent")
+    )
     text += f"; NOT confident ({why})" if not answer.get("confident") else "; NOT confirmed"
     decide = f"{answer['to_decide']} would decide" if answer.get("to_decide") else ""
     details = [d for d in (f"not shown to beat {unshown}" if unshown else "", decide) if d]

@@ -161,3 +161,27 @@ def test_the_best_line_is_the_best_configuration_over_all_its_launches(tmp_path:
     status = load_status(study)
     assert status.best is not None and status.best.label.startswith("steps=2")
     assert status.best_mean is not None and status.best_mean.mean == pytest.approx(120.0)
+
+
+def test_a_winner_whose_next_step_the_search_never_launched_gets_it_launched(
+    tmp_path: Path,
+) -> None:
+    # the grid's budget ends the search at 3 steps: the leader's next step, 4 steps, 10 %
+    # faster, was never launched, and no comparison among what was launched can say so
+    confirm = "[confirm]\nmax_replicates = 3\nshare = 0.9\n"
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3, 4, 5]",
+                       study='sampler = "grid"\nn_trials = 3', confirm=True,
+                       sections=confirm)  # fmt: skip
+    study = load_study(path)
+    keys = {s: TrialConfig(s, 1, s + 1, 8).key() for s in range(1, 6)}
+    values = {1: 80.0, 2: 90.0, 3: 100.0, 4: 110.0, 5: 104.0}
+    scripted = Scripted({"baseline": [70.0]} | {keys[s]: [v] for s, v in values.items()})
+    out = io.StringIO()
+    summary = run_with_measurements(study, scripted, display=Display(out, live=False))
+    assert set(scripted.order[:4]) == {"baseline", keys[1], keys[2], keys[3]}  # the search's
+    assert keys[4] in scripted.order and keys[5] in scripted.order  # then its neighbours
+    said = "steps=4 topk=1 draft=5 draft_tp=8, a neighbour of the winner never launched"
+    assert said in out.getvalue()
+    optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
+    answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer
+    assert answer["winner"] == keys[4] and summary.answer.startswith("steps=4")

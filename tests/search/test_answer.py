@@ -46,6 +46,10 @@ def test_a_not_confident_answer_says_what_would_decide_and_prints_no_tie() -> No
     # a fleet answer decided because every host failed the relaunches that would decide it
     dropped = answer_text({**stored, "stopped_by": DROPPED})
     assert "NOT confident (relaunches failed on every host): about " in dropped
+    # the winner's next step never launched (the search's budget ended it first)
+    never = "its neighbours 4 steps, draft TP 1 were never launched"
+    unlaunched = answer_text({**stored, "unlaunched": never})
+    assert f"NOT confident ({never})" in unlaunched
 
 
 def test_a_not_confident_answer_named_with_the_model_says_so_in_the_report() -> None:
