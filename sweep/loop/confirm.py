@@ -87,8 +87,10 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
         if clear is not None:  # a setting left out on thin evidence holds the fastest
             key, why = clear
             run.display.message(f"confirming: {labels.get(key, key)} again: {why}")
+            count_confirmation(trials, baseline=False)
             used += 1
-            if launch_once(run, seen, key, controls):
+            attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
+            if stop_for_host(run, key):
                 return
             continue
         step = answer.confirm_step(
@@ -112,8 +114,10 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
                 run.display.message(
                     f"confirming: {labels.get(key, key)}, a neighbour of the winner never launched"
                 )
+                count_confirmation(trials, baseline=False)
                 used += 1
-                if launch_once(run, seen, key, controls):
+                attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
+                if stop_for_host(run, key):
                     return
                 continue
             stored = answer.answer_of(step, labels, options, used)
@@ -144,16 +148,6 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
             attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
             if stop_for_host(run, key):
                 return
-
-
-def launch_once(
-    run: RunContext, seen: History, key: str, controls: Mapping[str, TrialConfig]
-) -> bool:
-    """Launch speculative configuration ``key`` once for the confirmation (counted in its
-    budget); True when the run must stop (:func:`stop_for_host`)."""
-    count_confirmation(run.stores.trials, baseline=False)
-    attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
-    return stop_for_host(run, key)
 
 
 def unlaunched_neighbours(
