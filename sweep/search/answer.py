@@ -16,6 +16,7 @@ from sweep.core.space import TrialConfig
 from sweep.search.candidates import candidate_of
 from sweep.search.comparisons import ConfirmOptions
 from sweep.search.confirm import Decision, Relaunch, decide
+from sweep.search.controls import flags_gain
 from sweep.search.launches import Launch, estimate, launch_variance
 from sweep.search.neighbours import Neighbours
 from sweep.study.model import ConfirmSpec
@@ -141,68 +142,6 @@ def failed_controls(controls: Iterable[TrialRecord]) -> set[str]:
         for r in controls
         if r.key and r.key not in measured and (r.failed_for_good or r.state is State.INFEASIBLE)
     }
-
-
-GAIN_Z = 2.0  # launch σ of the two best means' difference a flag's gain must clear
-
-
-def flags_gain(launches: Mapping[str, Sequence[Launch]], extras: str, margin: float) -> bool:
-    """Whether the search's launches say these flags (``extras``: the words of
-    :meth:`TrialConfig.extras_in`) may gain more than ``margin``: the best measured
-    speculative configuration with them over the best without them (means of their
-    launches), or the mean over twins (the same configuration with and without them:
-    :func:`_twins`), clears the margin by ``GAIN_Z`` launch σ of that ratio — or either
-    side has no launch (unknown: they may).
-
-    The twins matter where speculation loses: at concurrency 64 every speculative
-    configuration ran 18 % or more below no speculation, ``NCCL_PROTO=LL`` was 8 % ahead of
-    ``Simple`` over six twins, but the two best of each side were 5 % apart on one launch
-    each, within noise: no control was launched, and the answer — no speculation without
-    the flag, 11 % below no speculation with it — was confident."""
-    best: dict[bool, tuple[float, int]] = {}
-    for key, group in launches.items():
-        if not group or not TrialConfig.speculates(key):
-            continue
-        mean = sum(x.value for x in group) / len(group)
-        side = TrialConfig.extras_in(key) == extras
-        if mean > best.get(side, (0.0, 0))[0]:
-            best[side] = (mean, len(group))
-    if True not in best or False not in best:
-        return True
-    (mine, n), (other, m) = best[True], best[False]
-    sd = launch_variance(launches.values()).relative_sd
-    floor = math.log1p(margin)
-    if math.log(mine / other) > floor + GAIN_Z * sd * math.sqrt(1 / n + 1 / m):
-        return True
-    pairs = _twins(launches, extras)
-    if not pairs:
-        return False
-    gain = sum(ratio for ratio, _ in pairs) / len(pairs)
-    spread = sd * math.sqrt(sum(weight for _, weight in pairs)) / len(pairs)
-    return gain > floor + GAIN_Z * spread
-
-
-def _twins(launches: Mapping[str, Sequence[Launch]], extras: str) -> list[tuple[float, float]]:
-    """For each measured speculative configuration with the flags ``extras`` and each one
-    that differs from it only in its flags: the log ratio of their mean launches, and its
-    variance in units of one launch's (1/n + 1/m)."""
-    means = {
-        k: (sum(x.value for x in g) / len(g), len(g))
-        for k, g in launches.items()
-        if g and TrialConfig.speculates(k)
-    }
-    by_core: dict[str, list[str]] = {}
-    for key in means:
-        by_core.setdefault(key.partition("[")[0], []).append(key)
-    out = []
-    for key, (mine, n) in means.items():
-        if TrialConfig.extras_in(key) != extras:
-            continue
-        for other in by_core[key.partition("[")[0]]:
-            theirs, m = means[other]
-            if other != key:
-                out.append((math.log(mine / theirs), 1 / n + 1 / m))
-    return out
 
 
 def combined(launches: Mapping[str, Sequence[Launch]], key: str) -> float | None:
