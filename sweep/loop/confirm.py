@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from sweep.core import outcome
 from sweep.core.prediction import Prediction
@@ -121,10 +122,7 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
                     return
                 continue
             stored = answer.answer_of(step, labels, options, used)
-            if unlaunched and stored.get("confident"):
-                stored["confident"] = False
-                named = ", ".join(labels.get(k, k) for k in unlaunched)
-                stored["unlaunched"] = f"its neighbours {named} were never launched"
+            not_confident_for(stored, unlaunched, run)
             if not relaunch_ok and not stored.get("confident"):
                 stored["stopped_by"] = answer.RUN_STOPPED
             label = labels.get(step.winner, "")
@@ -168,6 +166,15 @@ def unlaunched_neighbours(
     out = set(ruled_out(run)) - held_back(run)  # the memory bisection's order is no verdict
     tried = {t.key for t in seen.trials if t.key} | out
     return [k for k in near(winner) if k not in tried]
+
+
+def not_confident_for(stored: dict[str, Any], unlaunched: list[str], run: RunContext) -> None:
+    """A stored answer whose winner has neighbours never launched (no launch was left to
+    launch them) is not confident, and says which."""
+    if unlaunched and stored.get("confident"):
+        stored["confident"] = False
+        named = ", ".join(run.valid[k].label() for k in unlaunched)
+        stored["unlaunched"] = f"its neighbours {named} were never launched"
 
 
 def stop_for_host(run: RunContext, key: str) -> bool:

@@ -28,8 +28,9 @@ prints it in its summary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import optuna
 from optuna.trial import Trial, TrialState
@@ -298,12 +299,18 @@ def relaunch(run: RunContext, key: str) -> Launch:
     trials = run.stores.trials
     first = run.history().settled.get(key)
     config = first.config if first is not None and first.config else run.valid[key]
-    frozen = _frozen(trials, first.number) if first is not None else None
-    if frozen is None:  # not measured by the search (cannot happen for a contender)
+    if first is not None:
+        frozen = _frozen(trials, first.number)
+        params = frozen.params if frozen is not None else {}
+    else:  # a neighbour of the winner the search never launched: its own parameters, with
+        params = params_of(config, run.study)  # the space's distributions, one for all trials
+        frozen = _like(trials, params)
+    if frozen is None:  # no trial has these parameters' distributions (cannot happen)
         trials.enqueue_trial(params_of(config, run.study))
         return Launch(trials, run.ask(trials), config, Kind.REPLICATE)
+    distributions = {name: frozen.distributions[name] for name in params}
     template = optuna.trial.create_trial(
-        state=TrialState.RUNNING, params=frozen.params, distributions=frozen.distributions
+        state=TrialState.RUNNING, params=params, distributions=distributions
     )
 
     def create() -> Trial:
@@ -369,6 +376,14 @@ def stopping_marker(setup: int, host: str) -> str:
 
 def _never(owner: int) -> bool:
     return False
+
+
+def _like(study: optuna.Study, params: Mapping[str, Any]) -> optuna.trial.FrozenTrial | None:
+    """A trial of ``study`` with every one of ``params``' names (their distributions)."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if set(params) <= set(t.distributions):
+            return t
+    return None
 
 
 def _frozen(study: optuna.Study, number: int) -> optuna.trial.FrozenTrial | None:

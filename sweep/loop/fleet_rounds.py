@@ -13,7 +13,7 @@ from typing import Any
 from sweep.core.records import REQUEUED_KINDS, Kind, State, TrialRecord
 from sweep.core.space import TrialConfig
 from sweep.core.timing import fits
-from sweep.loop.confirm import holdout, simplicity
+from sweep.loop.confirm import holdout, not_confident_for, simplicity, unlaunched_neighbours
 from sweep.loop.context import RunContext
 from sweep.search import answer, flaky, weighted
 from sweep.search.confirm import Decision
@@ -88,6 +88,7 @@ def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bo
         )
 
     step = step_with(left)
+    launchable = left > 0  # before the extension, as the solo confirmation's neighbour check
     # as the solo confirmation: up to EXTENSION more when they would decide
     extension = max(0, answer.EXTENSION + min(0, total - used))
     reserve = extension if relaunch_ok and time_left(run) else 0
@@ -106,7 +107,15 @@ def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bo
         for job in jobs:
             count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
         return Plan(jobs, answer.labelled(step.reason, answer.labels_of(seen.trials, run.valid)))
+    near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
+    unlaunched = [k for k in unlaunched_neighbours(run, seen, near, step.winner)
+                  if k not in (dropped or ())]  # fmt: skip
+    if unlaunched and launchable:  # as the solo confirmation: the search ended before its check
+        count_confirmation(trials, baseline=False)
+        reason = f"{run.valid[unlaunched[0]].label()}, a neighbour of the winner never launched"
+        return Plan((Job(unlaunched[0]),), reason)
     stored = answer.answer_of(step, answer.labels_of(seen.trials, run.valid), options, used)
+    not_confident_for(stored, unlaunched, run)
     effects = host_effects(
         [x for x in launches if value or not objective.weights or TrialConfig.speculates(x.key)]
     )

@@ -150,6 +150,57 @@ def test_the_fleet_relaunches_a_setting_left_out_on_thin_evidence_first(tmp_path
     assert stored["winner"] == TrialConfig(3, 1, 4, 1).key()
 
 
+def test_the_fleet_launches_a_winner_s_neighbour_the_search_never_launched(
+    tmp_path: Path,
+) -> None:
+    """As the solo confirmation: the grid's budget ends the search at 3 steps, and 4 steps,
+    10 % faster, was never launched: the shared round launches it (a trial created with its
+    own parameters, not taken from Optuna's queue), then its neighbour 5, and 4 wins."""
+    confirm = "[confirm]\nmax_replicates = 3\nshare = 0.9\n"
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3, 4, 5]",
+                       study='sampler = "grid"\nn_trials = 3', confirm=True,
+                       sections=confirm)  # fmt: skip
+    values = {1: 80.0, 2: 90.0, 3: 100.0, 4: 110.0, 5: 104.0}
+
+    def measure(config: TrialConfig) -> Measurement:
+        return Measurement(values[config.num_steps] if config.speculative else 70.0)
+
+    ctx = _shared_context(path, measure)
+    summary = Runner(ctx).run()
+    trials = ctx.stores.trials
+    plans = [Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(PLAN_ATTR)]
+    keys = {s: TrialConfig(s, 1, s + 1, 8).key() for s in range(1, 6)}
+    never = [p for p in plans if p.reason.endswith("a neighbour of the winner never launched")]
+    assert [p.jobs for p in never] == [(Job(keys[4]),), (Job(keys[5]),)]
+    assert never[0].reason.startswith("steps=4 topk=1 draft=5 draft_tp=8")
+    records = {r.key: r for r in read_records(trials) if r.kind is Kind.REPLICATE}
+    assert records[keys[4]].config == TrialConfig(4, 1, 5, 8)
+    assert {t.params.get("num_steps") for t in trials.get_trials()} >= {4, 5}  # its own params
+    stored = trials.user_attrs[ATTR.ANSWER]
+    assert stored["winner"] == keys[4] and summary.answer.startswith("steps=4")
+
+
+def test_a_fleet_answer_whose_winner_s_neighbour_was_never_launched_is_not_confident(
+    tmp_path: Path,
+) -> None:
+    """No launch left for the neighbour (the share is 0): the answer says it."""
+    path = write_study(tmp_path, space="num_steps = [1, 2, 3, 4, 5]",
+                       study='sampler = "grid"\nn_trials = 3', confirm=True,
+                       sections="[confirm]\nshare = 0.0\n")  # fmt: skip
+
+    def measure(config: TrialConfig) -> Measurement:
+        return Measurement(80.0 + 10 * config.num_steps if config.speculative else 70.0)
+
+    ctx = _shared_context(path, measure)
+    Runner(ctx).run()
+    stored = ctx.stores.trials.user_attrs[ATTR.ANSWER]
+    assert stored["confident"] is False
+    assert (
+        stored["unlaunched"]
+        == "its neighbours steps=4 topk=1 draft=5 draft_tp=8 were never launched"
+    )
+
+
 @pytest.mark.parametrize("other_worker", ["none", "running", "stopping"])
 def test_the_last_worker_the_host_stops_still_stores_an_answer(
     tmp_path: Path, other_worker: str
