@@ -404,6 +404,8 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
         reason += f" conf={answer.get('confirmation_launches')}"
         if answer.get("unreliable"):
             reason += f" left out: {'; '.join(answer['unreliable'])}"
+        if answer.get("unlaunched"):
+            reason += f" UNLAUNCHED {answer['unlaunched']}"
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
