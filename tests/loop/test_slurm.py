@@ -335,7 +335,9 @@ def test_a_cancelled_pilot_s_trial_is_measured_by_the_other(
         and t.user_attrs.get(ATTR.KIND) == "trial"
     ]
     assert again and again[0].user_attrs[ATTR.HOST] != victim.user_attrs[ATTR.HOST]
-    assert any("ended by Slurm" in w for w in summary.warnings)
+    exits = {f.name: f.read_text().strip() for f in tmp_path.rglob("task-*.exit")}
+    said = (summary.warnings, exits, board.getvalue()[-4000:])  # what a rare failure shows
+    assert any("ended by Slurm" in w for w in summary.warnings), said
     assert slurm.queue() == []
 
 
