@@ -48,6 +48,8 @@ from sweep.search.comparisons import (
 from sweep.search.controls import Control, Controls, Simplicity, baseline_first
 from sweep.search.guards import Guards
 from sweep.search.launches import (
+    OUTLIER,
+    PRIOR_SD,
     Estimate,
     LaunchLike,
     LaunchVariance,
@@ -240,16 +242,26 @@ def _against_no_speculation(
     for them the answer is not confident and says how many more of each would decide."""
     gain = _over_baseline(winner, verdict.est, inputs)
     controls = inputs.controls.keys if inputs.controls is not None else frozenset()
-    simple = winner == inputs.baseline or winner in controls
-    if gain is None or simple or beats(gain):
+    if gain is None or winner == inputs.baseline or winner in controls:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+    # shown with its first launch left out too: that launch made it the leader (the best of
+    # the search's many noisy first launches), so it is high by selection
+    later = _unselected(winner, inputs)
+    unbiased = _over_baseline(winner, {**verdict.est, winner: later}, inputs) if later else None
+    selected = beats(gain) and unbiased is not None and not beats(unbiased)
+    # and not on one launch of no speculation that a bad launch would reverse
+    lone = beats(gain) and not selected and _lone(gain, inputs)
+    if beats(gain) and not selected and not lone:
+        return _decision(winner, verdict.tie, verdict, inputs, confident=True)
+    gain = unbiased if selected and unbiased is not None else gain
     versus = gain.versus
     mine = verdict.est[winner]
     theirs = estimate(versus, inputs.launches[versus], inputs.variance)
     cap = inputs.options.max_replicates
-    order = [k for k, e in ((winner, mine), (versus, theirs)) if e.n < cap]
+    pairs = ((versus, theirs),) if lone else ((winner, mine), (versus, theirs))
+    order = [k for k, e in pairs if e.n < cap]
     order = order[: max(0, remaining)] if remaining is not None else order
-    words = unshown_reason(versus if versus != inputs.baseline else None, gain)
+    words = unshown_reason(versus if versus != inputs.baseline else None, gain, selected, lone)
     if order:
         why = (winner, words)
         reason = relaunch_reason(order, verdict.chance, inputs.options, why)
@@ -368,6 +380,22 @@ def _over_runner_up(
 ) -> Advantage | None:
     others = sorted((e for k, e in est.items() if k != winner), key=lambda e: -e.mean)
     return advantage(est[winner], others[0], options.confidence) if others else None
+
+
+def _lone(gain: Advantage, inputs: _Inputs) -> bool:
+    """The gain over no speculation rests on one launch of it that a bad launch (``OUTLIER``
+    launch σ, at least 6 %, low) would reverse: that launch as high as the outlier rule
+    allows puts the interval's low end at or below 1."""
+    if len(inputs.launches.get(gain.versus) or ()) != 1:
+        return False
+    reach = 1 + OUTLIER * max(PRIOR_SD, inputs.variance.relative_sd)
+    return gain.low / reach <= 1.0
+
+
+def _unselected(winner: str, inputs: _Inputs) -> Estimate | None:
+    """The winner's estimate from the launches after its first (None: it has one)."""
+    mine = inputs.launches.get(winner) or ()
+    return estimate(winner, mine[1:], inputs.variance) if len(mine) > 1 else None
 
 
 def _over_baseline(winner: str, est: Mapping[str, Estimate], inputs: _Inputs) -> Advantage | None:
