@@ -107,24 +107,20 @@ def confirm(run: RunContext, relaunch_ok: bool = True) -> None:
         )
         if step is None:
             return
-        # the leader's neighbours the search never launched (its budget ended it first) go
-        # before the rounds spend the launches on the others: no comparison among what was
-        # launched can say whether the leader's next step is better still
-        leader = step.winner if isinstance(step, Decision) else step.leader
-        unlaunched = unlaunched_neighbours(run, seen, near, leader) if leader else []
-        if unlaunched and relaunch_ok and left > 0:
-            key = unlaunched[0]
-            labels[key] = run.valid[key].label()
-            run.display.message(
-                f"confirming: {labels[key]}, a neighbour of the leader never launched"
-            )
-            count_confirmation(trials, baseline=False)
-            used += 1
-            attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
-            if stop_for_host(run, key):
-                return
-            continue
         if isinstance(step, Decision):
+            unlaunched = unlaunched_neighbours(run, seen, near, step.winner)
+            if unlaunched and relaunch_ok and left > 0:  # the search ended before its check
+                key = unlaunched[0]
+                labels[key] = run.valid[key].label()
+                run.display.message(
+                    f"confirming: {labels.get(key, key)}, a neighbour of the winner never launched"
+                )
+                count_confirmation(trials, baseline=False)
+                used += 1
+                attempt(run, relaunch(run, seen, key, controls), seen, retry=False)
+                if stop_for_host(run, key):
+                    return
+                continue
             stored = answer.answer_of(step, labels, options, used)
             not_confident_for(stored, unlaunched, run)
             if not relaunch_ok and not stored.get("confident"):

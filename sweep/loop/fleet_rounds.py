@@ -102,20 +102,18 @@ def decide(run: RunContext, dropped: list[str] | None = None, *, relaunch_ok: bo
         step = kept or step_with(0)
     if step is None:
         return Plan(reason="nothing measured to confirm")
-    # as the solo confirmation: the leader's neighbours the search never launched go first
-    near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
-    leader = step.winner if isinstance(step, Decision) else step.leader
-    unlaunched = [k for k in unlaunched_neighbours(run, seen, near, leader)
-                  if k not in (dropped or ())] if leader else []  # fmt: skip
-    if unlaunched and launchable:
-        count_confirmation(trials, baseline=False)
-        reason = f"{run.valid[unlaunched[0]].label()}, a neighbour of the leader never launched"
-        return Plan((Job(unlaunched[0]),), reason)
     if isinstance(step, Round):
         jobs = step.jobs[: max(1, left)]
         for job in jobs:
             count_confirmation(trials, baseline=job.key == answer.BASELINE_KEY)
         return Plan(jobs, answer.labelled(step.reason, answer.labels_of(seen.trials, run.valid)))
+    near = answer.neighbours_of(run.valid, run.study.engine.tp_size)
+    unlaunched = [k for k in unlaunched_neighbours(run, seen, near, step.winner)
+                  if k not in (dropped or ())]  # fmt: skip
+    if unlaunched and launchable:  # as the solo confirmation: the search ended before its check
+        count_confirmation(trials, baseline=False)
+        reason = f"{run.valid[unlaunched[0]].label()}, a neighbour of the winner never launched"
+        return Plan((Job(unlaunched[0]),), reason)
     stored = answer.answer_of(step, answer.labels_of(seen.trials, run.valid), options, used)
     not_confident_for(stored, unlaunched, run)
     effects = host_effects(
@@ -172,7 +170,7 @@ def without_dropped(step: Round, dropped: Collection[str]) -> Round | None:
     host again until each worker stopped for failures in a row); None: nothing left, the
     answer is decided on what was measured."""
     jobs = tuple(j for j in step.jobs if j.key not in dropped)
-    return Round(jobs, step.reason, step.leader) if jobs else None
+    return Round(jobs, step.reason) if jobs else None
 
 
 def time_left(run: RunContext) -> bool:

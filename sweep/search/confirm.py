@@ -77,7 +77,6 @@ class Relaunch:
     order: tuple[str, ...]
     contenders: tuple[str, ...]
     reason: str
-    leader: str | None = None  # the configuration the launches put first so far
 
 
 @dataclass(frozen=True)
@@ -219,7 +218,7 @@ def decide(
         if pending is None:
             return _against_no_speculation(winner, verdict, inputs, remaining)
         if remaining is None or remaining > 0:
-            return Relaunch((pending,), (), control_reason(pending), winner)
+            return Relaunch((pending,), (), control_reason(pending))
         return _undecided(verdict, excluded, inputs, guards.withheld, unmeasured=pending)
     if held is not None and held[1]:  # the launches say so; the model or their order not
         looks = tuple(contenders(informed_estimates(verdict.est, prior), options))
@@ -227,8 +226,7 @@ def decide(
     if order:
         rivals = tuple(k for k in order if k != baseline)
         why = (winner, held[0]) if winner is not None and held is not None else None
-        reason = relaunch_reason(order, verdict.chance, options, why)
-        return Relaunch(order, rivals, reason, winner)
+        return Relaunch(order, rivals, relaunch_reason(order, verdict.chance, options, why))
     return _undecided(verdict, excluded, inputs, guards.withheld)
 
 
@@ -264,8 +262,8 @@ def _against_no_speculation(
     words = unshown_reason(versus if versus != inputs.baseline else None, gain, selected, lone)
     if order:
         why = (winner, words)
-        reason = relaunch_reason(order, verdict.chance, inputs.options, why)
-        return Relaunch(tuple(order), (winner,), reason, winner)
+        return Relaunch(tuple(order), (winner,),
+                        relaunch_reason(order, verdict.chance, inputs.options, why))  # fmt: skip
     more = launches_to_beat(mine, theirs, inputs.options)
     return _decision(
         winner, (winner,), verdict, inputs, confident=False,

@@ -63,7 +63,6 @@ class Round:
 
     jobs: tuple[Job, ...]
     reason: str
-    leader: str | None = None  # the configuration the launches put first so far
 
 
 def host_effects(launches: Sequence[HostLaunch]) -> dict[str, float]:
@@ -188,12 +187,12 @@ def fleet_step(
     need = min(2, len(set(alive)))
     if isinstance(step, Relaunch):
         jobs = tuple(_job(k, spread[k], alive, need) for k in step.order)
-        return Round(jobs, step.reason, step.leader)
+        return Round(jobs, step.reason)
     lonely = [k for k in _deciding(step) if len(spread[k]) < need]
     if lonely and len(lonely) <= remaining:
         jobs = tuple(_job(k, spread[k], alive, need) for k in lonely)
         names = ", ".join(lonely)
-        return Round(jobs, f"{names} measured on one host only: relaunched on another", step.winner)
+        return Round(jobs, f"{names} measured on one host only: relaunched on another")
     return step
 
 

@@ -180,7 +180,7 @@ def test_a_winner_whose_next_step_the_search_never_launched_gets_it_launched(
     summary = run_with_measurements(study, scripted, display=Display(out, live=False))
     assert set(scripted.order[:4]) == {"baseline", keys[1], keys[2], keys[3]}  # the search's
     assert keys[4] in scripted.order and keys[5] in scripted.order  # then its neighbours
-    said = "steps=4 topk=1 draft=5 draft_tp=8, a neighbour of the leader never launched"
+    said = "steps=4 topk=1 draft=5 draft_tp=8, a neighbour of the winner never launched"
     assert said in out.getvalue()
     optuna_study = optuna.load_study(study_name=study.name, storage=study.storage)
     answer = StudyInfo.from_attrs(optuna_study.user_attrs).answer

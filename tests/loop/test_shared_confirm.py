@@ -170,7 +170,7 @@ def test_the_fleet_launches_a_winner_s_neighbour_the_search_never_launched(
     trials = ctx.stores.trials
     plans = [Plan.from_attr(v) for k, v in trials.user_attrs.items() if k.startswith(PLAN_ATTR)]
     keys = {s: TrialConfig(s, 1, s + 1, 8).key() for s in range(1, 6)}
-    never = [p for p in plans if p.reason.endswith("a neighbour of the leader never launched")]
+    never = [p for p in plans if p.reason.endswith("a neighbour of the winner never launched")]
     assert [p.jobs for p in never] == [(Job(keys[4]),), (Job(keys[5]),)]
     assert never[0].reason.startswith("steps=4 topk=1 draft=5 draft_tp=8")
     records = {r.key: r for r in read_records(trials) if r.kind is Kind.REPLICATE}
