@@ -48,8 +48,6 @@ from sweep.search.comparisons import (
 from sweep.search.controls import Control, Controls, Simplicity, baseline_first
 from sweep.search.guards import Guards
 from sweep.search.launches import (
-    OUTLIER,
-    PRIOR_SD,
     Estimate,
     LaunchLike,
     LaunchVariance,
@@ -247,19 +245,16 @@ def _against_no_speculation(
     later = _unselected(winner, inputs)
     unbiased = _over_baseline(winner, {**verdict.est, winner: later}, inputs) if later else None
     selected = beats(gain) and unbiased is not None and not beats(unbiased)
-    # and not on one launch of no speculation that a bad launch would reverse
-    lone = beats(gain) and not selected and _lone(gain, inputs)
-    if beats(gain) and not selected and not lone:
+    if beats(gain) and not selected:
         return _decision(winner, verdict.tie, verdict, inputs, confident=True)
     gain = unbiased if selected and unbiased is not None else gain
     versus = gain.versus
     mine = verdict.est[winner]
     theirs = estimate(versus, inputs.launches[versus], inputs.variance)
     cap = inputs.options.max_replicates
-    pairs = ((versus, theirs),) if lone else ((winner, mine), (versus, theirs))
-    order = [k for k, e in pairs if e.n < cap]
+    order = [k for k, e in ((winner, mine), (versus, theirs)) if e.n < cap]
     order = order[: max(0, remaining)] if remaining is not None else order
-    words = unshown_reason(versus if versus != inputs.baseline else None, gain, selected, lone)
+    words = unshown_reason(versus if versus != inputs.baseline else None, gain, selected)
     if order:
         why = (winner, words)
         return Relaunch(tuple(order), (winner,),
@@ -378,16 +373,6 @@ def _over_runner_up(
 ) -> Advantage | None:
     others = sorted((e for k, e in est.items() if k != winner), key=lambda e: -e.mean)
     return advantage(est[winner], others[0], options.confidence) if others else None
-
-
-def _lone(gain: Advantage, inputs: _Inputs) -> bool:
-    """The gain over no speculation rests on one launch of it that a bad launch (``OUTLIER``
-    launch σ, at least 6 %, low) would reverse: that launch as high as the outlier rule
-    allows puts the interval's low end at or below 1."""
-    if len(inputs.launches.get(gain.versus) or ()) != 1:
-        return False
-    reach = 1 + OUTLIER * max(PRIOR_SD, inputs.variance.relative_sd)
-    return gain.low / reach <= 1.0
 
 
 def _unselected(winner: str, inputs: _Inputs) -> Estimate | None:

@@ -48,27 +48,19 @@ def control_reason(control: str) -> str:
     )
 
 
-def unshown_reason(
-    control: str | None, gain: Advantage, selected: bool = False, lone: bool = False
-) -> str:
+def unshown_reason(control: str | None, gain: Advantage, selected: bool = False) -> str:
     """Why a winner that stood every other check is not confident: its gain over no
     speculation (``control``: with the winner's flags; None: the baseline) with its interval,
     which reaches 0 (``selected``: only once its first launch, high by selection, is left
-    out; ``lone``: it does not, but rests on one launch of no speculation that a bad launch
-    would reverse)."""
+    out)."""
     versus = (
         f"no speculation with {TrialConfig.extras_in(control)}" if control else "no speculation"
     )
     without = " without its first launch (high by selection)" if selected else ""
-    figures = (
-        f"{100 * (gain.ratio - 1):+.1f} % [{100 * (gain.low - 1):+.1f}, "
-        f"{100 * (gain.high - 1):+.1f}]"
+    return (
+        f"it is not shown to beat {versus}{without} ({100 * (gain.ratio - 1):+.1f} % "
+        f"[{100 * (gain.low - 1):+.1f}, {100 * (gain.high - 1):+.1f}])"
     )
-    if lone:
-        return (
-            f"its gain over {versus} ({figures}) rests on one launch of it, which may be a bad one"
-        )
-    return f"it is not shown to beat {versus}{without} ({figures})"
 
 
 def relaunch_reason(
