@@ -62,7 +62,10 @@ small and large ones with draft TP 1, 2, 4 and 8 (``tp4``, ``tp4-large``), and a
 ``--landscapes midtp`` (``*_midtp`` and a line per landscape). The shipped profiles on
 SGLang's own tree range (:func:`tests.perf.search_play.topk8_landscapes`: topk up to 8, up
 to 32 draft tokens, a memory cliff under the model's favourites) are scored by
-``--landscapes topk8`` on their space (``topk8``).
+``--landscapes topk8`` on their space (``topk8``). Random landscapes combining every shape
+knob of the simulator at once (:func:`tests.perf.search_play.combo_landscapes`: 40 each,
+on the small, large and draft-TP-1/2/4/8 large spaces) are scored by ``--landscapes combo``
+(``*_combo``; ``--combo-offset 200`` draws another 40).
 
 ``python -m tests.perf.bench_answer --seeds 2 --landscapes default --spaces small`` runs a
 subset (``--workers 1`` in one process); ``--verbose`` prints each run (its seed and the
@@ -110,6 +113,7 @@ from tests.perf.figures import Figure
 from tests.perf.search_play import (
     FAULTS,
     blind_landscapes,
+    combo_landscapes,
     fault_args,
     fault_landscapes,
     heldout_landscapes,
@@ -178,6 +182,8 @@ BLIND = "blind"  # --landscapes blind: shapes none of the others has (search_pla
 FAULTS_GROUP = "faults"  # --landscapes faults: launches failing as a night meets them
 MIDTP = "midtp"  # --landscapes midtp: optima at a middle draft TP, on spaces of draft TP 1-8
 TOPK8 = "topk8"  # --landscapes topk8: the shipped profiles on SGLang's tree range
+COMBO = "combo"  # --landscapes combo: random landscapes combining every shape knob
+COMBO_OFFSET = 0  # ``--combo-offset``: which combo landscapes (combo-<offset> on)
 
 
 def landscapes() -> dict[str, Profile]:
@@ -189,7 +195,8 @@ def every_landscape() -> dict[str, Profile]:
     """Every landscape a run can name: the default ones and the held-out ones."""
     every = landscapes() | memory_landscapes() | heldout_landscapes()
     every |= random_misfit_landscapes() | unseen_landscapes() | blind_landscapes()
-    return every | fault_landscapes() | midtp_landscapes() | topk8_landscapes()
+    every |= fault_landscapes() | midtp_landscapes() | topk8_landscapes()
+    return every | combo_landscapes(offset=COMBO_OFFSET)
 
 
 def chosen(names: Sequence[str]) -> list[str]:
@@ -212,12 +219,14 @@ def chosen(names: Sequence[str]) -> list[str]:
             FAULTS_GROUP: list(fault_landscapes()),
             MIDTP: list(midtp_landscapes()),
             TOPK8: list(topk8_landscapes()),
+            COMBO: list(combo_landscapes(offset=COMBO_OFFSET)),
         }
         expanded = groups.get(name, [name])
         for one in expanded:
             if one not in known:
                 groups_named = (
-                    f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}, {MIDTP}, {TOPK8}"
+                    f"{HELDOUT}, {RANDOM}, {UNSEEN}, {BLIND}, {FAULTS_GROUP}, {MIDTP}, {TOPK8}, "
+                    f"{COMBO}"
                 )
                 expected = f"{groups_named} or one of {sorted(known)}"
                 raise ValueError(f"--landscapes: unknown {one!r}; expected {expected}")
@@ -334,6 +343,10 @@ class Run:
     def topk8(self) -> bool:
         return self.landscape.startswith("topk8-")
 
+    @property
+    def combo(self) -> bool:
+        return self.landscape.startswith("combo-")
+
 
 CONFIRM = ""  # a [confirm] section's lines (``--confirm``; default: the study's defaults)
 TRACE = False  # ``--trace``: keep every run's launches (what the search measured, in order)
@@ -406,6 +419,7 @@ def one_run(space: str, name: str, profile: Profile, seed: int, folder: Path) ->
             reason += f" left out: {'; '.join(answer['unreliable'])}"
         if answer.get("unlaunched"):
             reason += f" UNLAUNCHED {answer['unlaunched']}"
+        reason += f" STOP {summary.stop_reason.split(';')[0]}"
     if answer and answer.get("winner") in configs:
         ratio = truth(profile, configs[answer["winner"]], name)[0] / best
         confident = bool(answer.get("confident"))
@@ -517,9 +531,12 @@ def runs(
 
 def spaces_of(name: str) -> list[str]:
     """The spaces landscape ``name`` runs on: the midtp ones' own (draft TP 1, 2, 4, 8), the
-    topk8 ones' (SGLang's tree range), else the small and large ones."""
+    topk8 ones' (SGLang's tree range), the combo ones' (small, large, and large with draft
+    TP 1, 2, 4, 8), else the small and large ones."""
     if name.startswith(f"{TOPK8}-"):
         return list(TOPK8_SPACES)
+    if name.startswith(f"{COMBO}-"):
+        return ["small", "large", "tp4-large"]
     return list(MIDTP_SPACES if name.startswith(f"{MIDTP}-") else SPACES)
 
 
@@ -552,7 +569,8 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     faults = [r for r in all_runs if r.fault]
     midtp = [r for r in all_runs if r.midtp]
     topk8 = [r for r in all_runs if r.topk8]
-    grouped = ("heldout", "unseen", "blind", "fault", "midtp", "topk8")
+    combo = [r for r in all_runs if r.combo]
+    grouped = ("heldout", "unseen", "blind", "fault", "midtp", "topk8", "combo")
     default = [r for r in all_runs if not any(getattr(r, g) for g in grouped)]
     if default:
         yield from _default_figures(default)
@@ -573,6 +591,8 @@ def figures_of(all_runs: Sequence[Run]) -> Iterator[Figure]:
     if topk8:
         yield from heldout_figures(topk8, TOPK8)
         yield from per_landscape(topk8)
+    if combo:  # 40 landscapes: no line per landscape
+        yield from heldout_figures(combo, COMBO)
 
 
 def _default_figures(all_runs: Sequence[Run]) -> Iterator[Figure]:
@@ -780,7 +800,7 @@ def figures() -> Iterator[Figure]:
 
 
 def main(argv: list[str]) -> None:
-    global CONFIRM, TRACE, BAD_SHARE, DRIFT, HETERO, LAUNCH_SD, CONCURRENCY
+    global CONFIRM, TRACE, BAD_SHARE, DRIFT, HETERO, LAUNCH_SD, CONCURRENCY, COMBO_OFFSET
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=len(SEEDS))
     parser.add_argument("--landscapes", default="")
@@ -808,8 +828,13 @@ def main(argv: list[str]) -> None:
         "--concurrency", type=int, default=1,
         help="the objective's concurrency (the truth at that many running requests)",
     )  # fmt: skip
+    parser.add_argument(
+        "--combo-offset", type=int, default=0,
+        help="with --landscapes combo: another 40 (combo-<offset> on; e.g. 200)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     DRIFT, HETERO, LAUNCH_SD = args.drift, args.hetero, args.noise
+    COMBO_OFFSET = args.combo_offset
     CONCURRENCY = args.concurrency
     CONFIRM = args.confirm.replace(";", "\n")
     TRACE = args.trace

@@ -683,6 +683,59 @@ def random_misfit_landscapes(n: int = RANDOM_MISFIT) -> dict[str, Profile]:
     return out
 
 
+COMBO = 40  # --landscapes combo: this many random landscapes combining every shape knob
+
+
+def combo_landscapes(n: int = COMBO, offset: int = 0) -> dict[str, Profile]:
+    """``n`` landscapes of random constants (:func:`random_landscape`) with, each drawn
+    independently, every shape the simulator has: draft-TP communication growing with steps
+    (35 %), a verify cliff at 4-12 draft tokens (30 %), acceptance falling past 2-6 steps
+    (30 %), a tree cliff at a width of 8-40 (25 %), an acceptance horizon (25 %), a sharded
+    draft 2-4 times as costly (30 %), a draft cliff from 3-7 steps at draft TP 1 or 8 (20 %),
+    launch noise of 3-4.5 % at draft TP 1 or 8 (30 %), a memory cliff (20 %), a host ceiling
+    10-40 % above no speculation (20 %). ``offset`` draws another set (named from it)."""
+    return {f"combo-{offset + i:03d}": _combo(offset + i) for i in range(n)}
+
+
+def _combo(i: int) -> Profile:
+    rng = np.random.default_rng(12000 + i)
+    base = random_landscape(700 + i)
+
+    def u(low: float, high: float) -> float:
+        return float(rng.uniform(low, high))
+
+    s: dict[str, dict[str, object]] = {k: {} for k in ("draft", "timing", "acceptance")}
+    s |= {"noise": {}, "memory": {}}
+    if rng.random() < 0.35:
+        s["draft"]["allreduce_growth"] = u(0.2, 1.5)
+    if rng.random() < 0.3:
+        s["timing"]["verify_cliff_tokens"] = int(rng.integers(4, 13))
+        s["timing"]["verify_cliff_factor"] = u(0.08, 0.3)
+    if rng.random() < 0.3:
+        s["acceptance"]["fall_after"] = int(rng.integers(2, 7))
+        s["acceptance"]["fall_per_step"] = u(0.02, 0.08)
+    if rng.random() < 0.25:
+        s["timing"]["tree_cliff_width"] = int(rng.integers(8, 41))
+        s["timing"]["tree_cliff_factor"] = u(0.1, 0.3)
+    if rng.random() < 0.25:
+        s["acceptance"]["horizon"] = int(rng.integers(2, 6))
+        s["acceptance"]["horizon_factor"] = u(0.3, 0.7)
+    if rng.random() < 0.3:
+        s["draft"]["compute_ms"] = base.draft.compute_ms * u(2, 4)
+        s["draft"]["compute_split"] = u(0.8, 0.95)
+    if rng.random() < 0.2:
+        s["draft"]["cliff_steps"] = {str(int(rng.choice([1, 8]))): int(rng.integers(3, 8))}
+        s["draft"]["cliff_factor"] = u(0.2, 0.5)
+    if rng.random() < 0.3:
+        s["noise"]["launch_cv_by_draft_tp"] = {str(int(rng.choice([1, 8]))): u(0.03, 0.045)}
+    if rng.random() < 0.2:  # graphs of 48 batch slots × width in a 12.1 GB budget
+        s["memory"]["graph_gb_per_token"] = 12.1 / 48 / u(7, 30)
+    if rng.random() < 0.2:
+        baseline = model.predict(base, SimConfig(), 1).decode_tok_s
+        s["timing"]["min_token_ms"] = 1000.0 / (baseline * u(1.1, 1.4))
+    return _perturb(base, **{k: v for k, v in s.items() if v})
+
+
 def random_landscape(seed: int) -> Profile:
     """A landscape of the same physics with every constant drawn at random (for seed)."""
     rng = np.random.default_rng(5000 + seed)

@@ -17,6 +17,7 @@ from tests.perf import bench_answer
 from tests.perf.search_play import (
     FAULTS,
     blind_landscapes,
+    combo_landscapes,
     fault_args,
     fault_landscapes,
     heldout_landscapes,
@@ -322,3 +323,13 @@ def test_a_fault_landscape_answer_is_scored_without_its_failing_region() -> None
     # a share of every launch is the host's: no configuration is out
     assert best("fault-host-crashes", "small") == "s7-k1-d8-tp1[]"
     assert best("fault-host-flaky", "large") == "s2-k1-d3-tp1[NCCL_PROTO=LL]"  # default's
+
+
+def test_the_combo_landscapes_are_a_group_of_their_own_on_three_spaces() -> None:
+    names = bench_answer.chosen(["combo"])
+    assert len(names) == 40 and names[0] == "combo-000"
+    assert bench_answer.spaces_of(names[0]) == ["small", "large", "tp4-large"]
+    shapes = combo_landscapes(2, offset=200)  # another set: drawn from its own seeds
+    assert list(shapes) == ["combo-200", "combo-201"] and shapes == combo_landscapes(2, 200)
+    # a knob switched on changes the landscape: combo-200 has a draft cliff at draft TP 1
+    assert shapes["combo-200"].draft.cliff_steps == {"1": 4}
