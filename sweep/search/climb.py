@@ -57,6 +57,22 @@ class Climb:
                     out.setdefault(c.key, c)
         return list(out.values())
 
+    def new_families(self, history: History) -> list[Candidate]:
+        """The untried neighbours of the leader and of its rivals (:meth:`rivals`) in a
+        family (topk, draft TP and extras) where nothing was launched yet. A stall says
+        nothing about a family never launched: its draft cost and its tree's acceptance are
+        the model's guess (another topk may peak at other steps, another draft TP pay
+        another draft cost), and there are only so many families, so a flat top, whose
+        neighbours never run out, still ends."""
+        tried = history.tried()
+        launched = {_family(self._of(k)) for k in tried if k in self.index}
+        out: dict[str, Candidate] = {}
+        for rival in self.rivals(history):
+            for c in self.neighbours.of(rival):
+                if _family(c) not in launched and c.key not in tried:
+                    out.setdefault(c.key, c)
+        return list(out.values())
+
     def past_a_wall(self, history: History) -> list[Candidate]:
         """When the leader's next step cannot run (infeasible — it ran out of memory, or
         the engine refused it — or ruled out: :mod:`sweep.search.memory`), the best measured

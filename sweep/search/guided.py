@@ -163,7 +163,8 @@ class PhysicsSampler(ConfigSampler):
         widen = self.surprise(study, history)
         sd = sd * widen  # one surprise widens the model's uncertainty everywhere
         self._last = (mean, sd)
-        if stopping.measured_stop(history, untried, self.climb, self.min_launches):
+        # the model's last look and leaps come before the new families a long stall waits for
+        if stopping.measured_stop(history, untried, self.climb, self.min_launches, families=False):
             missed = promises.missed_leaps(current_trials(study), self.matcher, history)
             look = self.model.last_look(history, untried, missed)
             self.leaping = "leap" if look is not None else ""
@@ -179,13 +180,13 @@ class PhysicsSampler(ConfigSampler):
             if jumps:  # the refit's strongest claim, tested first (a miss is a surprise)
                 self.leaping = "leap"
                 return self._best(jumps, mean, sd)
-            near = uncovered or self.climb.untried_neighbours(history)
+            near = uncovered or stopping.neighbours_due(history, self.climb)
             picks = near or promises.promised(untried, self.index, history, mean, sd)
             probe = None if picks else self._probe(study, history)
             return probe or self._best(picks or self.climb.frontier(history) or untried, mean, sd)
         plausible = promises.plausible(untried, self.index, history, mean, sd, self.plausible_z)
         if not plausible or stopping.stalled(history):
-            near = uncovered or self.climb.untried_neighbours(history)
+            near = uncovered or stopping.neighbours_due(history, self.climb)
             if near:  # the band and neighbour checks: never stop on the model's word
                 return self._best(near, mean, sd)  # alone, and no model picks after a stall
         if not plausible:

@@ -37,7 +37,12 @@ def stalled(history: History, window: int = STALL, gain: float = STALL_GAIN) -> 
 
 
 def measured_stop(
-    history: History, untried: Sequence[Candidate], climb: Climb, launches: int
+    history: History,
+    untried: Sequence[Candidate],
+    climb: Climb,
+    launches: int,
+    *,
+    families: bool = True,
 ) -> bool | None:
     """The stop rule as far as the measurements decide it (None: the model's word decides).
 
@@ -46,7 +51,9 @@ def measured_stop(
     (:meth:`~sweep.search.climb.Climb.uncovered`), and while the measured leader has an
     untried neighbour (the neighbour check), which gives way only to a stall twice as long
     as ``STALL`` (a flat top, where the leader changes by noise and its neighbours never run
-    out); stop when the last ``STALL`` new
+    out) — and, with ``families``, not before the leader's and its rivals' untried neighbours
+    in a family never launched are launched (:meth:`Climb.new_families`); stop when the last
+    ``STALL`` new
     configurations did not beat the best by more than ``STALL_GAIN`` (:func:`stalled`;
     :meth:`~sweep.search.guided.PhysicsSampler.exhausted` lets such a stall pass while its
     refitted model promises a leap, up to a few launches past one twice as long).
@@ -59,9 +66,19 @@ def measured_stop(
         return False  # a draft-token band below the leader's was never tried
     if climb.untried_neighbours(history) and not stalled(history, 2 * STALL):
         return False  # on a flat top the leader changes by noise: a long stall ends it
+    if families and climb.new_families(history):
+        return False  # ... but not before each family next to the leader's had a launch
     if stalled(history):
         return True  # the measurements stopped improving, whatever the model promises
     return None
+
+
+def neighbours_due(history: History, climb: Climb) -> list[Candidate]:
+    """The neighbour check's untried configurations (:meth:`Climb.untried_neighbours`);
+    after a stall twice as long as ``STALL``, those in a family never launched first
+    (:meth:`Climb.new_families`: what :func:`measured_stop` still waits for)."""
+    fresh = climb.new_families(history) if stalled(history, 2 * STALL) else []
+    return fresh or climb.untried_neighbours(history)
 
 
 def relaunch(history: History, prior: Mapping[str, Prior]) -> tuple[str, bool]:
