@@ -109,7 +109,8 @@ def test_the_benchmark_names_held_out_landscapes_apart() -> None:
     assert not any(name.startswith("heldout-") for name in bench_answer.landscapes())
     with pytest.raises(
         ValueError,
-        match="unknown 'nope'; expected heldout, random, unseen, blind, faults, midtp, topk8 or",
+        match="unknown 'nope'; expected heldout, random, unseen, blind, faults, midtp, topk8, "
+        "combo or",
     ):
         bench_answer.chosen(["nope"])
     random = bench_answer.chosen(["random"])
