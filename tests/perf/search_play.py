@@ -704,8 +704,9 @@ def _combo(i: int) -> Profile:
     def u(low: float, high: float) -> float:
         return float(rng.uniform(low, high))
 
-    s: dict[str, dict[str, object]] = {k: {} for k in ("draft", "timing", "acceptance")}
-    s |= {"noise": {}, "memory": {}}
+    s: dict[str, dict[str, object]] = {
+        k: {} for k in ("draft", "timing", "acceptance", "noise", "memory")
+    }
     if rng.random() < 0.35:
         s["draft"]["allreduce_growth"] = u(0.2, 1.5)
     if rng.random() < 0.3:
