@@ -167,13 +167,13 @@ LANDSCAPE_DIR = Path(__file__).parent / "schedule_landscapes"
 def extra_landscapes() -> list[Landscape]:
     """Other shapes than the default's (``tests/perf/schedule_landscapes/``, each file says
     what it stands for): best steps rising then falling with concurrency, speculation worth it
-    only at the lowest levels, a flat top (steps tied at a host ceiling), and a draft TP whose
-    best value changes with concurrency."""
+    only at the lowest levels, a flat top (steps tied at a host ceiling), a draft TP whose
+    best value changes with concurrency, and best steps falling one level at a time."""
 
     def at(name: str, *tps: int) -> Landscape:
         return Landscape(name, str(LANDSCAPE_DIR / f"{name}.toml"), tps or (8,))
 
-    return [at("rise-fall"), at("c1-only"), at("flat-top"), at("draft-tp", 1, 8)]
+    return [at("rise-fall"), at("c1-only"), at("flat-top"), at("draft-tp", 1, 8), at("staircase")]
 
 
 Truth = dict[TrialConfig, dict[int, float]]  # per configuration, per level
