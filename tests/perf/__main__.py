@@ -16,7 +16,7 @@ import time
 import traceback
 from pathlib import Path
 
-from tests.perf.figures import Figure
+from tests.perf.figures import Figure, libraries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
     names = argv or sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
     results: list[Figure] = []
     failed = []
+    print(libraries(), file=sys.stderr, flush=True)
     for name in names:
         started = time.monotonic()
         try:

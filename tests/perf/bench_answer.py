@@ -109,7 +109,7 @@ from sweep.sim.model import SimConfig
 from sweep.sim.profile import Profile, load_profile
 from sweep.store import baseline_study_name, quiet_optuna, read_records
 from sweep.study import parse_study
-from tests.perf.figures import Figure
+from tests.perf.figures import Figure, libraries
 from tests.perf.search_play import (
     FAULTS,
     blind_landscapes,
@@ -857,6 +857,7 @@ def main(argv: list[str]) -> None:
     for figure in figures_of(done):
         print(figure.line())
     print(f"# {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(libraries(), file=sys.stderr)
 
 
 if __name__ == "__main__":
