@@ -3,7 +3,6 @@ benchmark keeps their figures apart from the default run's."""
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 
 import optuna
@@ -15,7 +14,6 @@ from sweep.search.candidates import Candidate
 from sweep.store import read_records
 from sweep.study import parse_study
 from tests.perf import bench_answer
-from tests.perf.figures import LIBRARIES, libraries
 from tests.perf.search_play import (
     FAULTS,
     blind_landscapes,
@@ -336,10 +334,3 @@ def test_the_combo_landscapes_are_a_group_of_their_own_on_three_spaces() -> None
     assert list(shapes) == ["combo-200", "combo-201"] and shapes == combo_landscapes(2, 200)
     # a knob switched on changes the landscape: combo-200 has a draft cliff at draft TP 1
     assert shapes["combo-200"].draft.cliff_steps == {"1": 4}
-
-
-def test_the_benchmarks_say_which_library_versions_measured_them() -> None:
-    line = libraries()
-    assert line.startswith("# libraries: ")
-    for name in LIBRARIES:
-        assert f"{name} {metadata.version(name)}" in line  # installed: all are dependencies
